@@ -1,0 +1,1 @@
+//! Fabrics (placeholder until the sim fabric lands).

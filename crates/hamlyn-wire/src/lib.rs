@@ -1,0 +1,27 @@
+//! Hamlyn wire format v1.
+//!
+//! Everything that crosses a process or machine boundary has its exact byte layout here:
+//! the 64-byte packet [`header`], [`ticket`]s (capabilities to write a slot) and their
+//! ASCII [`seed`] form, and the [`entry`] layouts (128-byte metadata entries and 32-byte
+//! notification entries) shared between the engine and applications.
+//!
+//! Every parser validates lengths first and returns a typed [`WireError`]; none panics on
+//! any input (the fuzz targets in `fuzz/` hold it to that). `docs/spec/wire.md` gives every
+//! byte and the fixed test vectors that `tests/vectors.rs` checks.
+#![forbid(unsafe_code)]
+
+pub mod base32;
+pub mod crc;
+pub mod entry;
+pub mod error;
+pub mod header;
+pub mod ids;
+pub mod seed;
+pub mod ticket;
+
+pub use entry::{MetaEntry, NotifEntry, NotifKind, META_ENTRY_LEN, NOTIF_ENTRY_LEN};
+pub use error::WireError;
+pub use header::{Flags, Header, Op, RequestId, FAST_META_INDEX, HEADER_LEN, MAX_META_LEN};
+pub use ids::{NodeId, SlotId};
+pub use seed::Seed;
+pub use ticket::{SplitError, Ticket, TicketFlags, FULL_SHARE, MIN_SPLIT_SHARE};
