@@ -1,0 +1,150 @@
+//! Areas behind a small trait: the engine backs them with shared memory, tests with
+//! plain buffers.
+//!
+//! The core only reaches an area through [`Memory`], after checking every offset against
+//! the slot it was granted through; the trait still bounds-checks (an [`OutOfRange`] is a
+//! bug or a vanished area, never a crash).
+
+/// Names a registered area (message, metadata or send area) on one node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct AreaId(pub u32);
+
+/// An access fell outside an area.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("access of {len} bytes at offset {offset} is outside the area")]
+pub struct OutOfRange {
+    /// Offset of the access.
+    pub offset: u64,
+    /// Length of the access.
+    pub len: u64,
+}
+
+/// Byte-addressed memory of one area.
+///
+/// Multi-byte words are little-endian. `fetch_add_u32` must be atomic with respect to
+/// other users of the same memory (shared-memory implementations use a real atomic).
+pub trait Memory {
+    /// Length of the area in bytes.
+    fn len(&self) -> u64;
+    /// Whether the area is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Copies `dst.len()` bytes starting at `offset` into `dst`.
+    fn read(&self, offset: u64, dst: &mut [u8]) -> Result<(), OutOfRange>;
+    /// Copies `src` into the area starting at `offset`.
+    fn write(&mut self, offset: u64, src: &[u8]) -> Result<(), OutOfRange>;
+    /// Adds `v` (wrapping) to the 4-byte-aligned u32 at `offset`; returns the new value.
+    fn fetch_add_u32(&mut self, offset: u64, v: u32) -> Result<u32, OutOfRange>;
+    /// The bytes `offset..offset + len` for an in-place deposit (zero-copy receive).
+    fn slice_mut(&mut self, offset: u64, len: usize) -> Result<&mut [u8], OutOfRange>;
+}
+
+/// Finds an area's memory by id.
+pub trait Areas {
+    /// The memory type of this node's areas.
+    type Mem: Memory;
+    /// The area's memory, if it is registered.
+    fn area(&mut self, id: AreaId) -> Option<&mut Self::Mem>;
+}
+
+fn check(len: u64, offset: u64, n: usize) -> Result<core::ops::Range<usize>, OutOfRange> {
+    let err = OutOfRange {
+        offset,
+        len: n as u64,
+    };
+    let end = offset.checked_add(n as u64).ok_or(err)?;
+    if end > len {
+        return Err(err);
+    }
+    let start = usize::try_from(offset).map_err(|_| err)?;
+    let end = usize::try_from(end).map_err(|_| err)?;
+    Ok(start..end)
+}
+
+impl Memory for Vec<u8> {
+    fn len(&self) -> u64 {
+        <[u8]>::len(self) as u64
+    }
+    fn read(&self, offset: u64, dst: &mut [u8]) -> Result<(), OutOfRange> {
+        let r = check(Memory::len(self), offset, dst.len())?;
+        dst.copy_from_slice(&self[r]);
+        Ok(())
+    }
+    fn write(&mut self, offset: u64, src: &[u8]) -> Result<(), OutOfRange> {
+        let r = check(Memory::len(self), offset, src.len())?;
+        self[r].copy_from_slice(src);
+        Ok(())
+    }
+    fn fetch_add_u32(&mut self, offset: u64, v: u32) -> Result<u32, OutOfRange> {
+        if offset % 4 != 0 {
+            return Err(OutOfRange { offset, len: 4 });
+        }
+        let r = check(Memory::len(self), offset, 4)?;
+        let mut word = [0u8; 4];
+        word.copy_from_slice(&self[r.clone()]);
+        let new = u32::from_le_bytes(word).wrapping_add(v);
+        self[r].copy_from_slice(&new.to_le_bytes());
+        Ok(new)
+    }
+    fn slice_mut(&mut self, offset: u64, len: usize) -> Result<&mut [u8], OutOfRange> {
+        let r = check(Memory::len(self), offset, len)?;
+        Ok(&mut self[r])
+    }
+}
+
+/// Areas as plain heap buffers, for tests and the simulated cluster.
+#[derive(Clone, Debug, Default)]
+pub struct VecAreas {
+    areas: Vec<Option<Vec<u8>>>,
+}
+
+impl VecAreas {
+    /// No areas.
+    pub fn new() -> VecAreas {
+        VecAreas::default()
+    }
+    /// Registers a zeroed area of `len` bytes.
+    pub fn add(&mut self, len: usize) -> AreaId {
+        self.areas.push(Some(vec![0; len]));
+        AreaId((self.areas.len() - 1) as u32)
+    }
+    /// Removes an area; later lookups miss.
+    pub fn remove(&mut self, id: AreaId) -> Option<Vec<u8>> {
+        self.areas.get_mut(id.0 as usize).and_then(Option::take)
+    }
+    /// The area's bytes.
+    pub fn bytes(&self, id: AreaId) -> Option<&[u8]> {
+        self.areas.get(id.0 as usize).and_then(|a| a.as_deref())
+    }
+    /// The area's bytes, mutably.
+    pub fn bytes_mut(&mut self, id: AreaId) -> Option<&mut Vec<u8>> {
+        self.areas.get_mut(id.0 as usize).and_then(|a| a.as_mut())
+    }
+}
+
+impl Areas for VecAreas {
+    type Mem = Vec<u8>;
+    fn area(&mut self, id: AreaId) -> Option<&mut Vec<u8>> {
+        self.bytes_mut(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vec_memory_checks_every_range() {
+        let mut m = vec![0u8; 16];
+        assert!(m.write(12, &[1, 2, 3, 4]).is_ok());
+        assert!(m.write(13, &[1, 2, 3, 4]).is_err());
+        assert!(m.write(u64::MAX, &[1]).is_err());
+        assert!(m.slice_mut(16, 0).is_ok());
+        assert!(m.slice_mut(16, 1).is_err());
+        assert_eq!(m.fetch_add_u32(12, 1).unwrap(), 0x0403_0202);
+        assert!(m.fetch_add_u32(13, 1).is_err(), "unaligned");
+        assert_eq!(m.fetch_add_u32(0, u32::MAX).unwrap(), u32::MAX);
+        assert_eq!(m.fetch_add_u32(0, 1).unwrap(), 0, "wraps");
+    }
+}

@@ -1,0 +1,30 @@
+//! NACKs: how a sender learns why its packet was refused.
+
+use hamlyn_wire::{Header, NodeId, Op};
+
+use crate::reject::RejectReason;
+
+/// The NACK for a refused packet: sent from `node` back to the packet's source, with the
+/// same slot, offset and request id, and the reason code in `word`.
+///
+/// NACKs, heartbeats and hellos are never answered (no NACK storms between engines).
+pub fn nack_for(node: NodeId, h: &Header, reason: RejectReason) -> Option<Header> {
+    if matches!(h.op, Op::Nack | Op::Hello | Op::Heartbeat) {
+        return None;
+    }
+    let mut n = Header::new(Op::Nack);
+    n.src = node;
+    n.dst = h.src;
+    n.slot = h.slot;
+    n.offset = h.offset;
+    n.word = u64::from(reason.code());
+    n.request = h.request;
+    Some(n)
+}
+
+/// The reason a received NACK carries, if its code is defined.
+pub fn nack_reason(h: &Header) -> Option<RejectReason> {
+    (h.op == Op::Nack)
+        .then(|| RejectReason::from_code(h.word))
+        .flatten()
+}

@@ -1,0 +1,364 @@
+//! The receive decision for each arriving packet (seed 000 §2.2, §2.5–2.7).
+//!
+//! Receiving is two steps so that a fabric can read a payload straight into its final
+//! place: [`Interface::admit`] checks the header against the slot table (and, in paranoid
+//! modes, the message's metadata entry) and says where the payload goes; the caller
+//! deposits it; [`Interface::commit`] then writes the metadata, adds the packet's delta
+//! to the entry's accumulator and says whether to post a notification.
+//! [`Interface::receive`] does both with a copy, for fabrics that hold whole packets.
+
+use hamlyn_wire::entry::{meta_off, MetaEntry, NotifEntry, NotifKind};
+use hamlyn_wire::{Flags, Header, NodeId, Op, SlotId};
+
+use crate::memory::{AreaId, Areas, Memory};
+use crate::nack::nack_for;
+use crate::reject::{Reject, RejectCounts, RejectReason};
+use crate::slot::{Slot, SlotMode, SlotTable};
+
+/// Names a notification queue on one node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct QueueId(pub u32);
+
+/// Where an admitted packet's payload goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// The slot it was admitted to.
+    pub slot: SlotId,
+    /// The area to write.
+    pub area: AreaId,
+    /// Byte offset in that area (the slot's base plus the packet's offset).
+    pub offset: u64,
+    /// Payload bytes.
+    pub len: u32,
+}
+
+/// A notification to post: the entry (its `seq` is left 0 for the queue to fill) and the
+/// queue it goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Notification {
+    /// The slot's notification queue.
+    pub queue: QueueId,
+    /// The entry, `seq` not yet set.
+    pub entry: NotifEntry,
+    /// The sender asked for the receiver to be woken if it sleeps.
+    pub wake: bool,
+}
+
+/// Counters of one interface.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InterfaceStats {
+    /// Packets accepted.
+    pub packets: u64,
+    /// Payload bytes accepted.
+    pub bytes: u64,
+    /// Messages (or groups) completed.
+    pub messages: u64,
+    /// Notifications produced.
+    pub notifications: u64,
+    /// Packets refused, by reason (including those naming no slot).
+    pub rejects: RejectCounts,
+}
+
+/// One node's interface logic: its identity, slot table and counters.
+#[derive(Clone, Debug)]
+pub struct Interface {
+    node: NodeId,
+    slots: SlotTable,
+    stats: InterfaceStats,
+}
+
+impl Interface {
+    /// An interface for `node` with no slots.
+    pub fn new(node: NodeId) -> Interface {
+        Interface {
+            node,
+            slots: SlotTable::new(),
+            stats: InterfaceStats::default(),
+        }
+    }
+
+    /// The node this interface is.
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// The slot table.
+    pub fn slots(&self) -> &SlotTable {
+        &self.slots
+    }
+
+    /// The slot table, for control operations.
+    pub fn slots_mut(&mut self) -> &mut SlotTable {
+        &mut self.slots
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &InterfaceStats {
+        &self.stats
+    }
+
+    /// Counts a reject and builds its NACK.
+    #[cold]
+    fn reject(&mut self, h: &Header, slot: Option<SlotId>, reason: RejectReason) -> Reject {
+        self.stats.rejects.bump(reason);
+        if let Some(s) = slot.and_then(|id| self.slots.get_mut(id)) {
+            s.rejects.bump(reason);
+        }
+        Reject {
+            reason,
+            slot,
+            nack: nack_for(self.node, h, reason),
+        }
+    }
+
+    /// Counts a packet that did not even parse (there is no header to NACK).
+    #[cold]
+    pub fn reject_malformed(&mut self) -> Reject {
+        self.stats.rejects.bump(RejectReason::Malformed);
+        Reject {
+            reason: RejectReason::Malformed,
+            slot: None,
+            nack: None,
+        }
+    }
+
+    /// Checks a write packet's header; on success says where its payload goes.
+    ///
+    /// Nothing is written. Paranoid modes read the message's metadata entry.
+    pub fn admit<A: Areas>(&mut self, h: &Header, areas: &mut A) -> Result<Placement, Reject> {
+        match check(self.node, &self.slots, h, areas) {
+            Ok(p) => Ok(p),
+            Err((slot, reason)) => Err(self.reject(h, slot, reason)),
+        }
+    }
+
+    /// Finishes an admitted packet whose payload is in place: deposits the metadata,
+    /// counts the packet and, when its message is complete, returns the notification to
+    /// post (if the sender asked for one and the slot has a queue).
+    pub fn commit<A: Areas>(
+        &mut self,
+        h: &Header,
+        meta: &[u8],
+        areas: &mut A,
+    ) -> Result<Option<Notification>, Reject> {
+        let Some(slot) = self.slots.get_mut(h.slot) else {
+            return Err(self.reject(h, None, RejectReason::UnknownSlot));
+        };
+        match count(slot, h, meta, areas) {
+            Ok((complete, notif)) => {
+                self.stats.packets += 1;
+                self.stats.bytes += u64::from(h.payload_len);
+                self.stats.messages += u64::from(complete);
+                self.stats.notifications += u64::from(notif.is_some());
+                Ok(notif)
+            }
+            Err(reason) => Err(self.reject(h, Some(h.slot), reason)),
+        }
+    }
+
+    /// Admits, deposits `payload` by copy, and commits one packet.
+    pub fn receive<A: Areas>(
+        &mut self,
+        h: &Header,
+        meta: &[u8],
+        payload: &[u8],
+        areas: &mut A,
+    ) -> Result<Option<Notification>, Reject> {
+        if meta.len() != usize::from(h.meta_len) || payload.len() as u64 != u64::from(h.payload_len)
+        {
+            return Err(self.reject(h, None, RejectReason::Malformed));
+        }
+        let p = self.admit(h, areas)?;
+        let written = areas.area(p.area).map(|m| m.write(p.offset, payload));
+        if !matches!(written, Some(Ok(()))) {
+            return Err(self.reject(h, Some(p.slot), RejectReason::AreaGone));
+        }
+        self.commit(h, meta, areas)
+    }
+
+    /// Parses a whole packet and receives it.
+    pub fn receive_packet<A: Areas>(
+        &mut self,
+        bytes: &[u8],
+        areas: &mut A,
+    ) -> Result<Option<Notification>, Reject> {
+        match Header::parse_packet(bytes) {
+            Ok((h, meta, payload)) => self.receive(&h, meta, payload, areas),
+            Err(_) => Err(self.reject_malformed()),
+        }
+    }
+}
+
+type Refusal = (Option<SlotId>, RejectReason);
+
+fn read_entry<A: Areas>(
+    areas: &mut A,
+    slot: &Slot,
+    index: u32,
+) -> Result<(u64, MetaEntry), RejectReason> {
+    let meta = slot.config.meta.ok_or(RejectReason::BadMetaIndex)?;
+    let off = meta.entry_offset(index).ok_or(RejectReason::BadMetaIndex)?;
+    let mem = areas.area(meta.area).ok_or(RejectReason::AreaGone)?;
+    let mut buf = [0u8; hamlyn_wire::META_ENTRY_LEN];
+    mem.read(off, &mut buf)
+        .map_err(|_| RejectReason::AreaGone)?;
+    let entry = MetaEntry::read(&buf).map_err(|_| RejectReason::AreaGone)?;
+    Ok((off, entry))
+}
+
+/// The admission checks, in an order that reveals nothing to a sender without the key.
+fn check<A: Areas>(
+    node: NodeId,
+    slots: &SlotTable,
+    h: &Header,
+    areas: &mut A,
+) -> Result<Placement, Refusal> {
+    if h.op != Op::Write {
+        return Err((None, RejectReason::Unsupported));
+    }
+    if h.dst != node {
+        return Err((None, RejectReason::WrongNode));
+    }
+    let id = h.slot;
+    let slot = slots.get(id).ok_or((None, RejectReason::UnknownSlot))?;
+    let fail = |r| (Some(id), r);
+    if slot.revoked {
+        return Err(fail(RejectReason::Revoked));
+    }
+    let single = h.flags.contains(Flags::FIRST | Flags::LAST);
+    let mut paranoid_range = None;
+    if slot.config.mode == SlotMode::Fast {
+        if h.key != slot.key {
+            return Err(fail(RejectReason::BadKey));
+        }
+        if !h.is_fast() || !single || h.meta_len != 0 {
+            return Err(fail(RejectReason::BadMode));
+        }
+    } else {
+        if h.is_fast() {
+            return Err(fail(RejectReason::BadMode));
+        }
+        let (_, entry) = read_entry(areas, slot, h.meta_index).map_err(fail)?;
+        if slot.config.mode.is_paranoid() {
+            if h.key != entry.paranoid_key.get() {
+                return Err(fail(RejectReason::ParanoidKey));
+            }
+            paranoid_range = Some((entry.paranoid_low.get(), entry.paranoid_high.get()));
+            if slot.config.mode == SlotMode::ParanoidOneShot && !entry.armed() {
+                return Err(fail(RejectReason::Disarmed));
+            }
+        } else if h.key != slot.key {
+            return Err(fail(RejectReason::BadKey));
+        }
+    }
+    if h.flags.contains(Flags::NOTIFY_NOW) && !single {
+        return Err(fail(RejectReason::BadMode));
+    }
+    if !slot.config.perms.write {
+        return Err(fail(RejectReason::NotPermitted));
+    }
+    if slot.inhibited {
+        return Err(fail(RejectReason::Inhibited));
+    }
+    let end = h.offset.checked_add(u64::from(h.payload_len));
+    let end = match end {
+        Some(e) if e <= slot.config.len => e,
+        _ => return Err(fail(RejectReason::OutOfBounds)),
+    };
+    if let Some((low, high)) = paranoid_range {
+        if h.offset < low || end > high {
+            return Err(fail(RejectReason::ParanoidBounds));
+        }
+    }
+    let offset = slot.config.base + h.offset;
+    let mem = areas
+        .area(slot.config.area)
+        .ok_or(fail(RejectReason::AreaGone))?;
+    if offset
+        .checked_add(u64::from(h.payload_len))
+        .is_none_or(|e| e > mem.len())
+    {
+        return Err(fail(RejectReason::AreaGone));
+    }
+    Ok(Placement {
+        slot: id,
+        area: slot.config.area,
+        offset,
+        len: h.payload_len,
+    })
+}
+
+/// Deposits metadata and counts the packet; returns (message complete, notification).
+fn count<A: Areas>(
+    slot: &mut Slot,
+    h: &Header,
+    meta: &[u8],
+    areas: &mut A,
+) -> Result<(bool, Option<Notification>), RejectReason> {
+    let gone = |_| RejectReason::AreaGone;
+    let kind = if slot.config.mode == SlotMode::Fast {
+        NotifKind::Fast
+    } else {
+        let range = slot.config.meta.ok_or(RejectReason::BadMetaIndex)?;
+        let off = range
+            .entry_offset(h.meta_index)
+            .ok_or(RejectReason::BadMetaIndex)?;
+        let mem = areas.area(range.area).ok_or(RejectReason::AreaGone)?;
+        if h.flags.contains(Flags::FIRST) {
+            let n = meta.len().min(hamlyn_wire::MAX_META_LEN);
+            mem.write(off + meta_off::USER as u64, &meta[..n])
+                .map_err(gone)?;
+            mem.write(off + meta_off::META_LEN as u64, &(n as u16).to_le_bytes())
+                .map_err(gone)?;
+            mem.write(off + meta_off::SRC_NODE as u64, &h.src.0.to_le_bytes())
+                .map_err(gone)?;
+        }
+        let complete = if h.flags.contains(Flags::NOTIFY_NOW) {
+            true
+        } else {
+            mem.fetch_add_u32(off + meta_off::ACCUMULATOR as u64, h.delta)
+                .map_err(gone)?
+                == 0
+        };
+        slot.packets += 1;
+        slot.bytes += u64::from(h.payload_len);
+        if !complete {
+            return Ok((false, None));
+        }
+        mem.fetch_add_u32(off + meta_off::COMPLETED as u64, 1)
+            .map_err(gone)?;
+        if slot.config.mode == SlotMode::ParanoidOneShot {
+            let mut state = [0u8; 2];
+            mem.read(off + meta_off::STATE as u64, &mut state)
+                .map_err(gone)?;
+            let disarmed = u16::from_le_bytes(state) & !MetaEntry::ARMED;
+            mem.write(off + meta_off::STATE as u64, &disarmed.to_le_bytes())
+                .map_err(gone)?;
+        }
+        NotifKind::Message
+    };
+    if kind == NotifKind::Fast {
+        slot.packets += 1;
+        slot.bytes += u64::from(h.payload_len);
+    }
+    slot.messages += 1;
+    let notif = match slot.config.queue {
+        Some(queue) if h.flags.contains(Flags::NOTIFY) => {
+            let mut entry = NotifEntry::zeroed();
+            entry.kind.set(kind as u16);
+            entry.flags.set(h.flags.0);
+            entry.slot.set(h.slot.0);
+            entry.meta_index.set(h.meta_index);
+            entry.word.set(h.word);
+            entry.src_node.set(h.src.0);
+            entry.len.set(h.payload_len);
+            Some(Notification {
+                queue,
+                entry,
+                wake: h.flags.contains(Flags::WAKE),
+            })
+        }
+        _ => None,
+    };
+    Ok((true, notif))
+}
