@@ -3,7 +3,8 @@
 //! Everything that crosses a process or machine boundary has its exact byte layout here:
 //! the 64-byte packet [`header`], [`ticket`]s (capabilities to write a slot) and their
 //! ASCII [`seed`] form, and the [`entry`] layouts (128-byte metadata entries and 32-byte
-//! notification entries) shared between the engine and applications.
+//! notification entries) shared between the engine and applications, the terminus
+//! [`request`] entries and the [`control`] protocol between a client and its engine.
 //!
 //! Every parser validates lengths first and returns a typed [`WireError`]; none panics on
 //! any input (the fuzz targets in `fuzz/` hold it to that). `docs/spec/wire.md` gives every
@@ -11,11 +12,14 @@
 #![forbid(unsafe_code)]
 
 pub mod base32;
+pub mod codec;
+pub mod control;
 pub mod crc;
 pub mod entry;
 pub mod error;
 pub mod header;
 pub mod ids;
+pub mod request;
 pub mod seed;
 pub mod ticket;
 

@@ -1,0 +1,516 @@
+//! The control protocol between a client library and its engine.
+//!
+//! One request or reply per SOCK_SEQPACKET message: a one-byte tag, then the fields in
+//! little-endian order ([`crate::codec`]). File descriptors travel beside the bytes with
+//! SCM_RIGHTS: [`Request::RegisterArea`] carries the area's memfd; the
+//! [`Reply::Attached`] reply carries the port memfd, the port's eventfd (readable when the
+//! port has work for the client) and the engine's doorbell eventfd (written by a client
+//! that finds the engine asleep). Decoding checks every length and never panics.
+
+use crate::codec::{Reader, Writer};
+use crate::error::WireError;
+
+/// Control protocol version.
+pub const CONTROL_VERSION: u16 = 1;
+/// Largest control message in bytes (stats replies included).
+pub const MAX_CONTROL_MSG: usize = 64 * 1024;
+/// "No notification queue" in [`Request::CreateSlot`].
+pub const NO_QUEUE: u32 = u32::MAX;
+
+/// Slot mode codes used on the control socket.
+pub mod mode {
+    /// Normal.
+    pub const NORMAL: u8 = 0;
+    /// Paranoid.
+    pub const PARANOID: u8 = 1;
+    /// Paranoid one-shot.
+    pub const PARANOID_ONE_SHOT: u8 = 2;
+    /// Fast.
+    pub const FAST: u8 = 3;
+}
+
+/// Slot permission bits used on the control socket.
+pub mod perm {
+    /// Remote writes.
+    pub const WRITE: u8 = 1;
+    /// Remote reads.
+    pub const READ: u8 = 2;
+    /// Remote atomics.
+    pub const ATOMIC: u8 = 4;
+}
+
+/// A client's request to its engine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Request {
+    /// Attach: make this connection a port with the given numbers of termini and queues.
+    Attach {
+        /// [`CONTROL_VERSION`] the client speaks.
+        version: u16,
+        /// The client's process id (for stats and logs).
+        pid: u32,
+        /// Termini wanted (1..=64).
+        termini: u16,
+        /// Notification queues wanted (1..=64).
+        queues: u16,
+        /// Entries per notification queue (power of two, 64..=65536).
+        queue_cap: u32,
+    },
+    /// Register the memfd sent with this message as an area of `len` bytes.
+    RegisterArea {
+        /// Bytes of the area.
+        len: u64,
+    },
+    /// Unregister an area (refused while a slot uses it).
+    UnregisterArea {
+        /// The area.
+        area: u32,
+    },
+    /// Create a slot.
+    CreateSlot {
+        /// Message area.
+        area: u32,
+        /// Offset of the slot's base in the area.
+        base: u64,
+        /// Bytes the slot covers.
+        len: u64,
+        /// [`mode`] code.
+        mode: u8,
+        /// [`perm`] bits.
+        perms: u8,
+        /// Metadata area (ignored for fast slots).
+        meta_area: u32,
+        /// Offset of metadata entry 0 in the metadata area.
+        meta_base: u64,
+        /// Number of metadata entries.
+        meta_count: u32,
+        /// Notification queue index in the port, or [`NO_QUEUE`].
+        queue: u32,
+    },
+    /// Give a slot a new key (and lift a revocation).
+    Rekey {
+        /// The slot.
+        slot: u32,
+    },
+    /// Revoke every ticket for a slot until it is rekeyed.
+    Revoke {
+        /// The slot.
+        slot: u32,
+    },
+    /// Set or clear write-inhibit on a slot.
+    Inhibit {
+        /// The slot.
+        slot: u32,
+        /// Inhibit (true) or allow (false) writes.
+        on: bool,
+    },
+    /// Destroy a slot.
+    DestroySlot {
+        /// The slot.
+        slot: u32,
+    },
+    /// Start serving a terminus of the port at a priority (0 = highest).
+    OpenTerminus {
+        /// Terminus index in the port.
+        index: u16,
+        /// Priority; lower numbers are served first.
+        priority: u8,
+    },
+    /// The engine's counters, as JSON.
+    Stats,
+}
+
+/// The engine's answer to a [`Request`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Reply {
+    /// Attached; the port memfd, port eventfd and doorbell eventfd travel with this reply.
+    Attached {
+        /// The client's id on this engine (owner of its slots).
+        client: u32,
+        /// The engine's node id.
+        node: u32,
+        /// The engine's incarnation.
+        incarnation: u32,
+        /// Bytes of the port memfd.
+        port_len: u64,
+    },
+    /// An area was registered.
+    Area {
+        /// Its id.
+        area: u32,
+    },
+    /// A slot was created or rekeyed.
+    Slot {
+        /// Its number.
+        slot: u32,
+        /// Its key.
+        key: u64,
+    },
+    /// Done.
+    Ok,
+    /// Counters as JSON text.
+    Stats {
+        /// JSON.
+        json: String,
+    },
+    /// The request failed.
+    Error {
+        /// A [`ControlErrorCode`] value.
+        code: u16,
+        /// What went wrong, for people.
+        message: String,
+    },
+}
+
+/// Error codes in [`Reply::Error`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+#[repr(u16)]
+pub enum ControlErrorCode {
+    /// The request did not decode.
+    BadRequest = 1,
+    /// The client is not attached yet (or attached twice).
+    NotAttached = 2,
+    /// An argument is out of range.
+    InvalidArgument = 3,
+    /// The named object does not exist or is not the client's.
+    NotFound = 4,
+    /// The named object belongs to another client.
+    NotOwner = 5,
+    /// An area fd failed the checks (size, seals).
+    BadArea = 6,
+    /// The object is in use.
+    Busy = 7,
+    /// The engine ran out of a resource.
+    Exhausted = 8,
+    /// The protocol version is not supported.
+    Version = 9,
+}
+
+impl ControlErrorCode {
+    /// The code for a wire value.
+    pub fn from_u16(v: u16) -> Option<ControlErrorCode> {
+        use ControlErrorCode::*;
+        [
+            BadRequest,
+            NotAttached,
+            InvalidArgument,
+            NotFound,
+            NotOwner,
+            BadArea,
+            Busy,
+            Exhausted,
+            Version,
+        ]
+        .into_iter()
+        .find(|c| *c as u16 == v)
+    }
+}
+
+const MAX_TEXT: usize = MAX_CONTROL_MSG - 16;
+
+impl Request {
+    /// The request's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        match *self {
+            Request::Attach {
+                version,
+                pid,
+                termini,
+                queues,
+                queue_cap,
+            } => {
+                w.u8(1)
+                    .u16(version)
+                    .u32(pid)
+                    .u16(termini)
+                    .u16(queues)
+                    .u32(queue_cap);
+            }
+            Request::RegisterArea { len } => {
+                w.u8(2).u64(len);
+            }
+            Request::UnregisterArea { area } => {
+                w.u8(3).u32(area);
+            }
+            Request::CreateSlot {
+                area,
+                base,
+                len,
+                mode,
+                perms,
+                meta_area,
+                meta_base,
+                meta_count,
+                queue,
+            } => {
+                w.u8(4).u32(area).u64(base).u64(len).u8(mode).u8(perms);
+                w.u32(meta_area).u64(meta_base).u32(meta_count).u32(queue);
+            }
+            Request::Rekey { slot } => {
+                w.u8(5).u32(slot);
+            }
+            Request::Revoke { slot } => {
+                w.u8(6).u32(slot);
+            }
+            Request::Inhibit { slot, on } => {
+                w.u8(7).u32(slot).u8(u8::from(on));
+            }
+            Request::DestroySlot { slot } => {
+                w.u8(8).u32(slot);
+            }
+            Request::OpenTerminus { index, priority } => {
+                w.u8(9).u16(index).u8(priority);
+            }
+            Request::Stats => {
+                w.u8(10);
+            }
+        }
+        w.0
+    }
+
+    /// Decodes a request; every byte must be used.
+    pub fn decode(bytes: &[u8]) -> Result<Request, WireError> {
+        let mut r = Reader::new(bytes);
+        let req = match r.u8()? {
+            1 => Request::Attach {
+                version: r.u16()?,
+                pid: r.u32()?,
+                termini: r.u16()?,
+                queues: r.u16()?,
+                queue_cap: r.u32()?,
+            },
+            2 => Request::RegisterArea { len: r.u64()? },
+            3 => Request::UnregisterArea { area: r.u32()? },
+            4 => Request::CreateSlot {
+                area: r.u32()?,
+                base: r.u64()?,
+                len: r.u64()?,
+                mode: r.u8()?,
+                perms: r.u8()?,
+                meta_area: r.u32()?,
+                meta_base: r.u64()?,
+                meta_count: r.u32()?,
+                queue: r.u32()?,
+            },
+            5 => Request::Rekey { slot: r.u32()? },
+            6 => Request::Revoke { slot: r.u32()? },
+            7 => {
+                let slot = r.u32()?;
+                let on = match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    _ => {
+                        return Err(WireError::InvalidField {
+                            field: "on",
+                            why: "must be 0 or 1",
+                        })
+                    }
+                };
+                Request::Inhibit { slot, on }
+            }
+            8 => Request::DestroySlot { slot: r.u32()? },
+            9 => Request::OpenTerminus {
+                index: r.u16()?,
+                priority: r.u8()?,
+            },
+            10 => Request::Stats,
+            _ => {
+                return Err(WireError::InvalidField {
+                    field: "request tag",
+                    why: "unknown tag",
+                })
+            }
+        };
+        r.finish()?;
+        Ok(req)
+    }
+}
+
+fn text(r: &mut Reader<'_>) -> Result<String, WireError> {
+    let b = r.bytes(MAX_TEXT)?;
+    String::from_utf8(b.to_vec()).map_err(|_| WireError::InvalidField {
+        field: "text",
+        why: "not UTF-8",
+    })
+}
+
+impl Reply {
+    /// The reply's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        match self {
+            Reply::Attached {
+                client,
+                node,
+                incarnation,
+                port_len,
+            } => {
+                w.u8(1)
+                    .u32(*client)
+                    .u32(*node)
+                    .u32(*incarnation)
+                    .u64(*port_len);
+            }
+            Reply::Area { area } => {
+                w.u8(2).u32(*area);
+            }
+            Reply::Slot { slot, key } => {
+                w.u8(3).u32(*slot).u64(*key);
+            }
+            Reply::Ok => {
+                w.u8(4);
+            }
+            Reply::Stats { json } => {
+                let n = json.len().min(MAX_TEXT);
+                w.u8(5).bytes(&json.as_bytes()[..floor_char(json, n)]);
+            }
+            Reply::Error { code, message } => {
+                let n = message.len().min(1024);
+                w.u8(6)
+                    .u16(*code)
+                    .bytes(&message.as_bytes()[..floor_char(message, n)]);
+            }
+        }
+        w.0
+    }
+
+    /// Decodes a reply; every byte must be used.
+    pub fn decode(bytes: &[u8]) -> Result<Reply, WireError> {
+        let mut r = Reader::new(bytes);
+        let rep = match r.u8()? {
+            1 => Reply::Attached {
+                client: r.u32()?,
+                node: r.u32()?,
+                incarnation: r.u32()?,
+                port_len: r.u64()?,
+            },
+            2 => Reply::Area { area: r.u32()? },
+            3 => Reply::Slot {
+                slot: r.u32()?,
+                key: r.u64()?,
+            },
+            4 => Reply::Ok,
+            5 => Reply::Stats {
+                json: text(&mut r)?,
+            },
+            6 => Reply::Error {
+                code: r.u16()?,
+                message: text(&mut r)?,
+            },
+            _ => {
+                return Err(WireError::InvalidField {
+                    field: "reply tag",
+                    why: "unknown tag",
+                })
+            }
+        };
+        r.finish()?;
+        Ok(rep)
+    }
+}
+
+/// The largest index ≤ `n` on a char boundary of `s`.
+fn floor_char(s: &str, mut n: usize) -> usize {
+    while n > 0 && !s.is_char_boundary(n) {
+        n -= 1;
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all_requests() -> Vec<Request> {
+        vec![
+            Request::Attach {
+                version: 1,
+                pid: 42,
+                termini: 4,
+                queues: 2,
+                queue_cap: 1024,
+            },
+            Request::RegisterArea { len: 1 << 20 },
+            Request::UnregisterArea { area: 3 },
+            Request::CreateSlot {
+                area: 1,
+                base: 64,
+                len: 4096,
+                mode: mode::PARANOID,
+                perms: perm::WRITE | perm::READ,
+                meta_area: 2,
+                meta_base: 0,
+                meta_count: 16,
+                queue: 0,
+            },
+            Request::Rekey { slot: 5 },
+            Request::Revoke { slot: 5 },
+            Request::Inhibit { slot: 5, on: true },
+            Request::DestroySlot { slot: 5 },
+            Request::OpenTerminus {
+                index: 2,
+                priority: 1,
+            },
+            Request::Stats,
+        ]
+    }
+
+    #[test]
+    fn requests_round_trip_and_reject_truncation_and_trailing_bytes() {
+        for req in all_requests() {
+            let b = req.encode();
+            assert_eq!(Request::decode(&b).unwrap(), req);
+            for n in 0..b.len() {
+                assert!(Request::decode(&b[..n]).is_err(), "{req:?} cut at {n}");
+            }
+            let mut longer = b.clone();
+            longer.push(0);
+            assert!(Request::decode(&longer).is_err());
+        }
+        assert!(Request::decode(&[0]).is_err());
+        assert!(
+            Request::decode(&[7, 1, 0, 0, 0, 2]).is_err(),
+            "bool must be 0 or 1"
+        );
+    }
+
+    #[test]
+    fn replies_round_trip() {
+        let replies = vec![
+            Reply::Attached {
+                client: 1,
+                node: 2,
+                incarnation: 3,
+                port_len: 4,
+            },
+            Reply::Area { area: 9 },
+            Reply::Slot {
+                slot: 1,
+                key: u64::MAX,
+            },
+            Reply::Ok,
+            Reply::Stats {
+                json: "{\"a\":1}".into(),
+            },
+            Reply::Error {
+                code: ControlErrorCode::NotOwner as u16,
+                message: "no".into(),
+            },
+        ];
+        for rep in replies {
+            let b = rep.encode();
+            assert_eq!(Reply::decode(&b).unwrap(), rep);
+            for n in 0..b.len() {
+                assert!(Reply::decode(&b[..n]).is_err());
+            }
+        }
+        assert_eq!(
+            ControlErrorCode::from_u16(5),
+            Some(ControlErrorCode::NotOwner)
+        );
+        assert_eq!(ControlErrorCode::from_u16(0), None);
+    }
+}
