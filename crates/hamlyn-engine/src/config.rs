@@ -1,0 +1,53 @@
+//! How an engine is set up.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+/// An engine's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// Where the control socket is bound.
+    pub socket: PathBuf,
+    /// This engine's node id.
+    pub node: u32,
+    /// This engine's incarnation (0: pick one from the clock at start).
+    pub incarnation: u32,
+    /// Spin forever instead of sleeping when idle (burns a core, lowest latency).
+    pub busy_poll: bool,
+    /// Idle turns spent spinning before the engine sleeps.
+    pub spin_turns: u32,
+    /// Longest sleep before the engine looks at its stop flag again.
+    pub max_sleep: Duration,
+    /// Payload bytes per packet for intra-node delivery (one copy per packet).
+    pub intra_mtu: u64,
+    /// Most clients attached at once.
+    pub max_clients: u32,
+}
+
+static EMBEDDED_COUNT: AtomicU32 = AtomicU32::new(0);
+
+impl EngineConfig {
+    /// A daemon on `socket` with default settings.
+    pub fn daemon(socket: impl Into<PathBuf>) -> EngineConfig {
+        EngineConfig {
+            socket: socket.into(),
+            node: 0,
+            incarnation: 0,
+            busy_poll: false,
+            spin_turns: 20_000,
+            max_sleep: Duration::from_millis(100),
+            intra_mtu: 256 * 1024,
+            max_clients: 1024,
+        }
+    }
+
+    /// An engine for one application: its socket in the temporary directory, named after
+    /// the process and a counter so several embedded engines never collide.
+    pub fn embedded() -> EngineConfig {
+        // Relaxed: only uniqueness matters.
+        let n = EMBEDDED_COUNT.fetch_add(1, Ordering::Relaxed);
+        let name = format!("hamlyn-{}-{n}.sock", std::process::id());
+        EngineConfig::daemon(std::env::temp_dir().join(name))
+    }
+}

@@ -1,0 +1,413 @@
+//! Control requests: attach, areas, slots, termini, stats. Every argument a client sends
+//! is checked here; a bad one is an error reply, never a crash.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
+
+use hamlyn_core::{AreaId, MetaRange, OwnerId, SlotConfig, SlotError, SlotMode, SlotPerms};
+use hamlyn_shm::memory::RingMemory;
+use hamlyn_shm::notifq;
+use hamlyn_shm::port::{PortGeometry, PortLayout};
+use hamlyn_shm::region::ShmRegion;
+use hamlyn_shm::spsc;
+use hamlyn_shm::wake::EventFd;
+use hamlyn_wire::control::{
+    mode, perm, ControlErrorCode, Reply, Request, CONTROL_VERSION, NO_QUEUE,
+};
+use hamlyn_wire::entry::META_ENTRY_LEN;
+use hamlyn_wire::SlotId;
+
+use crate::engine::{queue_id, EngineState};
+use crate::port::{Port, TerminusState};
+
+/// Entries per terminus ring (≥ 63 usable, seed 000 §2.3).
+pub const RING_CAP: u32 = 64;
+/// Entries in a port's error ring.
+pub const ERR_CAP: u32 = 1024;
+/// Largest area the engine will map.
+pub const MAX_AREA: u64 = 1 << 40;
+
+/// A reply and the descriptors that go with it.
+pub type Answer = (Reply, Vec<OwnedFd>);
+
+fn err(code: ControlErrorCode, message: impl Into<String>) -> Answer {
+    (
+        Reply::Error {
+            code: code as u16,
+            message: message.into(),
+        },
+        Vec::new(),
+    )
+}
+
+fn ok(reply: Reply) -> Answer {
+    (reply, Vec::new())
+}
+
+fn slot_err(e: SlotError) -> Answer {
+    match e {
+        SlotError::NotOwner => err(ControlErrorCode::NotOwner, "slot belongs to another client"),
+        SlotError::NoSuchSlot => err(ControlErrorCode::NotFound, "no such slot"),
+        other => err(ControlErrorCode::InvalidArgument, other.to_string()),
+    }
+}
+
+/// A fresh random key (never 0): keys are sparse 64-bit capabilities.
+pub fn random_key() -> u64 {
+    let mut b = [0u8; 8];
+    loop {
+        if let Ok(8) = rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty()) {
+            let k = u64::from_le_bytes(b);
+            if k != 0 {
+                return k;
+            }
+        }
+    }
+}
+
+fn dup(fd: impl AsFd) -> Result<OwnedFd, rustix::io::Errno> {
+    rustix::io::fcntl_dupfd_cloexec(fd, 0)
+}
+
+impl EngineState {
+    /// Handles one control request from client `cid`.
+    pub fn handle(&mut self, cid: u32, req: Request, fds: Vec<OwnedFd>) -> Answer {
+        let attached = self.client_mut(cid).is_some_and(|c| c.port.is_some());
+        match req {
+            Request::Stats => ok(Reply::Stats {
+                json: self.stats_json(),
+            }),
+            Request::Attach {
+                version,
+                pid,
+                termini,
+                queues,
+                queue_cap,
+            } => {
+                if attached {
+                    return err(ControlErrorCode::NotAttached, "already attached");
+                }
+                if version != CONTROL_VERSION {
+                    return err(
+                        ControlErrorCode::Version,
+                        format!("engine speaks version {CONTROL_VERSION}"),
+                    );
+                }
+                self.attach(cid, pid, termini, queues, queue_cap)
+            }
+            _ if !attached => err(ControlErrorCode::NotAttached, "attach first"),
+            Request::RegisterArea { len } => self.register_area(cid, len, fds),
+            Request::UnregisterArea { area } => {
+                if self.iface.slots().iter().any(|(_, s)| {
+                    s.config.area.0 == area || s.config.meta.is_some_and(|m| m.area.0 == area)
+                }) {
+                    return err(ControlErrorCode::Busy, "a slot still uses the area");
+                }
+                if self.areas.unregister(cid, AreaId(area)) {
+                    ok(Reply::Ok)
+                } else {
+                    err(ControlErrorCode::NotFound, "no such area of this client")
+                }
+            }
+            Request::CreateSlot {
+                area,
+                base,
+                len,
+                mode,
+                perms,
+                meta_area,
+                meta_base,
+                meta_count,
+                queue,
+            } => self.create_slot(
+                cid, area, base, len, mode, perms, meta_area, meta_base, meta_count, queue,
+            ),
+            Request::Rekey { slot } => {
+                let key = random_key();
+                match self
+                    .iface
+                    .slots_mut()
+                    .rekey(OwnerId(cid), SlotId(slot), key)
+                {
+                    Ok(()) => ok(Reply::Slot { slot, key }),
+                    Err(e) => slot_err(e),
+                }
+            }
+            Request::Revoke { slot } => {
+                match self.iface.slots_mut().revoke(OwnerId(cid), SlotId(slot)) {
+                    Ok(()) => ok(Reply::Ok),
+                    Err(e) => slot_err(e),
+                }
+            }
+            Request::Inhibit { slot, on } => {
+                match self
+                    .iface
+                    .slots_mut()
+                    .inhibit(OwnerId(cid), SlotId(slot), on)
+                {
+                    Ok(()) => ok(Reply::Ok),
+                    Err(e) => slot_err(e),
+                }
+            }
+            Request::DestroySlot { slot } => {
+                match self.iface.slots_mut().destroy(OwnerId(cid), SlotId(slot)) {
+                    Ok(_) => ok(Reply::Ok),
+                    Err(e) => slot_err(e),
+                }
+            }
+            Request::OpenTerminus { index, priority } => self.open_terminus(cid, index, priority),
+            _ => err(
+                ControlErrorCode::BadRequest,
+                "request not supported by this engine",
+            ),
+        }
+    }
+
+    fn attach(&mut self, cid: u32, pid: u32, termini: u16, queues: u16, queue_cap: u32) -> Answer {
+        if !(64..=65536).contains(&queue_cap) || !queue_cap.is_power_of_two() {
+            return err(
+                ControlErrorCode::InvalidArgument,
+                "queue_cap must be a power of two in 64..=65536",
+            );
+        }
+        let geometry = PortGeometry {
+            termini,
+            queues,
+            ring_cap: RING_CAP,
+            queue_cap,
+            err_cap: ERR_CAP,
+        };
+        let layout = match PortLayout::new(geometry) {
+            Ok(l) => l,
+            Err(e) => {
+                return err(
+                    ControlErrorCode::InvalidArgument,
+                    format!("port geometry: {e}"),
+                )
+            }
+        };
+        match self.build_port(layout) {
+            Ok((port, fds)) => {
+                let port_len = port.region.len() as u64;
+                let (node, incarnation) = (self.iface.node().0, self.incarnation);
+                if let Some(c) = self.client_mut(cid) {
+                    c.pid = pid;
+                    c.port = Some(port);
+                }
+                self.counters.attaches += 1;
+                tracing::info!(client = cid, pid, termini, queues, "client attached");
+                (
+                    Reply::Attached {
+                        client: cid,
+                        node,
+                        incarnation,
+                        port_len,
+                    },
+                    fds,
+                )
+            }
+            Err(e) => err(ControlErrorCode::Exhausted, e),
+        }
+    }
+
+    fn build_port(&self, layout: PortLayout) -> Result<(Port, Vec<OwnedFd>), String> {
+        let region =
+            Arc::new(ShmRegion::create("hamlyn-port", layout.total).map_err(|e| e.to_string())?);
+        if !layout.write_header(&*region) {
+            return Err("port header does not fit".into());
+        }
+        let eventfd = EventFd::new().map_err(|e| e.to_string())?;
+        let mut queues = Vec::with_capacity(layout.queues.len());
+        for q in &layout.queues {
+            let efd = EventFd::from_fd(dup(eventfd.as_fd()).map_err(|e| e.to_string())?);
+            let p = notifq::Producer::attach(region.clone(), *q).map_err(|e| e.to_string())?;
+            queues.push(p.with_eventfd(efd));
+        }
+        let errors =
+            spsc::Producer::attach(region.clone(), layout.errors).map_err(|e| e.to_string())?;
+        let mut termini = Vec::with_capacity(layout.termini.len());
+        for t in 0..layout.geometry.termini {
+            let completion_off = layout.completion_word(t).ok_or("terminus out of range")?;
+            termini.push(TerminusState {
+                ring: None,
+                current: None,
+                finished: 0,
+                completion_off,
+                broken: false,
+            });
+        }
+        let fds = vec![
+            dup(region.fd()).map_err(|e| e.to_string())?,
+            dup(eventfd.as_fd()).map_err(|e| e.to_string())?,
+            dup(self.doorbell.as_fd()).map_err(|e| e.to_string())?,
+        ];
+        Ok((
+            Port {
+                region,
+                layout,
+                termini,
+                errors,
+                queues,
+                eventfd,
+            },
+            fds,
+        ))
+    }
+
+    fn register_area(&mut self, cid: u32, len: u64, mut fds: Vec<OwnedFd>) -> Answer {
+        if fds.len() != 1 {
+            return err(
+                ControlErrorCode::BadArea,
+                format!("expected one area fd, got {}", fds.len()),
+            );
+        }
+        if len == 0 || len > MAX_AREA {
+            return err(
+                ControlErrorCode::InvalidArgument,
+                "area length out of range",
+            );
+        }
+        let Some(fd) = fds.pop() else {
+            return err(ControlErrorCode::BadArea, "no fd");
+        };
+        match ShmRegion::from_fd(fd, len as usize) {
+            Ok(region) => {
+                let id = self.areas.register(cid, region);
+                ok(Reply::Area { area: id.0 })
+            }
+            Err(e) => err(ControlErrorCode::BadArea, e.to_string()),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn create_slot(
+        &mut self,
+        cid: u32,
+        area: u32,
+        base: u64,
+        len: u64,
+        mode_code: u8,
+        perms: u8,
+        meta_area: u32,
+        meta_base: u64,
+        meta_count: u32,
+        queue: u32,
+    ) -> Answer {
+        let Some(region) = self.areas.owned(cid, AreaId(area)) else {
+            return err(ControlErrorCode::NotFound, "no such area of this client");
+        };
+        if base
+            .checked_add(len)
+            .is_none_or(|end| end > region.len() as u64)
+        {
+            return err(
+                ControlErrorCode::InvalidArgument,
+                "slot range outside its area",
+            );
+        }
+        let mode = match mode_code {
+            mode::NORMAL => SlotMode::Normal,
+            mode::PARANOID => SlotMode::Paranoid,
+            mode::PARANOID_ONE_SHOT => SlotMode::ParanoidOneShot,
+            mode::FAST => SlotMode::Fast,
+            _ => return err(ControlErrorCode::InvalidArgument, "unknown slot mode"),
+        };
+        if perms & !(perm::WRITE | perm::READ | perm::ATOMIC) != 0 {
+            return err(ControlErrorCode::InvalidArgument, "unknown permission bits");
+        }
+        let meta = if mode == SlotMode::Fast {
+            None
+        } else {
+            let Some(meta_region) = self.areas.owned(cid, AreaId(meta_area)) else {
+                return err(
+                    ControlErrorCode::NotFound,
+                    "no such metadata area of this client",
+                );
+            };
+            let bytes = u64::from(meta_count) * META_ENTRY_LEN as u64;
+            if meta_count == 0 || meta_base % META_ENTRY_LEN as u64 != 0 {
+                return err(
+                    ControlErrorCode::InvalidArgument,
+                    "metadata entries: count ≥ 1, base a multiple of 128",
+                );
+            }
+            if meta_base
+                .checked_add(bytes)
+                .is_none_or(|end| end > meta_region.len() as u64)
+            {
+                return err(
+                    ControlErrorCode::InvalidArgument,
+                    "metadata entries outside their area",
+                );
+            }
+            Some(MetaRange {
+                area: AreaId(meta_area),
+                base: meta_base,
+                count: meta_count,
+            })
+        };
+        let queues = self
+            .client_mut(cid)
+            .and_then(|c| c.port.as_ref())
+            .map_or(0, |p| p.queues.len());
+        let queue = if queue == NO_QUEUE {
+            None
+        } else if (queue as usize) < queues {
+            Some(queue_id(cid, queue as u16))
+        } else {
+            return err(
+                ControlErrorCode::InvalidArgument,
+                "no such notification queue in the port",
+            );
+        };
+        let config = SlotConfig {
+            owner: OwnerId(cid),
+            area: AreaId(area),
+            base,
+            len,
+            mode,
+            meta,
+            queue,
+            perms: SlotPerms {
+                write: perms & perm::WRITE != 0,
+                read: perms & perm::READ != 0,
+                atomic: perms & perm::ATOMIC != 0,
+            },
+        };
+        let key = random_key();
+        match self.iface.slots_mut().create(config, key) {
+            Ok(id) => {
+                self.tombstones.remove(&id.0);
+                ok(Reply::Slot { slot: id.0, key })
+            }
+            Err(e) => slot_err(e),
+        }
+    }
+
+    fn open_terminus(&mut self, cid: u32, index: u16, priority: u8) -> Answer {
+        let Some(port) = self.client_mut(cid).and_then(|c| c.port.as_mut()) else {
+            return err(ControlErrorCode::NotAttached, "attach first");
+        };
+        let Some(layout) = port.layout.termini.get(usize::from(index)).copied() else {
+            return err(
+                ControlErrorCode::InvalidArgument,
+                "no such terminus in the port",
+            );
+        };
+        let Some(term) = port.termini.get_mut(usize::from(index)) else {
+            return err(
+                ControlErrorCode::InvalidArgument,
+                "no such terminus in the port",
+            );
+        };
+        if term.ring.is_some() {
+            return err(ControlErrorCode::Busy, "terminus already open");
+        }
+        match spsc::Consumer::attach(port.region.clone(), layout) {
+            Ok(c) => term.ring = Some(c),
+            Err(e) => return err(ControlErrorCode::Exhausted, e.to_string()),
+        }
+        self.sched.add((cid, index), priority);
+        ok(Reply::Ok)
+    }
+}

@@ -1,0 +1,403 @@
+//! The engine's state and its data path: serve termini round robin, one packet per
+//! terminus per turn, through the core's checks, with one copy from the sender's send
+//! area (or the inline bytes) into the receiver's area.
+
+use std::collections::HashSet;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use hamlyn_core::{
+    AreaId, Areas, Instant, Interface, Memory, Notification, Placement, QueueId, RejectReason,
+    Segment, SendSpec,
+};
+use hamlyn_shm::spsc::PopError;
+use hamlyn_shm::wake::EventFd;
+use hamlyn_wire::request::{send_flags, Completion, Payload, SendRequest, REQUEST_LEN};
+use hamlyn_wire::{Flags, NodeId, RequestId, SlotId};
+
+use crate::areas::AreaTable;
+use crate::config::EngineConfig;
+use crate::port::{InFlight, Port};
+use crate::sched::{Scheduler, TerminusKey};
+use crate::stats::EngineCounters;
+
+/// One attached (or attaching) client.
+#[derive(Debug)]
+pub struct Client {
+    /// Its id, also the owner id of its slots and areas.
+    pub id: u32,
+    /// Its process id, as it said.
+    pub pid: u32,
+    /// The control socket.
+    pub sock: OwnedFd,
+    /// Its port, once attached.
+    pub port: Option<Port>,
+}
+
+/// The port of client `cid`, borrowing only the client table.
+pub fn port_mut(clients: &mut [Option<Client>], cid: u32) -> Option<&mut Port> {
+    clients.get_mut(cid as usize)?.as_mut()?.port.as_mut()
+}
+
+/// Queue ids pack the client id and the queue's index in its port.
+pub fn queue_id(client: u32, index: u16) -> QueueId {
+    QueueId((client << 8) | u32::from(index))
+}
+
+fn queue_parts(q: QueueId) -> (u32, usize) {
+    (q.0 >> 8, (q.0 & 0xFF) as usize)
+}
+
+/// Everything the engine knows.
+#[derive(Debug)]
+pub struct EngineState {
+    /// Settings.
+    pub cfg: EngineConfig,
+    /// This engine's incarnation (a restarted engine is a new one).
+    pub incarnation: u32,
+    /// The interface logic: slots, checks, counting.
+    pub iface: Interface,
+    /// Registered areas.
+    pub areas: AreaTable,
+    /// Clients by id (None: free id).
+    pub clients: Vec<Option<Client>>,
+    /// Terminus scheduling.
+    pub sched: Scheduler,
+    /// Slots destroyed because their owner died: packets to them fail with PeerDown.
+    pub tombstones: HashSet<u32>,
+    /// The doorbell clients poke when the engine sleeps.
+    pub doorbell: EventFd,
+    /// Set to stop the engine.
+    pub stop: Arc<AtomicBool>,
+    /// Counters.
+    pub counters: EngineCounters,
+    /// Monotonic origin for `Instant`.
+    pub origin: std::time::Instant,
+}
+
+impl EngineState {
+    /// Now, for the core.
+    pub fn now(&self) -> Instant {
+        Instant(self.origin.elapsed().as_nanos() as u64)
+    }
+
+    /// The client, if attached.
+    pub fn client_mut(&mut self, id: u32) -> Option<&mut Client> {
+        self.clients.get_mut(id as usize).and_then(Option::as_mut)
+    }
+
+    /// One scheduling turn over every open terminus; whether any had work.
+    pub fn turn(&mut self) -> bool {
+        let mut sched = std::mem::take(&mut self.sched);
+        let busy = sched.turn(|key| self.serve(key));
+        self.sched = sched;
+        busy
+    }
+
+    /// Sends at most one packet of terminus `key`; whether it had work.
+    fn serve(&mut self, (cid, t): TerminusKey) -> bool {
+        let t = usize::from(t);
+        let Some(mut cur) = self.take_current(cid, t) else {
+            return false;
+        };
+        let next = if cur.failed.is_none() {
+            cur.seg.as_mut().and_then(Iterator::next)
+        } else {
+            None
+        };
+        match next {
+            Some(seg) => {
+                if let Err(reason) = self.deliver(cid, &cur.req, &seg) {
+                    cur.failed = Some(reason);
+                }
+                self.put_current(cid, t, cur);
+            }
+            _ => self.finish(cid, t, cur),
+        }
+        true
+    }
+
+    /// The terminus's request in flight, taking the next one from its ring if needed.
+    fn take_current(&mut self, cid: u32, t: usize) -> Option<InFlight> {
+        let node = self.iface.node();
+        let mtu = self.cfg.intra_mtu;
+        let port = port_mut(&mut self.clients, cid)?;
+        let term = port.termini.get_mut(t)?;
+        if let Some(cur) = term.current.take() {
+            return Some(cur);
+        }
+        if term.broken {
+            return None;
+        }
+        let ring = term.ring.as_mut()?;
+        let mut buf = [0u8; REQUEST_LEN];
+        match ring.pop(&mut buf) {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(PopError::Corrupt { .. }) | Err(_) => {
+                term.broken = true;
+                self.counters.corrupt_rings += 1;
+                tracing::warn!(
+                    client = cid,
+                    terminus = t,
+                    "terminus ring corrupt; no longer served"
+                );
+                return None;
+            }
+        }
+        self.counters.requests += 1;
+        let req = match SendRequest::decode(&buf) {
+            Ok(r) => r,
+            Err(_) => {
+                self.counters.bad_requests += 1;
+                // A request we cannot read still finishes, with an error naming its slot
+                // of the ring (the client's own count of pushes).
+                let seq = term.finished as u32;
+                return Some(failed_request(seq, RejectReason::Malformed));
+            }
+        };
+        let fast = req.is_fast();
+        let spec = SendSpec {
+            src: node,
+            dst: NodeId(req.dst_node),
+            slot: SlotId(req.slot),
+            key: req.key,
+            meta_index: req.meta_index,
+            offset: req.offset,
+            len: req.len(),
+            meta: req.metadata(),
+            y: req.y,
+            max_packets: None,
+            notify: req.flags & send_flags::NOTIFY != 0,
+            wake: req.flags & send_flags::WAKE != 0,
+            word: req.word,
+            request: RequestId {
+                terminus: (cid << 8) | t as u32,
+                seq: req.seq,
+            },
+        };
+        // Fast messages must be one packet whatever the intra-node packet size.
+        let mtu = if fast { mtu.max(req.len()).max(1) } else { mtu };
+        match spec.segment(mtu) {
+            Ok(seg) => Some(InFlight {
+                req,
+                seg: Some(seg),
+                failed: None,
+            }),
+            Err(_) => {
+                self.counters.bad_requests += 1;
+                Some(failed_request(req.seq, RejectReason::Malformed))
+            }
+        }
+    }
+
+    fn put_current(&mut self, cid: u32, t: usize, cur: InFlight) {
+        if let Some(term) = self
+            .client_mut(cid)
+            .and_then(|c| c.port.as_mut())
+            .and_then(|p| p.termini.get_mut(t))
+        {
+            term.current = Some(cur);
+        }
+    }
+
+    /// Ends a request: an error completion if it failed, then the completion word. If the
+    /// error ring is full the request stays in flight (back-pressure, nothing dropped).
+    fn finish(&mut self, cid: u32, t: usize, cur: InFlight) {
+        let Some(port) = port_mut(&mut self.clients, cid) else {
+            return;
+        };
+        if let Some(reason) = cur.failed {
+            let c = Completion {
+                seq: cur.req.seq,
+                status: u16::from(reason.code()),
+                terminus: t as u16,
+                value: 0,
+            };
+            if port.errors.try_push(&c.encode()).is_err() {
+                if let Some(term) = port.termini.get_mut(t) {
+                    term.current = Some(cur);
+                }
+                return;
+            }
+            self.counters.error_completions += 1;
+        }
+        port.finish(t);
+        self.counters.completed += 1;
+    }
+
+    /// Delivers one packet. Intra-node: admit, copy, commit, notify.
+    fn deliver(&mut self, cid: u32, req: &SendRequest, seg: &Segment) -> Result<(), RejectReason> {
+        let h = &seg.header;
+        if h.dst != self.iface.node() {
+            return Err(RejectReason::PeerDown);
+        }
+        let placement = match self.iface.admit(h, &mut self.areas) {
+            Ok(p) => p,
+            Err(rej) => return Err(self.refusal(h.slot, rej.reason)),
+        };
+        self.copy_payload(cid, req, seg, &placement)?;
+        let meta = if h.flags.contains(Flags::FIRST) {
+            req.metadata()
+        } else {
+            &[]
+        };
+        match self.iface.commit(h, meta, &mut self.areas) {
+            Ok(Some(n)) => self.post(n),
+            Ok(None) => {}
+            Err(rej) => return Err(rej.reason),
+        }
+        self.counters.packets += 1;
+        self.counters.bytes += u64::from(seg.len);
+        Ok(())
+    }
+
+    /// The reason reported to the sender: a slot of a dead client is "peer down".
+    #[cold]
+    fn refusal(&self, slot: SlotId, reason: RejectReason) -> RejectReason {
+        if reason == RejectReason::UnknownSlot && self.tombstones.contains(&slot.0) {
+            RejectReason::PeerDown
+        } else {
+            reason
+        }
+    }
+
+    /// The one copy: from the inline bytes or the sender's send areas into the receiver's
+    /// area, at the admitted place.
+    fn copy_payload(
+        &mut self,
+        cid: u32,
+        req: &SendRequest,
+        seg: &Segment,
+        p: &Placement,
+    ) -> Result<(), RejectReason> {
+        let len = seg.len as usize;
+        if len == 0 {
+            return Ok(());
+        }
+        match &req.payload {
+            Payload::Inline { data, .. } => {
+                let start = seg.start as usize;
+                let src = data
+                    .get(start..start + len)
+                    .ok_or(RejectReason::Malformed)?;
+                let dst = self.areas.area(p.area).ok_or(RejectReason::AreaGone)?;
+                dst.write(p.offset, src).map_err(|_| RejectReason::AreaGone)
+            }
+            Payload::Gather { list, count } => {
+                let mut msg_at = 0u64; // message offset where the current gather range starts
+                let mut dst_at = p.offset;
+                let (seg_start, seg_end) = (seg.start, seg.start + u64::from(seg.len));
+                for g in list.iter().take(usize::from(*count)) {
+                    let (g_start, g_end) = (msg_at, msg_at + g.len);
+                    msg_at = g_end;
+                    let from = seg_start.max(g_start);
+                    let to = seg_end.min(g_end);
+                    if from >= to {
+                        continue;
+                    }
+                    let n = (to - from) as usize;
+                    let src_off = g.offset + (from - g_start);
+                    self.copy_between(cid, AreaId(g.area), src_off, p.area, dst_at, n)?;
+                    dst_at += n as u64;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Copies `n` bytes from the sender's area to the receiver's area.
+    fn copy_between(
+        &mut self,
+        cid: u32,
+        src: AreaId,
+        src_off: u64,
+        dst: AreaId,
+        dst_off: u64,
+        n: usize,
+    ) -> Result<(), RejectReason> {
+        // The sender may only send from its own areas.
+        let src_region = self
+            .areas
+            .owned(cid, src)
+            .ok_or(RejectReason::NotPermitted)?
+            .clone();
+        let src_end = src_off
+            .checked_add(n as u64)
+            .ok_or(RejectReason::OutOfBounds)?;
+        if src_end > src_region.len() as u64 {
+            return Err(RejectReason::OutOfBounds);
+        }
+        let dst_mem = self.areas.area(dst).ok_or(RejectReason::AreaGone)?;
+        if Arc::ptr_eq(&src_region, &dst_mem.0) {
+            return copy_within_area(dst_mem, src_off, dst_off, n);
+        }
+        let dst_slice = dst_mem
+            .slice_mut(dst_off, n)
+            .map_err(|_| RejectReason::AreaGone)?;
+        src_region
+            .read(src_off as usize, dst_slice)
+            .map_err(|_| RejectReason::OutOfBounds)
+    }
+
+    /// Posts a notification to its queue (and wakes the receiver if it sleeps). A full
+    /// queue is counted by the queue itself and surfaced to its owner; never overwritten.
+    fn post(&mut self, n: Notification) {
+        let (owner, index) = queue_parts(n.queue);
+        let queue = self
+            .client_mut(owner)
+            .and_then(|c| c.port.as_ref())
+            .and_then(|p| p.queues.get(index));
+        match queue.map(|q| q.post(&n.entry)) {
+            Some(Ok(())) => self.counters.notifications += 1,
+            Some(Err(_)) => self.counters.queue_overflows += 1,
+            None => self.counters.orphan_notifications += 1,
+        }
+    }
+}
+
+/// A request that fails before its first packet: no packets, one error completion.
+fn failed_request(seq: u32, reason: RejectReason) -> InFlight {
+    InFlight {
+        req: SendRequest {
+            seq,
+            ..EMPTY_REQUEST
+        },
+        seg: None,
+        failed: Some(reason),
+    }
+}
+
+const EMPTY_REQUEST: SendRequest = SendRequest {
+    seq: 0,
+    dst_node: 0,
+    slot: 0,
+    meta_index: 0,
+    key: 0,
+    offset: 0,
+    y: 0,
+    word: 0,
+    flags: 0,
+    meta: [0; hamlyn_wire::MAX_META_LEN],
+    meta_len: 0,
+    payload: Payload::Inline {
+        data: [0; hamlyn_wire::request::MAX_INLINE],
+        len: 0,
+    },
+};
+
+/// Copies within one area (a client sending to its own slot): memmove through a bounce
+/// buffer, because the ranges may overlap. A rare path.
+#[cold]
+fn copy_within_area(
+    mem: &mut crate::areas::ShmMem,
+    src_off: u64,
+    dst_off: u64,
+    n: usize,
+) -> Result<(), RejectReason> {
+    let mut tmp = vec![0u8; n];
+    mem.read(src_off, &mut tmp)
+        .map_err(|_| RejectReason::OutOfBounds)?;
+    mem.write(dst_off, &tmp).map_err(|_| RejectReason::AreaGone)
+}

@@ -1,0 +1,78 @@
+//! The engine's small public start API: an engine thread inside an application
+//! (embedded), stopped when its handle is dropped.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use hamlyn_shm::wake::EventFd;
+
+use crate::config::EngineConfig;
+use crate::error::EngineError;
+use crate::server::Engine;
+
+/// A running engine thread. Dropping it stops the engine and waits for it.
+#[derive(Debug)]
+pub struct EngineHandle {
+    socket: PathBuf,
+    stop: Arc<AtomicBool>,
+    doorbell: EventFd,
+    thread: Option<JoinHandle<Result<(), EngineError>>>,
+}
+
+impl EngineHandle {
+    /// Binds the control socket and starts the engine on its own thread.
+    pub fn start(cfg: EngineConfig) -> Result<EngineHandle, EngineError> {
+        let socket = cfg.socket.clone();
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut engine = Engine::new(cfg, stop.clone())?;
+        let fd = rustix::io::fcntl_dupfd_cloexec(engine.doorbell(), 0)
+            .map_err(|e| EngineError::io("dup", e))?;
+        let doorbell = EventFd::from_fd(fd);
+        let thread = std::thread::Builder::new()
+            .name("hamlyn-engine".into())
+            .spawn(move || engine.run())
+            .map_err(|e| EngineError::io("spawn engine thread", e))?;
+        Ok(EngineHandle {
+            socket,
+            stop,
+            doorbell,
+            thread: Some(thread),
+        })
+    }
+
+    /// Where clients connect.
+    pub fn socket_path(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Stops the engine and returns how it ended.
+    pub fn stop(mut self) -> Result<(), EngineError> {
+        self.stop_and_join()
+    }
+
+    fn stop_and_join(&mut self) -> Result<(), EngineError> {
+        // Release: pairs with the Acquire load of the stop flag in `Engine::run`.
+        self.stop.store(true, Ordering::Release);
+        let _ = self.doorbell.notify();
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err(EngineError::Shm("engine thread panicked".into())),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for EngineHandle {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop_and_join() {
+            tracing::warn!(error = %e, "engine ended with an error");
+        }
+    }
+}
+
+/// Runs an engine on the calling thread until `stop` is set (the daemon).
+pub fn run_daemon(cfg: EngineConfig, stop: Arc<AtomicBool>) -> Result<(), EngineError> {
+    Engine::new(cfg, stop)?.run()
+}

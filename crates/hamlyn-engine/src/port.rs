@@ -1,0 +1,73 @@
+//! The engine's side of a client's port: the rings it consumes, the queues it posts to,
+//! and the state of each terminus.
+
+use std::sync::Arc;
+
+use hamlyn_core::{RejectReason, Segmenter};
+use hamlyn_shm::memory::RingMemory;
+use hamlyn_shm::notifq;
+use hamlyn_shm::port::PortLayout;
+use hamlyn_shm::region::ShmRegion;
+use hamlyn_shm::spsc;
+use hamlyn_shm::sync::Ordering;
+use hamlyn_shm::wake::EventFd;
+use hamlyn_wire::request::SendRequest;
+
+/// A request being sent, one packet per turn.
+#[derive(Debug)]
+pub struct InFlight {
+    /// The decoded request (copied out of the ring: the client cannot change it now).
+    pub req: SendRequest,
+    /// Its remaining packets (none for a request that failed before its first).
+    pub seg: Option<Segmenter>,
+    /// Set when a packet was refused: the rest are not sent.
+    pub failed: Option<RejectReason>,
+}
+
+/// One terminus as the engine sees it.
+#[derive(Debug)]
+pub struct TerminusState {
+    /// The ring, once the client opened the terminus.
+    pub ring: Option<spsc::Consumer<Arc<ShmRegion>>>,
+    /// The request being sent.
+    pub current: Option<InFlight>,
+    /// Requests finished (mirrors the completion word).
+    pub finished: u64,
+    /// Offset of the completion word in the port.
+    pub completion_off: usize,
+    /// The client corrupted the ring; the terminus is no longer served.
+    pub broken: bool,
+}
+
+/// A client's port, engine side.
+#[derive(Debug)]
+pub struct Port {
+    /// The shared memory.
+    pub region: Arc<ShmRegion>,
+    /// Where everything is.
+    pub layout: PortLayout,
+    /// Termini by index.
+    pub termini: Vec<TerminusState>,
+    /// The error-completion ring (engine produces).
+    pub errors: spsc::Producer<Arc<ShmRegion>>,
+    /// Notification queues by index (engine produces).
+    pub queues: Vec<notifq::Producer<Arc<ShmRegion>>>,
+    /// The port's eventfd (a copy stays with the client).
+    pub eventfd: EventFd,
+}
+
+impl Port {
+    /// Publishes that terminus `t` finished one more request.
+    pub fn finish(&mut self, t: usize) {
+        let Some(term) = self.termini.get_mut(t) else {
+            return;
+        };
+        term.finished += 1;
+        if let Some(word) = self.region.atomic_u64(term.completion_off) {
+            // Release: pairs with the client's Acquire load of the completion word in
+            // `SendHandle::status`; it orders the error completion pushed before it (and
+            // the end of our reads of the send buffer) before the client sees "done".
+            word.store(term.finished, Ordering::Release);
+        }
+    }
+}

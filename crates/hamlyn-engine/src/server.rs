@@ -1,0 +1,355 @@
+//! The engine's event loop: serve termini while there is work, spin a little when there
+//! is none, then sleep in epoll on the control sockets and the doorbell until a client
+//! needs something. Control sockets are Unix SOCK_SEQPACKET, one request per message.
+
+use std::collections::HashSet;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering as StdOrdering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hamlyn_core::{Interface, OwnerId};
+use hamlyn_shm::fdpass::{recv_with_fds, send_with_fds, FdPassError};
+use hamlyn_shm::memory::RingMemory;
+use hamlyn_shm::port::header;
+use hamlyn_shm::sync::Ordering;
+use hamlyn_shm::wake::{self, EventFd, EVENTFD_ARMED};
+use hamlyn_wire::control::{Reply, Request, MAX_CONTROL_MSG};
+use hamlyn_wire::NodeId;
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+use rustix::io::Errno;
+use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+
+use crate::areas::AreaTable;
+use crate::config::EngineConfig;
+use crate::engine::{Client, EngineState};
+use crate::error::EngineError;
+use crate::sched::Scheduler;
+use crate::stats::EngineCounters;
+
+const LISTENER: Token = Token(0);
+const DOORBELL: Token = Token(1);
+const FIRST_CLIENT: usize = 2;
+/// Busy turns between two looks at the control sockets.
+const IO_EVERY: u32 = 256;
+
+/// A running engine: its state, its control socket and its poller.
+#[derive(Debug)]
+pub struct Engine {
+    state: EngineState,
+    poll: Poll,
+    events: Events,
+    listener: OwnedFd,
+    buf: Vec<u8>,
+}
+
+impl Engine {
+    /// Binds the control socket and prepares the engine (nothing runs until [`Engine::run`]).
+    pub fn new(cfg: EngineConfig, stop: Arc<AtomicBool>) -> Result<Engine, EngineError> {
+        let path = cfg.socket.clone();
+        let addr = SocketAddrUnix::new(&path).map_err(|_| {
+            EngineError::SocketPath(path.display().to_string(), "too long for a Unix socket")
+        })?;
+        if path.exists() {
+            // A socket nobody answers on is stale: a previous engine died. A live one is
+            // left alone and binding fails below.
+            if seqpacket_connect(&addr).is_err() {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+        let listener = rustix::net::socket_with(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+            None,
+        )
+        .map_err(|e| EngineError::io("socket", e))?;
+        rustix::net::bind(&listener, &addr)
+            .map_err(|e| EngineError::io("bind control socket", e))?;
+        rustix::net::listen(&listener, 128).map_err(|e| EngineError::io("listen", e))?;
+        let doorbell = EventFd::new().map_err(|e| EngineError::Shm(e.to_string()))?;
+        let poll = Poll::new().map_err(|e| EngineError::io("epoll", e))?;
+        poll.registry()
+            .register(
+                &mut SourceFd(&listener.as_raw_fd()),
+                LISTENER,
+                Interest::READABLE,
+            )
+            .map_err(|e| EngineError::io("register listener", e))?;
+        poll.registry()
+            .register(
+                &mut SourceFd(&doorbell.as_fd().as_raw_fd()),
+                DOORBELL,
+                Interest::READABLE,
+            )
+            .map_err(|e| EngineError::io("register doorbell", e))?;
+        let incarnation = if cfg.incarnation != 0 {
+            cfg.incarnation
+        } else {
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            (t.as_secs() as u32) | 1
+        };
+        tracing::info!(socket = %path.display(), node = cfg.node, incarnation, busy_poll = cfg.busy_poll, "engine ready");
+        let state = EngineState {
+            iface: Interface::new(NodeId(cfg.node)),
+            cfg,
+            incarnation,
+            areas: AreaTable::default(),
+            clients: Vec::new(),
+            sched: Scheduler::new(),
+            tombstones: HashSet::new(),
+            doorbell,
+            stop,
+            counters: EngineCounters::default(),
+            origin: std::time::Instant::now(),
+        };
+        Ok(Engine {
+            state,
+            poll,
+            events: Events::with_capacity(256),
+            listener,
+            buf: vec![0; MAX_CONTROL_MSG],
+        })
+    }
+
+    /// The doorbell, to wake the engine from another thread (e.g. after setting stop).
+    pub fn doorbell(&self) -> BorrowedFd<'_> {
+        self.state.doorbell.as_fd()
+    }
+
+    /// Runs until the stop flag is set.
+    pub fn run(&mut self) -> Result<(), EngineError> {
+        let mut idle: u32 = 0;
+        let mut turns: u32 = 0;
+        // Acquire: pairs with the Release store of the stop flag in `EngineHandle::drop`
+        // (or the daemon's signal handler).
+        while !self.state.stop.load(StdOrdering::Acquire) {
+            turns = turns.wrapping_add(1);
+            if self.state.turn() {
+                idle = 0;
+                if turns % IO_EVERY == 0 {
+                    self.poll_io(Some(Duration::ZERO))?;
+                }
+                continue;
+            }
+            idle = idle.saturating_add(1);
+            if self.state.cfg.busy_poll || idle < self.state.cfg.spin_turns {
+                if idle % IO_EVERY == 0 {
+                    self.poll_io(Some(Duration::ZERO))?;
+                }
+                std::hint::spin_loop();
+                continue;
+            }
+            if self.arm_doorbells() {
+                idle = 0;
+                continue;
+            }
+            self.state.counters.sleeps += 1;
+            self.poll_io(Some(self.state.cfg.max_sleep))?;
+            self.disarm_doorbells();
+            idle = 0;
+        }
+        tracing::info!("engine stopping");
+        Ok(())
+    }
+
+    /// Asks every client to ring the doorbell on its next push; true if work is already
+    /// there (then the engine must not sleep).
+    fn arm_doorbells(&mut self) -> bool {
+        let mut work = false;
+        for client in self.state.clients.iter_mut().flatten() {
+            let Some(port) = client.port.as_mut() else {
+                continue;
+            };
+            let region = port.region.clone();
+            let Some(word) = region.atomic_u32(header::DOORBELL) else {
+                continue;
+            };
+            let termini = &mut port.termini;
+            work |= wake::arm_eventfd(word, || {
+                termini.iter_mut().any(|t| {
+                    t.current.is_some()
+                        || t.ring
+                            .as_mut()
+                            .is_some_and(|r| !t.broken && !matches!(r.is_empty(), Ok(true)))
+                })
+            });
+        }
+        work
+    }
+
+    fn disarm_doorbells(&mut self) {
+        let _ = self.state.doorbell.drain();
+        for client in self.state.clients.iter().flatten() {
+            if let Some(word) = client
+                .port
+                .as_ref()
+                .and_then(|p| p.region.atomic_u32(header::DOORBELL))
+            {
+                // Relaxed: only saves clients a needless eventfd write while we are awake.
+                word.fetch_and(!EVENTFD_ARMED, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn poll_io(&mut self, timeout: Option<Duration>) -> Result<(), EngineError> {
+        match self.poll.poll(&mut self.events, timeout) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return Ok(()),
+            Err(e) => return Err(EngineError::io("epoll_wait", e)),
+        }
+        let tokens: Vec<Token> = self.events.iter().map(|e| e.token()).collect();
+        for token in tokens {
+            match token {
+                LISTENER => self.accept(),
+                DOORBELL => {
+                    let _ = self.state.doorbell.drain();
+                }
+                Token(t) => self.client_readable((t - FIRST_CLIENT) as u32),
+            }
+        }
+        Ok(())
+    }
+
+    fn accept(&mut self) {
+        loop {
+            let sock = match rustix::net::accept_with(
+                &self.listener,
+                SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+            ) {
+                Ok(s) => s,
+                Err(Errno::INTR) => continue,
+                Err(Errno::AGAIN) => return,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    return;
+                }
+            };
+            let live = self.state.clients.iter().flatten().count();
+            if live >= self.state.cfg.max_clients as usize {
+                tracing::warn!("client refused: max_clients reached");
+                continue;
+            }
+            let id = match self.state.clients.iter().position(Option::is_none) {
+                Some(i) => i,
+                None => {
+                    self.state.clients.push(None);
+                    self.state.clients.len() - 1
+                }
+            };
+            let token = Token(FIRST_CLIENT + id);
+            if let Err(e) = self.poll.registry().register(
+                &mut SourceFd(&sock.as_raw_fd()),
+                token,
+                Interest::READABLE,
+            ) {
+                tracing::warn!(error = %e, "cannot watch client socket");
+                continue;
+            }
+            self.state.clients[id] = Some(Client {
+                id: id as u32,
+                pid: 0,
+                sock,
+                port: None,
+            });
+            // The client may have written before we registered (edge-triggered): read now.
+            self.client_readable(id as u32);
+        }
+    }
+
+    fn client_readable(&mut self, cid: u32) {
+        loop {
+            let Some(client) = self.state.client_mut(cid) else {
+                return;
+            };
+            let got = recv_with_fds(client.sock.as_fd(), &mut self.buf);
+            let received = match got {
+                Ok(r) => r,
+                Err(FdPassError::Sys {
+                    source: Errno::AGAIN,
+                    ..
+                }) => return,
+                Err(FdPassError::Closed) => return self.drop_client(cid, "socket closed"),
+                Err(e) => {
+                    self.state.counters.bad_control += 1;
+                    tracing::warn!(client = cid, error = %e, "bad control message");
+                    return self.drop_client(cid, "bad control message");
+                }
+            };
+            let (reply, fds) = match Request::decode(&self.buf[..received.len]) {
+                Ok(req) => self.state.handle(cid, req, received.fds),
+                Err(e) => {
+                    self.state.counters.bad_control += 1;
+                    let code = hamlyn_wire::control::ControlErrorCode::BadRequest as u16;
+                    (
+                        Reply::Error {
+                            code,
+                            message: e.to_string(),
+                        },
+                        Vec::new(),
+                    )
+                }
+            };
+            let Some(client) = self.state.client_mut(cid) else {
+                return;
+            };
+            let borrowed: Vec<BorrowedFd<'_>> = fds.iter().map(|f| f.as_fd()).collect();
+            if let Err(e) = send_with_fds(client.sock.as_fd(), &reply.encode(), &borrowed) {
+                tracing::warn!(client = cid, error = %e, "cannot reply");
+                return self.drop_client(cid, "cannot reply");
+            }
+        }
+    }
+
+    /// A client is gone: its slots are destroyed (packets to them now fail with
+    /// PeerDown), its termini unscheduled, its areas unmapped.
+    fn drop_client(&mut self, cid: u32, why: &str) {
+        let Some(client) = self
+            .state
+            .clients
+            .get_mut(cid as usize)
+            .and_then(Option::take)
+        else {
+            return;
+        };
+        let _ = self
+            .poll
+            .registry()
+            .deregister(&mut SourceFd(&client.sock.as_raw_fd()));
+        let slots = self.state.iface.slots_mut().destroy_owner(OwnerId(cid));
+        self.state.tombstones.extend(slots.iter().map(|s| s.0));
+        self.state.sched.remove_client(cid);
+        let areas = self.state.areas.remove_owner(cid);
+        if client.port.is_some() {
+            self.state.counters.clients_lost += 1;
+        }
+        tracing::info!(
+            client = cid,
+            pid = client.pid,
+            why,
+            slots = slots.len(),
+            areas,
+            "client gone"
+        );
+    }
+}
+
+fn seqpacket_connect(addr: &SocketAddrUnix) -> Result<OwnedFd, Errno> {
+    let fd = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
+    rustix::net::connect(&fd, addr)?;
+    Ok(fd)
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.state.cfg.socket);
+    }
+}

@@ -1,0 +1,116 @@
+//! The engine's counters and their JSON form (`hamlyn stat`).
+
+use std::fmt::Write;
+
+use hamlyn_core::{RejectCounts, SlotMode};
+
+use crate::engine::EngineState;
+
+/// Counters the engine keeps beyond the core's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EngineCounters {
+    /// Clients that attached.
+    pub attaches: u64,
+    /// Clients whose socket closed (exit or death).
+    pub clients_lost: u64,
+    /// Requests taken from termini.
+    pub requests: u64,
+    /// Requests that did not decode or segment.
+    pub bad_requests: u64,
+    /// Requests finished (successfully or not).
+    pub completed: u64,
+    /// Error completions handed to clients.
+    pub error_completions: u64,
+    /// Packets delivered.
+    pub packets: u64,
+    /// Payload bytes delivered.
+    pub bytes: u64,
+    /// Notifications posted.
+    pub notifications: u64,
+    /// Notifications refused by a full queue (counted in the queue too).
+    pub queue_overflows: u64,
+    /// Notifications for a queue whose client is gone.
+    pub orphan_notifications: u64,
+    /// Terminus rings found corrupt (and no longer served).
+    pub corrupt_rings: u64,
+    /// Control messages that did not decode.
+    pub bad_control: u64,
+    /// Times the engine went to sleep.
+    pub sleeps: u64,
+}
+
+fn rejects_json(out: &mut String, r: &RejectCounts) {
+    out.push('{');
+    for (i, (reason, n)) in r.nonzero().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let _ = write!(out, "\"{}\":{n}", reason.name());
+    }
+    out.push('}');
+}
+
+fn mode_name(m: SlotMode) -> &'static str {
+    match m {
+        SlotMode::Normal => "normal",
+        SlotMode::Paranoid => "paranoid",
+        SlotMode::ParanoidOneShot => "paranoid_one_shot",
+        SlotMode::Fast => "fast",
+        _ => "other",
+    }
+}
+
+impl EngineState {
+    /// Everything `hamlyn stat` shows, as JSON.
+    pub fn stats_json(&self) -> String {
+        let c = &self.counters;
+        let t = self.iface.stats();
+        let mut o = String::with_capacity(1024);
+        let _ = write!(
+            o,
+            "{{\"node\":{},\"incarnation\":{},",
+            self.iface.node().0,
+            self.incarnation
+        );
+        let _ = write!(
+            o,
+            "\"engine\":{{\"attaches\":{},\"clients_lost\":{},\"requests\":{},\"bad_requests\":{},\"completed\":{},\"error_completions\":{},\"packets\":{},\"bytes\":{},\"notifications\":{},\"queue_overflows\":{},\"orphan_notifications\":{},\"corrupt_rings\":{},\"bad_control\":{},\"sleeps\":{}}},",
+            c.attaches, c.clients_lost, c.requests, c.bad_requests, c.completed, c.error_completions, c.packets, c.bytes,
+            c.notifications, c.queue_overflows, c.orphan_notifications, c.corrupt_rings, c.bad_control, c.sleeps
+        );
+        let _ = write!(o, "\"interface\":{{\"packets\":{},\"bytes\":{},\"messages\":{},\"notifications\":{},\"rejects\":", t.packets, t.bytes, t.messages, t.notifications);
+        rejects_json(&mut o, &t.rejects);
+        o.push_str("},\"ports\":[");
+        let mut first = true;
+        for client in self.clients.iter().flatten() {
+            let Some(port) = &client.port else { continue };
+            if !first {
+                o.push(',');
+            }
+            first = false;
+            let open = port.termini.iter().filter(|t| t.ring.is_some()).count();
+            let broken = port.termini.iter().filter(|t| t.broken).count();
+            let overflows: u64 = port.queues.iter().map(|q| q.overflows()).sum();
+            let _ = write!(
+                o,
+                "{{\"client\":{},\"pid\":{},\"termini\":{},\"termini_open\":{open},\"termini_broken\":{broken},\"queues\":{},\"queue_overflows\":{overflows}}}",
+                client.id, client.pid, port.termini.len(), port.queues.len()
+            );
+        }
+        let _ = write!(o, "],\"areas\":{},\"slots\":[", self.areas.len());
+        for (i, (id, s)) in self.iface.slots().iter().enumerate() {
+            if i > 0 {
+                o.push(',');
+            }
+            let _ = write!(
+                o,
+                "{{\"slot\":{},\"owner\":{},\"mode\":\"{}\",\"len\":{},\"revoked\":{},\"inhibited\":{},\"packets\":{},\"bytes\":{},\"messages\":{},\"rejects\":",
+                id.0, s.config.owner.0, mode_name(s.config.mode), s.config.len, s.revoked, s.inhibited, s.packets, s.bytes, s.messages
+            );
+            rejects_json(&mut o, &s.rejects);
+            o.push('}');
+        }
+        o.push_str("]}");
+        o
+    }
+}

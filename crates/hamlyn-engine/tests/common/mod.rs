@@ -1,0 +1,213 @@
+//! A raw client for engine tests: speaks the control protocol and drives the port
+//! directly, without the application library, so tests can also misbehave on purpose.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hamlyn_shm::fdpass::{recv_with_fds, send_with_fds};
+use hamlyn_shm::memory::RingMemory;
+use hamlyn_shm::notifq;
+use hamlyn_shm::port::{header, PortLayout};
+use hamlyn_shm::region::ShmRegion;
+use hamlyn_shm::spsc;
+use hamlyn_shm::sync::Ordering;
+use hamlyn_shm::wake::{self, EventFd};
+use hamlyn_wire::control::{Reply, Request, CONTROL_VERSION, MAX_CONTROL_MSG};
+use hamlyn_wire::request::{Completion, Payload, SendRequest, REQUEST_LEN};
+use hamlyn_wire::NotifEntry;
+use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+
+pub struct RawClient {
+    pub sock: OwnedFd,
+    pub client: u32,
+    pub node: u32,
+    pub port: Arc<ShmRegion>,
+    pub layout: PortLayout,
+    pub doorbell: EventFd,
+    pub port_eventfd: EventFd,
+    pub termini: Vec<spsc::Producer<Arc<ShmRegion>>>,
+    pub errors: spsc::Consumer<Arc<ShmRegion>>,
+    pub queues: Vec<notifq::Consumer<Arc<ShmRegion>>>,
+    pub pushed: Vec<u64>,
+}
+
+pub fn connect(path: &Path) -> OwnedFd {
+    let fd = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .unwrap();
+    rustix::net::connect(&fd, &SocketAddrUnix::new(path).unwrap()).unwrap();
+    fd
+}
+
+pub fn call(sock: BorrowedFd<'_>, req: &Request, fds: &[BorrowedFd<'_>]) -> (Reply, Vec<OwnedFd>) {
+    send_with_fds(sock, &req.encode(), fds).unwrap();
+    let mut buf = vec![0u8; MAX_CONTROL_MSG];
+    let r = recv_with_fds(sock, &mut buf).unwrap();
+    (Reply::decode(&buf[..r.len]).unwrap(), r.fds)
+}
+
+impl RawClient {
+    pub fn attach(path: &Path, termini: u16, queues: u16, queue_cap: u32) -> RawClient {
+        let sock = connect(path);
+        let req = Request::Attach {
+            version: CONTROL_VERSION,
+            pid: std::process::id(),
+            termini,
+            queues,
+            queue_cap,
+        };
+        let (reply, mut fds) = call(sock.as_fd(), &req, &[]);
+        let Reply::Attached {
+            client,
+            node,
+            port_len,
+            ..
+        } = reply
+        else {
+            panic!("attach: {reply:?}")
+        };
+        assert_eq!(fds.len(), 3);
+        let doorbell = EventFd::from_fd(fds.pop().unwrap());
+        let port_eventfd = EventFd::from_fd(fds.pop().unwrap());
+        let port = Arc::new(ShmRegion::from_fd(fds.pop().unwrap(), port_len as usize).unwrap());
+        let layout = PortLayout::read_header(&*port).unwrap();
+        let termini = layout
+            .termini
+            .iter()
+            .map(|l| spsc::Producer::attach(port.clone(), *l).unwrap())
+            .collect();
+        let errors = spsc::Consumer::attach(port.clone(), layout.errors).unwrap();
+        let queues = layout
+            .queues
+            .iter()
+            .map(|l| notifq::Consumer::attach(port.clone(), *l).unwrap())
+            .collect();
+        let pushed = vec![0; layout.termini.len()];
+        RawClient {
+            sock,
+            client,
+            node,
+            port,
+            layout,
+            doorbell,
+            port_eventfd,
+            termini,
+            errors,
+            queues,
+            pushed,
+        }
+    }
+
+    pub fn call(&self, req: Request) -> Reply {
+        call(self.sock.as_fd(), &req, &[]).0
+    }
+
+    /// Creates and registers an area; returns (id, region).
+    pub fn area(&self, len: usize) -> (u32, Arc<ShmRegion>) {
+        let region = ShmRegion::create("test-area", len).unwrap();
+        let (reply, _) = call(
+            self.sock.as_fd(),
+            &Request::RegisterArea { len: len as u64 },
+            &[region.fd()],
+        );
+        let Reply::Area { area } = reply else {
+            panic!("register: {reply:?}")
+        };
+        (area, Arc::new(region))
+    }
+
+    pub fn open(&self, t: u16, priority: u8) {
+        assert_eq!(
+            self.call(Request::OpenTerminus { index: t, priority }),
+            Reply::Ok
+        );
+    }
+
+    /// Pushes a request; returns its position, or Err if the ring is full.
+    pub fn push(&mut self, t: usize, mut req: SendRequest) -> Result<u64, spsc::PushError> {
+        let pos = self.pushed[t];
+        req.seq = pos as u32;
+        let mut buf = [0u8; REQUEST_LEN];
+        req.encode(&mut buf);
+        self.termini[t].try_push(&buf)?;
+        self.pushed[t] += 1;
+        wake::wake_after_publish(
+            self.port.atomic_u32(header::DOORBELL).unwrap(),
+            Some(&self.doorbell),
+        );
+        Ok(pos)
+    }
+
+    pub fn finished(&self, t: u16) -> u64 {
+        // Acquire: pairs with the engine's Release store in `Port::finish`.
+        self.port
+            .atomic_u64(self.layout.completion_word(t).unwrap())
+            .unwrap()
+            .load(Ordering::Acquire)
+    }
+
+    /// Waits (bounded) until terminus `t` finished `n` requests.
+    pub fn wait_finished(&self, t: u16, n: u64) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.finished(t) < n {
+            assert!(
+                Instant::now() < deadline,
+                "terminus {t}: {} of {n} finished",
+                self.finished(t)
+            );
+            std::thread::yield_now();
+        }
+    }
+
+    pub fn errors(&mut self) -> Vec<Completion> {
+        let mut out = Vec::new();
+        let mut buf = [0u8; 16];
+        while self.errors.pop(&mut buf).unwrap() {
+            out.push(Completion::decode(&buf).unwrap());
+        }
+        out
+    }
+
+    pub fn wait_notif(&mut self, q: usize) -> Option<NotifEntry> {
+        self.queues[q]
+            .wait(1000, Some(Duration::from_secs(10)))
+            .unwrap()
+    }
+}
+
+pub fn inline(
+    dst_node: u32,
+    slot: u32,
+    key: u64,
+    meta_index: u32,
+    offset: u64,
+    bytes: &[u8],
+    tag: u64,
+) -> SendRequest {
+    let mut data = [0u8; 128];
+    data[..bytes.len()].copy_from_slice(bytes);
+    SendRequest {
+        seq: 0,
+        dst_node,
+        slot,
+        meta_index,
+        key,
+        offset,
+        y: 0,
+        word: tag,
+        flags: hamlyn_wire::request::send_flags::NOTIFY | hamlyn_wire::request::send_flags::WAKE,
+        meta: [0; 60],
+        meta_len: 0,
+        payload: Payload::Inline {
+            data,
+            len: bytes.len() as u8,
+        },
+    }
+}

@@ -1,0 +1,81 @@
+//! The engine end to end with a raw client: attach, areas, a slot, a terminus, one
+//! inline write, its notification and completion; a bad key gives an error completion.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{inline, RawClient};
+use hamlyn_core::RejectReason;
+use hamlyn_engine::{EngineConfig, EngineHandle};
+use hamlyn_wire::control::{mode, perm, Reply, Request};
+use hamlyn_wire::NotifKind;
+
+#[test]
+fn inline_write_is_deposited_notified_and_completed() {
+    let engine = EngineHandle::start(EngineConfig::embedded()).unwrap();
+    let mut c = RawClient::attach(engine.socket_path(), 2, 2, 64);
+    let (area, region) = c.area(4096);
+    let (meta_area, meta) = c.area(128 * 4);
+    let reply = c.call(Request::CreateSlot {
+        area,
+        base: 1024,
+        len: 1024,
+        mode: mode::NORMAL,
+        perms: perm::WRITE,
+        meta_area,
+        meta_base: 0,
+        meta_count: 4,
+        queue: 1,
+    });
+    let Reply::Slot { slot, key } = reply else {
+        panic!("{reply:?}")
+    };
+    c.open(0, 0);
+    let pos = c
+        .push(0, inline(c.node, slot, key, 2, 8, b"hello, hamlyn", 77))
+        .unwrap();
+    let n = c.wait_notif(1).unwrap();
+    assert_eq!(n.kind(), Some(NotifKind::Message));
+    assert_eq!(
+        (n.slot.get(), n.meta_index.get(), n.word.get()),
+        (slot, 2, 77)
+    );
+    c.wait_finished(0, pos + 1);
+    let mut got = [0u8; 13];
+    region.read(1024 + 8, &mut got).unwrap();
+    assert_eq!(&got, b"hello, hamlyn");
+    assert!(c.errors().is_empty());
+    let mut acc = [0u8; 4];
+    meta.read(2 * 128 + 60, &mut acc).unwrap();
+    assert_eq!(
+        acc, [0; 4],
+        "single-packet NOTIFY_NOW leaves the accumulator alone"
+    );
+
+    let before = {
+        let mut b = vec![0u8; 4096];
+        region.read(0, &mut b).unwrap();
+        b
+    };
+    let pos = c
+        .push(0, inline(c.node, slot, key ^ 1, 2, 8, b"forged", 1))
+        .unwrap();
+    c.wait_finished(0, pos + 1);
+    let errs = c.errors();
+    assert_eq!(errs.len(), 1);
+    assert_eq!(
+        (
+            errs[0].seq as u64,
+            RejectReason::from_code(u64::from(errs[0].status))
+        ),
+        (pos, Some(RejectReason::BadKey))
+    );
+    let mut after = vec![0u8; 4096];
+    region.read(0, &mut after).unwrap();
+    assert_eq!(before, after, "a refused write changes nothing");
+    let Reply::Stats { json } = c.call(Request::Stats) else {
+        panic!()
+    };
+    assert!(json.contains("\"bad_key\":1"), "{json}");
+    engine.stop().unwrap();
+}
