@@ -1,0 +1,317 @@
+//! What a client can do to the engine, on purpose or by dying: nothing that hurts others.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{inline, RawClient};
+use hamlyn_core::RejectReason;
+use hamlyn_engine::{EngineConfig, EngineHandle};
+use hamlyn_shm::memory::RingMemory;
+use hamlyn_wire::control::{mode, perm, Reply, Request};
+use hamlyn_wire::request::REQUEST_LEN;
+
+/// A receiver with one normal slot of `len` bytes over 4 metadata entries, posting to
+/// queue 0; returns (slot, key, area region).
+fn receiver_slot(
+    c: &RawClient,
+    len: usize,
+) -> (u32, u64, std::sync::Arc<hamlyn_shm::region::ShmRegion>) {
+    let (area, region) = c.area(len);
+    let (meta_area, _) = c.area(128 * 4);
+    let reply = c.call(Request::CreateSlot {
+        area,
+        base: 0,
+        len: len as u64,
+        mode: mode::NORMAL,
+        perms: perm::WRITE,
+        meta_area,
+        meta_base: 0,
+        meta_count: 4,
+        queue: 0,
+    });
+    let Reply::Slot { slot, key } = reply else {
+        panic!("{reply:?}")
+    };
+    (slot, key, region)
+}
+
+/// The first `"name":N` number in a JSON text.
+fn json_field(json: &str, name: &str) -> u64 {
+    let key = format!("\"{name}\":");
+    let at = json
+        .find(&key)
+        .unwrap_or_else(|| panic!("{name} missing in {json}"))
+        + key.len();
+    json[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .unwrap()
+}
+
+/// xorshift, so the scribbling is reproducible.
+fn noise(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
+#[test]
+fn a_scribbling_client_cannot_crash_hang_or_corrupt_the_engine_for_others() {
+    let engine = EngineHandle::start(EngineConfig::embedded()).unwrap();
+    let mut rx = RawClient::attach(engine.socket_path(), 1, 1, 4096);
+    let mut tx = RawClient::attach(engine.socket_path(), 1, 1, 64);
+    let mut bad = RawClient::attach(engine.socket_path(), 2, 2, 64);
+    let (slot, key, region) = receiver_slot(&rx, 4096);
+    tx.open(0, 0);
+    bad.open(0, 0);
+    bad.open(1, 0);
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    // Garbage entries pushed properly: each must come back as an error completion.
+    for _ in 0..20 {
+        let mut junk = [0u8; REQUEST_LEN];
+        for b in junk.iter_mut() {
+            *b = noise(&mut rng) as u8;
+        }
+        junk[0] = 1 + (noise(&mut rng) % 3) as u8; // sometimes a plausible kind
+        bad.termini[0].try_push(&junk).unwrap();
+    }
+    // Then scribble over the whole port: rings, indices, entries, completion words.
+    let len = bad.port.len();
+    let mut sent = 0u64;
+    for round in 0..200u64 {
+        for _ in 0..64 {
+            let off = (noise(&mut rng) as usize % (len / 8)) * 8;
+            let _ = bad.port.store_bytes(off, &noise(&mut rng).to_le_bytes());
+        }
+        // Meanwhile a well-behaved client keeps sending.
+        let msg = round.to_le_bytes();
+        if tx
+            .push(
+                0,
+                inline(
+                    tx.node,
+                    slot,
+                    key,
+                    (round % 4) as u32,
+                    round * 8 % 4088,
+                    &msg,
+                    round,
+                ),
+            )
+            .is_ok()
+        {
+            sent += 1;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    tx.wait_finished(0, sent);
+    assert!(
+        tx.errors().is_empty(),
+        "the good client's sends all succeed"
+    );
+    let mut got = 0;
+    while got < sent {
+        let n = rx.wait_notif(0).expect("every good message is notified");
+        let round = n.word.get();
+        let mut b = [0u8; 8];
+        region.read((round * 8 % 4088) as usize, &mut b).unwrap();
+        assert_eq!(
+            u64::from_le_bytes(b),
+            round,
+            "rounds write disjoint offsets (200 × 8 < 4088)"
+        );
+        got += 1;
+    }
+    // The engine still answers control requests and counted what it saw.
+    let Reply::Stats { json } = bad.call(Request::Stats) else {
+        panic!()
+    };
+    let bad_requests: u64 = json_field(&json, "bad_requests");
+    let corrupt: u64 = json_field(&json, "corrupt_rings");
+    assert!(
+        bad_requests + corrupt > 0,
+        "the garbage was seen and refused: {json}"
+    );
+    drop(bad);
+    engine.stop().unwrap();
+}
+
+#[test]
+fn a_full_terminus_is_back_pressure_and_nothing_is_dropped() {
+    let engine = EngineHandle::start(EngineConfig::embedded()).unwrap();
+    let mut c = RawClient::attach(engine.socket_path(), 1, 1, 4096);
+    let (slot, key, _) = receiver_slot(&c, 4096);
+    // Not opened yet: the engine does not consume, so the ring fills.
+    let mut pushed = 0;
+    loop {
+        match c.push(0, inline(c.node, slot, key, 0, 0, b"x", pushed)) {
+            Ok(_) => pushed += 1,
+            Err(hamlyn_shm::spsc::PushError::Full) => break,
+            Err(e) => panic!("{e}"),
+        }
+        assert!(pushed <= 64, "ring capacity is 64");
+    }
+    assert_eq!(pushed, 64, "at least 63 requests fit (seed 000 §2.3)");
+    c.open(0, 0);
+    c.wait_finished(0, pushed);
+    let tags: Vec<u64> = (0..pushed)
+        .map(|_| c.wait_notif(0).unwrap().word.get())
+        .collect();
+    assert_eq!(
+        tags,
+        (0..pushed).collect::<Vec<_>>(),
+        "every request delivered, in order"
+    );
+    engine.stop().unwrap();
+}
+
+#[test]
+fn a_full_notification_queue_is_counted_and_nothing_is_overwritten() {
+    let engine = EngineHandle::start(EngineConfig::embedded()).unwrap();
+    let mut c = RawClient::attach(engine.socket_path(), 1, 1, 64);
+    let (slot, key, _) = receiver_slot(&c, 4096);
+    c.open(0, 0);
+    for i in 0..100u64 {
+        while c.push(0, inline(c.node, slot, key, 0, 0, b"y", i)).is_err() {
+            std::thread::yield_now();
+        }
+    }
+    c.wait_finished(0, 100);
+    assert_eq!(
+        c.queues[0].overflows(),
+        36,
+        "100 notifications into 64 entries"
+    );
+    let tags: Vec<u64> = (0..64)
+        .map(|_| c.queues[0].poll().unwrap().word.get())
+        .collect();
+    assert_eq!(
+        tags,
+        (0..64).collect::<Vec<_>>(),
+        "the first 64 kept, none overwritten"
+    );
+    assert!(c.queues[0].poll().is_none());
+    let Reply::Stats { json } = c.call(Request::Stats) else {
+        panic!()
+    };
+    assert!(json.contains("\"queue_overflows\":36"), "{json}");
+    engine.stop().unwrap();
+}
+
+const CHILD_ENV: &str = "HAMLYN_TEST_CHILD_SOCKET";
+
+/// Not a test on its own: the body of the child process of `a_killed_client...` (it
+/// returns at once unless the parent started it).
+#[test]
+fn child_process_receiver() {
+    let Ok(path) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let c = RawClient::attach(std::path::Path::new(&path), 1, 1, 64);
+    let (slot, key, _) = receiver_slot(&c, 1 << 16);
+    let mut out = std::io::stdout();
+    writeln!(out, "SLOT {slot} {key}").unwrap();
+    out.flush().unwrap();
+    // Stay attached until killed.
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+#[test]
+fn a_killed_client_loses_its_slots_and_senders_get_peer_down() {
+    let engine = EngineHandle::start(EngineConfig::embedded()).unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_process_receiver",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, engine.socket_path())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    loop {
+        line.clear();
+        assert!(
+            reader.read_line(&mut line).unwrap() > 0,
+            "child ended before its slot"
+        );
+        // libtest may print "test name ... " on the same line first.
+        if let Some(at) = line.find("SLOT ") {
+            line.drain(..at);
+            break;
+        }
+    }
+    let mut parts = line.split_whitespace().skip(1);
+    let slot: u32 = parts.next().unwrap().parse().unwrap();
+    let key: u64 = parts.next().unwrap().parse().unwrap();
+
+    let mut tx = RawClient::attach(engine.socket_path(), 1, 1, 64);
+    let mut other = RawClient::attach(engine.socket_path(), 1, 1, 64);
+    let (oslot, okey, _) = receiver_slot(&other, 4096);
+    tx.open(0, 0);
+    // Traffic to the child works while it lives.
+    let p = tx
+        .push(0, inline(tx.node, slot, key, 0, 0, b"alive", 1))
+        .unwrap();
+    tx.wait_finished(0, p + 1);
+    assert!(tx.errors().is_empty());
+    // SIGKILL in the middle of traffic.
+    for i in 0..20 {
+        let _ = tx.push(0, inline(tx.node, slot, key, 0, 0, b"during", i));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The engine notices (socket closed); then sends aimed at the dead client fail.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let Reply::Stats { json } = tx.call(Request::Stats) else {
+            panic!()
+        };
+        if json.contains("\"clients_lost\":1") {
+            assert!(
+                !json.contains(&format!("\"slot\":{slot},\"owner\"")),
+                "dead client's slot still listed: {json}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "engine never noticed the death: {json}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = tx.errors();
+    let p = tx
+        .push(0, inline(tx.node, slot, key, 0, 0, b"dead?", 2))
+        .unwrap();
+    tx.wait_finished(0, p + 1);
+    let errs = tx.errors();
+    let last = errs
+        .last()
+        .expect("an error completion for the send to the dead client");
+    assert_eq!(
+        (
+            last.seq as u64,
+            RejectReason::from_code(u64::from(last.status))
+        ),
+        (p, Some(RejectReason::PeerDown))
+    );
+    // Other traffic is unaffected.
+    let p = tx
+        .push(0, inline(tx.node, oslot, okey, 1, 0, b"fine", 3))
+        .unwrap();
+    tx.wait_finished(0, p + 1);
+    assert!(tx.errors().is_empty());
+    assert_eq!(other.wait_notif(0).unwrap().word.get(), 3);
+    engine.stop().unwrap();
+}
