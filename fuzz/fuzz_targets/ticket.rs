@@ -15,12 +15,16 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(&bytes[..], &data[..TICKET_LEN]);
     assert_eq!(Ticket::from_bytes(&bytes), Ok(t));
 
-    // n is at most 65535: `split` allocates `n` sizes before it checks the share, so an
-    // n near usize::MAX would abort on allocation (reported; see the commit message).
+    // Any n, up to usize::MAX: split must refuse huge counts before allocating.
     let n = match &data[TICKET_LEN..] {
         [] => 2,
         [a] => usize::from(*a),
-        [a, b, ..] => usize::from(u16::from_le_bytes([*a, *b])),
+        rest => {
+            let mut b = [0u8; 8];
+            let k = rest.len().min(8);
+            b[..k].copy_from_slice(&rest[..k]);
+            u64::from_le_bytes(b) as usize
+        }
     };
     match t.split(n) {
         Ok(parts) => {

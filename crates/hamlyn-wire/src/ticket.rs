@@ -125,6 +125,9 @@ pub enum SplitError {
         /// The smallest share a part may have.
         min: u64,
     },
+    /// The ticket's byte range overflows (`offset + len` > 2^64): no part could hold it.
+    #[error("the ticket's byte range overflows")]
+    RangeOverflow,
     /// The byte sizes given do not add up to the ticket's byte range.
     #[error("part sizes add up to {sum} bytes, the ticket grants {len}")]
     SizesMismatch {
@@ -153,6 +156,14 @@ impl Ticket {
         if parts == 0 {
             return Err(SplitError::NoParts);
         }
+        // Refuse before allocating: at most share / MIN_SPLIT_SHARE (≤ 128) parts can exist.
+        if parts as u64 > self.share / MIN_SPLIT_SHARE {
+            return Err(SplitError::ShareTooSmall {
+                share: self.share,
+                parts,
+                min: MIN_SPLIT_SHARE,
+            });
+        }
         let n = parts as u64;
         let base = self.len / n;
         let mut sizes = vec![base; parts];
@@ -172,6 +183,9 @@ impl Ticket {
         let sum: u128 = sizes.iter().map(|&s| u128::from(s)).sum();
         if sum != u128::from(self.len) {
             return Err(SplitError::SizesMismatch { sum, len: self.len });
+        }
+        if self.offset.checked_add(self.len).is_none() {
+            return Err(SplitError::RangeOverflow);
         }
         let n = parts as u64;
         let share_each = self.share / n;
