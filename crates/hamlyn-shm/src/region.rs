@@ -1,0 +1,469 @@
+//! [`ShmRegion`]: a sealed memfd mapped shared, the memory every port, ring, queue and
+//! area lives in.
+//!
+//! Areas (message, metadata and send areas) are just `ShmRegion`s. A region is created
+//! by one process ([`ShmRegion::create`]) and handed to others as a file descriptor over a
+//! Unix socket ([`crate::fdpass`]); the receiver maps it with [`ShmRegion::from_fd`], which
+//! refuses any file whose owner could still shrink it: a peer that truncates a file you
+//! have mapped makes your next access to the lost pages die with SIGBUS.
+//!
+//! All access is by byte offset and bounds-checked. Bytes are copied in and out through
+//! raw pointers and never referenced in place (another process may be writing them, which
+//! the Rust memory model cannot see), except through the `unsafe`
+//! [`ShmRegion::slice_mut`] whose caller promises exclusive use of the range.
+
+use std::ffi::c_void;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::ptr::NonNull;
+
+use rustix::fs::{MemfdFlags, SealFlags};
+use rustix::io::Errno;
+use rustix::mm::{MapFlags, ProtFlags};
+
+use crate::memory::RingMemory;
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+
+/// Why a region could not be created, opened or accessed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegionError {
+    /// A system call failed.
+    #[error("{op} failed: {source}")]
+    Sys {
+        /// The call that failed.
+        op: &'static str,
+        /// The error it returned.
+        source: Errno,
+    },
+    /// A region must have at least one byte.
+    #[error("a shared-memory region cannot be empty")]
+    Empty,
+    /// The memfd name contains a NUL byte.
+    #[error("the region name contains a NUL byte")]
+    BadName,
+    /// The received file is not a regular file (memfds are).
+    #[error("the file descriptor is not a regular file")]
+    NotRegularFile,
+    /// The received file is smaller than the caller expects to map.
+    #[error("the file has {have} bytes, {need} are needed")]
+    TooSmall {
+        /// Bytes in the file.
+        have: u64,
+        /// Bytes the caller wants to map.
+        need: usize,
+    },
+    /// The received file does not support seals (it is not a memfd).
+    #[error("the file descriptor does not support seals (not a memfd)")]
+    NotSealable,
+    /// The received file lacks `F_SEAL_SHRINK`: its owner could truncate it under us.
+    #[error("the file is not sealed against shrinking")]
+    NotSealed,
+    /// The byte range is outside the region.
+    #[error("bytes {off}..{off}+{len} are outside the {region_len}-byte region")]
+    OutOfBounds {
+        /// Start of the range.
+        off: usize,
+        /// Length of the range.
+        len: usize,
+        /// Bytes in the region.
+        region_len: usize,
+    },
+    /// The offset is not aligned for the requested atomic.
+    #[error("offset {off} is not {align}-byte aligned")]
+    Misaligned {
+        /// The offending offset.
+        off: usize,
+        /// The alignment needed.
+        align: usize,
+    },
+}
+
+impl RegionError {
+    #[cold]
+    fn sys(op: &'static str, source: Errno) -> RegionError {
+        RegionError::Sys { op, source }
+    }
+}
+
+/// A memfd mapped `MAP_SHARED`, sealed so that it can never shrink.
+///
+/// Unmapped on drop. The file descriptor stays open as long as the region, so it can be
+/// passed on to other processes ([`ShmRegion::fd`]).
+#[derive(Debug)]
+pub struct ShmRegion {
+    fd: OwnedFd,
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the region owns its mapping and file descriptor; nothing in it is tied to the
+// creating thread. All access to the mapped bytes goes through atomics or raw-pointer
+// copies that are sound from any thread.
+unsafe impl Send for ShmRegion {}
+// SAFETY: shared access from several threads only ever copies bytes through raw pointers
+// or uses atomics; the one way to get `&mut [u8]` (`slice_mut`) is `unsafe` and its caller
+// promises exclusivity.
+unsafe impl Sync for ShmRegion {}
+
+impl ShmRegion {
+    /// Creates a zero-filled memfd of `len` bytes named `name` (the name is only a debugging
+    /// aid, visible in `/proc/<pid>/fd`), seals it against shrinking, growing and further
+    /// sealing, and maps it shared, read-write.
+    ///
+    /// Sealing against growth too keeps the size every peer sees fixed; `F_SEAL_SEAL` means
+    /// nobody, the creator included, can add seals later (such as `F_SEAL_WRITE`, which
+    /// would make the peers' writable mappings fail).
+    pub fn create(name: &str, len: usize) -> Result<ShmRegion, RegionError> {
+        if len == 0 {
+            return Err(RegionError::Empty);
+        }
+        if name.as_bytes().contains(&0) {
+            return Err(RegionError::BadName);
+        }
+        let fd = rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
+            .map_err(|e| RegionError::sys("memfd_create", e))?;
+        let len64 = u64::try_from(len).map_err(|_| RegionError::sys("ftruncate", Errno::FBIG))?;
+        rustix::fs::ftruncate(&fd, len64).map_err(|e| RegionError::sys("ftruncate", e))?;
+        rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)
+            .map_err(|e| RegionError::sys("fcntl(F_ADD_SEALS)", e))?;
+        Self::map(fd, len)
+    }
+
+    /// Maps the first `expected_len` bytes of a memfd received from another process.
+    ///
+    /// Verifies first that the descriptor is a regular file of at least `expected_len`
+    /// bytes carrying `F_SEAL_SHRINK`, so the mapping can never lose pages under us. The
+    /// file may be larger or still growable; only `expected_len` bytes are mapped.
+    pub fn from_fd(fd: OwnedFd, expected_len: usize) -> Result<ShmRegion, RegionError> {
+        if expected_len == 0 {
+            return Err(RegionError::Empty);
+        }
+        let st = rustix::fs::fstat(&fd).map_err(|e| RegionError::sys("fstat", e))?;
+        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+            return Err(RegionError::NotRegularFile);
+        }
+        let have = u64::try_from(st.st_size).unwrap_or(0);
+        if u64::try_from(expected_len).map_or(true, |need| have < need) {
+            return Err(RegionError::TooSmall {
+                have,
+                need: expected_len,
+            });
+        }
+        let seals = match rustix::fs::fcntl_get_seals(&fd) {
+            Ok(s) => s,
+            Err(Errno::INVAL) => return Err(RegionError::NotSealable),
+            Err(e) => return Err(RegionError::sys("fcntl(F_GET_SEALS)", e)),
+        };
+        if !seals.contains(SealFlags::SHRINK) {
+            return Err(RegionError::NotSealed);
+        }
+        Self::map(fd, expected_len)
+    }
+
+    fn map(fd: OwnedFd, len: usize) -> Result<ShmRegion, RegionError> {
+        // SAFETY: a fresh mapping (null hint, no MAP_FIXED) cannot alias any existing Rust
+        // object. The file has at least `len` bytes and cannot shrink (sealed; checked by
+        // both callers), so every mapped page stays backed and no access can SIGBUS.
+        let p = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+                &fd,
+                0,
+            )
+        }
+        .map_err(|e| RegionError::sys("mmap", e))?;
+        let ptr = NonNull::new(p.cast::<u8>()).ok_or(RegionError::sys("mmap", Errno::NOMEM))?;
+        Ok(ShmRegion { fd, ptr, len })
+    }
+
+    /// Bytes mapped.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the region has no bytes (never true: empty regions are refused).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The memfd, to pass to another process.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    fn check(&self, off: usize, len: usize) -> Result<(), RegionError> {
+        match off.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(self.out_of_bounds(off, len)),
+        }
+    }
+
+    #[cold]
+    fn out_of_bounds(&self, off: usize, len: usize) -> RegionError {
+        RegionError::OutOfBounds {
+            off,
+            len,
+            region_len: self.len,
+        }
+    }
+
+    fn check_atomic(&self, off: usize, size: usize) -> Result<*mut u8, RegionError> {
+        self.check(off, size)?;
+        // The mapping is page-aligned, so alignment of the offset is alignment of the
+        // address.
+        if off % size != 0 {
+            return Err(RegionError::Misaligned { off, align: size });
+        }
+        // SAFETY: `off + size <= len` was just checked, so the result stays inside the
+        // mapping.
+        Ok(unsafe { self.ptr.as_ptr().add(off) })
+    }
+
+    /// Copies `dst.len()` bytes at `off` out of the region.
+    pub fn read(&self, off: usize, dst: &mut [u8]) -> Result<(), RegionError> {
+        self.check(off, dst.len())?;
+        // SAFETY: the source range is inside the live mapping (checked) and cannot overlap
+        // `dst`, a Rust buffer outside it. No reference to the shared bytes is formed; if
+        // another process writes them concurrently, the copy may be torn, nothing worse.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(off), dst.as_mut_ptr(), dst.len())
+        };
+        Ok(())
+    }
+
+    /// Copies `src` into the region at `off`.
+    pub fn write(&self, off: usize, src: &[u8]) -> Result<(), RegionError> {
+        self.check(off, src.len())?;
+        // SAFETY: the destination range is inside the live, writable mapping (checked) and
+        // cannot overlap `src`. No Rust reference to those bytes exists except through
+        // `slice_mut`, whose caller promised not to hold one while others write.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(off), src.len())
+        };
+        Ok(())
+    }
+
+    /// The 32-bit atomic at `off` (bounds- and alignment-checked).
+    pub fn atomic_u32(&self, off: usize) -> Result<&AtomicU32, RegionError> {
+        let p = self.check_atomic(off, 4)?;
+        // SAFETY: `p` is 4-aligned and inside the mapping, which lives as long as `&self`.
+        // Atomics in shared memory are address-free on the platforms rustix supports, and
+        // every access to these bytes by this crate is atomic.
+        Ok(unsafe { AtomicU32::from_ptr(p.cast::<u32>()) })
+    }
+
+    /// The 64-bit atomic at `off` (bounds- and alignment-checked).
+    pub fn atomic_u64(&self, off: usize) -> Result<&AtomicU64, RegionError> {
+        let p = self.check_atomic(off, 8)?;
+        // SAFETY: as in `atomic_u32`, with 8-byte alignment checked.
+        Ok(unsafe { AtomicU64::from_ptr(p.cast::<u64>()) })
+    }
+
+    /// Atomically adds `val` to the 32-bit word at `off` (wrapping), returning the old
+    /// value. The packet accumulator update is one of these.
+    pub fn fetch_add_u32(&self, off: usize, val: u32, order: Ordering) -> Result<u32, RegionError> {
+        Ok(self.atomic_u32(off)?.fetch_add(val, order))
+    }
+
+    /// Atomic compare-and-swap on the 64-bit word at `off`. The outer `Result` is the
+    /// access check; the inner one is the CAS outcome (`Err` holds the value found).
+    pub fn compare_exchange_u64(
+        &self,
+        off: usize,
+        current: u64,
+        new: u64,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<Result<u64, u64>, RegionError> {
+        Ok(self
+            .atomic_u64(off)?
+            .compare_exchange(current, new, success, failure))
+    }
+
+    /// A mutable slice of the region, for zero-copy deposit (the engine writing a payload
+    /// straight into a receiver's area, or a sender building a message in its send area).
+    ///
+    /// # Safety
+    ///
+    /// For as long as the returned slice lives, the caller must ensure that nothing else
+    /// reads or writes `off..off + len`: no other slice from this function overlapping it,
+    /// no `read`/`write`/atomic access to those bytes through any `ShmRegion` of this file,
+    /// and no access by another process (the protocol must give the caller exclusive
+    /// ownership of the range, e.g. a slot range granted to this writer). Bytes written by
+    /// another process despite that contract are the caller's bug: the Rust compiler may
+    /// assume the slice does not change under it.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn slice_mut(&self, off: usize, len: usize) -> Result<&mut [u8], RegionError> {
+        self.check(off, len)?;
+        // SAFETY: the range is inside the live mapping (checked) and the mapping outlives
+        // `&self`; exclusivity of the range is the caller's contract above.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(off), len) })
+    }
+}
+
+impl Drop for ShmRegion {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are exactly the mapping created in `map`, unmapped only here.
+        // Every reference into it borrows `self`, so none outlives this call.
+        let r = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast::<c_void>(), self.len) };
+        // munmap of a mapping we own cannot fail; if it somehow did, leaking the mapping
+        // is the only safe outcome.
+        debug_assert!(r.is_ok(), "munmap failed: {r:?}");
+    }
+}
+
+impl RingMemory for ShmRegion {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline]
+    fn atomic_u32(&self, off: usize) -> Option<&AtomicU32> {
+        ShmRegion::atomic_u32(self, off).ok()
+    }
+
+    #[inline]
+    fn atomic_u64(&self, off: usize) -> Option<&AtomicU64> {
+        ShmRegion::atomic_u64(self, off).ok()
+    }
+
+    #[inline]
+    fn load_bytes(&self, off: usize, dst: &mut [u8]) -> bool {
+        self.read(off, dst).is_ok()
+    }
+
+    #[inline]
+    fn store_bytes(&self, off: usize, src: &[u8]) -> bool {
+        self.write(off, src).is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_read_write_atomics() -> Result<(), RegionError> {
+        let r = ShmRegion::create("hamlyn-test-region", 4096)?;
+        assert_eq!(r.len(), 4096);
+        let mut buf = [0xFFu8; 8];
+        r.read(100, &mut buf)?;
+        assert_eq!(buf, [0; 8], "memfds start zeroed");
+        r.write(100, b"hamlyn!!")?;
+        r.read(100, &mut buf)?;
+        assert_eq!(&buf, b"hamlyn!!");
+        assert_eq!(r.fetch_add_u32(8, 5, Ordering::Relaxed)?, 0);
+        assert_eq!(r.atomic_u32(8)?.load(Ordering::Relaxed), 5);
+        assert_eq!(
+            r.compare_exchange_u64(16, 0, 7, Ordering::Relaxed, Ordering::Relaxed)?,
+            Ok(0)
+        );
+        assert_eq!(
+            r.compare_exchange_u64(16, 0, 9, Ordering::Relaxed, Ordering::Relaxed)?,
+            Err(7)
+        );
+        // SAFETY: nothing else touches bytes 200..204 of this private test region.
+        let s = unsafe { r.slice_mut(200, 4)? };
+        s.copy_from_slice(&[1, 2, 3, 4]);
+        r.read(200, &mut buf[..4])?;
+        assert_eq!(&buf[..4], &[1, 2, 3, 4]);
+        Ok(())
+    }
+
+    #[test]
+    fn accessors_check_bounds_and_alignment() -> Result<(), RegionError> {
+        let r = ShmRegion::create("hamlyn-test-bounds", 64)?;
+        let mut buf = [0u8; 8];
+        assert!(matches!(
+            r.read(60, &mut buf),
+            Err(RegionError::OutOfBounds { .. })
+        ));
+        assert!(matches!(
+            r.write(usize::MAX, &buf),
+            Err(RegionError::OutOfBounds { .. })
+        ));
+        assert!(matches!(
+            r.atomic_u32(58),
+            Err(RegionError::Misaligned { .. })
+        ));
+        assert!(matches!(
+            r.atomic_u64(4),
+            Err(RegionError::Misaligned { .. })
+        ));
+        assert!(matches!(
+            r.atomic_u64(64),
+            Err(RegionError::OutOfBounds { .. })
+        ));
+        assert!(r.atomic_u64(56).is_ok());
+        // SAFETY: the call fails its bounds check before any slice exists.
+        assert!(unsafe { r.slice_mut(32, 33) }.is_err());
+        assert_eq!(ShmRegion::create("x", 0).err(), Some(RegionError::Empty));
+        assert_eq!(
+            ShmRegion::create("a\0b", 8).err(),
+            Some(RegionError::BadName)
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn from_fd_maps_the_same_memory() -> Result<(), Box<dyn std::error::Error>> {
+        let a = ShmRegion::create("hamlyn-test-share", 8192)?;
+        let fd = a.fd().try_clone_to_owned()?;
+        let b = ShmRegion::from_fd(fd, 8192)?;
+        // Relaxed: one thread; the point is that both mappings show the same memory.
+        a.atomic_u64(64)?.store(0xDEAD_BEEF, Ordering::Relaxed);
+        assert_eq!(b.atomic_u64(64)?.load(Ordering::Relaxed), 0xDEAD_BEEF);
+        // A smaller view of a larger file is fine.
+        let c = ShmRegion::from_fd(a.fd().try_clone_to_owned()?, 100)?;
+        assert_eq!(c.len(), 100);
+        Ok(())
+    }
+
+    #[test]
+    fn from_fd_rejects_unsealed_memfd() -> Result<(), Box<dyn std::error::Error>> {
+        let fd = rustix::fs::memfd_create(
+            "hamlyn-unsealed",
+            MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+        )?;
+        rustix::fs::ftruncate(&fd, 4096)?;
+        assert_eq!(
+            ShmRegion::from_fd(fd, 4096).err(),
+            Some(RegionError::NotSealed)
+        );
+        // Without ALLOW_SEALING the memfd carries F_SEAL_SEAL only: still not SHRINK-sealed.
+        let fd = rustix::fs::memfd_create("hamlyn-unsealable", MemfdFlags::CLOEXEC)?;
+        rustix::fs::ftruncate(&fd, 4096)?;
+        assert_eq!(
+            ShmRegion::from_fd(fd, 4096).err(),
+            Some(RegionError::NotSealed)
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn from_fd_rejects_too_small_and_non_memfds() -> Result<(), Box<dyn std::error::Error>> {
+        let a = ShmRegion::create("hamlyn-test-small", 4096)?;
+        assert_eq!(
+            ShmRegion::from_fd(a.fd().try_clone_to_owned()?, 4097).err(),
+            Some(RegionError::TooSmall {
+                have: 4096,
+                need: 4097
+            })
+        );
+        let (sock, _peer) = std::os::unix::net::UnixStream::pair()?;
+        assert_eq!(
+            ShmRegion::from_fd(sock.into(), 1).err(),
+            Some(RegionError::NotRegularFile)
+        );
+        let file = std::fs::File::open("/proc/self/exe")?;
+        let got = ShmRegion::from_fd(file.into(), 1).err();
+        assert!(
+            matches!(got, Some(RegionError::NotSealable | RegionError::NotSealed)),
+            "{got:?}"
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,475 @@
+//! Sleeping and waking without burning a core and without lost wakeups (DESIGN §2,
+//! "Wait-free and sleep-friendly"; Hamlyn's coalesced interrupts).
+//!
+//! A consumer that finds nothing to do spins for a short budget, then publishes its
+//! intent to sleep in a shared 32-bit *wake word* ([`SLEEPING`]), re-checks its condition,
+//! and sleeps on the word with a shared (not process-private) futex, so a producer in
+//! another process can wake it. A producer, after publishing work, looks at the word and
+//! makes the wake system call only if the flag is set: while the consumer is awake,
+//! producing costs one fence and one load, no system call.
+//!
+//! # Why no wakeup is lost
+//!
+//! This is Dekker's pattern; each side writes its own variable, then reads the other's:
+//!
+//! ```text
+//!   consumer (wait_until)                    producer (publish + wake_after_publish)
+//!   W1: word |= SLEEPING      (Relaxed RMW)  W2: publish the item   (Release store)
+//!   F1: fence(SeqCst)                        F2: fence(SeqCst)
+//!   R1: ready()?  (Acquire loads of items)   R2: word & SLEEPING?   (Relaxed load)
+//! ```
+//!
+//! The two SeqCst fences are totally ordered. If F1 comes first, then W1 happens-before
+//! R2 and the producer sees `SLEEPING` (and wakes the consumer); if F2 comes first, then
+//! W2 happens-before R1 and the consumer's re-check sees the item (and does not sleep).
+//! Release/Acquire alone would allow both reads to miss (store buffering), which is
+//! exactly the lost wakeup. Only fences are SeqCst, never accesses: that is what loom
+//! models precisely, and the loom test below checks it.
+//!
+//! Between R1 and the sleep itself, the kernel closes the window: `FUTEX_WAIT` compares
+//! the word with the value that still has `SLEEPING` set and returns at once if a
+//! producer has since cleared the flag (the producer clears it before `FUTEX_WAKE`, so
+//! either the compare fails or the waiter is already queued when the wake comes).
+//!
+//! The producer clears the flag with one `fetch_and` and only the producer that saw it set
+//! makes the system call: many producers publishing to one sleeper cost one wake.
+//!
+//! One waiter per word: the flag is not a count, so two consumers must not sleep on the
+//! same word.
+//!
+//! # Event loops
+//!
+//! A consumer that lives in an event loop (epoll, tokio) instead calls [`arm_eventfd`],
+//! which sets [`EVENTFD_ARMED`] with the same fence-and-recheck; a producer that holds the
+//! port's [`EventFd`] then pokes it once and clears the flag. The consumer drains the
+//! eventfd, consumes everything, and re-arms.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use rustix::event::EventfdFlags;
+use rustix::io::Errno;
+
+use crate::sync::{fence, spin_loop, AtomicU32, Ordering};
+
+/// Wake-word bit: the consumer is asleep (or about to be) on the futex.
+pub const SLEEPING: u32 = 1 << 0;
+/// Wake-word bit: the consumer waits in an event loop for the eventfd.
+pub const EVENTFD_ARMED: u32 = 1 << 1;
+
+/// Why waiting or waking failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WakeError {
+    /// `FUTEX_WAIT` failed other than by timeout, interruption or a changed word.
+    #[error("futex wait failed: {0}")]
+    Futex(Errno),
+    /// An eventfd system call failed.
+    #[error("eventfd {op} failed: {source}")]
+    EventFd {
+        /// The call that failed.
+        op: &'static str,
+        /// The error it returned.
+        source: Errno,
+    },
+}
+
+/// How a wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WaitOutcome {
+    /// The condition held.
+    Ready {
+        /// Futex sleeps that ended before the timeout (woken by a producer, or
+        /// spuriously); 0 if the condition held before the consumer ever slept.
+        woken: u32,
+    },
+    /// The timeout passed with the condition still false.
+    TimedOut,
+}
+
+/// Waits until `ready()` returns true or `timeout` passes (`None`: no timeout): spins
+/// `spin` times, then sleeps on `word` between re-checks.
+///
+/// `ready` must read the producers' publications with Acquire loads (the consumer's side
+/// of the pattern in the module docs); it is called again after every wakeup.
+pub fn wait_until(
+    word: &AtomicU32,
+    spin: u32,
+    timeout: Option<Duration>,
+    mut ready: impl FnMut() -> bool,
+) -> Result<WaitOutcome, WakeError> {
+    for _ in 0..spin {
+        if ready() {
+            return Ok(WaitOutcome::Ready { woken: 0 });
+        }
+        spin_loop();
+    }
+    if ready() {
+        return Ok(WaitOutcome::Ready { woken: 0 });
+    }
+    let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+    let mut woken = 0u32;
+    loop {
+        // W1. Relaxed: the ordering comes from F1.
+        let before = word.fetch_or(SLEEPING, Ordering::Relaxed);
+        // F1: pairs with the SeqCst fence F2 in `wake_after_publish` (Dekker; see the
+        // module docs): either R1 below sees the item, or the producer sees SLEEPING.
+        fence(Ordering::SeqCst);
+        // R1
+        if ready() {
+            word.fetch_and(!SLEEPING, Ordering::Relaxed);
+            return Ok(WaitOutcome::Ready { woken });
+        }
+        // No deadline: no timeout (also for a timeout too large for `Instant`).
+        let remaining = match deadline {
+            None => None,
+            Some(d) => match d.checked_duration_since(Instant::now()) {
+                Some(r) if !r.is_zero() => Some(r),
+                _ => {
+                    word.fetch_and(!SLEEPING, Ordering::Relaxed);
+                    return Ok(WaitOutcome::TimedOut);
+                }
+            },
+        };
+        match futex_wait(word, before | SLEEPING, remaining) {
+            Ok(()) => woken = woken.saturating_add(1),
+            // The word changed (a producer cleared SLEEPING): re-check at once.
+            Err(Errno::AGAIN) | Err(Errno::INTR) | Err(Errno::TIMEDOUT) => {}
+            Err(e) => {
+                word.fetch_and(!SLEEPING, Ordering::Relaxed);
+                return Err(WakeError::Futex(e));
+            }
+        }
+    }
+}
+
+/// Producer side: call right after publishing (a Release store the consumer's `ready`
+/// reads). Wakes the consumer if it sleeps on `word`, and pokes `eventfd` (if given) if
+/// the consumer armed it. Returns whether a system call was made: never while the
+/// consumer is awake.
+#[inline]
+pub fn wake_after_publish(word: &AtomicU32, eventfd: Option<&EventFd>) -> bool {
+    // F2: pairs with the SeqCst fence F1 in `wait_until` (and in `arm_eventfd`): either
+    // the consumer's re-check sees what we published, or we see its flag below.
+    fence(Ordering::SeqCst);
+    // R2. Relaxed: ordered by F2.
+    let w = word.load(Ordering::Relaxed);
+    if w & (SLEEPING | EVENTFD_ARMED) == 0 {
+        return false;
+    }
+    wake_slow(word, w, eventfd)
+}
+
+#[cold]
+#[inline(never)]
+fn wake_slow(word: &AtomicU32, seen: u32, eventfd: Option<&EventFd>) -> bool {
+    let mut bits = SLEEPING;
+    if eventfd.is_some() {
+        bits |= EVENTFD_ARMED;
+    }
+    if seen & bits == 0 {
+        return false;
+    }
+    // Only the producer that clears a bit acts on it: one wake per sleep. Relaxed: the
+    // futex system call orders the clear before the wake, and the waiter's kernel-side
+    // compare reads the word under the futex bucket lock.
+    let old = word.fetch_and(!bits, Ordering::Relaxed);
+    let mut syscall = false;
+    if old & SLEEPING != 0 {
+        futex_wake(word);
+        syscall = true;
+    }
+    if old & bits & EVENTFD_ARMED != 0 {
+        if let Some(efd) = eventfd {
+            // The only failure is EAGAIN when the counter is saturated, in which case
+            // the eventfd is readable already, which is all we want.
+            let _ = efd.notify();
+            syscall = true;
+        }
+    }
+    syscall
+}
+
+/// Consumer side, event-loop mode: asks producers to poke the port's eventfd on their
+/// next publication. Returns `true` if `ready()` already holds (consume before going back
+/// to the event loop; the flag is withdrawn so producers skip the poke).
+pub fn arm_eventfd(word: &AtomicU32, mut ready: impl FnMut() -> bool) -> bool {
+    word.fetch_or(EVENTFD_ARMED, Ordering::Relaxed);
+    // F1 (event-loop variant): pairs with the SeqCst fence F2 in `wake_after_publish`.
+    fence(Ordering::SeqCst);
+    if ready() {
+        word.fetch_and(!EVENTFD_ARMED, Ordering::Relaxed);
+        return true;
+    }
+    false
+}
+
+#[cfg(not(loom))]
+fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> Result<(), Errno> {
+    use rustix::thread::futex;
+    let ts = timeout.map(|t| futex::Timespec {
+        tv_sec: i64::try_from(t.as_secs()).unwrap_or(i64::MAX),
+        tv_nsec: i64::from(t.subsec_nanos()),
+    });
+    // Flags::empty(): a *shared* futex, keyed by the physical page, so that a producer in
+    // another process mapping the same memfd can wake us. FUTEX_PRIVATE would key it by
+    // this process's address space and the wake would never arrive.
+    futex::wait(word, futex::Flags::empty(), expected, ts.as_ref())
+}
+
+#[cfg(not(loom))]
+fn futex_wake(word: &AtomicU32) {
+    use rustix::thread::futex;
+    // Shared futex, as in `futex_wait`. The call fails only for a bad address or
+    // alignment, impossible for a live `&AtomicU32`.
+    let _ = futex::wake(word, futex::Flags::empty(), u32::MAX);
+}
+
+/// Loom's model of the futex: one bucket (a loom mutex and condition variable) for every
+/// word, exactly the kernel's algorithm: the waiter compares the word under the bucket
+/// lock and sleeps atomically with releasing it; the waker takes the lock and wakes all.
+/// Timeouts are ignored so that a lost wakeup shows up as a deadlock, which loom reports.
+#[cfg(loom)]
+mod loom_futex {
+    use loom::sync::{Condvar, Mutex};
+
+    loom::lazy_static! {
+        pub static ref BUCKET: (Mutex<()>, Condvar) = (Mutex::new(()), Condvar::new());
+    }
+}
+
+#[cfg(loom)]
+fn futex_wait(word: &AtomicU32, expected: u32, _timeout: Option<Duration>) -> Result<(), Errno> {
+    let (lock, cond) = &*loom_futex::BUCKET;
+    let guard = lock.lock().map_err(|_| Errno::INVAL)?;
+    if word.load(Ordering::Relaxed) != expected {
+        return Err(Errno::AGAIN);
+    }
+    let _guard = cond.wait(guard).map_err(|_| Errno::INVAL)?;
+    Ok(())
+}
+
+#[cfg(loom)]
+fn futex_wake(_word: &AtomicU32) {
+    let (lock, cond) = &*loom_futex::BUCKET;
+    let _guard = lock.lock();
+    cond.notify_all();
+}
+
+/// A non-blocking, close-on-exec eventfd: the one descriptor per port that becomes
+/// readable when any of its queues has work, for epoll and friends.
+#[derive(Debug)]
+pub struct EventFd {
+    fd: OwnedFd,
+}
+
+impl EventFd {
+    /// A new eventfd with counter 0.
+    pub fn new() -> Result<EventFd, WakeError> {
+        let fd = rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
+            .map_err(|e| WakeError::EventFd {
+                op: "create",
+                source: e,
+            })?;
+        Ok(EventFd { fd })
+    }
+
+    /// Wraps an eventfd received from another process. It must be non-blocking, or
+    /// `drain` blocks when there is nothing to drain.
+    pub fn from_fd(fd: OwnedFd) -> EventFd {
+        EventFd { fd }
+    }
+
+    /// Makes the eventfd readable (adds 1 to its counter).
+    pub fn notify(&self) -> Result<(), WakeError> {
+        loop {
+            match rustix::io::write(&self.fd, &1u64.to_ne_bytes()) {
+                Ok(_) => return Ok(()),
+                Err(Errno::INTR) => continue,
+                // The counter is saturated: the eventfd is readable already.
+                Err(Errno::AGAIN) => return Ok(()),
+                Err(e) => {
+                    return Err(WakeError::EventFd {
+                        op: "write",
+                        source: e,
+                    })
+                }
+            }
+        }
+    }
+
+    /// Resets the counter, returning how many notifications it held (0 if none).
+    pub fn drain(&self) -> Result<u64, WakeError> {
+        let mut buf = [0u8; 8];
+        loop {
+            match rustix::io::read(&self.fd, &mut buf) {
+                Ok(8) => return Ok(u64::from_ne_bytes(buf)),
+                Ok(_) => return Ok(0),
+                Err(Errno::INTR) => continue,
+                Err(Errno::AGAIN) => return Ok(0),
+                Err(e) => {
+                    return Err(WakeError::EventFd {
+                        op: "read",
+                        source: e,
+                    })
+                }
+            }
+        }
+    }
+
+    /// The descriptor, to register with epoll or pass to another process.
+    pub fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Gives up the descriptor.
+    pub fn into_fd(self) -> OwnedFd {
+        self.fd
+    }
+}
+
+impl AsFd for EventFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use super::*;
+
+    #[test]
+    fn awake_consumer_costs_no_syscall() {
+        let word = AtomicU32::new(0);
+        assert!(!wake_after_publish(&word, None));
+        let efd = EventFd::new().expect("eventfd");
+        assert!(!wake_after_publish(&word, Some(&efd)));
+        assert_eq!(efd.drain(), Ok(0));
+    }
+
+    #[test]
+    fn ready_before_sleep_returns_at_once() {
+        let word = AtomicU32::new(0);
+        let out = wait_until(&word, 0, Some(Duration::from_secs(5)), || true);
+        assert_eq!(out, Ok(WaitOutcome::Ready { woken: 0 }));
+        assert_eq!(word.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn times_out_and_clears_flag() {
+        let word = AtomicU32::new(0);
+        let t0 = Instant::now();
+        let out = wait_until(&word, 10, Some(Duration::from_millis(30)), || false);
+        assert_eq!(out, Ok(WaitOutcome::TimedOut));
+        assert!(t0.elapsed() >= Duration::from_millis(30));
+        assert_eq!(word.load(Ordering::Relaxed) & SLEEPING, 0);
+    }
+
+    #[test]
+    fn producer_wakes_sleeping_consumer() {
+        let word = AtomicU32::new(0);
+        let item = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // Wait until the consumer is (about to be) asleep.
+                while word.load(Ordering::Relaxed) & SLEEPING == 0 {
+                    std::thread::yield_now();
+                }
+                std::thread::sleep(Duration::from_millis(20));
+                // Release: pairs with the Acquire load in the consumer's `ready`.
+                item.store(true, Ordering::Release);
+                assert!(wake_after_publish(&word, None), "consumer slept: syscall");
+            });
+            let t0 = Instant::now();
+            let out = wait_until(&word, 100, Some(Duration::from_secs(20)), || {
+                // Acquire: pairs with the Release store above.
+                item.load(Ordering::Acquire)
+            });
+            assert!(matches!(out, Ok(WaitOutcome::Ready { .. })), "{out:?}");
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "woken, not timed out"
+            );
+        });
+    }
+
+    #[test]
+    fn eventfd_armed_gets_poked_once() {
+        let word = AtomicU32::new(0);
+        let efd = EventFd::new().expect("eventfd");
+        assert!(!arm_eventfd(&word, || false));
+        assert!(wake_after_publish(&word, Some(&efd)));
+        assert!(
+            !wake_after_publish(&word, Some(&efd)),
+            "flag cleared: no second poke"
+        );
+        assert_eq!(efd.drain(), Ok(1));
+        assert_eq!(efd.drain(), Ok(0));
+        // Already ready: not armed, no poke.
+        assert!(arm_eventfd(&word, || true));
+        assert!(!wake_after_publish(&word, Some(&efd)));
+        // A producer without the eventfd leaves the flag for one that has it.
+        assert!(!arm_eventfd(&word, || false));
+        assert!(!wake_after_publish(&word, None));
+        assert!(wake_after_publish(&word, Some(&efd)));
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    /// No lost wakeup: a consumer that decides to sleep while a producer publishes is
+    /// either woken or sees the item on its re-check. A lost wakeup would leave the
+    /// consumer blocked forever in the futex model, which loom reports as a deadlock.
+    #[test]
+    fn loom_no_lost_wakeup() {
+        crate::loom_model(|| {
+            let word = Arc::new(AtomicU32::new(0));
+            let item = Arc::new(AtomicU32::new(0));
+            let (w2, i2) = (word.clone(), item.clone());
+            let t = loom::thread::spawn(move || {
+                // Release: pairs with the Acquire load in the consumer's `ready`.
+                i2.store(1, Ordering::Release);
+                wake_after_publish(&w2, None);
+            });
+            let out = wait_until(&word, 0, None, || {
+                // Acquire: pairs with the Release store of `item` by the producer.
+                item.load(Ordering::Acquire) == 1
+            });
+            assert!(matches!(out, Ok(WaitOutcome::Ready { .. })));
+            t.join().expect("producer");
+        });
+    }
+
+    /// Two producers, two items, one consumer waiting for both.
+    #[test]
+    fn loom_no_lost_wakeup_two_producers() {
+        crate::loom_model(|| {
+            let word = Arc::new(AtomicU32::new(0));
+            let count = Arc::new(AtomicU32::new(0));
+            let mut ts = Vec::new();
+            for _ in 0..2 {
+                let (w, c) = (word.clone(), count.clone());
+                ts.push(loom::thread::spawn(move || {
+                    // Release: pairs with the Acquire load in the consumer's `ready`.
+                    c.fetch_add(1, Ordering::Release);
+                    wake_after_publish(&w, None);
+                }));
+            }
+            let out = wait_until(&word, 0, None, || {
+                // Acquire: pairs with the producers' Release increments.
+                count.load(Ordering::Acquire) == 2
+            });
+            assert!(matches!(out, Ok(WaitOutcome::Ready { .. })));
+            for t in ts {
+                t.join().expect("producer");
+            }
+        });
+    }
+}
