@@ -1,0 +1,269 @@
+//! The `Fabric` trait: how an engine hands packets to the network and gets them back.
+//!
+//! A fabric moves packets (`header ‖ metadata ‖ payload`, DESIGN §4) between engines and
+//! tells each engine when peers come and go. Every fabric (the simulated one in
+//! [`crate::sim`], TCP, later libfabric) implements this one trait and passes the suite in
+//! [`crate::conformance`]. The promises a fabric makes to the core:
+//!
+//! - **No silent loss, no duplication.** A packet sent to a live peer arrives exactly
+//!   once. If a link breaks or a peer dies, packets may be lost, but only together with a
+//!   [`PeerEvent::Down`] at both ends: loss is always announced (the seeds assume a
+//!   fabric that never drops packets on a live link).
+//! - **Any order.** Packets may arrive in any order, even on one link (TCP rails, the
+//!   simulator's random delays); packet counting does not need order.
+//! - **Back-pressure, not drops.** [`FabricError::Full`] means "try again later".
+//!
+//! The shape is made for zero copies. [`Fabric::send`] takes the payload as gather slices,
+//! so a TCP fabric can `writev` straight from registered memory. Receiving is two-phase:
+//! the fabric shows the header and metadata to a [`PacketSink`], the sink (the core's
+//! admission check) decides, and only an accepted packet's payload is read, straight into
+//! the buffer the sink names; a discarded one is skipped.
+//!
+//! Fabrics are sans-IO in their interface: time is passed in as `now`, and nothing blocks.
+
+use hamlyn_core::Instant;
+use hamlyn_wire::{Header, NodeId, WireError};
+
+/// What a sink wants done with an arriving packet's payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Landing {
+    /// Read the payload into the buffer from [`PacketSink::payload_buf`], then call
+    /// [`PacketSink::on_payload`].
+    Accept,
+    /// Skip the payload; the packet is finished.
+    Discard,
+}
+
+/// A change in whether a peer can be reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum PeerEvent {
+    /// The peer is reachable; `incarnation` grows every time the peer restarts.
+    Up {
+        /// The peer.
+        node: NodeId,
+        /// The peer's incarnation (tickets of older incarnations are stale).
+        incarnation: u32,
+    },
+    /// The peer is unreachable (crashed, or the link broke). Packets to or from it that
+    /// were in flight may have been lost; this event is how the loss is announced.
+    Down {
+        /// The peer.
+        node: NodeId,
+    },
+}
+
+impl PeerEvent {
+    /// The peer the event is about.
+    pub fn node(&self) -> NodeId {
+        match *self {
+            PeerEvent::Up { node, .. } | PeerEvent::Down { node } => node,
+        }
+    }
+}
+
+/// Why a fabric could not send or poll.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FabricError {
+    /// The path to the destination is full: back-pressure, nothing was queued; try again
+    /// after polling (never a silent drop).
+    #[error("fabric full: try again later")]
+    Full,
+    /// The destination is known to be down or unreachable (a [`PeerEvent::Down`] has been
+    /// or will be delivered for it).
+    #[error("peer {0} is down")]
+    PeerDown(NodeId),
+    /// No node with this id belongs to the fabric.
+    #[error("no route to node {0}")]
+    NoRoute(NodeId),
+    /// This node is down (crashed or closed): it can neither send nor receive.
+    #[error("the local node is down")]
+    LocalDown,
+    /// The header's source is not this node (a fabric only sends its own node's packets).
+    #[error("header names source {header}, but this fabric is node {local}")]
+    WrongSource {
+        /// The source the header names.
+        header: NodeId,
+        /// This fabric's node.
+        local: NodeId,
+    },
+    /// The metadata or payload given does not have the length the header states.
+    #[error("{field}: header states {stated} bytes, {actual} were given")]
+    LengthMismatch {
+        /// `"meta_len"` or `"payload_len"`.
+        field: &'static str,
+        /// The length in the header.
+        stated: u64,
+        /// The length of the bytes given.
+        actual: u64,
+    },
+    /// The header would not parse at the receiver (it is not a valid v1 header).
+    #[error("header is not valid on the wire: {0}")]
+    BadHeader(#[from] WireError),
+    /// The sink's payload buffer does not have the packet's payload length (a bug in the
+    /// sink; that packet's payload was dropped and the poll stopped).
+    #[error("sink gave a {got}-byte buffer for a {expected}-byte payload")]
+    SinkBuffer {
+        /// The packet's payload length.
+        expected: u64,
+        /// The buffer's length.
+        got: u64,
+    },
+}
+
+/// Receives what a fabric delivers: packets in two phases, and peer events.
+///
+/// Per packet, a fabric calls [`PacketSink::on_header`]; if it returns
+/// [`Landing::Accept`], then [`PacketSink::payload_buf`] and, once the payload is all in
+/// that buffer, exactly one [`PacketSink::on_payload`]. A fabric that delivers whole
+/// packets (the simulator) makes the three calls back to back. A stream fabric that reads
+/// a payload in pieces may ask for `payload_buf` again in a later poll, with other
+/// packets' calls in between; a sink that serves such a fabric must return the same
+/// memory for the same accepted packet until its `on_payload`.
+pub trait PacketSink {
+    /// The header and metadata of an arriving packet from `from`: accept it (the fabric
+    /// then asks for [`PacketSink::payload_buf`]) or discard it (the payload is skipped).
+    fn on_header(&mut self, from: NodeId, header: &Header, meta: &[u8]) -> Landing;
+    /// The buffer an accepted packet's payload goes to, exactly `header.payload_len`
+    /// bytes long. Only called for a header [`PacketSink::on_header`] accepted.
+    fn payload_buf(&mut self, header: &Header) -> &mut [u8];
+    /// The accepted packet's payload is fully in place.
+    fn on_payload(&mut self, from: NodeId, header: &Header, meta: &[u8]);
+    /// A peer came up or went down.
+    fn on_peer(&mut self, event: PeerEvent);
+}
+
+/// One node's access to a fabric.
+pub trait Fabric {
+    /// The node this fabric sends from.
+    fn local(&self) -> NodeId;
+
+    /// Queues one packet to `header.dst`. The payload is given as gather slices (zero-copy
+    /// for fabrics that can write straight from registered memory); their total length
+    /// must be `header.payload_len`, and `meta` must be `header.meta_len` bytes.
+    ///
+    /// [`FabricError::Full`] is back-pressure (try again later), never a silent drop;
+    /// [`FabricError::PeerDown`] when the destination is known dead or unreachable.
+    /// Nothing is queued when an error is returned.
+    fn send(
+        &mut self,
+        now: Instant,
+        header: &Header,
+        meta: &[u8],
+        payload: &[&[u8]],
+    ) -> Result<(), FabricError>;
+
+    /// Delivers any peer events and up to `budget` arrived packets to `sink`; returns how
+    /// many packets (accepted or discarded) were delivered.
+    fn poll(
+        &mut self,
+        now: Instant,
+        sink: &mut dyn PacketSink,
+        budget: usize,
+    ) -> Result<usize, FabricError>;
+}
+
+impl<F: Fabric + ?Sized> Fabric for &mut F {
+    fn local(&self) -> NodeId {
+        (**self).local()
+    }
+    fn send(
+        &mut self,
+        now: Instant,
+        header: &Header,
+        meta: &[u8],
+        payload: &[&[u8]],
+    ) -> Result<(), FabricError> {
+        (**self).send(now, header, meta, payload)
+    }
+    fn poll(
+        &mut self,
+        now: Instant,
+        sink: &mut dyn PacketSink,
+        budget: usize,
+    ) -> Result<usize, FabricError> {
+        (**self).poll(now, sink, budget)
+    }
+}
+
+/// Checks what every fabric must check before queueing a packet: the header is this
+/// node's, survives the wire unchanged, and its lengths match the bytes given.
+///
+/// Returns the total payload length.
+pub fn check_send(
+    local: NodeId,
+    header: &Header,
+    meta: &[u8],
+    payload: &[&[u8]],
+) -> Result<usize, FabricError> {
+    if header.src != local {
+        return Err(FabricError::WrongSource {
+            header: header.src,
+            local,
+        });
+    }
+    if meta.len() != usize::from(header.meta_len) {
+        return Err(FabricError::LengthMismatch {
+            field: "meta_len",
+            stated: u64::from(header.meta_len),
+            actual: meta.len() as u64,
+        });
+    }
+    let total: usize = payload.iter().map(|s| s.len()).sum();
+    if total as u64 != u64::from(header.payload_len) {
+        return Err(FabricError::LengthMismatch {
+            field: "payload_len",
+            stated: u64::from(header.payload_len),
+            actual: total as u64,
+        });
+    }
+    let parsed = Header::parse(&header.to_bytes())?;
+    if parsed != *header {
+        return Err(FabricError::BadHeader(WireError::InvalidField {
+            field: "header",
+            why: "does not survive encoding unchanged",
+        }));
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hamlyn_wire::{Flags, Op};
+
+    #[test]
+    fn check_send_catches_each_mistake() {
+        let mut h = Header::new(Op::Write);
+        h.src = NodeId(1);
+        h.flags = Flags::FIRST | Flags::LAST;
+        h.meta_len = 2;
+        h.payload_len = 5;
+        let me = NodeId(1);
+        assert_eq!(check_send(me, &h, b"mm", &[b"ab", b"cde"]), Ok(5));
+        assert!(matches!(
+            check_send(NodeId(2), &h, b"mm", &[b"abcde"]),
+            Err(FabricError::WrongSource { .. })
+        ));
+        assert!(matches!(
+            check_send(me, &h, b"m", &[b"abcde"]),
+            Err(FabricError::LengthMismatch {
+                field: "meta_len",
+                ..
+            })
+        ));
+        assert!(matches!(
+            check_send(me, &h, b"mm", &[b"abcd"]),
+            Err(FabricError::LengthMismatch {
+                field: "payload_len",
+                ..
+            })
+        ));
+        h.flags = Flags::LAST; // metadata without FIRST does not parse
+        assert!(matches!(
+            check_send(me, &h, b"mm", &[b"abcde"]),
+            Err(FabricError::BadHeader(_))
+        ));
+    }
+}
