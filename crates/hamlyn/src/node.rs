@@ -1,0 +1,418 @@
+//! [`Node`]: one control connection to an engine and the port it gave us.
+
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use hamlyn_shm::port::{PortLayout, MAX_QUEUES, MAX_TERMINI};
+use hamlyn_shm::region::ShmRegion;
+use hamlyn_shm::spsc;
+use hamlyn_shm::wake::EventFd;
+use hamlyn_wire::control::{Reply, Request, CONTROL_VERSION};
+use hamlyn_wire::NodeId;
+
+use crate::area::{Area, MetaArea};
+use crate::completion::ErrorTable;
+use crate::control::Control;
+use crate::embedded::EngineGuard;
+use crate::error::Error;
+use crate::queue::NotifyQueue;
+use crate::slot::SlotBuilder;
+use crate::terminus::Terminus;
+
+/// How a [`Node`] asks for its port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeOptions {
+    /// Termini in the port (1..=64): how many [`Terminus`] handles can exist at once.
+    pub termini: u16,
+    /// Notification queues in the port (1..=64).
+    pub queues: u16,
+    /// Entries per notification queue (a power of two, 64..=65536).
+    pub queue_cap: u32,
+    /// Polls a waiter spins through before it sleeps on a futex.
+    pub spin: u32,
+    /// Longest wait for a control reply; a slower engine breaks the connection
+    /// ([`Error::ControlTimeout`]). Zero: wait forever.
+    pub control_timeout: Duration,
+}
+
+impl Default for NodeOptions {
+    fn default() -> NodeOptions {
+        NodeOptions {
+            termini: 4,
+            queues: 4,
+            queue_cap: 1024,
+            spin: 2_000,
+            control_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Distinguishes node handles, so that an area of one is never sent through another.
+static INSTANCES: AtomicU64 = AtomicU64::new(1);
+
+/// Which termini of the port are handed out, and the priority each was opened at (the
+/// engine serves a terminus from its first `OpenTerminus` on, at that priority).
+#[derive(Debug)]
+pub(crate) struct TerminusSlots {
+    in_use: Vec<bool>,
+    opened: Vec<Option<u8>>,
+}
+
+/// Everything the handles of one node share. Field order is drop order: the engine (if
+/// embedded) goes last, after our end of the connection and the port.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    /// This handle's instance number.
+    pub(crate) instance: u64,
+    /// The control connection (slow path only).
+    control: Mutex<Control>,
+    /// The port.
+    pub(crate) port: Arc<ShmRegion>,
+    /// Where everything in the port is.
+    pub(crate) layout: PortLayout,
+    /// The port's eventfd: readable when an armed queue has work.
+    pub(crate) port_event: EventFd,
+    /// The engine's doorbell, written when the engine sleeps.
+    pub(crate) doorbell: EventFd,
+    /// The error ring and the failures read from it.
+    pub(crate) errors: Mutex<ErrorTable>,
+    /// Our client id on the engine.
+    pub(crate) client: u32,
+    /// The engine's node.
+    pub(crate) node: NodeId,
+    /// The engine's incarnation.
+    pub(crate) incarnation: u32,
+    /// Termini handed out.
+    pub(crate) termini: Mutex<TerminusSlots>,
+    /// Bit `i`: queue `i`'s consumer is handed out.
+    pub(crate) queues_taken: AtomicU64,
+    /// The options the node was made with.
+    pub(crate) options: NodeOptions,
+    /// The embedded engine, if this node started one.
+    _engine: Option<EngineGuard>,
+}
+
+impl Shared {
+    /// The control connection; a panic in another thread while it held the lock does not
+    /// make it unusable (every call leaves it consistent or marks it broken).
+    pub(crate) fn control(&self) -> MutexGuard<'_, Control> {
+        self.control.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn termini(&self) -> MutexGuard<'_, TerminusSlots> {
+        self.termini.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Gives terminus `index` back (its handle was dropped).
+    pub(crate) fn release_terminus(&self, index: u16) {
+        if let Some(u) = self.termini().in_use.get_mut(usize::from(index)) {
+            *u = false;
+        }
+    }
+
+    /// Gives queue `index` back.
+    pub(crate) fn release_queue(&self, index: u16) {
+        self.queues_taken
+            .fetch_and(!(1u64 << index), Ordering::AcqRel);
+    }
+}
+
+/// A connection to an engine: one control socket and one port.
+///
+/// `Node` is `Send` and `Sync`; the handles it makes ([`Area`], [`crate::Slot`],
+/// [`Terminus`], [`NotifyQueue`]) keep the connection alive, so the node may be dropped
+/// before them. When the last handle goes, the connection closes and the engine frees
+/// everything the client made.
+#[derive(Clone, Debug)]
+pub struct Node {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl Node {
+    /// Connects to the engine listening at `path` with default [`NodeOptions`].
+    pub fn connect(path: impl AsRef<Path>) -> Result<Node, Error> {
+        Node::connect_with(path, NodeOptions::default())
+    }
+
+    /// Connects to the engine listening at `path`.
+    pub fn connect_with(path: impl AsRef<Path>, options: NodeOptions) -> Result<Node, Error> {
+        let control = Control::connect(path.as_ref(), options.control_timeout)?;
+        Node::attach(control, options, None)
+    }
+
+    /// Starts an engine thread inside this process and connects to it, with default
+    /// [`NodeOptions`]. The engine stops when the node and every handle it made are gone.
+    pub fn embedded() -> Result<Node, Error> {
+        Node::embedded_with(NodeOptions::default())
+    }
+
+    /// [`Node::embedded`] with options.
+    pub fn embedded_with(options: NodeOptions) -> Result<Node, Error> {
+        let (guard, path) = EngineGuard::start()?;
+        let control = Control::connect(&path, options.control_timeout)?;
+        Node::attach(control, options, Some(guard))
+    }
+
+    /// Attaches over a connected control socket.
+    pub(crate) fn attach(
+        mut control: Control,
+        options: NodeOptions,
+        engine: Option<EngineGuard>,
+    ) -> Result<Node, Error> {
+        if options.termini == 0 || options.termini > MAX_TERMINI {
+            return Err(Error::InvalidArgument("termini must be in 1..=64"));
+        }
+        if options.queues == 0 || options.queues > MAX_QUEUES {
+            return Err(Error::InvalidArgument("queues must be in 1..=64"));
+        }
+        let req = Request::Attach {
+            version: CONTROL_VERSION,
+            pid: std::process::id(),
+            termini: options.termini,
+            queues: options.queues,
+            queue_cap: options.queue_cap,
+        };
+        let (reply, fds) = control.call(&req, &[])?;
+        let Reply::Attached {
+            client,
+            node,
+            incarnation,
+            port_len,
+        } = reply
+        else {
+            return Err(control.violation("expected Attached"));
+        };
+        let Ok::<[OwnedFd; 3], _>([port_fd, event_fd, doorbell_fd]) = fds.try_into() else {
+            return Err(control.violation("Attached must carry exactly 3 descriptors"));
+        };
+        let port_len = usize::try_from(port_len).map_err(|_| control.violation("port length"))?;
+        let port = Arc::new(ShmRegion::from_fd(port_fd, port_len)?);
+        let layout = PortLayout::read_header(&*port)?;
+        let g = layout.geometry;
+        if g.termini != options.termini || g.queues != options.queues {
+            return Err(control.violation("port geometry differs from the one asked for"));
+        }
+        let errors = spsc::Consumer::attach(port.clone(), layout.errors)?;
+        let shared = Shared {
+            instance: INSTANCES.fetch_add(1, Ordering::Relaxed),
+            control: Mutex::new(control),
+            errors: Mutex::new(ErrorTable::new(errors, g.termini)),
+            port,
+            layout,
+            port_event: EventFd::from_fd(event_fd),
+            doorbell: EventFd::from_fd(doorbell_fd),
+            client,
+            node: NodeId(node),
+            incarnation,
+            termini: Mutex::new(TerminusSlots {
+                in_use: vec![false; usize::from(g.termini)],
+                opened: vec![None; usize::from(g.termini)],
+            }),
+            queues_taken: AtomicU64::new(0),
+            options,
+            _engine: engine,
+        };
+        Ok(Node {
+            shared: Arc::new(shared),
+        })
+    }
+
+    /// The engine's node id (what tickets to this node's slots name).
+    pub fn id(&self) -> NodeId {
+        self.shared.node
+    }
+
+    /// The engine's incarnation (tickets carry it; a restarted engine has a new one).
+    pub fn incarnation(&self) -> u32 {
+        self.shared.incarnation
+    }
+
+    /// Our client id on the engine.
+    pub fn client_id(&self) -> u32 {
+        self.shared.client
+    }
+
+    /// The options the node was made with.
+    pub fn options(&self) -> &NodeOptions {
+        &self.shared.options
+    }
+
+    /// Creates and registers an area of `len` bytes (zero-filled shared memory).
+    pub fn area(&self, len: u64) -> Result<Area, Error> {
+        Area::register(&self.shared, len)
+    }
+
+    /// Creates and registers a metadata area of `count` 128-byte entries, all zero (so a
+    /// paranoid_one_shot entry starts disarmed).
+    pub fn meta_area(&self, count: u32) -> Result<MetaArea, Error> {
+        let len = u64::from(count) * hamlyn_wire::META_ENTRY_LEN as u64;
+        let area = self.area(len)?;
+        MetaArea::new(&area, 0, count)
+    }
+
+    /// Starts building a slot over `area` (by default: all of it, normal mode, writes
+    /// only, no notification queue).
+    pub fn slot<'a>(&self, area: &'a Area) -> SlotBuilder<'a> {
+        SlotBuilder::new(self.shared.clone(), area)
+    }
+
+    /// Opens a terminus served at `priority` (0 first; the engine has a few levels and
+    /// clamps the rest). A terminus index keeps the priority it was first opened at: a
+    /// dropped terminus is reused only for the same priority.
+    pub fn terminus(&self, priority: u8) -> Result<Terminus, Error> {
+        let shared = &self.shared;
+        let mut slots = shared.termini();
+        let free = |want: Option<u8>| {
+            (0..slots.in_use.len()).find(|&i| !slots.in_use[i] && slots.opened[i] == want)
+        };
+        let (index, open) = match (free(Some(priority)), free(None)) {
+            (Some(i), _) => (i, false),
+            (None, Some(i)) => (i, true),
+            (None, None) => return Err(Error::NoTerminus(shared.layout.geometry.termini)),
+        };
+        let idx = u16::try_from(index).map_err(|_| Error::NoTerminus(u16::MAX))?;
+        if open {
+            shared.control().call_ok(&Request::OpenTerminus {
+                index: idx,
+                priority,
+            })?;
+            slots.opened[index] = Some(priority);
+        }
+        let t = Terminus::new(shared.clone(), idx)?;
+        slots.in_use[index] = true;
+        Ok(t)
+    }
+
+    /// The consumer of notification queue `index`. Each queue has one consumer: a second
+    /// call for the same queue fails with [`Error::QueueTaken`] until the first handle is
+    /// dropped.
+    pub fn queue(&self, index: u16) -> Result<NotifyQueue, Error> {
+        let count = self.shared.layout.geometry.queues;
+        if index >= count {
+            return Err(Error::NoSuchQueue { index, count });
+        }
+        let bit = 1u64 << index;
+        // AcqRel: hands the consumer (and its private head) from a dropped handle to the
+        // next one, possibly on another thread.
+        if self.shared.queues_taken.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
+            return Err(Error::QueueTaken(index));
+        }
+        NotifyQueue::new(self.shared.clone(), index).inspect_err(|_| {
+            self.shared.release_queue(index);
+        })
+    }
+
+    /// Every notification queue not yet handed out, by index.
+    pub fn queues(&self) -> Result<Vec<NotifyQueue>, Error> {
+        let mut out = Vec::new();
+        for i in 0..self.shared.layout.geometry.queues {
+            match self.queue(i) {
+                Ok(q) => out.push(q),
+                Err(Error::QueueTaken(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The port's eventfd, for epoll, tokio or any event loop: it becomes readable when a
+    /// queue armed with [`NotifyQueue::arm`] gets an entry. Drain it with
+    /// [`Node::drain_event_fd`], consume, and re-arm.
+    pub fn event_fd(&self) -> BorrowedFd<'_> {
+        self.shared.port_event.as_fd()
+    }
+
+    /// Resets the port eventfd's counter, returning it (0 if it was not readable).
+    pub fn drain_event_fd(&self) -> Result<u64, Error> {
+        Ok(self.shared.port_event.drain()?)
+    }
+
+    /// The engine's counters, as JSON.
+    pub fn stats(&self) -> Result<String, Error> {
+        let mut control = self.shared.control();
+        match control.call(&Request::Stats, &[])? {
+            (Reply::Stats { json }, fds) if fds.is_empty() => Ok(json),
+            _ => Err(control.violation("expected Stats")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+    fn assert_send<T: Send>() {}
+
+    #[test]
+    fn handles_can_move_between_threads() {
+        assert_send_sync::<Node>();
+        assert_send::<Terminus>();
+        assert_send::<NotifyQueue>();
+        assert_send_sync::<Area>();
+        assert_send_sync::<crate::Slot>();
+        assert_send_sync::<crate::SendHandle>();
+    }
+}
+
+#[cfg(test)]
+mod attach_tests {
+    use super::*;
+    use crate::testing::fake_node;
+
+    #[test]
+    fn attach_takes_identity_from_the_engine() {
+        let (node, fake) = fake_node(NodeOptions {
+            termini: 3,
+            queues: 2,
+            queue_cap: 256,
+            ..NodeOptions::default()
+        });
+        assert_eq!(
+            (node.id(), node.incarnation(), node.client_id()),
+            (NodeId(7), 99, 1)
+        );
+        match &fake.requests()[0] {
+            Request::Attach {
+                version,
+                pid,
+                termini,
+                queues,
+                queue_cap,
+            } => {
+                assert_eq!((*version, *pid), (CONTROL_VERSION, std::process::id()));
+                assert_eq!((*termini, *queues, *queue_cap), (3, 2, 256));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(node.stats().unwrap(), "{\"fake\":true}");
+        assert!(matches!(
+            Node::connect("/nonexistent/hamlyn.sock"),
+            Err(Error::Connect { .. })
+        ));
+    }
+
+    #[test]
+    fn engine_refusals_are_typed() {
+        let (node, _fake) = fake_node(NodeOptions::default());
+        let area = node.area(64).unwrap();
+        // The fake refuses to revoke slot 666; reach it through the control connection.
+        let r = node
+            .shared
+            .control()
+            .call_ok(&Request::Revoke { slot: 666 });
+        assert!(matches!(
+            r,
+            Err(Error::Refused {
+                code: Some(hamlyn_wire::control::ControlErrorCode::NotFound),
+                ..
+            })
+        ));
+        // The connection is still usable after a refusal.
+        assert!(node.area(64).is_ok());
+        drop(area);
+    }
+}

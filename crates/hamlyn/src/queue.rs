@@ -1,0 +1,260 @@
+//! Notification queues: where the engine reports arrivals (seed 000 §2.6, §3.2 `h_recv`,
+//! `h_recv_block`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hamlyn_shm::notifq;
+use hamlyn_shm::region::ShmRegion;
+use hamlyn_wire::{NodeId, NotifEntry, NotifKind, SlotId, FAST_META_INDEX};
+
+use crate::error::Error;
+use crate::node::Shared;
+
+/// What a notification reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NotificationKind {
+    /// Every packet of a message arrived; its metadata entry is complete.
+    Message,
+    /// A fast-mode message arrived; [`Notification::word`] is its metadata.
+    Fast,
+    /// A peer with partial messages to this queue is gone.
+    PeerDown,
+    /// A remote read's reply landed; the word is the request id.
+    ReadDone,
+    /// A remote atomic's old value landed; the word is that value.
+    AtomicDone,
+    /// Notifications were lost to a full queue; the word says how many.
+    Overflow,
+    /// A kind this library does not know (the raw code).
+    Unknown(u16),
+}
+
+/// One arrival.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Notification {
+    /// What happened.
+    pub kind: NotificationKind,
+    /// The slot the message arrived in.
+    pub slot: SlotId,
+    /// The message's metadata entry (slot-relative index), `None` in fast mode.
+    pub meta_index: Option<u32>,
+    /// The tag, the fast-mode metadata, or a count, depending on the kind.
+    pub word: u64,
+    /// The sending node.
+    pub src_node: NodeId,
+    /// Payload bytes of the packet that completed the message (or a status code).
+    pub len: u32,
+    /// Header flags of that packet.
+    pub flags: u16,
+}
+
+impl Notification {
+    /// Decodes a queue entry (every bit pattern decodes).
+    pub fn from_entry(e: &NotifEntry) -> Notification {
+        let raw = e.kind.get();
+        let kind = match NotifKind::from_u16(raw) {
+            Some(NotifKind::Message) => NotificationKind::Message,
+            Some(NotifKind::Fast) => NotificationKind::Fast,
+            Some(NotifKind::PeerDown) => NotificationKind::PeerDown,
+            Some(NotifKind::ReadDone) => NotificationKind::ReadDone,
+            Some(NotifKind::AtomicDone) => NotificationKind::AtomicDone,
+            Some(NotifKind::Overflow) => NotificationKind::Overflow,
+            _ => NotificationKind::Unknown(raw),
+        };
+        let mi = e.meta_index.get();
+        Notification {
+            kind,
+            slot: SlotId(e.slot.get()),
+            meta_index: (mi != FAST_META_INDEX).then_some(mi),
+            word: e.word.get(),
+            src_node: NodeId(e.src_node.get()),
+            len: e.len.get(),
+            flags: e.flags.get(),
+        }
+    }
+}
+
+/// The consumer of one notification queue of the port. A single-owner handle (one per
+/// queue, `&mut self`); it can move to another thread.
+#[derive(Debug)]
+pub struct NotifyQueue {
+    shared: Arc<Shared>,
+    index: u16,
+    consumer: notifq::Consumer<Arc<ShmRegion>>,
+}
+
+impl NotifyQueue {
+    pub(crate) fn new(shared: Arc<Shared>, index: u16) -> Result<NotifyQueue, Error> {
+        let count = shared.layout.geometry.queues;
+        let layout = *shared
+            .layout
+            .queues
+            .get(usize::from(index))
+            .ok_or(Error::NoSuchQueue { index, count })?;
+        let consumer = notifq::Consumer::attach(shared.port.clone(), layout)?;
+        Ok(NotifyQueue {
+            shared,
+            index,
+            consumer,
+        })
+    }
+
+    /// The queue's index in the port (what [`crate::SlotBuilder::queue`] takes).
+    pub fn index(&self) -> u16 {
+        self.index
+    }
+
+    /// The next notification, if there is one: never blocks, allocates or makes a system
+    /// call.
+    pub fn poll(&mut self) -> Option<Notification> {
+        self.consumer.poll().map(|e| Notification::from_entry(&e))
+    }
+
+    /// The next notification, waiting up to `timeout` (`None`: forever) for one: spins
+    /// briefly ([`crate::NodeOptions::spin`]), then sleeps on the queue's futex until the
+    /// engine posts (no core burnt). `Ok(None)` on timeout.
+    pub fn wait(&mut self, timeout: Option<Duration>) -> Result<Option<Notification>, Error> {
+        Ok(self
+            .consumer
+            .wait(self.shared.options.spin, timeout)?
+            .map(|e| Notification::from_entry(&e)))
+    }
+
+    /// Event-loop mode: asks the engine to make [`crate::Node::event_fd`] readable on its
+    /// next post to this queue. Returns `true` if a notification is already waiting: poll
+    /// it before going back to the event loop.
+    pub fn arm(&self) -> bool {
+        self.consumer.arm_eventfd()
+    }
+
+    /// Notifications the engine could not post because the queue was full (never
+    /// overwritten; a slot's senders see their messages complete regardless).
+    pub fn overflows(&self) -> u64 {
+        self.consumer.overflows()
+    }
+}
+
+impl Drop for NotifyQueue {
+    fn drop(&mut self) {
+        self.shared.release_queue(self.index);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::fake_node;
+    use crate::NodeOptions;
+    use std::time::Instant;
+
+    fn producer(fake: &crate::testing::FakeEngine, i: u16) -> notifq::Producer<Arc<ShmRegion>> {
+        notifq::Producer::attach(fake.port.clone(), fake.layout.queues[usize::from(i)]).unwrap()
+    }
+
+    fn entry(kind: u16, word: u64) -> NotifEntry {
+        let mut e = NotifEntry::zeroed();
+        e.kind.set(kind);
+        e.slot.set(5);
+        e.meta_index.set(3);
+        e.word.set(word);
+        e.src_node.set(7);
+        e.len.set(8);
+        e
+    }
+
+    #[test]
+    fn entries_decode_into_notifications() {
+        let n = Notification::from_entry(&entry(NotifKind::Message as u16, 42));
+        assert_eq!(
+            n,
+            Notification {
+                kind: NotificationKind::Message,
+                slot: SlotId(5),
+                meta_index: Some(3),
+                word: 42,
+                src_node: NodeId(7),
+                len: 8,
+                flags: 0,
+            }
+        );
+        let mut f = entry(NotifKind::Fast as u16, 1);
+        f.meta_index.set(FAST_META_INDEX);
+        let n = Notification::from_entry(&f);
+        assert_eq!((n.kind, n.meta_index), (NotificationKind::Fast, None));
+        let n = Notification::from_entry(&entry(77, 0));
+        assert_eq!(n.kind, NotificationKind::Unknown(77));
+    }
+
+    #[test]
+    fn poll_wait_and_overflow() {
+        let (node, fake) = fake_node(NodeOptions {
+            queue_cap: 64,
+            ..NodeOptions::default()
+        });
+        let mut q = node.queue(1).unwrap();
+        let p = producer(&fake, 1);
+        assert_eq!(q.poll(), None);
+        let t0 = Instant::now();
+        assert_eq!(q.wait(Some(Duration::from_millis(20))).unwrap(), None);
+        assert!(t0.elapsed() >= Duration::from_millis(20));
+        p.post(&entry(NotifKind::Message as u16, 9)).unwrap();
+        assert_eq!(q.poll().map(|n| n.word), Some(9));
+        // A sleeping waiter is woken by the post.
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(20));
+                p.post(&entry(NotifKind::Message as u16, 10)).unwrap();
+            });
+            let n = q.wait(Some(Duration::from_secs(10))).unwrap();
+            assert_eq!(n.map(|n| n.word), Some(10));
+        });
+        for i in 0..64 {
+            p.post(&entry(NotifKind::Message as u16, i)).unwrap();
+        }
+        assert!(p.post(&entry(NotifKind::Message as u16, 64)).is_err());
+        assert_eq!(q.overflows(), 1);
+        for i in 0..64 {
+            assert_eq!(q.poll().map(|n| n.word), Some(i), "never overwritten");
+        }
+    }
+
+    #[test]
+    fn armed_queue_makes_the_port_eventfd_readable() {
+        let (node, fake) = fake_node(NodeOptions::default());
+        let q = node.queue(0).unwrap();
+        let efd = hamlyn_shm::wake::EventFd::from_fd(
+            rustix::io::fcntl_dupfd_cloexec(node.event_fd(), 0).unwrap(),
+        );
+        let p = producer(&fake, 0).with_eventfd(efd);
+        assert!(!q.arm(), "nothing waiting yet");
+        p.post(&entry(NotifKind::Fast as u16, 1)).unwrap();
+        let fd = node.event_fd();
+        let mut fds = [rustix::event::PollFd::new(
+            &fd,
+            rustix::event::PollFlags::IN,
+        )];
+        assert_eq!(rustix::event::poll(&mut fds, None).unwrap(), 1);
+        assert_eq!(node.drain_event_fd().unwrap(), 1);
+        assert!(q.arm(), "the entry is still there to poll");
+    }
+
+    #[test]
+    fn each_queue_has_one_consumer() {
+        let (node, _fake) = fake_node(NodeOptions::default());
+        let q2 = node.queue(2).unwrap();
+        assert!(matches!(node.queue(2), Err(Error::QueueTaken(2))));
+        assert!(matches!(
+            node.queue(4),
+            Err(Error::NoSuchQueue { index: 4, count: 4 })
+        ));
+        let rest = node.queues().unwrap();
+        assert_eq!(
+            rest.iter().map(NotifyQueue::index).collect::<Vec<_>>(),
+            vec![0, 1, 3]
+        );
+        drop(q2);
+        assert_eq!(node.queue(2).unwrap().index(), 2);
+    }
+}

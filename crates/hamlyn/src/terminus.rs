@@ -1,0 +1,470 @@
+//! Termini: private send work queues (seed 000 §2.3), and the handles of what was sent.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hamlyn_shm::port::header;
+use hamlyn_shm::region::ShmRegion;
+use hamlyn_shm::spsc::{self, PushError};
+use hamlyn_shm::sync::Ordering;
+use hamlyn_shm::wake::wake_after_publish;
+use hamlyn_wire::request::REQUEST_LEN;
+use hamlyn_wire::Ticket;
+
+use crate::area::{Area, AreaInner};
+use crate::completion::{self, Status};
+use crate::error::{Error, SendError};
+use crate::node::Shared;
+use crate::request::{build, Data, SendOptions};
+
+/// A gather span a pending send is reading; the area stays registered until it is done.
+#[derive(Debug)]
+struct PendingSpan {
+    pos: u64,
+    area: Arc<AreaInner>,
+    offset: u64,
+    len: u64,
+}
+
+/// A private send work queue: the sending half of a port.
+///
+/// Requests are taken in order; each [`Terminus::send`] returns a [`SendHandle`]. The
+/// engine interleaves the packets of all termini with work (round robin within a
+/// priority). A single-owner handle: one thread sends on it at a time (`&mut self`); use
+/// one terminus per sending thread.
+#[derive(Debug)]
+pub struct Terminus {
+    shared: Arc<Shared>,
+    index: u16,
+    ring: spsc::Producer<Arc<ShmRegion>>,
+    /// Ring position of the next request.
+    next: u64,
+    /// Gather spans of unfinished sends, in position order.
+    pending: VecDeque<PendingSpan>,
+}
+
+impl Terminus {
+    pub(crate) fn new(shared: Arc<Shared>, index: u16) -> Result<Terminus, Error> {
+        let layout = *shared
+            .layout
+            .termini
+            .get(usize::from(index))
+            .ok_or(Error::NoTerminus(shared.layout.geometry.termini))?;
+        let ring = spsc::Producer::attach(shared.port.clone(), layout)?;
+        // Relaxed: our own producer index, left by an earlier handle of this terminus.
+        let next = shared
+            .port
+            .atomic_u64(layout.offset() + spsc::header::PROD)?
+            .load(Ordering::Relaxed);
+        Ok(Terminus {
+            shared,
+            index,
+            ring,
+            next,
+            pending: VecDeque::new(),
+        })
+    }
+
+    /// The terminus's index in the port.
+    pub fn index(&self) -> u16 {
+        self.index
+    }
+
+    /// Queues one message to the slot `ticket` names and wakes the engine if it sleeps.
+    ///
+    /// Every check the engine would make from the ticket alone is made first (range,
+    /// metadata entry, packet budget, fast-mode shape), and a refusal is a typed
+    /// [`SendError`] with nothing queued. A full work queue is [`SendError::Full`]:
+    /// back-pressure, never a drop, never a block. No allocation, lock or system call
+    /// unless the engine sleeps (one `write` to its doorbell).
+    pub fn send(
+        &mut self,
+        ticket: &Ticket,
+        opts: &SendOptions<'_>,
+        data: Data<'_>,
+    ) -> Result<SendHandle, SendError> {
+        let req = build(self.shared.instance, ticket, opts, &data, self.next as u32)?;
+        let mut entry = [0u8; REQUEST_LEN];
+        req.encode(&mut entry);
+        match self.ring.try_push(&entry) {
+            Ok(()) => {}
+            Err(PushError::Full) => return Err(SendError::Full),
+            Err(_) => return Err(SendError::Corrupt),
+        }
+        if let Ok(word) = self.shared.port.atomic_u32(header::DOORBELL) {
+            wake_after_publish(word, Some(&self.shared.doorbell));
+        }
+        let pos = self.next;
+        self.next += 1;
+        if let Data::Gather(spans) = data {
+            self.retire();
+            for s in spans.iter().filter(|s| s.len > 0) {
+                self.pending.push_back(PendingSpan {
+                    pos,
+                    area: s.area.inner.clone(),
+                    offset: s.offset,
+                    len: s.len,
+                });
+            }
+        }
+        Ok(SendHandle {
+            shared: self.shared.clone(),
+            terminus: self.index,
+            pos,
+        })
+    }
+
+    /// Requests of this terminus the engine has finished (its completion word).
+    pub fn finished(&self) -> u64 {
+        completion::finished(&self.shared.port, &self.shared.layout, self.index)
+    }
+
+    /// Requests queued but not finished yet.
+    pub fn in_flight(&self) -> u64 {
+        self.next.saturating_sub(self.finished())
+    }
+
+    /// Forgets the spans of finished sends.
+    fn retire(&mut self) {
+        let done = self.finished();
+        while self.pending.front().is_some_and(|p| p.pos < done) {
+            self.pending.pop_front();
+        }
+    }
+
+    /// Whether bytes `offset..offset + len` of `area` may be rewritten: no unfinished
+    /// gather send of this terminus reads them (seed 000 §6.2).
+    pub fn can_reuse(&mut self, area: &Area, offset: u64, len: u64) -> bool {
+        self.retire();
+        if len == 0 {
+            return true;
+        }
+        let end = offset.saturating_add(len);
+        !self.pending.iter().any(|p| {
+            Arc::ptr_eq(&p.area, &area.inner) && p.offset < end && offset < p.offset + p.len
+        })
+    }
+
+    /// Waits until every queued request is finished or `timeout` passes; returns whether
+    /// the terminus is idle. Polls the completion word, spinning first, then sleeping
+    /// in short, growing naps (the engine does not signal completions).
+    pub fn wait_idle(&mut self, timeout: Option<Duration>) -> bool {
+        let last = self.next;
+        let idle = poll_until(self.shared.options.spin, timeout, || {
+            self.finished() >= last
+        });
+        self.retire();
+        idle
+    }
+}
+
+impl Drop for Terminus {
+    fn drop(&mut self) {
+        // The engine may still be reading gather spans: give it a bounded time to finish
+        // before our hold on their areas (and so perhaps their registration) ends.
+        self.retire();
+        if !self.pending.is_empty() {
+            let limit = self.shared.options.control_timeout;
+            self.wait_idle(Some(limit));
+        }
+        self.shared.release_terminus(self.index);
+    }
+}
+
+/// Polls `done` until it holds or `timeout` passes: `spin` tight polls, then naps from
+/// 20 µs doubling to 1 ms. Returns whether `done` held.
+pub(crate) fn poll_until(
+    spin: u32,
+    timeout: Option<Duration>,
+    mut done: impl FnMut() -> bool,
+) -> bool {
+    for _ in 0..spin {
+        if done() {
+            return true;
+        }
+        std::hint::spin_loop();
+    }
+    let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+    let mut nap = Duration::from_micros(20);
+    loop {
+        if done() {
+            return true;
+        }
+        let now = Instant::now();
+        let nap_now = match deadline {
+            Some(d) if now >= d => return false,
+            Some(d) => nap.min(d - now),
+            None => nap,
+        };
+        std::thread::sleep(nap_now);
+        nap = (nap * 2).min(Duration::from_millis(1));
+    }
+}
+
+/// What [`Terminus::send`] returns: the request's place in its terminus, to ask whether
+/// it is done and whether it failed. Cheap to clone; it does not keep the terminus busy.
+#[derive(Clone, Debug)]
+pub struct SendHandle {
+    shared: Arc<Shared>,
+    terminus: u16,
+    pos: u64,
+}
+
+impl SendHandle {
+    /// The terminus the request was queued on.
+    pub fn terminus(&self) -> u16 {
+        self.terminus
+    }
+
+    /// The request's position in its terminus (its sequence number).
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    /// Whether the engine has finished the request (one shared-memory load).
+    pub fn is_done(&self) -> bool {
+        completion::finished(&self.shared.port, &self.shared.layout, self.terminus) > self.pos
+    }
+
+    /// The request's status: pending until the engine finishes it, then sent or failed.
+    /// A remote refusal may turn sent into failed later.
+    pub fn status(&self) -> Status {
+        completion::status(
+            &self.shared.port,
+            &self.shared.layout,
+            &self.shared.errors,
+            self.terminus,
+            self.pos,
+        )
+    }
+
+    /// Waits until the request is finished or `timeout` passes and returns its status
+    /// ([`Status::Pending`] on timeout). Spins, then naps (see [`Terminus::wait_idle`]).
+    pub fn wait(&self, timeout: Option<Duration>) -> Status {
+        poll_until(self.shared.options.spin, timeout, || self.is_done());
+        self.status()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{fake_node, FAKE_RING_CAP};
+    use crate::{Node, NodeOptions, RejectReason};
+    use hamlyn_shm::wake::SLEEPING;
+    use hamlyn_wire::request::Payload;
+    use hamlyn_wire::{TicketFlags, FULL_SHARE};
+
+    fn ticket_for(node: &Node) -> Ticket {
+        Ticket {
+            node: node.id(),
+            incarnation: node.incarnation(),
+            slot: hamlyn_wire::SlotId(4),
+            key: 0x1234,
+            meta_first: 0,
+            meta_count: 1,
+            offset: 0,
+            len: 1 << 20,
+            share: FULL_SHARE,
+            flags: TicketFlags::WRITE,
+        }
+    }
+
+    #[test]
+    fn requests_reach_the_ring_in_order_with_their_positions() {
+        let (node, mut fake) = fake_node(NodeOptions::default());
+        let mut t = node.terminus(0).unwrap();
+        let ticket = ticket_for(&node);
+        for i in 0..3u8 {
+            let h = t
+                .send(
+                    &ticket,
+                    &SendOptions::new().tag(u64::from(i)),
+                    Data::Inline(&[i; 8]),
+                )
+                .unwrap();
+            assert_eq!((h.terminus(), h.position()), (t.index(), u64::from(i)));
+        }
+        for i in 0..3u8 {
+            let r = fake.take(t.index()).expect("queued");
+            assert_eq!((r.seq, r.word), (u32::from(i), u64::from(i)));
+            assert!(matches!(r.payload, Payload::Inline { data, len: 8 } if data[..8] == [i; 8]));
+        }
+        assert!(fake.take(t.index()).is_none());
+    }
+
+    #[test]
+    fn status_follows_the_completion_word_and_error_ring() {
+        let (node, mut fake) = fake_node(NodeOptions::default());
+        let mut t = node.terminus(0).unwrap();
+        let ti = t.index();
+        let ticket = ticket_for(&node);
+        let send = |t: &mut Terminus| {
+            t.send(&ticket, &SendOptions::new(), Data::Inline(b"x"))
+                .unwrap()
+        };
+        let (h0, h1, h2) = (send(&mut t), send(&mut t), send(&mut t));
+        assert_eq!(h0.status(), Status::Pending);
+        assert_eq!(t.in_flight(), 3);
+        // The engine finishes 0, refuses 1 (error first, then the word), finishes 2.
+        fake.finish(ti, 1);
+        assert_eq!((h0.status(), h1.status()), (Status::Sent, Status::Pending));
+        fake.fail(ti, 1, RejectReason::BadKey.code().into());
+        fake.finish(ti, 3);
+        assert_eq!(h1.status(), Status::Failed(RejectReason::BadKey));
+        assert_eq!(h2.status(), Status::Sent);
+        assert_eq!(t.in_flight(), 0);
+        // A remote NACK for a request already reported sent.
+        fake.fail(ti, 2, RejectReason::OutOfBounds.code().into());
+        assert_eq!(h2.status(), Status::Failed(RejectReason::OutOfBounds));
+        assert!(h2.status().is_failed() && h2.status().is_done());
+        // Unknown codes are reported as such, and errors for other termini stay theirs.
+        let h3 = send(&mut t);
+        fake.fail(ti, 3, 999);
+        fake.fail(ti + 1, 3, RejectReason::Revoked.code().into());
+        fake.finish(ti, 4);
+        assert_eq!(h3.status(), Status::FailedCode(999));
+        assert_eq!(h3.wait(Some(Duration::ZERO)), Status::FailedCode(999));
+        assert_eq!(h0.status(), Status::Sent);
+    }
+
+    #[test]
+    fn wait_times_out_on_pending_and_returns_when_done() {
+        let (node, fake) = fake_node(NodeOptions::default());
+        let mut t = node.terminus(0).unwrap();
+        let h = t
+            .send(&ticket_for(&node), &SendOptions::new(), Data::Inline(b""))
+            .unwrap();
+        let t0 = Instant::now();
+        assert_eq!(h.wait(Some(Duration::from_millis(20))), Status::Pending);
+        assert!(t0.elapsed() >= Duration::from_millis(20));
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(10));
+                fake.finish(t.index(), 1);
+            });
+            assert_eq!(h.wait(Some(Duration::from_secs(5))), Status::Sent);
+        });
+        assert!(t.wait_idle(Some(Duration::ZERO)));
+    }
+
+    #[test]
+    fn a_full_terminus_is_back_pressure_not_a_drop() {
+        let (node, mut fake) = fake_node(NodeOptions::default());
+        let mut t = node.terminus(0).unwrap();
+        let ticket = ticket_for(&node);
+        for i in 0..FAKE_RING_CAP {
+            let word = u64::from(i);
+            t.send(&ticket, &SendOptions::new().tag(word), Data::Inline(b"x"))
+                .unwrap();
+        }
+        let opts = SendOptions::new().tag(1000);
+        assert_eq!(
+            t.send(&ticket, &opts, Data::Inline(b"x")).err(),
+            Some(SendError::Full)
+        );
+        assert_eq!(fake.take(t.index()).map(|r| r.word), Some(0));
+        let h = t.send(&ticket, &opts, Data::Inline(b"x")).unwrap();
+        assert_eq!(
+            h.position(),
+            u64::from(FAKE_RING_CAP),
+            "the refused send took no position"
+        );
+        for i in 1..FAKE_RING_CAP {
+            assert_eq!(fake.take(t.index()).map(|r| r.word), Some(u64::from(i)));
+        }
+        assert_eq!(
+            fake.take(t.index()).map(|r| (r.word, r.seq)),
+            Some((1000, FAKE_RING_CAP))
+        );
+    }
+
+    #[test]
+    fn gather_buffers_are_reusable_only_once_their_send_is_done() {
+        let (node, fake) = fake_node(NodeOptions::default());
+        let mut t = node.terminus(0).unwrap();
+        let a = node.area(8192).unwrap();
+        let b = node.area(8192).unwrap();
+        let ticket = ticket_for(&node);
+        t.send(
+            &ticket,
+            &SendOptions::new(),
+            Data::Gather(&[a.span(1000, 1000)]),
+        )
+        .unwrap();
+        t.send(
+            &ticket,
+            &SendOptions::new(),
+            Data::Inline(b"inline needs no buffer"),
+        )
+        .unwrap();
+        t.send(
+            &ticket,
+            &SendOptions::new(),
+            Data::Gather(&[a.span(4000, 10), b.span(0, 1)]),
+        )
+        .unwrap();
+        assert!(
+            !t.can_reuse(&a, 0, 1001),
+            "overlaps the first send's first byte"
+        );
+        assert!(!t.can_reuse(&a, 1999, 1));
+        assert!(t.can_reuse(&a, 0, 1000) && t.can_reuse(&a, 2000, 2000));
+        assert!(!t.can_reuse(&a, 4005, 100));
+        assert!(!t.can_reuse(&b, 0, 8192));
+        assert!(t.can_reuse(&b, 1, 8191));
+        assert!(t.can_reuse(&a, 1500, 0), "an empty range overlaps nothing");
+        fake.finish(t.index(), 1);
+        assert!(t.can_reuse(&a, 0, 4000));
+        assert!(!t.can_reuse(&a, 4000, 1));
+        fake.finish(t.index(), 3);
+        assert!(t.can_reuse(&a, 0, 8192) && t.can_reuse(&b, 0, 8192));
+    }
+
+    #[test]
+    fn a_sleeping_engine_is_rung_an_awake_one_is_not() {
+        let (node, fake) = fake_node(NodeOptions::default());
+        let mut t = node.terminus(0).unwrap();
+        let ticket = ticket_for(&node);
+        let bell = fake.port.atomic_u32(header::DOORBELL).unwrap();
+        t.send(&ticket, &SendOptions::new(), Data::Inline(b"x"))
+            .unwrap();
+        assert_eq!(fake.doorbell.drain().unwrap(), 0, "awake: no system call");
+        // The engine announces it sleeps with the eventfd (see hamlyn_shm::wake).
+        bell.fetch_or(
+            hamlyn_shm::wake::EVENTFD_ARMED | SLEEPING,
+            Ordering::Relaxed,
+        );
+        t.send(&ticket, &SendOptions::new(), Data::Inline(b"x"))
+            .unwrap();
+        assert_eq!(fake.doorbell.drain().unwrap(), 1);
+        assert_eq!(bell.load(Ordering::Relaxed), 0, "the flags were taken");
+    }
+
+    #[test]
+    fn termini_are_handed_out_once_and_reused_at_their_priority() {
+        let (node, fake) = fake_node(NodeOptions {
+            termini: 2,
+            ..NodeOptions::default()
+        });
+        let t0 = node.terminus(1).unwrap();
+        let t1 = node.terminus(0).unwrap();
+        assert!(matches!(node.terminus(0), Err(Error::NoTerminus(2))));
+        let i0 = t0.index();
+        drop(t0);
+        assert!(
+            matches!(node.terminus(0), Err(Error::NoTerminus(2))),
+            "index kept priority 1"
+        );
+        let again = node.terminus(1).unwrap();
+        assert_eq!(again.index(), i0);
+        let opens = fake
+            .requests()
+            .iter()
+            .filter(|r| matches!(r, hamlyn_wire::control::Request::OpenTerminus { .. }))
+            .count();
+        assert_eq!(opens, 2, "a reused terminus is not opened again");
+        drop((t1, again));
+    }
+}
