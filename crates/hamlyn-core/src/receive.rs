@@ -235,6 +235,11 @@ fn check<A: Areas>(
             return Err(fail(RejectReason::BadMode));
         }
     } else {
+        // A slot-keyed mode checks the key before anything else about the slot, so that a
+        // sender without it learns neither the slot's mode nor its number of entries.
+        if !slot.config.mode.is_paranoid() && h.key != slot.key {
+            return Err(fail(RejectReason::BadKey));
+        }
         if h.is_fast() {
             return Err(fail(RejectReason::BadMode));
         }
@@ -247,8 +252,6 @@ fn check<A: Areas>(
             if slot.config.mode == SlotMode::ParanoidOneShot && !entry.armed() {
                 return Err(fail(RejectReason::Disarmed));
             }
-        } else if h.key != slot.key {
-            return Err(fail(RejectReason::BadKey));
         }
     }
     if h.flags.contains(Flags::NOTIFY_NOW) && !single {

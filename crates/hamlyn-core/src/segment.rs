@@ -134,6 +134,13 @@ impl<'a> SendSpec<'a> {
         if self.meta.len() > MAX_META_LEN {
             return Err(SegmentError::MetaTooLong(self.meta.len()));
         }
+        if self.offset.checked_add(self.len).is_none() {
+            // No range can hold it, and the packets' offsets would overflow.
+            return Err(SegmentError::OutsideTicket {
+                offset: self.offset,
+                end: u128::from(self.offset) + u128::from(self.len),
+            });
+        }
         let packets = self.packet_count(mtu);
         if let Some(budget) = self.max_packets {
             if packets > budget {
