@@ -254,7 +254,10 @@ fn check<A: Areas>(
             }
         }
     }
-    if h.flags.contains(Flags::NOTIFY_NOW) && !single {
+    // NOTIFY_NOW is for a lone single-packet message (delta 0); anything else would let a
+    // key holder complete someone else's group early.
+    let counting = slot.config.mode != SlotMode::Fast;
+    if h.flags.contains(Flags::NOTIFY_NOW) && (!single || (counting && h.delta != 0)) {
         return Err(fail(RejectReason::BadMode));
     }
     if !slot.config.perms.write {
@@ -308,20 +311,29 @@ fn count<A: Areas>(
             .ok_or(RejectReason::BadMetaIndex)?;
         let mem = areas.area(range.area).ok_or(RejectReason::AreaGone)?;
         if h.flags.contains(Flags::FIRST) {
+            // The whole 60 bytes, zero-padded: a shorter metadata leaves no stale tail.
+            // In a group every member's first packet writes here; the last one wins.
             let n = meta.len().min(hamlyn_wire::MAX_META_LEN);
-            mem.write(off + meta_off::USER as u64, &meta[..n])
+            let mut user = [0u8; hamlyn_wire::MAX_META_LEN];
+            user[..n].copy_from_slice(&meta[..n]);
+            mem.write(off + meta_off::USER as u64, &user)
                 .map_err(gone)?;
             mem.write(off + meta_off::META_LEN as u64, &(n as u16).to_le_bytes())
                 .map_err(gone)?;
             mem.write(off + meta_off::SRC_NODE as u64, &h.src.0.to_le_bytes())
                 .map_err(gone)?;
         }
-        let complete = if h.flags.contains(Flags::NOTIFY_NOW) {
+        let acc_off = off + meta_off::ACCUMULATOR as u64;
+        // NOTIFY_NOW skips the atomic add, but only on an idle entry: mid-group (a
+        // non-zero accumulator) it counts like any packet, adding its delta of 0.
+        let complete = if h.flags.contains(Flags::NOTIFY_NOW)
+            && mem.fetch_add_u32(acc_off, 0).map_err(gone)? == 0
+        {
             true
+        } else if h.flags.contains(Flags::NOTIFY_NOW) {
+            false
         } else {
-            mem.fetch_add_u32(off + meta_off::ACCUMULATOR as u64, h.delta)
-                .map_err(gone)?
-                == 0
+            mem.fetch_add_u32(acc_off, h.delta).map_err(gone)? == 0
         };
         slot.packets += 1;
         slot.bytes += u64::from(h.payload_len);

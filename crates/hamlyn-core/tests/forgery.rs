@@ -472,7 +472,8 @@ fn model(fx: &Fixture, r: &Raw) -> Expect {
             entry = Some((area, base + u64::from(r.meta_index) * META_ENTRY_LEN as u64));
         }
     }
-    if r.has(Flags::NOTIFY_NOW) && !single {
+    // NOTIFY_NOW: single packet; on counting slots also delta 0 (no early group end).
+    if r.has(Flags::NOTIFY_NOW) && (!single || (s.mode != SlotMode::Fast && r.delta != 0)) {
         return no(BadMode);
     }
     if !s.write {
@@ -564,7 +565,10 @@ fn valid_packet(fx: &Fixture, si: usize, rng: &mut SplitMix) -> (Raw, Vec<u8>, V
         key,
         offset,
         payload_len: len as u32,
-        delta: if rng.below(2) == 0 {
+        // A legitimate NOTIFY_NOW packet is a lone message: delta 0.
+        delta: if flags.contains(Flags::NOTIFY_NOW) && !fast {
+            0
+        } else if rng.below(2) == 0 {
             1
         } else {
             rng.next_u64() as u32

@@ -208,7 +208,7 @@ pub fn put_entry(areas: &mut VecAreas, id: hamlyn_core::AreaId, off: u64, e: &Me
 
 /// The entry a completed message leaves behind, modelled from the entry before it:
 /// `meta_writes` are the metadata of the message's FIRST packets (with their source
-/// nodes) in arrival order; the accumulator is back at 0, `completed` went up by one and
+/// nodes) in arrival order, each zero-padded to 60 bytes; the accumulator is back at 0, `completed` went up by one and
 /// a paranoid_one_shot entry is disarmed. Nothing else changes.
 pub fn expected_entry(
     before: &MetaEntry,
@@ -217,6 +217,7 @@ pub fn expected_entry(
 ) -> MetaEntry {
     let mut e = *before;
     for (meta, src) in meta_writes {
+        e.user = [0; 60];
         e.user[..meta.len()].copy_from_slice(meta);
         e.meta_len.set(meta.len() as u16);
         e.src_node.set(src.0);
