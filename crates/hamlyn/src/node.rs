@@ -1,7 +1,7 @@
 //! [`Node`]: one control connection to an engine and the port it gave us.
 
 use std::os::fd::{BorrowedFd, OwnedFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -31,7 +31,10 @@ pub struct NodeOptions {
     pub queues: u16,
     /// Entries per notification queue (a power of two, 64..=65536).
     pub queue_cap: u32,
-    /// Polls a waiter spins through before it sleeps on a futex.
+    /// Polls a waiter spins through before it sleeps on a futex. Each poll includes a CPU
+    /// pause (tens of nanoseconds), so the default (200) spins for roughly 10 µs: long
+    /// enough to catch a prompt reply, short enough not to starve the engine of a core on
+    /// a small machine. Raise it only when every spinning thread has a core to itself.
     pub spin: u32,
     /// Longest wait for a control reply; a slower engine breaks the connection
     /// ([`Error::ControlTimeout`]). Zero: wait forever.
@@ -44,7 +47,7 @@ impl Default for NodeOptions {
             termini: 4,
             queues: 4,
             queue_cap: 1024,
-            spin: 2_000,
+            spin: 200,
             control_timeout: Duration::from_secs(10),
         }
     }
@@ -91,6 +94,8 @@ pub(crate) struct Shared {
     pub(crate) queues_taken: AtomicU64,
     /// The options the node was made with.
     pub(crate) options: NodeOptions,
+    /// The engine's control socket.
+    socket: PathBuf,
     /// The embedded engine, if this node started one.
     _engine: Option<EngineGuard>,
 }
@@ -139,8 +144,9 @@ impl Node {
 
     /// Connects to the engine listening at `path`.
     pub fn connect_with(path: impl AsRef<Path>, options: NodeOptions) -> Result<Node, Error> {
-        let control = Control::connect(path.as_ref(), options.control_timeout)?;
-        Node::attach(control, options, None)
+        let path = path.as_ref();
+        let control = Control::connect(path, options.control_timeout)?;
+        Node::attach(control, path.to_path_buf(), options, None)
     }
 
     /// Starts an engine thread inside this process and connects to it, with default
@@ -153,12 +159,13 @@ impl Node {
     pub fn embedded_with(options: NodeOptions) -> Result<Node, Error> {
         let (guard, path) = EngineGuard::start()?;
         let control = Control::connect(&path, options.control_timeout)?;
-        Node::attach(control, options, Some(guard))
+        Node::attach(control, path, options, Some(guard))
     }
 
     /// Attaches over a connected control socket.
     pub(crate) fn attach(
         mut control: Control,
+        socket: PathBuf,
         options: NodeOptions,
         engine: Option<EngineGuard>,
     ) -> Result<Node, Error> {
@@ -213,6 +220,7 @@ impl Node {
             }),
             queues_taken: AtomicU64::new(0),
             options,
+            socket,
             _engine: engine,
         };
         Ok(Node {
@@ -233,6 +241,12 @@ impl Node {
     /// Our client id on the engine.
     pub fn client_id(&self) -> u32 {
         self.shared.client
+    }
+
+    /// The engine's control socket: other processes (or other `Node`s of this one) can
+    /// [`Node::connect`] to it, to an embedded engine too, for as long as it runs.
+    pub fn socket_path(&self) -> &Path {
+        &self.shared.socket
     }
 
     /// The options the node was made with.

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -62,7 +63,7 @@ pub(crate) fn fake_node(options: NodeOptions) -> (Node, FakeEngine) {
     let (log2, areas2) = (log.clone(), areas.clone());
     let thread = std::thread::spawn(move || serve(engine, tx, log2, areas2));
     let control = Control::from_socket(client, Duration::from_secs(5)).expect("control");
-    let node = Node::attach(control, options, None).expect("attach");
+    let node = Node::attach(control, PathBuf::new(), options, None).expect("attach");
     let a = rx.recv().expect("attached");
     let errors = spsc::Producer::attach(a.port.clone(), a.layout.errors).expect("error ring");
     let fake = FakeEngine {
