@@ -134,6 +134,14 @@ impl ErrorTable {
     }
 }
 
+/// Reads every waiting error entry into the table. The engine keeps a refused request
+/// in flight while the error ring is full, so every waiting loop calls this: a client
+/// that never asks for a status must still not stall its termini.
+pub(crate) fn drain(port: &ShmRegion, layout: &PortLayout, errors: &std::sync::Mutex<ErrorTable>) {
+    let mut table = errors.lock().unwrap_or_else(|e| e.into_inner());
+    table.drain(|t| finished(port, layout, t));
+}
+
 /// The status of terminus `t`'s request at ring position `pos`.
 pub(crate) fn status(
     port: &ShmRegion,

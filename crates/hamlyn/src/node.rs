@@ -120,6 +120,8 @@ impl Shared {
 
     /// Gives queue `index` back.
     pub(crate) fn release_queue(&self, index: u16) {
+        // AcqRel: pairs with the `fetch_or` in `Node::queue`: the next handle of this
+        // queue sees everything the dropped one did to the queue.
         self.queues_taken
             .fetch_and(!(1u64 << index), Ordering::AcqRel);
     }

@@ -89,7 +89,7 @@ impl Terminus {
         req.encode(&mut entry);
         match self.ring.try_push(&entry) {
             Ok(()) => {}
-            Err(PushError::Full) => return Err(SendError::Full),
+            Err(PushError::Full) => self.push_when_full(&entry)?,
             Err(_) => return Err(SendError::Corrupt),
         }
         if let Ok(word) = self.shared.port.atomic_u32(header::DOORBELL) {
@@ -113,6 +113,22 @@ impl Terminus {
             terminus: self.index,
             pos,
         })
+    }
+
+    /// The ring was full: perhaps only because the engine holds a refused request until
+    /// the error ring has room. Drain it and try once more.
+    #[cold]
+    fn push_when_full(&mut self, entry: &[u8; REQUEST_LEN]) -> Result<(), SendError> {
+        self.drain_errors();
+        match self.ring.try_push(entry) {
+            Ok(()) => Ok(()),
+            Err(PushError::Full) => Err(SendError::Full),
+            Err(_) => Err(SendError::Corrupt),
+        }
+    }
+
+    fn drain_errors(&self) {
+        completion::drain(&self.shared.port, &self.shared.layout, &self.shared.errors);
     }
 
     /// Requests of this terminus the engine has finished (its completion word).
@@ -152,6 +168,7 @@ impl Terminus {
     pub fn wait_idle(&mut self, timeout: Option<Duration>) -> bool {
         let last = self.next;
         let idle = poll_until(self.shared.options.spin, timeout, || {
+            self.drain_errors();
             self.finished() >= last
         });
         self.retire();
@@ -242,7 +259,14 @@ impl SendHandle {
     /// Waits until the request is finished or `timeout` passes and returns its status
     /// ([`Status::Pending`] on timeout). Spins, then naps (see [`Terminus::wait_idle`]).
     pub fn wait(&self, timeout: Option<Duration>) -> Status {
-        poll_until(self.shared.options.spin, timeout, || self.is_done());
+        let s = &self.shared;
+        poll_until(s.options.spin, timeout, || {
+            if self.is_done() {
+                return true;
+            }
+            completion::drain(&s.port, &s.layout, &s.errors);
+            false
+        });
         self.status()
     }
 }
@@ -327,6 +351,45 @@ mod tests {
         assert_eq!(h3.status(), Status::FailedCode(999));
         assert_eq!(h3.wait(Some(Duration::ZERO)), Status::FailedCode(999));
         assert_eq!(h0.status(), Status::Sent);
+    }
+
+    #[test]
+    fn waiting_drains_the_error_ring_so_the_engine_never_stalls_on_it() {
+        let (node, mut fake) = fake_node(NodeOptions::default());
+        let mut t = node.terminus(0).unwrap();
+        let ti = t.index();
+        let ticket = ticket_for(&node);
+        let inhibited = RejectReason::Inhibited.code().into();
+        let mut handles = Vec::new();
+        // The engine refuses 64 requests in turn (error first, then the word); nobody
+        // asks for their status, so its 64-entry error ring fills up.
+        for p in 0..u64::from(FAKE_RING_CAP) {
+            handles.push(
+                t.send(&ticket, &SendOptions::new(), Data::Inline(b"x"))
+                    .unwrap(),
+            );
+            assert!(fake.take(ti).is_some());
+            fake.fail(ti, p as u32, inhibited);
+            fake.finish(ti, p + 1);
+        }
+        handles.push(
+            t.send(&ticket, &SendOptions::new(), Data::Inline(b"x"))
+                .unwrap(),
+        );
+        assert!(fake.take(ti).is_some());
+        let p = u64::from(FAKE_RING_CAP);
+        assert!(
+            !fake.try_fail(ti, p as u32, inhibited),
+            "the engine must hold the request"
+        );
+        // Waiting for the terminus drains the ring, so the engine can go on.
+        assert!(!t.wait_idle(Some(Duration::from_millis(1))));
+        assert!(fake.try_fail(ti, p as u32, inhibited));
+        fake.finish(ti, p + 1);
+        assert!(t.wait_idle(Some(Duration::ZERO)));
+        for h in &handles {
+            assert_eq!(h.status(), Status::Failed(RejectReason::Inhibited));
+        }
     }
 
     #[test]
