@@ -222,6 +222,25 @@ mod tests {
         assert_eq!(t.failure(1, 7), Some(RejectReason::Revoked.code().into()));
     }
 
+    proptest::proptest! {
+        /// Any position within 2^31 below the completion word read after it is placed
+        /// back exactly from its 32-bit sequence number.
+        #[test]
+        fn positions_are_recovered_from_32_bit_sequences(
+            word in 0u64..u64::MAX / 2,
+            back in 0u64..1 << 31,
+            terminus in 0u16..2,
+        ) {
+            proptest::prop_assume!(back <= word);
+            let pos = word - back;
+            let (_mem, mut p, mut t) = table();
+            push(&mut p, terminus, pos as u32, 6);
+            t.drain(|_| word);
+            proptest::prop_assert_eq!(t.failure(terminus, pos), Some(6));
+            proptest::prop_assert_eq!(t.strays, 0);
+        }
+    }
+
     #[test]
     fn status_codes_decode() {
         assert_eq!(Status::from_code(4), Status::Failed(RejectReason::BadKey));

@@ -485,6 +485,69 @@ mod tests {
         assert!(t.can_reuse(&a, 0, 8192) && t.can_reuse(&b, 0, 8192));
     }
 
+    #[derive(Clone, Debug)]
+    enum Op {
+        Send { area: usize, offset: u64, len: u64 },
+        Finish(u64),
+        Check { area: usize, offset: u64, len: u64 },
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (0..2usize, 0..4096u64, 0..1024u64).prop_map(|(area, offset, len)| Op::Send {
+                area,
+                offset,
+                len
+            }),
+            (0..4u64).prop_map(Op::Finish),
+            (0..2usize, 0..5000u64, 0..2048u64).prop_map(|(area, offset, len)| Op::Check {
+                area,
+                offset,
+                len
+            }),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+        /// `can_reuse` agrees with a model: a list of every gather span sent, and the
+        /// number of sends the engine finished.
+        #[test]
+        fn can_reuse_matches_a_model(ops in proptest::collection::vec(op(), 1..60)) {
+            let (node, mut fake) = fake_node(NodeOptions::default());
+            let mut t = node.terminus(0).unwrap();
+            let areas = [node.area(4096).unwrap(), node.area(4096).unwrap()];
+            let ticket = ticket_for(&node);
+            let mut model: Vec<(u64, usize, u64, u64)> = Vec::new();
+            let (mut sent, mut finished) = (0u64, 0u64);
+            for op in ops {
+                match op {
+                    Op::Send { area, offset, len } => {
+                        let len = len.min(4096 - offset);
+                        let spans = [areas[area].span(offset, len)];
+                        t.send(&ticket, &SendOptions::new(), Data::Gather(&spans)).unwrap();
+                        assert!(fake.take(t.index()).is_some());
+                        model.push((sent, area, offset, len));
+                        sent += 1;
+                    }
+                    Op::Finish(k) => {
+                        finished = (finished + k).min(sent);
+                        fake.finish(t.index(), finished);
+                    }
+                    Op::Check { area, offset, len } => {
+                        let busy = model.iter().any(|&(pos, a, o, l)| {
+                            pos >= finished && a == area && len > 0 && l > 0
+                                && o < offset + len && offset < o + l
+                        });
+                        proptest::prop_assert_eq!(t.can_reuse(&areas[area], offset, len), !busy);
+                    }
+                }
+            }
+            fake.finish(t.index(), sent);
+        }
+    }
+
     #[test]
     fn a_sleeping_engine_is_rung_an_awake_one_is_not() {
         let (node, fake) = fake_node(NodeOptions::default());
