@@ -21,6 +21,8 @@ pub struct EngineConfig {
     pub max_sleep: Duration,
     /// Payload bytes per packet for intra-node delivery (one copy per packet).
     pub intra_mtu: u64,
+    /// Payload bytes per packet to other nodes (smaller, so messages stripe across rails).
+    pub remote_mtu: u64,
     /// Most clients attached at once.
     pub max_clients: u32,
 }
@@ -38,6 +40,7 @@ impl EngineConfig {
             spin_turns: 20_000,
             max_sleep: Duration::from_millis(100),
             intra_mtu: 256 * 1024,
+            remote_mtu: 64 * 1024,
             max_clients: 1024,
         }
     }

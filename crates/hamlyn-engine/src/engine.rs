@@ -72,6 +72,8 @@ pub struct EngineState {
     pub stop: Arc<AtomicBool>,
     /// Counters.
     pub counters: EngineCounters,
+    /// The fabric to other nodes, if any.
+    pub remote: Option<crate::remote::Remote>,
     /// Monotonic origin for `Instant`.
     pub origin: std::time::Instant,
 }
@@ -122,6 +124,7 @@ impl EngineState {
     fn take_current(&mut self, cid: u32, t: usize) -> Option<InFlight> {
         let node = self.iface.node();
         let mtu = self.cfg.intra_mtu;
+        let remote_mtu = self.cfg.remote_mtu;
         let port = port_mut(&mut self.clients, cid)?;
         let term = port.termini.get_mut(t)?;
         if let Some(cur) = term.current.take() {
@@ -157,6 +160,14 @@ impl EngineState {
                 return Some(failed_request(seq, RejectReason::Malformed));
             }
         };
+        if req.incarnation != 0
+            && self
+                .incarnation_of(req.dst_node)
+                .is_some_and(|i| i != req.incarnation)
+        {
+            self.counters.bad_requests += 1;
+            return Some(failed_request(req.seq, RejectReason::StaleIncarnation));
+        }
         let fast = req.is_fast();
         let spec = SendSpec {
             src: node,
@@ -177,12 +188,19 @@ impl EngineState {
                 seq: req.seq,
             },
         };
-        // Fast messages must be one packet whatever the intra-node packet size.
+        // Packets to other nodes are smaller, so they stripe across rails.
+        let mtu = if req.dst_node == node.0 {
+            mtu
+        } else {
+            remote_mtu
+        };
+        // Fast messages must be one packet whatever the packet size.
         let mtu = if fast { mtu.max(req.len()).max(1) } else { mtu };
         match spec.segment(mtu) {
             Ok(seg) => Some(InFlight {
                 req,
                 seg: Some(seg),
+                pending: None,
                 failed: None,
             }),
             Err(_) => {
@@ -227,11 +245,17 @@ impl EngineState {
         self.counters.completed += 1;
     }
 
-    /// Delivers one packet. Intra-node: admit, copy, commit, notify.
-    fn deliver(&mut self, cid: u32, req: &SendRequest, seg: &Segment) -> Result<(), RejectReason> {
+    /// Delivers one packet: intra-node, admit, copy, commit, notify; to another node,
+    /// hand it to the fabric. `Ok(false)`: the fabric is full, try again later.
+    fn deliver(
+        &mut self,
+        cid: u32,
+        req: &SendRequest,
+        seg: &Segment,
+    ) -> Result<bool, RejectReason> {
         let h = &seg.header;
         if h.dst != self.iface.node() {
-            return Err(RejectReason::PeerDown);
+            return self.send_remote(cid, req, seg);
         }
         let placement = match self.iface.admit(h, &mut self.areas) {
             Ok(p) => p,
@@ -250,7 +274,7 @@ impl EngineState {
         }
         self.counters.packets += 1;
         self.counters.bytes += u64::from(seg.len);
-        Ok(())
+        Ok(true)
     }
 
     /// The reason reported to the sender: a slot of a dead client is "peer down".
@@ -341,19 +365,20 @@ impl EngineState {
             .map_err(|_| RejectReason::OutOfBounds)
     }
 
-    /// Posts a notification to its queue (and wakes the receiver if it sleeps). A full
-    /// queue is counted by the queue itself and surfaced to its owner; never overwritten.
     fn post(&mut self, n: Notification) {
-        let (owner, index) = queue_parts(n.queue);
-        let queue = self
-            .client_mut(owner)
-            .and_then(|c| c.port.as_ref())
-            .and_then(|p| p.queues.get(index));
-        match queue.map(|q| q.post(&n.entry)) {
-            Some(Ok(())) => self.counters.notifications += 1,
-            Some(Err(_)) => self.counters.queue_overflows += 1,
-            None => self.counters.orphan_notifications += 1,
-        }
+        post(&mut self.clients, &mut self.counters, n);
+    }
+}
+
+/// Posts a notification to its queue (and wakes the receiver if it sleeps). A full queue
+/// is counted by the queue itself and surfaced to its owner; never overwritten.
+pub fn post(clients: &mut [Option<Client>], counters: &mut EngineCounters, n: Notification) {
+    let (owner, index) = queue_parts(n.queue);
+    let queue = port_mut(clients, owner).and_then(|p| p.queues.get(index));
+    match queue.map(|q| q.post(&n.entry)) {
+        Some(Ok(())) => counters.notifications += 1,
+        Some(Err(_)) => counters.queue_overflows += 1,
+        None => counters.orphan_notifications += 1,
     }
 }
 
@@ -365,6 +390,7 @@ fn failed_request(seq: u32, reason: RejectReason) -> InFlight {
             ..EMPTY_REQUEST
         },
         seg: None,
+        pending: None,
         failed: Some(reason),
     }
 }
@@ -377,6 +403,7 @@ const EMPTY_REQUEST: SendRequest = SendRequest {
     key: 0,
     offset: 0,
     y: 0,
+    incarnation: 0,
     word: 0,
     flags: 0,
     meta: [0; hamlyn_wire::MAX_META_LEN],

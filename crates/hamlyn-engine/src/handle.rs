@@ -24,9 +24,17 @@ pub struct EngineHandle {
 impl EngineHandle {
     /// Binds the control socket and starts the engine on its own thread.
     pub fn start(cfg: EngineConfig) -> Result<EngineHandle, EngineError> {
+        EngineHandle::start_with_fabric(cfg, None)
+    }
+
+    /// As [`EngineHandle::start`], with a fabric to other nodes.
+    pub fn start_with_fabric(
+        cfg: EngineConfig,
+        fabric: Option<Box<dyn hamlyn_fabric::Fabric + Send>>,
+    ) -> Result<EngineHandle, EngineError> {
         let socket = cfg.socket.clone();
         let stop = Arc::new(AtomicBool::new(false));
-        let mut engine = Engine::new(cfg, stop.clone())?;
+        let mut engine = Engine::with_fabric(cfg, stop.clone(), fabric)?;
         let fd = rustix::io::fcntl_dupfd_cloexec(engine.doorbell(), 0)
             .map_err(|e| EngineError::io("dup", e))?;
         let doorbell = EventFd::from_fd(fd);
@@ -75,4 +83,13 @@ impl Drop for EngineHandle {
 /// Runs an engine on the calling thread until `stop` is set (the daemon).
 pub fn run_daemon(cfg: EngineConfig, stop: Arc<AtomicBool>) -> Result<(), EngineError> {
     Engine::new(cfg, stop)?.run()
+}
+
+/// Runs an engine with a fabric to other nodes on the calling thread until `stop` is set.
+pub fn run_daemon_with_fabric(
+    cfg: EngineConfig,
+    stop: Arc<AtomicBool>,
+    fabric: Box<dyn hamlyn_fabric::Fabric + Send>,
+) -> Result<(), EngineError> {
+    Engine::with_fabric(cfg, stop, Some(fabric))?.run()
 }

@@ -20,10 +20,11 @@ pub mod engine;
 pub mod error;
 pub mod handle;
 pub mod port;
+pub mod remote;
 pub mod sched;
 pub mod server;
 pub mod stats;
 
 pub use config::EngineConfig;
 pub use error::EngineError;
-pub use handle::{run_daemon, EngineHandle};
+pub use handle::{run_daemon, run_daemon_with_fabric, EngineHandle};

@@ -20,6 +20,8 @@ pub struct InFlight {
     pub req: SendRequest,
     /// Its remaining packets (none for a request that failed before its first).
     pub seg: Option<Segmenter>,
+    /// A packet the fabric could not take yet (back-pressure): sent before the next.
+    pub pending: Option<hamlyn_core::Segment>,
     /// Set when a packet was refused: the rest are not sent.
     pub failed: Option<RejectReason>,
 }

@@ -25,8 +25,10 @@ use crate::areas::AreaTable;
 use crate::config::EngineConfig;
 use crate::engine::{Client, EngineState};
 use crate::error::EngineError;
+use crate::remote::Remote;
 use crate::sched::Scheduler;
 use crate::stats::EngineCounters;
+use hamlyn_fabric::Fabric;
 
 const LISTENER: Token = Token(0);
 const DOORBELL: Token = Token(1);
@@ -47,6 +49,15 @@ pub struct Engine {
 impl Engine {
     /// Binds the control socket and prepares the engine (nothing runs until [`Engine::run`]).
     pub fn new(cfg: EngineConfig, stop: Arc<AtomicBool>) -> Result<Engine, EngineError> {
+        Engine::with_fabric(cfg, stop, None)
+    }
+
+    /// As [`Engine::new`], with a fabric to other nodes.
+    pub fn with_fabric(
+        cfg: EngineConfig,
+        stop: Arc<AtomicBool>,
+        fabric: Option<Box<dyn Fabric + Send>>,
+    ) -> Result<Engine, EngineError> {
         let path = cfg.socket.clone();
         let addr = SocketAddrUnix::new(&path).map_err(|_| {
             EngineError::SocketPath(path.display().to_string(), "too long for a Unix socket")
@@ -104,6 +115,7 @@ impl Engine {
             doorbell,
             stop,
             counters: EngineCounters::default(),
+            remote: fabric.map(Remote::new),
             origin: std::time::Instant::now(),
         };
         Ok(Engine {
@@ -128,7 +140,11 @@ impl Engine {
         // (or the daemon's signal handler).
         while !self.state.stop.load(StdOrdering::Acquire) {
             turns = turns.wrapping_add(1);
-            if self.state.turn() {
+            let mut busy = self.state.turn();
+            if self.state.remote.is_some() {
+                busy |= self.state.poll_fabric();
+            }
+            if busy {
                 idle = 0;
                 if turns % IO_EVERY == 0 {
                     self.poll_io(Some(Duration::ZERO))?;
@@ -148,7 +164,14 @@ impl Engine {
                 continue;
             }
             self.state.counters.sleeps += 1;
-            self.poll_io(Some(self.state.cfg.max_sleep))?;
+            // With a fabric, wake often enough for its timers (heartbeats, reconnects)
+            // until its sockets can wake us directly.
+            let sleep = if self.state.remote.is_some() {
+                self.state.cfg.max_sleep.min(Duration::from_millis(1))
+            } else {
+                self.state.cfg.max_sleep
+            };
+            self.poll_io(Some(sleep))?;
             self.disarm_doorbells();
             idle = 0;
         }

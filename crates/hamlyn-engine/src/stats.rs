@@ -37,6 +37,20 @@ pub struct EngineCounters {
     pub bad_control: u64,
     /// Times the engine went to sleep.
     pub sleeps: u64,
+    /// Packets received from other nodes and committed.
+    pub remote_packets: u64,
+    /// Payload bytes received from other nodes.
+    pub remote_bytes: u64,
+    /// NACKs received from other nodes.
+    pub nacks_received: u64,
+    /// NACKs sent to other nodes.
+    pub nacks_sent: u64,
+    /// NACKs whose destination could not be reached.
+    pub nacks_undeliverable: u64,
+    /// Packets whose header named another source than the connection they came on.
+    pub spoofed_packets: u64,
+    /// Peers lost.
+    pub peers_lost: u64,
 }
 
 fn rejects_json(out: &mut String, r: &RejectCounts) {
@@ -74,9 +88,10 @@ impl EngineState {
         );
         let _ = write!(
             o,
-            "\"engine\":{{\"attaches\":{},\"clients_lost\":{},\"requests\":{},\"bad_requests\":{},\"completed\":{},\"error_completions\":{},\"packets\":{},\"bytes\":{},\"notifications\":{},\"queue_overflows\":{},\"orphan_notifications\":{},\"corrupt_rings\":{},\"bad_control\":{},\"sleeps\":{}}},",
+            "\"engine\":{{\"attaches\":{},\"clients_lost\":{},\"requests\":{},\"bad_requests\":{},\"completed\":{},\"error_completions\":{},\"packets\":{},\"bytes\":{},\"notifications\":{},\"queue_overflows\":{},\"orphan_notifications\":{},\"corrupt_rings\":{},\"bad_control\":{},\"sleeps\":{},\"remote_packets\":{},\"remote_bytes\":{},\"nacks_received\":{},\"nacks_sent\":{},\"nacks_undeliverable\":{},\"spoofed_packets\":{},\"peers_lost\":{}}},",
             c.attaches, c.clients_lost, c.requests, c.bad_requests, c.completed, c.error_completions, c.packets, c.bytes,
-            c.notifications, c.queue_overflows, c.orphan_notifications, c.corrupt_rings, c.bad_control, c.sleeps
+            c.notifications, c.queue_overflows, c.orphan_notifications, c.corrupt_rings, c.bad_control, c.sleeps, c.remote_packets, c.remote_bytes, c.nacks_received, c.nacks_sent,
+            c.nacks_undeliverable, c.spoofed_packets, c.peers_lost
         );
         let _ = write!(o, "\"interface\":{{\"packets\":{},\"bytes\":{},\"messages\":{},\"notifications\":{},\"rejects\":", t.packets, t.bytes, t.messages, t.notifications);
         rejects_json(&mut o, &t.rejects);

@@ -283,6 +283,24 @@ impl ShmRegion {
             .compare_exchange(current, new, success, failure))
     }
 
+    /// A shared view of part of the region, for zero-copy sends (the engine hands a
+    /// sender's send-area bytes straight to `writev`).
+    ///
+    /// # Safety
+    ///
+    /// For as long as the returned slice lives, nothing in this process may write
+    /// `off..off + len` (no overlapping [`ShmRegion::slice_mut`], `write` or atomic store).
+    /// Another process may still write those bytes (a sender changing its own buffer
+    /// before its send completed): the slice must then only be copied out (as `writev`
+    /// does), never relied on to stay the same, and what was copied is the writer's
+    /// problem, not a memory-safety one for the copy.
+    pub unsafe fn slice(&self, off: usize, len: usize) -> Result<&[u8], RegionError> {
+        self.check(off, len)?;
+        // SAFETY: the range is inside the live mapping (checked) and the mapping outlives
+        // `&self`; no in-process writer is the caller's contract above.
+        Ok(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(off), len) })
+    }
+
     /// A mutable slice of the region, for zero-copy deposit (the engine writing a payload
     /// straight into a receiver's area, or a sender building a message in its send area).
     ///

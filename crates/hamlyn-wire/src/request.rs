@@ -80,6 +80,9 @@ pub struct SendRequest {
     pub offset: u64,
     /// Start value Y.
     pub y: u32,
+    /// The destination's incarnation the ticket was made for (0: do not check). The
+    /// engine refuses a request for an older incarnation with `StaleIncarnation`.
+    pub incarnation: u32,
     /// Tag or fast-mode metadata.
     pub word: u64,
     /// [`send_flags`] bits.
@@ -148,6 +151,7 @@ impl SendRequest {
         out[32..40].copy_from_slice(&self.offset.to_le_bytes());
         out[40..48].copy_from_slice(&self.len().to_le_bytes());
         out[48..52].copy_from_slice(&self.y.to_le_bytes());
+        out[52..56].copy_from_slice(&self.incarnation.to_le_bytes());
         out[56..64].copy_from_slice(&self.word.to_le_bytes());
         out[64..64 + MAX_META_LEN].copy_from_slice(&self.meta);
         match &self.payload {
@@ -236,6 +240,7 @@ impl SendRequest {
             key: u64::from_le_bytes(get(b, 24)),
             offset: u64::from_le_bytes(get(b, 32)),
             y: u32::from_le_bytes(get(b, 48)),
+            incarnation: u32::from_le_bytes(get(b, 52)),
             word: u64::from_le_bytes(get(b, 56)),
             flags,
             meta: get(b, 64),
@@ -306,6 +311,7 @@ mod tests {
             key: 0xAAAA_BBBB_CCCC_DDDD,
             offset: 512,
             y: 0,
+            incarnation: 3,
             word: 99,
             flags: send_flags::NOTIFY,
             meta,

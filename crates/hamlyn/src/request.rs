@@ -172,6 +172,7 @@ pub(crate) fn build(
         key: spec.key,
         offset: spec.offset,
         y: spec.y,
+        incarnation: ticket.incarnation,
         word: opts.word,
         flags,
         meta,

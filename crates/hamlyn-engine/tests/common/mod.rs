@@ -201,6 +201,7 @@ pub fn inline(
         key,
         offset,
         y: 0,
+        incarnation: 0,
         word: tag,
         flags: hamlyn_wire::request::send_flags::NOTIFY | hamlyn_wire::request::send_flags::WAKE,
         meta: [0; 60],

@@ -1,0 +1,451 @@
+//! The engine's side of the fabric (DESIGN §2 "Fabrics", "Never lose, never overrun"):
+//! packets to other nodes go out straight from the sender's send area; packets from
+//! them are admitted by the core, read straight into their final place and committed;
+//! NACKs become error completions on the terminus that sent the refused packet; and a
+//! lost peer fails what depends on it without disturbing anything else.
+
+use std::collections::{HashMap, VecDeque};
+
+use hamlyn_core::{
+    AreaId, Areas, Interface, Memory, Notification, Placement, QueueId, RejectReason, Segment,
+};
+use hamlyn_fabric::{Fabric, FabricError, Landing, PacketSink, PeerEvent};
+use hamlyn_wire::entry::{NotifEntry, NotifKind};
+use hamlyn_wire::request::{Completion, Payload, SendRequest, MAX_GATHER};
+use hamlyn_wire::{Flags, Header, NodeId, Op};
+
+use crate::areas::AreaTable;
+use crate::engine::{port_mut, post, Client, EngineState};
+use crate::stats::EngineCounters;
+
+/// Packets taken from the fabric per poll.
+const POLL_BUDGET: usize = 64;
+
+/// What the engine knows about one peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Peer {
+    /// Reachable now.
+    pub up: bool,
+    /// Its incarnation when last seen up.
+    pub incarnation: u32,
+}
+
+/// The fabric and the state that goes with it.
+pub struct Remote {
+    /// The fabric.
+    pub fabric: Box<dyn Fabric + Send>,
+    /// NACKs to send (kept while the fabric is full: a NACK is never dropped).
+    nacks: VecDeque<Header>,
+    /// Error completions for clients whose error ring was full.
+    late_errors: VecDeque<(u32, Completion)>,
+    /// Messages partly received: (slot, metadata index) → peers whose packets counted.
+    partial: HashMap<(u32, u32), Vec<NodeId>>,
+    /// Where a discarded or unplaceable payload goes.
+    scratch: Vec<u8>,
+    /// Peer events seen during the last poll.
+    events: Vec<PeerEvent>,
+    /// Peers by node id.
+    pub peers: HashMap<u32, Peer>,
+}
+
+impl std::fmt::Debug for Remote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Remote")
+            .field("peers", &self.peers)
+            .field("partial", &self.partial.len())
+            .finish()
+    }
+}
+
+impl Remote {
+    /// Wraps a fabric.
+    pub fn new(fabric: Box<dyn Fabric + Send>) -> Remote {
+        Remote {
+            fabric,
+            nacks: VecDeque::new(),
+            late_errors: VecDeque::new(),
+            partial: HashMap::new(),
+            scratch: Vec::new(),
+            events: Vec::new(),
+            peers: HashMap::new(),
+        }
+    }
+}
+
+/// The receiving half, borrowing the engine's parts for one poll.
+struct Sink<'a> {
+    iface: &'a mut Interface,
+    areas: &'a mut AreaTable,
+    clients: &'a mut [Option<Client>],
+    counters: &'a mut EngineCounters,
+    nacks: &'a mut VecDeque<Header>,
+    late_errors: &'a mut VecDeque<(u32, Completion)>,
+    partial: &'a mut HashMap<(u32, u32), Vec<NodeId>>,
+    scratch: &'a mut Vec<u8>,
+    events: &'a mut Vec<PeerEvent>,
+    current: Option<Placement>,
+}
+
+/// Hands an error completion to the client whose terminus sent request `h.request`.
+fn complete_with_error(
+    clients: &mut [Option<Client>],
+    late: &mut VecDeque<(u32, Completion)>,
+    counters: &mut EngineCounters,
+    cid: u32,
+    c: Completion,
+) {
+    let Some(port) = port_mut(clients, cid) else {
+        return;
+    };
+    if port.errors.try_push(&c.encode()).is_ok() {
+        counters.error_completions += 1;
+    } else {
+        late.push_back((cid, c));
+    }
+}
+
+impl Sink<'_> {
+    #[cold]
+    fn refuse(&mut self, nack: Option<Header>) -> Landing {
+        if let Some(n) = nack {
+            self.nacks.push_back(n);
+        }
+        Landing::Discard
+    }
+
+    /// A peer refused one of our packets: the terminus that sent it learns why.
+    #[cold]
+    fn nack_received(&mut self, h: &Header) {
+        self.counters.nacks_received += 1;
+        let reason = hamlyn_core::nack::nack_reason(h).unwrap_or(RejectReason::Unsupported);
+        let cid = h.request.terminus >> 8;
+        let terminus = (h.request.terminus & 0xFF) as u16;
+        let c = Completion {
+            seq: h.request.seq,
+            status: u16::from(reason.code()),
+            terminus,
+            value: 0,
+        };
+        complete_with_error(self.clients, self.late_errors, self.counters, cid, c);
+    }
+}
+
+impl PacketSink for Sink<'_> {
+    fn on_header(&mut self, from: NodeId, h: &Header, _meta: &[u8]) -> Landing {
+        self.current = None;
+        if h.src != from {
+            self.counters.spoofed_packets += 1;
+            return Landing::Discard;
+        }
+        match h.op {
+            Op::Write => match self.iface.admit(h, self.areas) {
+                Ok(p) => {
+                    self.current = Some(p);
+                    Landing::Accept
+                }
+                Err(rej) => self.refuse(rej.nack),
+            },
+            Op::Nack => {
+                self.nack_received(h);
+                Landing::Discard
+            }
+            _ => {
+                let rej = self.iface.admit(h, self.areas).err();
+                self.refuse(rej.and_then(|r| r.nack))
+            }
+        }
+    }
+
+    fn payload_buf(&mut self, h: &Header) -> &mut [u8] {
+        let len = h.payload_len as usize;
+        let placed = self.current.is_some_and(|p| {
+            self.areas.area(p.area).is_some_and(|m| {
+                p.offset
+                    .checked_add(len as u64)
+                    .is_some_and(|e| e <= m.len())
+            })
+        });
+        match (placed, self.current) {
+            (true, Some(p)) => match self.areas.area(p.area).map(|m| m.slice_mut(p.offset, len)) {
+                Some(Ok(s)) => s,
+                _ => scratch(self.scratch, len),
+            },
+            _ => scratch(self.scratch, len),
+        }
+    }
+
+    fn on_payload(&mut self, from: NodeId, h: &Header, meta: &[u8]) {
+        if self.current.take().is_none() {
+            return;
+        }
+        let before = self.iface.stats().messages;
+        match self.iface.commit(h, meta, self.areas) {
+            Ok(notif) => {
+                self.counters.remote_packets += 1;
+                self.counters.remote_bytes += u64::from(h.payload_len);
+                let key = (h.slot.0, h.meta_index);
+                let complete = self.iface.stats().messages > before;
+                if complete {
+                    self.partial.remove(&key);
+                } else if !h.is_fast() {
+                    let peers = self.partial.entry(key).or_default();
+                    if !peers.contains(&from) {
+                        peers.push(from);
+                    }
+                }
+                if let Some(n) = notif {
+                    post(self.clients, self.counters, n);
+                }
+            }
+            Err(rej) => {
+                let _ = self.refuse(rej.nack);
+            }
+        }
+    }
+
+    fn on_peer(&mut self, event: PeerEvent) {
+        self.events.push(event);
+    }
+}
+
+fn scratch(buf: &mut Vec<u8>, len: usize) -> &mut [u8] {
+    if buf.len() < len {
+        buf.resize(len, 0);
+    }
+    &mut buf[..len]
+}
+
+impl EngineState {
+    /// Hands one packet to the fabric, its payload straight from the inline bytes or the
+    /// sender's send areas. `Ok(false)`: the fabric is full, try again later.
+    pub(crate) fn send_remote(
+        &mut self,
+        cid: u32,
+        req: &SendRequest,
+        seg: &Segment,
+    ) -> Result<bool, RejectReason> {
+        let now = self.now();
+        let Some(remote) = self.remote.as_mut() else {
+            return Err(RejectReason::PeerDown);
+        };
+        let h = &seg.header;
+        if remote.peers.get(&h.dst.0).is_some_and(|p| !p.up) {
+            return Err(RejectReason::PeerDown);
+        }
+        let meta = if h.flags.contains(Flags::FIRST) {
+            req.metadata()
+        } else {
+            &[]
+        };
+        let (start, len) = (seg.start, u64::from(seg.len));
+        let mut parts: [&[u8]; MAX_GATHER] = [&[]; MAX_GATHER];
+        let mut n = 0;
+        match &req.payload {
+            Payload::Inline { data, .. } => {
+                parts[0] = data
+                    .get(start as usize..(start + len) as usize)
+                    .ok_or(RejectReason::Malformed)?;
+                n = 1;
+            }
+            Payload::Gather { list, count } => {
+                let mut msg_at = 0u64;
+                for g in list.iter().take(usize::from(*count)) {
+                    let (g_start, g_end) = (msg_at, msg_at + g.len);
+                    msg_at = g_end;
+                    let from = start.max(g_start);
+                    let to = (start + len).min(g_end);
+                    if from >= to {
+                        continue;
+                    }
+                    let region = self
+                        .areas
+                        .owned(cid, AreaId(g.area))
+                        .ok_or(RejectReason::NotPermitted)?;
+                    let off = usize::try_from(g.offset + (from - g_start))
+                        .map_err(|_| RejectReason::OutOfBounds)?;
+                    // SAFETY: nothing in the engine writes a send area; the slice is only
+                    // copied by the fabric (writev, or into its pending buffer) before this
+                    // call returns, and the sender changing its own buffer meanwhile can only
+                    // change what it sends (seed 000 §6.2: buffers are not reused until the
+                    // send completes).
+                    parts[n] = unsafe { region.slice(off, (to - from) as usize) }
+                        .map_err(|_| RejectReason::OutOfBounds)?;
+                    n += 1;
+                }
+            }
+        }
+        match remote.fabric.send(now, h, meta, &parts[..n]) {
+            Ok(()) => {
+                self.counters.packets += 1;
+                self.counters.bytes += len;
+                Ok(true)
+            }
+            Err(FabricError::Full) => Ok(false),
+            Err(FabricError::PeerDown(_))
+            | Err(FabricError::NoRoute(_))
+            | Err(FabricError::LocalDown) => Err(RejectReason::PeerDown),
+            Err(_) => Err(RejectReason::Malformed),
+        }
+    }
+
+    /// Polls the fabric: delivers what arrived, sends queued NACKs, and handles peers
+    /// coming and going. Whether anything happened.
+    pub fn poll_fabric(&mut self) -> bool {
+        let now = self.now();
+        let Some(remote) = self.remote.as_mut() else {
+            return false;
+        };
+        let Remote {
+            fabric,
+            nacks,
+            late_errors,
+            partial,
+            scratch,
+            events,
+            ..
+        } = remote;
+        let mut sink = Sink {
+            iface: &mut self.iface,
+            areas: &mut self.areas,
+            clients: &mut self.clients,
+            counters: &mut self.counters,
+            nacks,
+            late_errors,
+            partial,
+            scratch,
+            events,
+            current: None,
+        };
+        let got = match fabric.poll(now, &mut sink, POLL_BUDGET) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(error = %e, "fabric poll failed");
+                0
+            }
+        };
+        let mut busy = got > 0;
+        while let Some(h) = remote.nacks.front() {
+            match remote.fabric.send(now, h, &[], &[]) {
+                Err(FabricError::Full) => break,
+                Ok(()) => self.counters.nacks_sent += 1,
+                Err(_) => self.counters.nacks_undeliverable += 1,
+            }
+            remote.nacks.pop_front();
+            busy = true;
+        }
+        for _ in 0..remote.late_errors.len() {
+            let Some((cid, c)) = remote.late_errors.pop_front() else {
+                break;
+            };
+            complete_with_error(
+                &mut self.clients,
+                &mut remote.late_errors,
+                &mut self.counters,
+                cid,
+                c,
+            );
+        }
+        let events: Vec<PeerEvent> = remote.events.drain(..).collect();
+        for ev in events {
+            busy = true;
+            self.peer_event(ev);
+        }
+        busy
+    }
+
+    /// A peer came or went. Down: every request still sending to it fails with
+    /// PeerDown, and every receiver with a partial message from it is told.
+    fn peer_event(&mut self, ev: PeerEvent) {
+        let Some(remote) = self.remote.as_mut() else {
+            return;
+        };
+        match ev {
+            PeerEvent::Up { node, incarnation } => {
+                tracing::info!(peer = node.0, incarnation, "peer up");
+                remote.peers.insert(
+                    node.0,
+                    Peer {
+                        up: true,
+                        incarnation,
+                    },
+                );
+            }
+            PeerEvent::Down { node } => {
+                tracing::warn!(peer = node.0, "peer down");
+                self.counters.peers_lost += 1;
+                let incarnation = remote.peers.get(&node.0).map_or(0, |p| p.incarnation);
+                remote.peers.insert(
+                    node.0,
+                    Peer {
+                        up: false,
+                        incarnation,
+                    },
+                );
+                let mut hit = Vec::new();
+                remote.partial.retain(|&key, peers| {
+                    if let Some(i) = peers.iter().position(|p| *p == node) {
+                        peers.swap_remove(i);
+                        hit.push(key);
+                    }
+                    !peers.is_empty()
+                });
+                for (slot, meta_index) in hit {
+                    let Some(queue) = self
+                        .iface
+                        .slots()
+                        .get(hamlyn_wire::SlotId(slot))
+                        .and_then(|s| s.config.queue)
+                    else {
+                        continue;
+                    };
+                    post(
+                        &mut self.clients,
+                        &mut self.counters,
+                        peer_down(queue, slot, meta_index, node),
+                    );
+                }
+                for port in self
+                    .clients
+                    .iter_mut()
+                    .flatten()
+                    .filter_map(|c| c.port.as_mut())
+                {
+                    for term in &mut port.termini {
+                        if let Some(cur) = term.current.as_mut() {
+                            if cur.req.dst_node == node.0 && cur.failed.is_none() {
+                                cur.failed = Some(RejectReason::PeerDown);
+                                cur.pending = None;
+                            }
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The incarnation a ticket for `node` must carry, if the node is known.
+    pub fn incarnation_of(&self, node: u32) -> Option<u32> {
+        if node == self.iface.node().0 {
+            return Some(self.incarnation);
+        }
+        self.remote
+            .as_ref()?
+            .peers
+            .get(&node)
+            .map(|p| p.incarnation)
+    }
+}
+
+fn peer_down(queue: QueueId, slot: u32, meta_index: u32, node: NodeId) -> Notification {
+    let mut entry = NotifEntry::zeroed();
+    entry.kind.set(NotifKind::PeerDown as u16);
+    entry.slot.set(slot);
+    entry.meta_index.set(meta_index);
+    entry.src_node.set(node.0);
+    Notification {
+        queue,
+        entry,
+        wake: true,
+    }
+}

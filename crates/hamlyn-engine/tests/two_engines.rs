@@ -1,0 +1,274 @@
+//! Two engines joined by an in-process channel fabric: the engine's remote logic (send
+//! from the terminus through the fabric, admit/commit on arrival, NACKs back to the
+//! sending terminus, peer-down containment). The real network is the TCP fabric's job;
+//! this double only moves whole packets between two threads.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant as StdInstant};
+
+use common::{inline, RawClient};
+use hamlyn_core::{Instant, RejectReason};
+use hamlyn_engine::{EngineConfig, EngineHandle};
+use hamlyn_fabric::{Fabric, FabricError, Landing, PacketSink, PeerEvent};
+use hamlyn_wire::control::{mode, perm, Reply, Request};
+use hamlyn_wire::request::{Gather, Payload};
+use hamlyn_wire::{Header, NodeId, NotifKind};
+
+type Packet = (Header, Vec<u8>, Vec<u8>);
+
+/// One end of a channel link. `cut` (shared) makes both ends see the peer go down.
+struct ChannelFabric {
+    local: NodeId,
+    peer: NodeId,
+    tx: Sender<Packet>,
+    rx: Receiver<Packet>,
+    cut: Arc<Mutex<bool>>,
+    announced_up: bool,
+    announced_down: bool,
+}
+
+fn link(a: NodeId, b: NodeId) -> (ChannelFabric, ChannelFabric, Arc<Mutex<bool>>) {
+    let (ta, rb) = channel();
+    let (tb, ra) = channel();
+    let cut = Arc::new(Mutex::new(false));
+    let end = |local, peer, tx, rx| ChannelFabric {
+        local,
+        peer,
+        tx,
+        rx,
+        cut: cut.clone(),
+        announced_up: false,
+        announced_down: false,
+    };
+    (end(a, b, ta, ra), end(b, a, tb, rb), cut)
+}
+
+impl Fabric for ChannelFabric {
+    fn local(&self) -> NodeId {
+        self.local
+    }
+    fn send(
+        &mut self,
+        _now: Instant,
+        h: &Header,
+        meta: &[u8],
+        payload: &[&[u8]],
+    ) -> Result<(), FabricError> {
+        if *self.cut.lock().unwrap() {
+            return Err(FabricError::PeerDown(self.peer));
+        }
+        self.tx
+            .send((*h, meta.to_vec(), payload.concat()))
+            .map_err(|_| FabricError::PeerDown(self.peer))
+    }
+    fn poll(
+        &mut self,
+        _now: Instant,
+        sink: &mut dyn PacketSink,
+        budget: usize,
+    ) -> Result<usize, FabricError> {
+        if !self.announced_up {
+            self.announced_up = true;
+            sink.on_peer(PeerEvent::Up {
+                node: self.peer,
+                incarnation: 7,
+            });
+        }
+        if *self.cut.lock().unwrap() {
+            if !self.announced_down {
+                self.announced_down = true;
+                sink.on_peer(PeerEvent::Down { node: self.peer });
+            }
+            return Ok(0);
+        }
+        let mut n = 0;
+        while n < budget {
+            let Ok((h, meta, payload)) = self.rx.try_recv() else {
+                break;
+            };
+            if sink.on_header(self.peer, &h, &meta) == Landing::Accept {
+                sink.payload_buf(&h).copy_from_slice(&payload);
+                sink.on_payload(self.peer, &h, &meta);
+            }
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+fn engine(node: u32, fabric: ChannelFabric) -> EngineHandle {
+    let mut cfg = EngineConfig::embedded();
+    cfg.node = node;
+    cfg.incarnation = 7;
+    EngineHandle::start_with_fabric(cfg, Some(Box::new(fabric))).unwrap()
+}
+
+fn make_slot(
+    c: &RawClient,
+    len: usize,
+    entries: u32,
+) -> (u32, u64, Arc<hamlyn_shm::region::ShmRegion>) {
+    let (area, region) = c.area(len);
+    let (meta_area, _) = c.area(128 * entries as usize);
+    let reply = c.call(Request::CreateSlot {
+        area,
+        base: 0,
+        len: len as u64,
+        mode: mode::NORMAL,
+        perms: perm::WRITE,
+        meta_area,
+        meta_base: 0,
+        meta_count: entries,
+        queue: 0,
+    });
+    let Reply::Slot { slot, key } = reply else {
+        panic!("{reply:?}")
+    };
+    (slot, key, region)
+}
+
+#[test]
+fn writes_cross_engines_and_refusals_come_back_to_the_sending_terminus() {
+    let (fa, fb, _cut) = link(NodeId(1), NodeId(2));
+    let (ea, eb) = (engine(1, fa), engine(2, fb));
+    let mut a = RawClient::attach(ea.socket_path(), 1, 1, 256);
+    let mut b = RawClient::attach(eb.socket_path(), 1, 1, 256);
+    let (slot, key, region) = make_slot(&b, 1 << 20, 4);
+    a.open(0, 0);
+
+    // A small inline write.
+    let p = a
+        .push(0, inline(2, slot, key, 1, 100, b"across engines", 42))
+        .unwrap();
+    let n = b.wait_notif(0).unwrap();
+    assert_eq!(
+        (n.kind(), n.word.get(), n.src_node.get()),
+        (Some(NotifKind::Message), 42, 1)
+    );
+    let mut got = [0u8; 14];
+    region.read(100, &mut got).unwrap();
+    assert_eq!(&got, b"across engines");
+    a.wait_finished(0, p + 1);
+
+    // A 600 KiB gather write: several 64 KiB packets through the fabric, one notification.
+    let (src_area, src) = a.area(600 * 1024);
+    let pattern: Vec<u8> = (0..600 * 1024u32).map(|i| (i * 7 % 251) as u8).collect();
+    src.write(0, &pattern).unwrap();
+    let mut req = inline(2, slot, key, 2, 4096, b"", 43);
+    let mut list = [Gather::default(); 5];
+    list[0] = Gather {
+        area: src_area,
+        offset: 0,
+        len: pattern.len() as u64,
+    };
+    req.payload = Payload::Gather { list, count: 1 };
+    let p = a.push(0, req).unwrap();
+    let n = b.wait_notif(0).unwrap();
+    assert_eq!(n.word.get(), 43);
+    let mut got = vec![0u8; pattern.len()];
+    region.read(4096, &mut got).unwrap();
+    assert!(got == pattern, "600 KiB byte-exact across the fabric");
+    a.wait_finished(0, p + 1);
+    assert!(a.errors().is_empty());
+
+    // A forged key: "sent" locally, then the remote NACK fails it on the same terminus.
+    let p = a
+        .push(0, inline(2, slot, key ^ 0xFF, 1, 0, b"forged", 44))
+        .unwrap();
+    a.wait_finished(0, p + 1);
+    let deadline = StdInstant::now() + Duration::from_secs(10);
+    let errs = loop {
+        let e = a.errors();
+        if !e.is_empty() {
+            break e;
+        }
+        assert!(StdInstant::now() < deadline, "no NACK came back");
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    assert_eq!(
+        (
+            errs[0].seq as u64,
+            RejectReason::from_code(u64::from(errs[0].status))
+        ),
+        (p, Some(RejectReason::BadKey))
+    );
+
+    // A ticket for another incarnation of node 2 is refused before anything is sent.
+    let mut stale = inline(2, slot, key, 1, 0, b"stale", 45);
+    stale.incarnation = 6;
+    let p = a.push(0, stale).unwrap();
+    a.wait_finished(0, p + 1);
+    let errs = a.errors();
+    assert_eq!(
+        RejectReason::from_code(u64::from(errs[0].status)),
+        Some(RejectReason::StaleIncarnation)
+    );
+    let Reply::Stats { json } = b.call(Request::Stats) else {
+        panic!()
+    };
+    assert!(json.contains("\"bad_key\":1"), "{json}");
+}
+
+#[test]
+fn a_lost_peer_fails_what_depends_on_it_and_tells_receivers_with_partial_messages() {
+    let (fa, fb, cut) = link(NodeId(1), NodeId(2));
+    let (ea, eb) = (engine(1, fa), engine(2, fb));
+    let mut a = RawClient::attach(ea.socket_path(), 1, 1, 256);
+    let mut b = RawClient::attach(eb.socket_path(), 1, 1, 256);
+    let (slot, key, _) = make_slot(&b, 1 << 20, 4);
+    let (bslot, bkey, _) = make_slot(&a, 4096, 4);
+    a.open(0, 0);
+    b.open(0, 0);
+    // A group of two members: member one's packet arrives at B, member two never sends.
+    // B holds a partial message from node 1.
+    let mut first = inline(2, slot, key, 3, 0, b"half", 46);
+    first.y = 1 << 31; // a group member's share: the accumulator stays non-zero
+    let p = a.push(0, first).unwrap();
+    a.wait_finished(0, p + 1);
+    let deadline = StdInstant::now() + Duration::from_secs(10);
+    loop {
+        let Reply::Stats { json } = b.call(Request::Stats) else {
+            panic!()
+        };
+        if json.contains("\"remote_packets\":1") {
+            break;
+        }
+        assert!(StdInstant::now() < deadline, "{json}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        b.queues[0].poll().is_none(),
+        "half a group is not a message"
+    );
+    // The link breaks.
+    *cut.lock().unwrap() = true;
+    let n = b.wait_notif(0).expect("peer-down notification");
+    assert_eq!(
+        (n.kind(), n.slot.get(), n.meta_index.get(), n.src_node.get()),
+        (Some(NotifKind::PeerDown), slot, 3, 1)
+    );
+    // New sends to the lost peer fail with PeerDown, on both sides.
+    let p = a.push(0, inline(2, slot, key, 0, 0, b"gone?", 47)).unwrap();
+    a.wait_finished(0, p + 1);
+    assert_eq!(
+        RejectReason::from_code(u64::from(a.errors()[0].status)),
+        Some(RejectReason::PeerDown)
+    );
+    let p = b
+        .push(0, inline(1, bslot, bkey, 0, 0, b"gone?", 48))
+        .unwrap();
+    b.wait_finished(0, p + 1);
+    assert_eq!(
+        RejectReason::from_code(u64::from(b.errors()[0].status)),
+        Some(RejectReason::PeerDown)
+    );
+    // Local traffic on each node is undisturbed.
+    let p = b.push(0, inline(2, slot, key, 0, 8, b"local", 49)).unwrap();
+    b.wait_finished(0, p + 1);
+    assert!(b.errors().is_empty());
+    assert_eq!(b.wait_notif(0).unwrap().word.get(), 49);
+}
