@@ -19,7 +19,7 @@ pub mod slot;
 pub mod time;
 
 pub use memory::{AreaId, Areas, Memory, OutOfRange, VecAreas};
-pub use receive::{Interface, InterfaceStats, Notification, Placement, QueueId};
+pub use receive::{Access, Interface, InterfaceStats, Notification, Placement, QueueId};
 pub use reject::{Reject, RejectCounts, RejectReason};
 pub use segment::{Segment, SegmentError, Segmenter, SendSpec};
 pub use slot::{MetaRange, OwnerId, Slot, SlotConfig, SlotError, SlotMode, SlotPerms, SlotTable};

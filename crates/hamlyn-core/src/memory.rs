@@ -38,6 +38,12 @@ pub trait Memory {
     fn fetch_add_u32(&mut self, offset: u64, v: u32) -> Result<u32, OutOfRange>;
     /// The bytes `offset..offset + len` for an in-place deposit (zero-copy receive).
     fn slice_mut(&mut self, offset: u64, len: usize) -> Result<&mut [u8], OutOfRange>;
+    /// Atomically: if the 8-byte-aligned u64 at `offset` equals `current`, store `new`.
+    /// Returns the value found (the old value).
+    fn compare_swap_u64(&mut self, offset: u64, current: u64, new: u64) -> Result<u64, OutOfRange>;
+    /// Atomically adds `v` (wrapping) to the 8-byte-aligned u64 at `offset`; returns the
+    /// old value.
+    fn fetch_add_u64(&mut self, offset: u64, v: u64) -> Result<u64, OutOfRange>;
 }
 
 /// Finds an area's memory by id.
@@ -91,6 +97,28 @@ impl Memory for Vec<u8> {
         let r = check(Memory::len(self), offset, len)?;
         Ok(&mut self[r])
     }
+    fn compare_swap_u64(&mut self, offset: u64, current: u64, new: u64) -> Result<u64, OutOfRange> {
+        let old = word64(self, offset)?;
+        if old == current {
+            self.write(offset, &new.to_le_bytes())?;
+        }
+        Ok(old)
+    }
+    fn fetch_add_u64(&mut self, offset: u64, v: u64) -> Result<u64, OutOfRange> {
+        let old = word64(self, offset)?;
+        self.write(offset, &old.wrapping_add(v).to_le_bytes())?;
+        Ok(old)
+    }
+}
+
+fn word64(m: &[u8], offset: u64) -> Result<u64, OutOfRange> {
+    if offset % 8 != 0 {
+        return Err(OutOfRange { offset, len: 8 });
+    }
+    let r = check(m.len() as u64, offset, 8)?;
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&m[r]);
+    Ok(u64::from_le_bytes(w))
 }
 
 /// Areas as plain heap buffers, for tests and the simulated cluster.

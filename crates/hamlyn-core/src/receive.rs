@@ -191,6 +191,108 @@ impl Interface {
 
 type Refusal = (Option<SlotId>, RejectReason);
 
+/// A one-sided access a READ_REQ or ATOMIC_REQ asks of a slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Read `len` bytes at the header's offset.
+    Read {
+        /// Bytes to read.
+        len: u64,
+    },
+    /// An atomic on the 8-byte word at the header's offset.
+    Atomic,
+}
+
+impl Interface {
+    /// Checks a READ_REQ or ATOMIC_REQ against the slot it names (seed 004 §2): the key
+    /// (the slot's, or the paranoid entry's), the slot's read or atomic permission, the
+    /// bounds (and the paranoid entry's range), 8-byte alignment for atomics, and
+    /// write-inhibit for atomics (they write). Reads are served while writes are
+    /// inhibited. On success, where the bytes are.
+    pub fn check_access<A: Areas>(
+        &mut self,
+        h: &Header,
+        access: Access,
+        areas: &mut A,
+    ) -> Result<Placement, Reject> {
+        match check_access(self.node, &self.slots, h, access, areas) {
+            Ok(p) => Ok(p),
+            Err((slot, reason)) => Err(self.reject(h, slot, reason)),
+        }
+    }
+}
+
+fn check_access<A: Areas>(
+    node: NodeId,
+    slots: &SlotTable,
+    h: &Header,
+    access: Access,
+    areas: &mut A,
+) -> Result<Placement, Refusal> {
+    if h.dst != node {
+        return Err((None, RejectReason::WrongNode));
+    }
+    let id = h.slot;
+    let slot = slots.get(id).ok_or((None, RejectReason::UnknownSlot))?;
+    let fail = |r| (Some(id), r);
+    if slot.revoked {
+        return Err(fail(RejectReason::Revoked));
+    }
+    let mut range = None;
+    if slot.config.mode.is_paranoid() {
+        let (_, entry) = read_entry(areas, slot, h.meta_index).map_err(fail)?;
+        if h.key != entry.paranoid_key.get() {
+            return Err(fail(RejectReason::ParanoidKey));
+        }
+        range = Some((entry.paranoid_low.get(), entry.paranoid_high.get()));
+    } else if h.key != slot.key {
+        return Err(fail(RejectReason::BadKey));
+    }
+    let len = match access {
+        Access::Read { len } => {
+            if !slot.config.perms.read {
+                return Err(fail(RejectReason::NotPermitted));
+            }
+            len
+        }
+        Access::Atomic => {
+            if !slot.config.perms.atomic {
+                return Err(fail(RejectReason::NotPermitted));
+            }
+            if slot.inhibited {
+                return Err(fail(RejectReason::Inhibited));
+            }
+            8
+        }
+    };
+    let end = match h.offset.checked_add(len) {
+        Some(e) if e <= slot.config.len => e,
+        _ => return Err(fail(RejectReason::OutOfBounds)),
+    };
+    if let Some((low, high)) = range {
+        if h.offset < low || end > high {
+            return Err(fail(RejectReason::ParanoidBounds));
+        }
+    }
+    let offset = slot.config.base + h.offset;
+    if access == Access::Atomic && offset % 8 != 0 {
+        return Err(fail(RejectReason::OutOfBounds));
+    }
+    let mem = areas
+        .area(slot.config.area)
+        .ok_or(fail(RejectReason::AreaGone))?;
+    if offset.checked_add(len).is_none_or(|e| e > mem.len()) {
+        return Err(fail(RejectReason::AreaGone));
+    }
+    let len = u32::try_from(len).map_err(|_| fail(RejectReason::OutOfBounds))?;
+    Ok(Placement {
+        slot: id,
+        area: slot.config.area,
+        offset,
+        len,
+    })
+}
+
 fn read_entry<A: Areas>(
     areas: &mut A,
     slot: &Slot,
@@ -213,7 +315,8 @@ fn check<A: Areas>(
     h: &Header,
     areas: &mut A,
 ) -> Result<Placement, Refusal> {
-    if h.op != Op::Write {
+    // Read and atomic answers are deposits into the requester's reply slot.
+    if !matches!(h.op, Op::Write | Op::ReadResp | Op::AtomicResp) {
         return Err((None, RejectReason::Unsupported));
     }
     if h.dst != node {
@@ -350,7 +453,11 @@ fn count<A: Areas>(
             mem.write(off + meta_off::STATE as u64, &disarmed.to_le_bytes())
                 .map_err(gone)?;
         }
-        NotifKind::Message
+        match h.op {
+            Op::ReadResp => NotifKind::ReadDone,
+            Op::AtomicResp => NotifKind::AtomicDone,
+            _ => NotifKind::Message,
+        }
     };
     if kind == NotifKind::Fast {
         slot.packets += 1;

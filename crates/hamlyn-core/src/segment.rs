@@ -215,6 +215,13 @@ pub struct Segmenter {
 }
 
 impl Segmenter {
+    /// The same packets with another op (READ_REQ, READ_RESP, ATOMIC_REQ, ATOMIC_RESP use
+    /// the write layout).
+    pub fn with_op(mut self, op: Op) -> Segmenter {
+        self.base.op = op;
+        self
+    }
+
     /// Total packets.
     pub fn packets(&self) -> u64 {
         self.packets

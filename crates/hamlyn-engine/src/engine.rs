@@ -396,6 +396,7 @@ fn failed_request(seq: u32, reason: RejectReason) -> InFlight {
 }
 
 const EMPTY_REQUEST: SendRequest = SendRequest {
+    op: hamlyn_wire::request::RequestOp::Write,
     seq: 0,
     dst_node: 0,
     slot: 0,

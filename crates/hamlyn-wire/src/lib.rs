@@ -20,6 +20,7 @@ pub mod error;
 pub mod header;
 pub mod ids;
 pub mod request;
+pub mod rma;
 pub mod seed;
 pub mod ticket;
 

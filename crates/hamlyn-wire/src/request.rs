@@ -63,9 +63,24 @@ pub enum Payload {
     },
 }
 
+/// What a request asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RequestOp {
+    /// Write the payload into the destination slot.
+    Write,
+    /// Read `word` bytes at `offset` of the destination slot; the inline payload is a
+    /// [`crate::rma::ReadBody`] naming where they go.
+    Read,
+    /// An atomic on the 8-byte word at `offset`; the inline payload is a
+    /// [`crate::rma::AtomicBody`].
+    Atomic,
+}
+
 /// A decoded work-queue entry: one message to send.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SendRequest {
+    /// What the request asks for.
+    pub op: RequestOp,
     /// The client's sequence number for this request (its handle).
     pub seq: u32,
     /// Destination node.
@@ -134,9 +149,11 @@ impl SendRequest {
     /// Writes the entry's 256 bytes.
     pub fn encode(&self, out: &mut [u8; REQUEST_LEN]) {
         out.fill(0);
-        let (kind, n_gather, inline_len) = match &self.payload {
-            Payload::Inline { len, .. } => (1u8, 0u8, u16::from(*len)),
-            Payload::Gather { count, .. } => (2u8, *count, 0u16),
+        let (kind, n_gather, inline_len) = match (&self.payload, self.op) {
+            (Payload::Inline { len, .. }, RequestOp::Write) => (1u8, 0u8, u16::from(*len)),
+            (Payload::Inline { len, .. }, RequestOp::Read) => (3u8, 0u8, u16::from(*len)),
+            (Payload::Inline { len, .. }, RequestOp::Atomic) => (4u8, 0u8, u16::from(*len)),
+            (Payload::Gather { count, .. }, _) => (2u8, *count, 0u16),
         };
         out[0] = kind;
         out[1] = n_gather;
@@ -188,10 +205,23 @@ impl SendRequest {
         }
         let inline_len = u16::from_le_bytes(get(b, 6));
         let total = u64::from_le_bytes(get(b, 40));
+        let op = match b[0] {
+            3 => RequestOp::Read,
+            4 => RequestOp::Atomic,
+            _ => RequestOp::Write,
+        };
         let payload = match (b[0], b[1]) {
-            (1, 0) => {
+            (1, 0) | (3, 0) | (4, 0) => {
                 if usize::from(inline_len) > MAX_INLINE || u64::from(inline_len) != total {
                     return Err(invalid("inline_len", "must match len and be at most 128"));
+                }
+                let body_len = match op {
+                    RequestOp::Read => crate::rma::READ_BODY_LEN,
+                    RequestOp::Atomic => crate::rma::ATOMIC_BODY_LEN,
+                    RequestOp::Write => usize::from(inline_len),
+                };
+                if usize::from(inline_len) != body_len {
+                    return Err(invalid("inline_len", "a read or atomic body has a fixed length"));
                 }
                 Payload::Inline {
                     data: get(b, 128),
@@ -220,7 +250,7 @@ impl SendRequest {
                 }
                 Payload::Gather { list, count: n }
             }
-            (1 | 2, _) => return Err(invalid("n_gather", "out of range for the kind")),
+            (1..=4, _) => return Err(invalid("n_gather", "out of range for the kind")),
             (k, _) => {
                 return Err(invalid(
                     "kind",
@@ -233,6 +263,7 @@ impl SendRequest {
             }
         };
         let req = SendRequest {
+            op,
             seq: u32::from_le_bytes(get(b, 8)),
             dst_node: u32::from_le_bytes(get(b, 12)),
             slot: u32::from_le_bytes(get(b, 16)),
@@ -304,6 +335,7 @@ mod tests {
         let mut meta = [0u8; MAX_META_LEN];
         meta[..3].copy_from_slice(b"abc");
         SendRequest {
+            op: RequestOp::Write,
             seq: 7,
             dst_node: 1,
             slot: 2,

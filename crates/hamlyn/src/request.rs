@@ -165,6 +165,7 @@ pub(crate) fn build(
         flags |= send_flags::WAKE;
     }
     Ok(SendRequest {
+        op: hamlyn_wire::request::RequestOp::Write,
         seq,
         dst_node: spec.dst.0,
         slot: spec.slot.0,

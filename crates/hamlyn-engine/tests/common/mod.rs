@@ -194,6 +194,7 @@ pub fn inline(
     let mut data = [0u8; 128];
     data[..bytes.len()].copy_from_slice(bytes);
     SendRequest {
+        op: hamlyn_wire::request::RequestOp::Write,
         seq: 0,
         dst_node,
         slot,
