@@ -1,4 +1,5 @@
 //! One-sided access checks (seed 004 §2): who may read or update a slot, and where.
+#![allow(clippy::unwrap_used)]
 
 use hamlyn_core::{
     Access, Interface, Memory, MetaRange, OwnerId, RejectReason, SlotConfig, SlotMode, SlotPerms,
