@@ -1,0 +1,70 @@
+//! Bandwidth and message rate: the peer streams messages as fast as the terminus takes
+//! them (retrying on `Full`), the driver counts their notifications and times them.
+//!
+//! The clock runs from the first notification to the last, so the figure is what the
+//! receiver sees in steady state: `(count - 1)` messages over that interval.
+
+use std::time::{Duration, Instant};
+
+use hamlyn::Ticket;
+
+use super::endpoint::{check_sent, Endpoint, META_ENTRIES};
+use super::error::BenchError;
+
+/// What the receiver saw of one stream.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Stream {
+    /// Messages counted (notifications, plus any a full queue could not post).
+    pub messages: u64,
+    /// From the first notification to the last.
+    pub elapsed: Duration,
+}
+
+impl Stream {
+    /// Messages per second after the first.
+    pub fn msgs_per_s(&self) -> f64 {
+        self.messages.saturating_sub(1) as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// GB/s (10^9 bytes per second) of `size`-byte messages after the first.
+    pub fn gbps(&self, size: usize) -> f64 {
+        self.msgs_per_s() * size as f64 / 1e9
+    }
+}
+
+/// Peer: sends `count` messages of `size` bytes to `to`, tags counting up, metadata
+/// entries in turn; waits until the last one is sent.
+pub fn send_stream(
+    ep: &mut Endpoint,
+    to: &Ticket,
+    size: usize,
+    count: u64,
+) -> Result<(), BenchError> {
+    let mut last = None;
+    for i in 0..count {
+        last = Some(ep.send(to, size, i, (i % u64::from(META_ENTRIES)) as u32)?);
+    }
+    if let Some(h) = last {
+        check_sent(&h)?;
+    }
+    Ok(())
+}
+
+/// Driver: counts `count` arrivals and times them.
+pub fn receive_stream(ep: &mut Endpoint, count: u64) -> Result<Stream, BenchError> {
+    let lost_before = ep.queue.overflows();
+    let mut arrived = 0u64;
+    let mut messages = 0u64;
+    let mut first = None;
+    let mut last = Instant::now();
+    while messages < count {
+        ep.next_message()?;
+        last = Instant::now();
+        first.get_or_insert(last);
+        arrived += 1;
+        // A notification the full queue could not post still means a message arrived.
+        messages = arrived + ep.queue.overflows().wrapping_sub(lost_before);
+    }
+    let elapsed = first.map_or(Duration::ZERO, |f| last - f);
+    Ok(Stream { messages, elapsed })
+}

@@ -1,0 +1,175 @@
+//! The floor: what two processes get from shared memory with no engine in between.
+//!
+//! - Latency: a cache-line ping-pong over a memfd shared by the two processes. Each side
+//!   writes only its own cache line and spins on the other's; one-way = RTT / 2.
+//! - Bandwidth: a single-threaded memcpy of each message size, buffer to buffer (the
+//!   engine's one copy per message can at best match it).
+
+use std::fs::OpenOptions;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use hamlyn_shm::region::ShmRegion;
+use hamlyn_shm::sync::{AtomicU64, Ordering};
+
+use super::error::BenchError;
+use super::plan::median;
+
+/// Bytes of the shared region.
+pub const FLOOR_LEN: usize = 4096;
+/// The driver's line (it writes the round number here).
+const PING: usize = 0;
+/// The peer's line (it echoes the round number here). Two lines apart, so the adjacent-
+/// line prefetcher does not couple them.
+const PONG: usize = 128;
+/// Written to the driver's line to end the peer's loop.
+const STOP: u64 = u64::MAX;
+/// Longest a side spins for the other before giving up.
+const SPIN_LIMIT: Duration = Duration::from_secs(30);
+
+/// The floor ping-pong's shared memory.
+#[derive(Debug)]
+pub struct FloorShm {
+    region: ShmRegion,
+}
+
+impl FloorShm {
+    /// A fresh zeroed region (driver side).
+    pub fn create() -> Result<FloorShm, BenchError> {
+        Ok(FloorShm {
+            region: ShmRegion::create("hamlyn-bench-floor", FLOOR_LEN)?,
+        })
+    }
+
+    /// The path under which another process of the same user can open the memfd.
+    pub fn proc_path(&self) -> String {
+        format!(
+            "/proc/{}/fd/{}",
+            std::process::id(),
+            self.region.fd().as_raw_fd()
+        )
+    }
+
+    /// Maps the region created by another process, named by its [`FloorShm::proc_path`].
+    pub fn open(path: &str) -> Result<FloorShm, BenchError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| BenchError::io("opening the floor's shared memory", e))?;
+        Ok(FloorShm {
+            region: ShmRegion::from_fd(OwnedFd::from(file), FLOOR_LEN)?,
+        })
+    }
+
+    fn line(&self, off: usize) -> Result<&AtomicU64, BenchError> {
+        Ok(self.region.atomic_u64(off)?)
+    }
+
+    /// Driver: `warmup` untimed round trips, then `batches` timed batches of `rounds`
+    /// round trips; ends the peer's loop. Returns the median batch's one-way time in µs.
+    pub fn ping(&self, warmup: u64, batches: usize, rounds: u64) -> Result<f64, BenchError> {
+        let ping = self.line(PING)?;
+        let pong = self.line(PONG)?;
+        let mut n: u64 = 0;
+        let round = |n: &mut u64| -> Result<(), BenchError> {
+            *n += 1;
+            // Release/Acquire: each side's store pairs with the other's spinning load;
+            // only the value itself is communicated.
+            ping.store(*n, Ordering::Release);
+            spin_until(pong, |v| v == *n).map(|_| ())
+        };
+        for _ in 0..warmup {
+            round(&mut n)?;
+        }
+        let mut one_way = Vec::with_capacity(batches);
+        for _ in 0..batches {
+            let t0 = Instant::now();
+            for _ in 0..rounds {
+                round(&mut n)?;
+            }
+            let us = t0.elapsed().as_secs_f64() * 1e6;
+            one_way.push(us / (2.0 * rounds.max(1) as f64));
+        }
+        ping.store(STOP, Ordering::Release);
+        median(&one_way).ok_or(BenchError::Usage("the floor needs at least one batch"))
+    }
+
+    /// Peer: echoes every round number until the driver says stop. Returns the rounds.
+    pub fn pong(&self) -> Result<u64, BenchError> {
+        let ping = self.line(PING)?;
+        let pong = self.line(PONG)?;
+        let mut last = 0;
+        loop {
+            let v = spin_until(ping, |v| v != last)?;
+            if v == STOP {
+                return Ok(last);
+            }
+            pong.store(v, Ordering::Release);
+            last = v;
+        }
+    }
+}
+
+/// Spins until `word` holds a value `ok` accepts, and returns it; gives up after
+/// [`SPIN_LIMIT`] (the other process died).
+fn spin_until(word: &AtomicU64, ok: impl Fn(u64) -> bool) -> Result<u64, BenchError> {
+    let mut spins: u32 = 0;
+    let mut deadline = None;
+    loop {
+        // Acquire: pairs with the other side's Release store of its line.
+        let v = word.load(Ordering::Acquire);
+        if ok(v) {
+            return Ok(v);
+        }
+        std::hint::spin_loop();
+        spins = spins.wrapping_add(1);
+        if spins % (1 << 20) == 0 {
+            let d = *deadline.get_or_insert_with(|| Instant::now() + SPIN_LIMIT);
+            if Instant::now() > d {
+                return Err(BenchError::Timeout(SPIN_LIMIT, "the floor ping-pong peer"));
+            }
+        }
+    }
+}
+
+/// Single-threaded memcpy bandwidth for `size`-byte copies in GB/s (10^9 bytes/s): the
+/// median of `batches` batches of about `batch_bytes` bytes each, after one untimed batch.
+pub fn memcpy_gbps(size: usize, batch_bytes: u64, batches: usize) -> f64 {
+    let src: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+    let mut dst = vec![1u8; size];
+    let copies = (batch_bytes / size.max(1) as u64).max(1);
+    let mut batch = || {
+        let t0 = Instant::now();
+        for _ in 0..copies {
+            dst.copy_from_slice(std::hint::black_box(&src));
+            std::hint::black_box(&mut dst);
+        }
+        t0.elapsed().as_secs_f64()
+    };
+    batch();
+    let rates: Vec<f64> = (0..batches)
+        .map(|_| (copies * size as u64) as f64 / batch().max(1e-9) / 1e9)
+        .collect();
+    median(&rates).unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ping_pong_between_two_mappings() {
+        let driver = FloorShm::create().unwrap();
+        let peer = FloorShm::open(&driver.proc_path()).unwrap();
+        let t = std::thread::spawn(move || peer.pong().unwrap());
+        let us = driver.ping(10, 3, 100).unwrap();
+        assert_eq!(t.join().unwrap(), 310);
+        assert!(us > 0.0);
+    }
+
+    #[test]
+    fn memcpy_measures_something() {
+        assert!(memcpy_gbps(4096, 1 << 20, 3) > 0.0);
+    }
+}

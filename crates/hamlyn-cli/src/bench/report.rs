@@ -1,0 +1,241 @@
+//! The benchmark's results and their table.
+
+use comfy_table::{presets, CellAlignment, Table};
+
+use super::plan::BANDWIDTH_SIZES;
+
+/// The floor measured in the same run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Floor {
+    /// Shared-memory cache-line ping-pong between two processes, one-way, µs.
+    pub shm_oneway_us: f64,
+    /// Single-threaded memcpy bandwidth by size, GB/s.
+    pub memcpy_gbps: Vec<(usize, f64)>,
+}
+
+impl Floor {
+    /// memcpy bandwidth for `size`.
+    pub fn memcpy(&self, size: usize) -> Option<f64> {
+        self.memcpy_gbps
+            .iter()
+            .find(|(s, _)| *s == size)
+            .map(|(_, g)| *g)
+    }
+}
+
+/// What a result row measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// One-way latency of a tagged write with notification (ping-pong RTT / 2).
+    TaggedWrite,
+    /// Streaming bandwidth.
+    Bandwidth,
+    /// Streaming message rate.
+    MsgRate,
+}
+
+impl Op {
+    /// The name used in the JSON report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::TaggedWrite => "tagged_write",
+            Op::Bandwidth => "bandwidth",
+            Op::MsgRate => "msg_rate",
+        }
+    }
+}
+
+/// One measured figure (fields that do not apply are `None`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    /// What was measured.
+    pub op: Op,
+    /// Message size in bytes.
+    pub size: usize,
+    /// Median one-way latency, µs.
+    pub p50_us: Option<f64>,
+    /// 99th-percentile one-way latency, µs.
+    pub p99_us: Option<f64>,
+    /// Bandwidth, GB/s (10^9 bytes/s).
+    pub gbps: Option<f64>,
+    /// Messages per second.
+    pub msgs_per_s: Option<f64>,
+}
+
+impl Row {
+    /// A latency row.
+    pub fn latency(size: usize, p50_us: f64, p99_us: f64) -> Row {
+        Row {
+            op: Op::TaggedWrite,
+            size,
+            p50_us: Some(p50_us),
+            p99_us: Some(p99_us),
+            gbps: None,
+            msgs_per_s: None,
+        }
+    }
+
+    /// A bandwidth row.
+    pub fn bandwidth(size: usize, gbps: f64) -> Row {
+        Row {
+            op: Op::Bandwidth,
+            size,
+            p50_us: None,
+            p99_us: None,
+            gbps: Some(gbps),
+            msgs_per_s: None,
+        }
+    }
+
+    /// A message-rate row.
+    pub fn rate(size: usize, msgs_per_s: f64) -> Row {
+        Row {
+            op: Op::MsgRate,
+            size,
+            p50_us: None,
+            p99_us: None,
+            gbps: None,
+            msgs_per_s: Some(msgs_per_s),
+        }
+    }
+}
+
+/// A whole run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Report {
+    /// How it was run (for the heading).
+    pub setup: String,
+    /// The floor.
+    pub floor: Floor,
+    /// The Hamlyn figures ("mediated": through the engine).
+    pub rows: Vec<Row>,
+}
+
+/// `8 B`, `4 KiB`, `1 MiB`.
+pub fn size_name(size: usize) -> String {
+    match size {
+        s if s >= 1 << 20 && s % (1 << 20) == 0 => format!("{} MiB", s >> 20),
+        s if s >= 1 << 10 && s % (1 << 10) == 0 => format!("{} KiB", s >> 10),
+        s => format!("{s} B"),
+    }
+}
+
+fn us(v: f64) -> String {
+    if v < 10.0 {
+        format!("{v:.2} µs")
+    } else {
+        format!("{v:.1} µs")
+    }
+}
+
+fn ratio(v: f64) -> String {
+    format!("{v:.2}×")
+}
+
+impl Report {
+    /// The results as a table (Markdown-compatible), with a heading.
+    pub fn render(&self) -> String {
+        let f = &self.floor;
+        let mut t = Table::new();
+        t.load_style(presets::ASCII_MARKDOWN);
+        t.set_header(vec![
+            "figure",
+            "size",
+            "Hamlyn (p50)",
+            "Hamlyn p99",
+            "floor",
+            "Hamlyn ÷ floor",
+        ]);
+        for r in &self.rows {
+            let size = size_name(r.size);
+            let dash = || "-".to_string();
+            let row = match r.op {
+                Op::TaggedWrite => {
+                    let p50 = r.p50_us.unwrap_or(f64::NAN);
+                    vec![
+                        "one-way latency".into(),
+                        size,
+                        us(p50),
+                        r.p99_us.map_or_else(dash, us),
+                        us(f.shm_oneway_us),
+                        ratio(p50 / f.shm_oneway_us),
+                    ]
+                }
+                Op::Bandwidth => {
+                    let g = r.gbps.unwrap_or(f64::NAN);
+                    let m = f.memcpy(r.size);
+                    vec![
+                        "bandwidth".into(),
+                        size,
+                        format!("{g:.2} GB/s"),
+                        dash(),
+                        m.map_or_else(dash, |m| format!("{m:.2} GB/s memcpy")),
+                        m.map_or_else(dash, |m| ratio(g / m)),
+                    ]
+                }
+                Op::MsgRate => vec![
+                    "message rate".into(),
+                    size,
+                    format!("{:.2} M msg/s", r.msgs_per_s.unwrap_or(f64::NAN) / 1e6),
+                    dash(),
+                    dash(),
+                    dash(),
+                ],
+            };
+            t.add_row(row);
+        }
+        for i in 1..6 {
+            if let Some(c) = t.column_mut(i) {
+                c.set_cell_alignment(CellAlignment::Right);
+            }
+        }
+        let memcpy: Vec<String> = BANDWIDTH_SIZES
+            .iter()
+            .filter_map(|&s| f.memcpy(s).map(|g| format!("{} {g:.2}", size_name(s))))
+            .collect();
+        format!(
+            "hamlyn bench: {}\nfloor: shared-memory ping-pong one-way {}; memcpy GB/s: {}\n\n{t}\n",
+            self.setup,
+            us(f.shm_oneway_us),
+            memcpy.join(", ")
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_shows_figures_and_ratios() {
+        let r = Report {
+            setup: "test".into(),
+            floor: Floor {
+                shm_oneway_us: 0.2,
+                memcpy_gbps: vec![(4096, 10.0)],
+            },
+            rows: vec![
+                Row::latency(8, 0.5, 1.25),
+                Row::bandwidth(4096, 5.0),
+                Row::rate(8, 2.5e6),
+            ],
+        };
+        let out = r.render();
+        for want in [
+            "0.50 µs",
+            "1.25 µs",
+            "2.50×",
+            "5.00 GB/s",
+            "10.00 GB/s memcpy",
+            "0.50×",
+            "2.50 M msg/s",
+            "4 KiB",
+            "8 B",
+        ] {
+            assert!(out.contains(want), "{want:?} missing from\n{out}");
+        }
+        assert_eq!(size_name(4 << 20), "4 MiB");
+        assert_eq!(size_name(65536), "64 KiB");
+        assert_eq!(size_name(100), "100 B");
+    }
+}

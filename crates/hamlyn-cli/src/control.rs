@@ -1,0 +1,86 @@
+//! Asking an engine for its counters over the control socket, without attaching
+//! (`Request::Stats` is answered on any connection).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hamlyn_shm::fdpass::{recv_with_fds, send_with_fds, FdPassError};
+use hamlyn_wire::control::{Reply, Request, MAX_CONTROL_MSG};
+use hamlyn_wire::WireError;
+use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+
+/// Why the counters could not be fetched.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ControlError {
+    /// Nothing answers at the socket path.
+    #[error("no engine at {path}: {source} (is `hamlyn node` running? see --socket)")]
+    Connect {
+        /// The socket path.
+        path: PathBuf,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// Sending or receiving failed (including a timeout).
+    #[error("control socket {path}: {source}")]
+    Transfer {
+        /// The socket path.
+        path: PathBuf,
+        /// The failure.
+        source: FdPassError,
+    },
+    /// The reply did not decode.
+    #[error("undecodable reply from the engine: {0}")]
+    BadReply(#[from] WireError),
+    /// The engine refused.
+    #[error("the engine refused (code {code}): {message}")]
+    Refused {
+        /// Its code.
+        code: u16,
+        /// Its explanation.
+        message: String,
+    },
+    /// The engine answered something else, or sent descriptors.
+    #[error("the engine answered with something other than its counters")]
+    Unexpected,
+}
+
+/// The engine's counters as JSON text, fetched from the control socket at `path`. Waits
+/// at most `timeout` for the reply.
+pub fn fetch_stats(path: &Path, timeout: Duration) -> Result<String, ControlError> {
+    let connect_err = |e: rustix::io::Errno| ControlError::Connect {
+        path: path.to_path_buf(),
+        source: e.into(),
+    };
+    let addr = SocketAddrUnix::new(path).map_err(connect_err)?;
+    let sock = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(connect_err)?;
+    rustix::net::connect(&sock, &addr).map_err(connect_err)?;
+    rustix::net::sockopt::set_socket_timeout(
+        &sock,
+        rustix::net::sockopt::Timeout::Recv,
+        Some(timeout),
+    )
+    .map_err(connect_err)?;
+    let transfer = |source| ControlError::Transfer {
+        path: path.to_path_buf(),
+        source,
+    };
+    send_with_fds(&sock, &Request::Stats.encode(), &[]).map_err(transfer)?;
+    let mut buf = vec![0u8; MAX_CONTROL_MSG];
+    let got = recv_with_fds(&sock, &mut buf).map_err(transfer)?;
+    if !got.fds.is_empty() {
+        return Err(ControlError::Unexpected);
+    }
+    let bytes = buf.get(..got.len).ok_or(ControlError::Unexpected)?;
+    match Reply::decode(bytes)? {
+        Reply::Stats { json } => Ok(json),
+        Reply::Error { code, message } => Err(ControlError::Refused { code, message }),
+        _ => Err(ControlError::Unexpected),
+    }
+}

@@ -1,0 +1,79 @@
+//! `hamlyn`: the command-line face of Hamlyn.
+//!
+//! - `hamlyn node`: run the per-node engine daemon that processes attach to;
+//! - `hamlyn stat`: show a running engine's counters (ports, slots, rejects);
+//! - `hamlyn bench`: measure latency, bandwidth and message rate through the engine,
+//!   next to the shared-memory floor measured in the same run (DESIGN §8).
+//!
+//! Every subcommand that talks to a daemon takes `--socket PATH`; its default is
+//! `$HAMLYN_SOCKET`, else [`socket::DEFAULT_SOCKET`].
+
+mod bench;
+mod cmd;
+mod control;
+mod json;
+mod socket;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Protected, zero-copy, sender-managed messaging between processes.
+#[derive(Debug, Parser)]
+#[command(name = "hamlyn", version, about, propagate_version = true)]
+struct Cli {
+    /// Most verbose log level on standard error: error, warn, info, debug or trace
+    /// (default: info for `node`, warn otherwise).
+    #[arg(long, global = true, value_name = "LEVEL")]
+    log: Option<tracing::Level>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the node daemon: an engine that local processes attach to through its control
+    /// socket. Stops cleanly on SIGINT or SIGTERM.
+    Node(cmd::node::NodeArgs),
+    /// Show a running engine's counters: ports, slots, totals and rejects by reason.
+    Stat(cmd::stat::StatArgs),
+    /// Measure one-way latency, bandwidth and message rate through the engine between two
+    /// processes, next to the shared-memory floor measured in the same run.
+    Bench(bench::BenchArgs),
+    /// The second process of `hamlyn bench` (driven over its standard input and output).
+    #[command(hide = true)]
+    BenchPeer(bench::peer::PeerArgs),
+}
+
+fn init_logging(level: tracing::Level) {
+    // A second initialisation (never happens here) would only be refused.
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let default_level = match cli.command {
+        Command::Node(_) => tracing::Level::INFO,
+        _ => tracing::Level::WARN,
+    };
+    init_logging(cli.log.unwrap_or(default_level));
+    let result: Result<(), Box<dyn std::error::Error>> = match cli.command {
+        Command::Node(args) => cmd::node::run(args),
+        Command::Stat(args) => cmd::stat::run(args).map_err(Into::into),
+        Command::Bench(args) => bench::run(args).map_err(Into::into),
+        Command::BenchPeer(args) => bench::peer::run(args).map_err(Into::into),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // Every error's message already names its cause.
+            eprintln!("hamlyn: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
