@@ -59,14 +59,23 @@ impl Memory for ShmMem {
         // AcqRel/Acquire: a remote atomic is a synchronisation point with local atomics on
         // the same word in the owner's process (Thekkath's locks): it must see what they
         // published and publish what it stored.
-        let r = self.0.compare_exchange_u64(at(offset, 8)?, current, new, Ordering::AcqRel, Ordering::Acquire);
+        let r = self.0.compare_exchange_u64(
+            at(offset, 8)?,
+            current,
+            new,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
         match r {
             Ok(Ok(old)) | Ok(Err(old)) => Ok(old),
             Err(_) => Err(oor(offset, 8)),
         }
     }
     fn fetch_add_u64(&mut self, offset: u64, v: u64) -> Result<u64, OutOfRange> {
-        let word = self.0.atomic_u64(at(offset, 8)?).map_err(|_| oor(offset, 8))?;
+        let word = self
+            .0
+            .atomic_u64(at(offset, 8)?)
+            .map_err(|_| oor(offset, 8))?;
         // AcqRel: as for compare-and-swap above.
         Ok(word.fetch_add(v, Ordering::AcqRel))
     }

@@ -13,13 +13,16 @@ use hamlyn_core::{
 };
 use hamlyn_shm::spsc::PopError;
 use hamlyn_shm::wake::EventFd;
-use hamlyn_wire::request::{send_flags, Completion, Payload, SendRequest, REQUEST_LEN};
-use hamlyn_wire::{Flags, NodeId, RequestId, SlotId};
+use hamlyn_wire::request::{
+    send_flags, Completion, Payload, RequestOp, SendRequest, MAX_GATHER, REQUEST_LEN,
+};
+use hamlyn_wire::{Flags, NodeId, Op, RequestId, SlotId};
 
 use crate::areas::AreaTable;
 use crate::config::EngineConfig;
 use crate::port::{InFlight, Port};
 use crate::sched::{Scheduler, TerminusKey};
+use crate::source::{Piece, Source};
 use crate::stats::EngineCounters;
 
 /// One attached (or attaching) client.
@@ -74,6 +77,10 @@ pub struct EngineState {
     pub counters: EngineCounters,
     /// The fabric to other nodes, if any.
     pub remote: Option<crate::remote::Remote>,
+    /// Answers to remote reads and atomics being sent.
+    pub replies: std::collections::VecDeque<crate::rma::ReplyJob>,
+    /// Error completions waiting for room in a client's error ring.
+    pub late_errors: std::collections::VecDeque<(u32, Completion)>,
     /// Monotonic origin for `Instant`.
     pub origin: std::time::Instant,
 }
@@ -92,8 +99,14 @@ impl EngineState {
     /// One scheduling turn over every open terminus; whether any had work.
     pub fn turn(&mut self) -> bool {
         let mut sched = std::mem::take(&mut self.sched);
-        let busy = sched.turn(|key| self.serve(key));
+        let mut busy = sched.turn(|key| self.serve(key));
         self.sched = sched;
+        if !self.replies.is_empty() {
+            busy |= self.serve_replies();
+        }
+        if !self.late_errors.is_empty() {
+            self.flush_late_errors();
+        }
         busy
     }
 
@@ -196,7 +209,12 @@ impl EngineState {
         };
         // Fast messages must be one packet whatever the packet size.
         let mtu = if fast { mtu.max(req.len()).max(1) } else { mtu };
-        match spec.segment(mtu) {
+        let op = match req.op {
+            RequestOp::Write => Op::Write,
+            RequestOp::Read => Op::ReadReq,
+            RequestOp::Atomic => Op::AtomicReq,
+        };
+        match spec.segment(mtu).map(|s| s.with_op(op)) {
             Ok(seg) => Some(InFlight {
                 req,
                 seg: Some(seg),
@@ -245,28 +263,52 @@ impl EngineState {
         self.counters.completed += 1;
     }
 
-    /// Delivers one packet: intra-node, admit, copy, commit, notify; to another node,
-    /// hand it to the fabric. `Ok(false)`: the fabric is full, try again later.
+    /// Delivers one packet of a client's request: intra-node, admit, copy, commit,
+    /// notify; to another node, hand it to the fabric. `Ok(false)`: the fabric is full,
+    /// try again later.
     fn deliver(
         &mut self,
         cid: u32,
         req: &SendRequest,
         seg: &Segment,
     ) -> Result<bool, RejectReason> {
+        let meta = if seg.header.flags.contains(Flags::FIRST) {
+            req.metadata()
+        } else {
+            &[]
+        };
+        let source = Source::of_request(cid, req);
+        if seg.header.dst == self.iface.node()
+            && matches!(seg.header.op, Op::ReadReq | Op::AtomicReq)
+        {
+            let body = match source {
+                Source::Bytes(b) => b,
+                Source::Areas { .. } => return Err(RejectReason::Malformed),
+            };
+            return self.serve_rma(&seg.header, body).map(|()| true);
+        }
+        self.deliver_packet(seg, meta, source)
+    }
+
+    /// Delivers one packet whose payload comes from `source`: locally through the core,
+    /// or to another node through the fabric (`Ok(false)`: full, try again later).
+    pub(crate) fn deliver_packet(
+        &mut self,
+        seg: &Segment,
+        meta: &[u8],
+        source: Source<'_>,
+    ) -> Result<bool, RejectReason> {
         let h = &seg.header;
+        let mut pieces = [Piece::Bytes(&[]); MAX_GATHER];
+        let n = source.pieces(&self.areas, seg.start, u64::from(seg.len), &mut pieces)?;
         if h.dst != self.iface.node() {
-            return self.send_remote(cid, req, seg);
+            return self.send_remote(h, meta, &pieces[..n]);
         }
         let placement = match self.iface.admit(h, &mut self.areas) {
             Ok(p) => p,
             Err(rej) => return Err(self.refusal(h.slot, rej.reason)),
         };
-        self.copy_payload(cid, req, seg, &placement)?;
-        let meta = if h.flags.contains(Flags::FIRST) {
-            req.metadata()
-        } else {
-            &[]
-        };
+        self.copy_pieces(&pieces[..n], &placement)?;
         match self.iface.commit(h, meta, &mut self.areas) {
             Ok(Some(n)) => self.post(n),
             Ok(None) => {}
@@ -287,72 +329,41 @@ impl EngineState {
         }
     }
 
-    /// The one copy: from the inline bytes or the sender's send areas into the receiver's
-    /// area, at the admitted place.
-    fn copy_payload(
-        &mut self,
-        cid: u32,
-        req: &SendRequest,
-        seg: &Segment,
-        p: &Placement,
-    ) -> Result<(), RejectReason> {
-        let len = seg.len as usize;
-        if len == 0 {
-            return Ok(());
-        }
-        match &req.payload {
-            Payload::Inline { data, .. } => {
-                let start = seg.start as usize;
-                let src = data
-                    .get(start..start + len)
-                    .ok_or(RejectReason::Malformed)?;
-                let dst = self.areas.area(p.area).ok_or(RejectReason::AreaGone)?;
-                dst.write(p.offset, src).map_err(|_| RejectReason::AreaGone)
-            }
-            Payload::Gather { list, count } => {
-                let mut msg_at = 0u64; // message offset where the current gather range starts
-                let mut dst_at = p.offset;
-                let (seg_start, seg_end) = (seg.start, seg.start + u64::from(seg.len));
-                for g in list.iter().take(usize::from(*count)) {
-                    let (g_start, g_end) = (msg_at, msg_at + g.len);
-                    msg_at = g_end;
-                    let from = seg_start.max(g_start);
-                    let to = seg_end.min(g_end);
-                    if from >= to {
-                        continue;
-                    }
-                    let n = (to - from) as usize;
-                    let src_off = g.offset + (from - g_start);
-                    self.copy_between(cid, AreaId(g.area), src_off, p.area, dst_at, n)?;
-                    dst_at += n as u64;
+    /// The one copy: the pieces, in order, into the admitted place.
+    fn copy_pieces(&mut self, pieces: &[Piece<'_>], p: &Placement) -> Result<(), RejectReason> {
+        let mut dst_at = p.offset;
+        for piece in pieces {
+            match *piece {
+                Piece::Bytes(b) => {
+                    let dst = self.areas.area(p.area).ok_or(RejectReason::AreaGone)?;
+                    dst.write(dst_at, b).map_err(|_| RejectReason::AreaGone)?;
+                    dst_at += b.len() as u64;
                 }
-                Ok(())
+                Piece::Area { area, offset, len } => {
+                    self.copy_between(area, offset, p.area, dst_at, len)?;
+                    dst_at += len as u64;
+                }
             }
         }
+        Ok(())
     }
 
-    /// Copies `n` bytes from the sender's area to the receiver's area.
+    /// Copies `n` bytes from one area to another (ownership already checked).
     fn copy_between(
         &mut self,
-        cid: u32,
         src: AreaId,
         src_off: u64,
         dst: AreaId,
         dst_off: u64,
         n: usize,
     ) -> Result<(), RejectReason> {
-        // The sender may only send from its own areas.
         let src_region = self
             .areas
-            .owned(cid, src)
-            .ok_or(RejectReason::NotPermitted)?
+            .get(src)
+            .ok_or(RejectReason::AreaGone)?
+            .mem
+            .0
             .clone();
-        let src_end = src_off
-            .checked_add(n as u64)
-            .ok_or(RejectReason::OutOfBounds)?;
-        if src_end > src_region.len() as u64 {
-            return Err(RejectReason::OutOfBounds);
-        }
         let dst_mem = self.areas.area(dst).ok_or(RejectReason::AreaGone)?;
         if Arc::ptr_eq(&src_region, &dst_mem.0) {
             return copy_within_area(dst_mem, src_off, dst_off, n);

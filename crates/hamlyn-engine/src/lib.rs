@@ -21,8 +21,10 @@ pub mod error;
 pub mod handle;
 pub mod port;
 pub mod remote;
+pub mod rma;
 pub mod sched;
 pub mod server;
+pub mod source;
 pub mod stats;
 
 pub use config::EngineConfig;

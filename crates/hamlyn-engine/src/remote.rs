@@ -6,16 +6,15 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use hamlyn_core::{
-    AreaId, Areas, Interface, Memory, Notification, Placement, QueueId, RejectReason, Segment,
-};
+use hamlyn_core::{Areas, Interface, Memory, Notification, Placement, QueueId, RejectReason};
 use hamlyn_fabric::{Fabric, FabricError, Landing, PacketSink, PeerEvent};
 use hamlyn_wire::entry::{NotifEntry, NotifKind};
-use hamlyn_wire::request::{Completion, Payload, SendRequest, MAX_GATHER};
-use hamlyn_wire::{Flags, Header, NodeId, Op};
+use hamlyn_wire::request::{Completion, MAX_GATHER};
+use hamlyn_wire::{Header, NodeId, Op};
 
 use crate::areas::AreaTable;
 use crate::engine::{port_mut, post, Client, EngineState};
+use crate::source::Piece;
 use crate::stats::EngineCounters;
 
 /// Packets taken from the fabric per poll.
@@ -36,8 +35,8 @@ pub struct Remote {
     pub fabric: Box<dyn Fabric + Send>,
     /// NACKs to send (kept while the fabric is full: a NACK is never dropped).
     nacks: VecDeque<Header>,
-    /// Error completions for clients whose error ring was full.
-    late_errors: VecDeque<(u32, Completion)>,
+    /// READ_REQ / ATOMIC_REQ packets that arrived, to execute after the poll.
+    rma_in: Vec<(Header, Vec<u8>)>,
     /// Messages partly received: (slot, metadata index) → peers whose packets counted.
     partial: HashMap<(u32, u32), Vec<NodeId>>,
     /// Where a discarded or unplaceable payload goes.
@@ -58,12 +57,17 @@ impl std::fmt::Debug for Remote {
 }
 
 impl Remote {
+    /// Queues a NACK to send at the next poll.
+    pub(crate) fn queue_nack(&mut self, n: Header) {
+        self.nacks.push_back(n);
+    }
+
     /// Wraps a fabric.
     pub fn new(fabric: Box<dyn Fabric + Send>) -> Remote {
         Remote {
             fabric,
             nacks: VecDeque::new(),
-            late_errors: VecDeque::new(),
+            rma_in: Vec::new(),
             partial: HashMap::new(),
             scratch: Vec::new(),
             events: Vec::new(),
@@ -80,28 +84,12 @@ struct Sink<'a> {
     counters: &'a mut EngineCounters,
     nacks: &'a mut VecDeque<Header>,
     late_errors: &'a mut VecDeque<(u32, Completion)>,
+    rma_in: &'a mut Vec<(Header, Vec<u8>)>,
+    rma: bool,
     partial: &'a mut HashMap<(u32, u32), Vec<NodeId>>,
     scratch: &'a mut Vec<u8>,
     events: &'a mut Vec<PeerEvent>,
     current: Option<Placement>,
-}
-
-/// Hands an error completion to the client whose terminus sent request `h.request`.
-fn complete_with_error(
-    clients: &mut [Option<Client>],
-    late: &mut VecDeque<(u32, Completion)>,
-    counters: &mut EngineCounters,
-    cid: u32,
-    c: Completion,
-) {
-    let Some(port) = port_mut(clients, cid) else {
-        return;
-    };
-    if port.errors.try_push(&c.encode()).is_ok() {
-        counters.error_completions += 1;
-    } else {
-        late.push_back((cid, c));
-    }
 }
 
 impl Sink<'_> {
@@ -126,19 +114,32 @@ impl Sink<'_> {
             terminus,
             value: 0,
         };
-        complete_with_error(self.clients, self.late_errors, self.counters, cid, c);
+        let pushed =
+            port_mut(self.clients, cid).map(|port| port.errors.try_push(&c.encode()).is_ok());
+        match pushed {
+            Some(true) => self.counters.error_completions += 1,
+            Some(false) => self.late_errors.push_back((cid, c)),
+            None => {}
+        }
     }
 }
 
 impl PacketSink for Sink<'_> {
     fn on_header(&mut self, from: NodeId, h: &Header, _meta: &[u8]) -> Landing {
         self.current = None;
+        self.rma = false;
         if h.src != from {
             self.counters.spoofed_packets += 1;
             return Landing::Discard;
         }
         match h.op {
-            Op::Write => match self.iface.admit(h, self.areas) {
+            Op::ReadReq | Op::AtomicReq
+                if (h.payload_len as usize) <= hamlyn_wire::request::MAX_INLINE =>
+            {
+                self.rma = true;
+                Landing::Accept
+            }
+            Op::Write | Op::ReadResp | Op::AtomicResp => match self.iface.admit(h, self.areas) {
                 Ok(p) => {
                     self.current = Some(p);
                     Landing::Accept
@@ -175,6 +176,11 @@ impl PacketSink for Sink<'_> {
     }
 
     fn on_payload(&mut self, from: NodeId, h: &Header, meta: &[u8]) {
+        if std::mem::take(&mut self.rma) {
+            let len = (h.payload_len as usize).min(self.scratch.len());
+            self.rma_in.push((*h, self.scratch[..len].to_vec()));
+            return;
+        }
         if self.current.take().is_none() {
             return;
         }
@@ -216,65 +222,41 @@ fn scratch(buf: &mut Vec<u8>, len: usize) -> &mut [u8] {
 }
 
 impl EngineState {
-    /// Hands one packet to the fabric, its payload straight from the inline bytes or the
-    /// sender's send areas. `Ok(false)`: the fabric is full, try again later.
+    /// Hands one packet to the fabric, its payload straight from the pieces (inline bytes
+    /// or registered areas). `Ok(false)`: the fabric is full, try again later.
     pub(crate) fn send_remote(
         &mut self,
-        cid: u32,
-        req: &SendRequest,
-        seg: &Segment,
+        h: &Header,
+        meta: &[u8],
+        pieces: &[Piece<'_>],
     ) -> Result<bool, RejectReason> {
         let now = self.now();
         let Some(remote) = self.remote.as_mut() else {
             return Err(RejectReason::PeerDown);
         };
-        let h = &seg.header;
         if remote.peers.get(&h.dst.0).is_some_and(|p| !p.up) {
             return Err(RejectReason::PeerDown);
         }
-        let meta = if h.flags.contains(Flags::FIRST) {
-            req.metadata()
-        } else {
-            &[]
-        };
-        let (start, len) = (seg.start, u64::from(seg.len));
         let mut parts: [&[u8]; MAX_GATHER] = [&[]; MAX_GATHER];
-        let mut n = 0;
-        match &req.payload {
-            Payload::Inline { data, .. } => {
-                parts[0] = data
-                    .get(start as usize..(start + len) as usize)
-                    .ok_or(RejectReason::Malformed)?;
-                n = 1;
-            }
-            Payload::Gather { list, count } => {
-                let mut msg_at = 0u64;
-                for g in list.iter().take(usize::from(*count)) {
-                    let (g_start, g_end) = (msg_at, msg_at + g.len);
-                    msg_at = g_end;
-                    let from = start.max(g_start);
-                    let to = (start + len).min(g_end);
-                    if from >= to {
-                        continue;
-                    }
-                    let region = self
-                        .areas
-                        .owned(cid, AreaId(g.area))
-                        .ok_or(RejectReason::NotPermitted)?;
-                    let off = usize::try_from(g.offset + (from - g_start))
-                        .map_err(|_| RejectReason::OutOfBounds)?;
-                    // SAFETY: nothing in the engine writes a send area; the slice is only
-                    // copied by the fabric (writev, or into its pending buffer) before this
-                    // call returns, and the sender changing its own buffer meanwhile can only
-                    // change what it sends (seed 000 §6.2: buffers are not reused until the
-                    // send completes).
-                    parts[n] = unsafe { region.slice(off, (to - from) as usize) }
-                        .map_err(|_| RejectReason::OutOfBounds)?;
-                    n += 1;
+        let mut len = 0u64;
+        for (slot, piece) in parts.iter_mut().zip(pieces) {
+            *slot = match *piece {
+                Piece::Bytes(b) => b,
+                Piece::Area { area, offset, len } => {
+                    let region = &self.areas.get(area).ok_or(RejectReason::AreaGone)?.mem.0;
+                    let off = usize::try_from(offset).map_err(|_| RejectReason::OutOfBounds)?;
+                    // SAFETY: nothing in the engine writes these bytes while the slice lives:
+                    // it is only copied by the fabric (writev, or into its pending buffer)
+                    // before this call returns. A sender changing its own buffer meanwhile
+                    // can only change what it sends (seed 000 §6.2: buffers are not reused
+                    // until the send completes); a slot owner changing a region being read
+                    // remotely can only change what the reader gets.
+                    unsafe { region.slice(off, len) }.map_err(|_| RejectReason::OutOfBounds)?
                 }
-            }
+            };
+            len += slot.len() as u64;
         }
-        match remote.fabric.send(now, h, meta, &parts[..n]) {
+        match remote.fabric.send(now, h, meta, &parts[..pieces.len()]) {
             Ok(()) => {
                 self.counters.packets += 1;
                 self.counters.bytes += len;
@@ -298,7 +280,7 @@ impl EngineState {
         let Remote {
             fabric,
             nacks,
-            late_errors,
+            rma_in,
             partial,
             scratch,
             events,
@@ -310,7 +292,9 @@ impl EngineState {
             clients: &mut self.clients,
             counters: &mut self.counters,
             nacks,
-            late_errors,
+            late_errors: &mut self.late_errors,
+            rma_in,
+            rma: false,
             partial,
             scratch,
             events,
@@ -333,19 +317,14 @@ impl EngineState {
             remote.nacks.pop_front();
             busy = true;
         }
-        for _ in 0..remote.late_errors.len() {
-            let Some((cid, c)) = remote.late_errors.pop_front() else {
-                break;
-            };
-            complete_with_error(
-                &mut self.clients,
-                &mut remote.late_errors,
-                &mut self.counters,
-                cid,
-                c,
-            );
-        }
+        let rma: Vec<(Header, Vec<u8>)> = remote.rma_in.drain(..).collect();
         let events: Vec<PeerEvent> = remote.events.drain(..).collect();
+        for (h, body) in rma {
+            busy = true;
+            if let Err(reason) = self.serve_rma(&h, &body) {
+                self.fail_request(h.src, h.request, reason, &h);
+            }
+        }
         for ev in events {
             busy = true;
             self.peer_event(ev);

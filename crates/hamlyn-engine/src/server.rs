@@ -116,6 +116,8 @@ impl Engine {
             stop,
             counters: EngineCounters::default(),
             remote: fabric.map(Remote::new),
+            replies: Default::default(),
+            late_errors: Default::default(),
             origin: std::time::Instant::now(),
         };
         Ok(Engine {

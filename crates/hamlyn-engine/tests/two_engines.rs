@@ -6,6 +6,8 @@
 
 mod common;
 
+use common::channel::{link, ChannelFabric};
+
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant as StdInstant};
@@ -17,88 +19,6 @@ use hamlyn_fabric::{Fabric, FabricError, Landing, PacketSink, PeerEvent};
 use hamlyn_wire::control::{mode, perm, Reply, Request};
 use hamlyn_wire::request::{Gather, Payload};
 use hamlyn_wire::{Header, NodeId, NotifKind};
-
-type Packet = (Header, Vec<u8>, Vec<u8>);
-
-/// One end of a channel link. `cut` (shared) makes both ends see the peer go down.
-struct ChannelFabric {
-    local: NodeId,
-    peer: NodeId,
-    tx: Sender<Packet>,
-    rx: Receiver<Packet>,
-    cut: Arc<Mutex<bool>>,
-    announced_up: bool,
-    announced_down: bool,
-}
-
-fn link(a: NodeId, b: NodeId) -> (ChannelFabric, ChannelFabric, Arc<Mutex<bool>>) {
-    let (ta, rb) = channel();
-    let (tb, ra) = channel();
-    let cut = Arc::new(Mutex::new(false));
-    let end = |local, peer, tx, rx| ChannelFabric {
-        local,
-        peer,
-        tx,
-        rx,
-        cut: cut.clone(),
-        announced_up: false,
-        announced_down: false,
-    };
-    (end(a, b, ta, ra), end(b, a, tb, rb), cut)
-}
-
-impl Fabric for ChannelFabric {
-    fn local(&self) -> NodeId {
-        self.local
-    }
-    fn send(
-        &mut self,
-        _now: Instant,
-        h: &Header,
-        meta: &[u8],
-        payload: &[&[u8]],
-    ) -> Result<(), FabricError> {
-        if *self.cut.lock().unwrap() {
-            return Err(FabricError::PeerDown(self.peer));
-        }
-        self.tx
-            .send((*h, meta.to_vec(), payload.concat()))
-            .map_err(|_| FabricError::PeerDown(self.peer))
-    }
-    fn poll(
-        &mut self,
-        _now: Instant,
-        sink: &mut dyn PacketSink,
-        budget: usize,
-    ) -> Result<usize, FabricError> {
-        if !self.announced_up {
-            self.announced_up = true;
-            sink.on_peer(PeerEvent::Up {
-                node: self.peer,
-                incarnation: 7,
-            });
-        }
-        if *self.cut.lock().unwrap() {
-            if !self.announced_down {
-                self.announced_down = true;
-                sink.on_peer(PeerEvent::Down { node: self.peer });
-            }
-            return Ok(0);
-        }
-        let mut n = 0;
-        while n < budget {
-            let Ok((h, meta, payload)) = self.rx.try_recv() else {
-                break;
-            };
-            if sink.on_header(self.peer, &h, &meta) == Landing::Accept {
-                sink.payload_buf(&h).copy_from_slice(&payload);
-                sink.on_payload(self.peer, &h, &meta);
-            }
-            n += 1;
-        }
-        Ok(n)
-    }
-}
 
 fn engine(node: u32, fabric: ChannelFabric) -> EngineHandle {
     let mut cfg = EngineConfig::embedded();

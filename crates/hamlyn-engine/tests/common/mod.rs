@@ -2,6 +2,8 @@
 //! directly, without the application library, so tests can also misbehave on purpose.
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod channel;
+
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::sync::Arc;
@@ -212,4 +214,81 @@ pub fn inline(
             len: bytes.len() as u8,
         },
     }
+}
+
+/// A reply ticket for `slot` of `c` (one metadata entry, the whole `len`).
+pub fn reply_ticket(c: &RawClient, slot: u32, key: u64, len: u64) -> hamlyn_wire::Ticket {
+    hamlyn_wire::Ticket {
+        node: hamlyn_wire::NodeId(c.node),
+        incarnation: 0,
+        slot: hamlyn_wire::SlotId(slot),
+        key,
+        meta_first: 0,
+        meta_count: 1,
+        offset: 0,
+        len,
+        share: hamlyn_wire::FULL_SHARE,
+        flags: hamlyn_wire::TicketFlags::WRITE,
+    }
+}
+
+fn with_body(
+    mut req: SendRequest,
+    op: hamlyn_wire::request::RequestOp,
+    body: &[u8],
+) -> SendRequest {
+    let mut data = [0u8; 128];
+    data[..body.len()].copy_from_slice(body);
+    req.op = op;
+    req.payload = Payload::Inline {
+        data,
+        len: body.len() as u8,
+    };
+    req
+}
+
+/// A remote read of `len` bytes at `offset` of (`dst_node`, `slot`) into `reply` at `reply_offset`.
+#[allow(clippy::too_many_arguments)]
+pub fn read_req(
+    dst_node: u32,
+    slot: u32,
+    key: u64,
+    offset: u64,
+    len: u64,
+    reply: hamlyn_wire::Ticket,
+    reply_offset: u64,
+) -> SendRequest {
+    let body = hamlyn_wire::rma::ReadBody {
+        reply,
+        reply_offset,
+    }
+    .encode();
+    let mut req = inline(dst_node, slot, key, 0, offset, b"", len);
+    req = with_body(req, hamlyn_wire::request::RequestOp::Read, &body);
+    req
+}
+
+/// A remote atomic on the word at `offset`; the old value goes to `reply` at `reply_offset`.
+#[allow(clippy::too_many_arguments)]
+pub fn atomic_req(
+    dst_node: u32,
+    slot: u32,
+    key: u64,
+    offset: u64,
+    op: hamlyn_wire::rma::AtomicOp,
+    compare: u64,
+    operand: u64,
+    reply: hamlyn_wire::Ticket,
+    reply_offset: u64,
+) -> SendRequest {
+    let body = hamlyn_wire::rma::AtomicBody {
+        reply,
+        reply_offset,
+        op,
+        compare,
+        operand,
+    }
+    .encode();
+    let req = inline(dst_node, slot, key, 0, offset, b"", 0);
+    with_body(req, hamlyn_wire::request::RequestOp::Atomic, &body)
 }

@@ -1,0 +1,93 @@
+//! An in-process channel "fabric" between two engines in one test process: whole
+//! packets through std channels, Up at the first poll, Down when the shared `cut` flag
+//! is set. A test double for the engine's remote logic; the TCP fabric is the real thing.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+
+use hamlyn_core::Instant;
+use hamlyn_fabric::{Fabric, FabricError, Landing, PacketSink, PeerEvent};
+use hamlyn_wire::{Header, NodeId};
+
+type Packet = (Header, Vec<u8>, Vec<u8>);
+
+/// One end of a channel link. `cut` (shared) makes both ends see the peer go down.
+pub struct ChannelFabric {
+    local: NodeId,
+    peer: NodeId,
+    tx: Sender<Packet>,
+    rx: Receiver<Packet>,
+    cut: Arc<Mutex<bool>>,
+    announced_up: bool,
+    announced_down: bool,
+}
+
+pub fn link(a: NodeId, b: NodeId) -> (ChannelFabric, ChannelFabric, Arc<Mutex<bool>>) {
+    let (ta, rb) = channel();
+    let (tb, ra) = channel();
+    let cut = Arc::new(Mutex::new(false));
+    let end = |local, peer, tx, rx| ChannelFabric {
+        local,
+        peer,
+        tx,
+        rx,
+        cut: cut.clone(),
+        announced_up: false,
+        announced_down: false,
+    };
+    (end(a, b, ta, ra), end(b, a, tb, rb), cut)
+}
+
+impl Fabric for ChannelFabric {
+    fn local(&self) -> NodeId {
+        self.local
+    }
+    fn send(
+        &mut self,
+        _now: Instant,
+        h: &Header,
+        meta: &[u8],
+        payload: &[&[u8]],
+    ) -> Result<(), FabricError> {
+        if *self.cut.lock().unwrap() {
+            return Err(FabricError::PeerDown(self.peer));
+        }
+        self.tx
+            .send((*h, meta.to_vec(), payload.concat()))
+            .map_err(|_| FabricError::PeerDown(self.peer))
+    }
+    fn poll(
+        &mut self,
+        _now: Instant,
+        sink: &mut dyn PacketSink,
+        budget: usize,
+    ) -> Result<usize, FabricError> {
+        if !self.announced_up {
+            self.announced_up = true;
+            sink.on_peer(PeerEvent::Up {
+                node: self.peer,
+                incarnation: 7,
+            });
+        }
+        if *self.cut.lock().unwrap() {
+            if !self.announced_down {
+                self.announced_down = true;
+                sink.on_peer(PeerEvent::Down { node: self.peer });
+            }
+            return Ok(0);
+        }
+        let mut n = 0;
+        while n < budget {
+            let Ok((h, meta, payload)) = self.rx.try_recv() else {
+                break;
+            };
+            if sink.on_header(self.peer, &h, &meta) == Landing::Accept {
+                sink.payload_buf(&h).copy_from_slice(&payload);
+                sink.on_payload(self.peer, &h, &meta);
+            }
+            n += 1;
+        }
+        Ok(n)
+    }
+}
