@@ -8,17 +8,15 @@ mod common;
 
 use common::channel::{link, ChannelFabric};
 
-use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant as StdInstant};
 
 use common::{inline, RawClient};
-use hamlyn_core::{Instant, RejectReason};
+use hamlyn_core::RejectReason;
 use hamlyn_engine::{EngineConfig, EngineHandle};
-use hamlyn_fabric::{Fabric, FabricError, Landing, PacketSink, PeerEvent};
 use hamlyn_wire::control::{mode, perm, Reply, Request};
 use hamlyn_wire::request::{Gather, Payload};
-use hamlyn_wire::{Header, NodeId, NotifKind};
+use hamlyn_wire::{NodeId, NotifKind};
 
 fn engine(node: u32, fabric: ChannelFabric) -> EngineHandle {
     let mut cfg = EngineConfig::embedded();
