@@ -163,6 +163,20 @@ pub enum SendError {
     /// A gather span names an area registered by another [`crate::Node`].
     #[error("a gather span names another node handle's area")]
     ForeignArea,
+    /// A read or atomic does not fit the source ticket's range, or its answer does not
+    /// fit the reply ticket's range.
+    #[error("bytes {offset}..+{len} are outside the {which} ticket's range")]
+    OutsideRange {
+        /// Which ticket: "source" or "reply".
+        which: &'static str,
+        /// Offset asked for, within the ticket.
+        offset: u64,
+        /// Bytes asked for.
+        len: u64,
+    },
+    /// The ticket does not grant this operation (reads or atomics).
+    #[error("the ticket does not grant {0}")]
+    NotGranted(&'static str),
     /// The terminus ring is corrupt (someone scribbled on the port); it cannot be used.
     #[error("the terminus ring is corrupt")]
     Corrupt,

@@ -446,3 +446,97 @@ mod tests {
         ));
     }
 }
+
+/// A one-sided request: what to do at the target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Rma {
+    /// Read `len` bytes.
+    Read { len: u64 },
+    /// An atomic on one 8-byte word.
+    Atomic {
+        op: hamlyn_wire::rma::AtomicOp,
+        compare: u64,
+        operand: u64,
+    },
+}
+
+fn fits(which: &'static str, ticket: &Ticket, offset: u64, len: u64) -> Result<(), SendError> {
+    match offset.checked_add(len) {
+        Some(end) if end <= ticket.len => Ok(()),
+        _ => Err(SendError::OutsideRange { which, offset, len }),
+    }
+}
+
+/// Builds the work-queue entry for a remote read or atomic (seed 004 §2): the target
+/// engine checks `source`'s key and the slot's permission, executes, and writes the
+/// answer to `reply` at `reply_offset` (both offsets are within the tickets' ranges).
+pub(crate) fn build_rma(
+    source: &Ticket,
+    offset: u64,
+    rma: Rma,
+    reply: &Ticket,
+    reply_offset: u64,
+    seq: u32,
+) -> Result<SendRequest, SendError> {
+    use hamlyn_wire::request::RequestOp;
+    use hamlyn_wire::rma::{AtomicBody, ReadBody};
+    let (op, len, word, body): (RequestOp, u64, u64, Vec<u8>) = match rma {
+        Rma::Read { len } => {
+            if !source.flags.contains(TicketFlags::READ) {
+                return Err(SendError::NotGranted("reads"));
+            }
+            let body = ReadBody {
+                reply: *reply,
+                reply_offset,
+            }
+            .encode()
+            .to_vec();
+            (RequestOp::Read, len, len, body)
+        }
+        Rma::Atomic {
+            op,
+            compare,
+            operand,
+        } => {
+            if !source.flags.contains(TicketFlags::ATOMIC) {
+                return Err(SendError::NotGranted("atomics"));
+            }
+            let body = AtomicBody {
+                reply: *reply,
+                reply_offset,
+                op,
+                compare,
+                operand,
+            }
+            .encode()
+            .to_vec();
+            (RequestOp::Atomic, 8, 0, body)
+        }
+    };
+    fits("source", source, offset, len)?;
+    fits("reply", reply, reply_offset, len)?;
+    if !reply.flags.contains(TicketFlags::WRITE) {
+        return Err(SendError::NotWritable);
+    }
+    let mut data = [0u8; MAX_INLINE];
+    data[..body.len()].copy_from_slice(&body);
+    Ok(SendRequest {
+        op,
+        seq,
+        dst_node: source.node.0,
+        slot: source.slot.0,
+        meta_index: source.meta_first,
+        key: source.key,
+        offset: source.offset + offset,
+        y: 0,
+        incarnation: source.incarnation,
+        word,
+        flags: 0,
+        meta: [0; MAX_META_LEN],
+        meta_len: 0,
+        payload: Payload::Inline {
+            data,
+            len: body.len() as u8,
+        },
+    })
+}

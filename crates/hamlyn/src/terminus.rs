@@ -16,7 +16,7 @@ use crate::area::{Area, AreaInner};
 use crate::completion::{self, Status};
 use crate::error::{Error, SendError};
 use crate::node::Shared;
-use crate::request::{build, Data, SendOptions};
+use crate::request::{build, build_rma, Data, Rma, SendOptions};
 
 /// A gather span a pending send is reading; the area stays registered until it is done.
 #[derive(Debug)]
@@ -85,6 +85,83 @@ impl Terminus {
         data: Data<'_>,
     ) -> Result<SendHandle, SendError> {
         let req = build(self.shared.instance, ticket, opts, &data, self.next as u32)?;
+        let spans = match data {
+            Data::Gather(spans) => spans,
+            Data::Inline(_) => &[],
+        };
+        self.push(&req, spans)
+    }
+
+    /// Reads `len` bytes at `offset` of `source`'s range on its node into `reply`'s slot
+    /// at `reply_offset` (seed 004 §2). The target engine checks the key and the slot's
+    /// read permission; the bytes land with a `ReadDone` notification on the reply slot's
+    /// queue. The handle ends `Sent` when the request left, or `Failed` with the reason.
+    pub fn read(
+        &mut self,
+        source: &Ticket,
+        offset: u64,
+        len: u64,
+        reply: &Ticket,
+        reply_offset: u64,
+    ) -> Result<SendHandle, SendError> {
+        let req = build_rma(
+            source,
+            offset,
+            Rma::Read { len },
+            reply,
+            reply_offset,
+            self.next as u32,
+        )?;
+        self.push(&req, &[])
+    }
+
+    /// Compare-and-swap on the 8-byte word at `offset` of `target`'s range, executed by the
+    /// target engine atomically with respect to every other atomic on that word (local
+    /// ones included). The old value arrives in an `AtomicDone` notification's word (and
+    /// as 8 bytes at `reply_offset` of the reply slot).
+    pub fn compare_swap(
+        &mut self,
+        target: &Ticket,
+        offset: u64,
+        expected: u64,
+        new: u64,
+        reply: &Ticket,
+        reply_offset: u64,
+    ) -> Result<SendHandle, SendError> {
+        let op = Rma::Atomic {
+            op: hamlyn_wire::rma::AtomicOp::CompareSwap,
+            compare: expected,
+            operand: new,
+        };
+        let req = build_rma(target, offset, op, reply, reply_offset, self.next as u32)?;
+        self.push(&req, &[])
+    }
+
+    /// Fetch-and-add (wrapping) on the 8-byte word at `offset` of `target`'s range; the old
+    /// value arrives as for [`Terminus::compare_swap`].
+    pub fn fetch_add(
+        &mut self,
+        target: &Ticket,
+        offset: u64,
+        addend: u64,
+        reply: &Ticket,
+        reply_offset: u64,
+    ) -> Result<SendHandle, SendError> {
+        let op = Rma::Atomic {
+            op: hamlyn_wire::rma::AtomicOp::FetchAdd,
+            compare: 0,
+            operand: addend,
+        };
+        let req = build_rma(target, offset, op, reply, reply_offset, self.next as u32)?;
+        self.push(&req, &[])
+    }
+
+    /// Queues a built request; `spans` are its gather spans (kept until it completes).
+    fn push(
+        &mut self,
+        req: &hamlyn_wire::request::SendRequest,
+        spans: &[crate::Span<'_>],
+    ) -> Result<SendHandle, SendError> {
         let mut entry = [0u8; REQUEST_LEN];
         req.encode(&mut entry);
         match self.ring.try_push(&entry) {
@@ -97,7 +174,7 @@ impl Terminus {
         }
         let pos = self.next;
         self.next += 1;
-        if let Data::Gather(spans) = data {
+        if !spans.is_empty() {
             self.retire();
             for s in spans.iter().filter(|s| s.len > 0) {
                 self.pending.push_back(PendingSpan {
