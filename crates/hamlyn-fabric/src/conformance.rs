@@ -578,8 +578,17 @@ pub fn large_payloads_intact<F: FabricFactory>(f: &mut F) -> Outcome {
 
 /// A peer that does not poll makes sends fail with [`FabricError::Full`] (never a silent
 /// drop), and sending resumes once it drains; everything sent arrives exactly once.
+///
+/// The fill starts once both nodes have announced each other up: a fabric whose links
+/// need a handshake (TCP) cannot bring a peer up while that peer does not poll.
 pub fn full_then_resume<F: FabricFactory>(f: &mut F) -> Outcome {
     let mut run = Run::new(f, "full_then_resume", 2, |_| false)?;
+    let up = |rec: &Recorder, j: u32| {
+        rec.events
+            .iter()
+            .any(|e| matches!(e, PeerEvent::Up { node, .. } if node.0 == j))
+    };
+    run.pump(&never, &|r| up(&r.recs[0], 1) && up(&r.recs[1], 0))?;
     let mut seq = 0u32;
     let mut full_at = None;
     // Fill: only the sender polls (it may need to, to push bytes out).

@@ -9,8 +9,12 @@
 //!   over the simulated network, for whole-cluster tests.
 //! - [`conformance`]: the suite every fabric must pass, written once over the trait.
 //! - [`rng`]: the tiny seeded generator behind the simulation.
+//! - [`tcp`]: the TCP fabric, several striped connections ("rails") per peer, over
+//!   non-blocking sockets driven by a `mio` poller.
 //!
-//! Everything here is sans-IO: time is passed in, nothing blocks, no threads.
+//! Everything but [`tcp`] is sans-IO: time is passed in, nothing blocks, no threads. The
+//! TCP fabric does socket I/O but never blocks either, still takes time as an argument,
+//! and keeps its framing ([`tcp::frame`]) as pure, separately tested state machines.
 #![forbid(unsafe_code)]
 
 pub mod cluster;
@@ -18,7 +22,9 @@ pub mod conformance;
 pub mod fabric;
 pub mod rng;
 pub mod sim;
+pub mod tcp;
 
 pub use fabric::{Fabric, FabricError, Landing, PacketSink, PeerEvent};
 pub use rng::SimRng;
 pub use sim::{SimConfig, SimError, SimFabric, SimNet, SimStats};
+pub use tcp::{TcpConfig, TcpError, TcpFabric};

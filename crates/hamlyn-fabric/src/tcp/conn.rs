@@ -1,0 +1,666 @@
+//! One TCP connection (one rail): its handshake phase, its receive state machine and its
+//! send queue.
+//!
+//! The receive side ([`Rx::pump`]) reads into a small staging buffer, runs it through the
+//! [`FrameDecoder`], and hands packets to the sink in two phases. Whenever the staging
+//! buffer is used up in the middle of an accepted packet's payload, the next read goes
+//! straight into the sink's payload buffer (with one vectored read that also fetches the
+//! following headers into the staging buffer), so large payloads are never copied; only
+//! payload bytes that happened to arrive in the same read as their header are copied out
+//! of the staging buffer. It is generic over [`Read`] and tested with scripted readers.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSliceMut, Read};
+use std::net::SocketAddr;
+
+use hamlyn_core::Instant;
+use hamlyn_wire::{Header, NodeId, Op, WireError, MAX_META_LEN};
+
+use super::frame::{FrameDecoder, FrameError, Token};
+use super::stats::CloseReason;
+use super::tx::TxQueue;
+use crate::fabric::{Landing, PacketSink, PeerEvent};
+
+/// Bytes of the per-connection staging buffer headers are read into.
+pub(crate) const STAGING_LEN: usize = 64 << 10;
+
+/// Who opened the connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// We dialed (our node id is the lower one).
+    Dialer,
+    /// Our listener accepted it.
+    Acceptor,
+}
+
+/// Where the connection is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Non-blocking connect in progress (dialer).
+    Connecting,
+    /// Connected, our HELLO sent, waiting for the acceptor's (dialer).
+    AwaitReply,
+    /// Accepted, waiting for the dialer's HELLO (acceptor).
+    AwaitHello,
+    /// Handshake done: the connection is a rail of its peer's session.
+    Open,
+}
+
+/// The packet whose payload is being received.
+#[derive(Clone, Copy, Debug)]
+enum RxLanding {
+    /// Between packets, or inside a control packet.
+    Idle,
+    /// Accepted: payload goes to the sink's buffer.
+    Accept {
+        header: Header,
+        meta: [u8; MAX_META_LEN],
+    },
+    /// Discarded by the sink: payload is read and dropped.
+    Discard,
+}
+
+/// Why [`Rx::pump`] returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum RxStop {
+    /// The socket has nothing more for now.
+    Idle,
+    /// The poll's packet budget is used up.
+    Budget,
+    /// The next packet waits until the connection's session is up.
+    Stalled,
+    /// A HELLO arrived during the handshake; the fabric must handle it before more
+    /// bytes of this connection are looked at.
+    Hello(Header),
+    /// The connection must be closed.
+    Close(CloseReason, String),
+    /// The sink gave a payload buffer of the wrong length; the packet's payload is being
+    /// discarded.
+    SinkBuffer {
+        /// The packet's payload length.
+        expected: u64,
+        /// The buffer's length.
+        got: u64,
+    },
+}
+
+/// What one pump of one connection counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RxCounts {
+    /// Packets delivered to the sink (accepted or discarded).
+    pub(crate) packets: u64,
+    /// Their bytes.
+    pub(crate) bytes: u64,
+    /// Heartbeats consumed.
+    pub(crate) heartbeats: u64,
+}
+
+/// What [`Rx::pump`] needs to know about the connection and the fabric.
+pub(crate) struct RxCtx<'a> {
+    /// This node.
+    pub(crate) me: NodeId,
+    /// The connection's peer, once its handshake named it.
+    pub(crate) peer: Option<NodeId>,
+    /// The connection is still in its handshake: the next frame must be a HELLO.
+    pub(crate) handshake: bool,
+    /// The connection's session is up: packets may be delivered.
+    pub(crate) deliver: bool,
+    /// Peer events to hand to the sink before the next packet.
+    pub(crate) events: &'a mut VecDeque<PeerEvent>,
+    /// Packets the poll may still deliver.
+    pub(crate) budget: &'a mut usize,
+    /// Counters to add to.
+    pub(crate) counts: &'a mut RxCounts,
+}
+
+/// The receive half of a connection.
+pub(crate) struct Rx {
+    decoder: FrameDecoder,
+    staging: Box<[u8]>,
+    start: usize,
+    end: usize,
+    landing: RxLanding,
+    /// The socket may have bytes (set by readiness events, cleared on `WouldBlock`).
+    pub(crate) ready: bool,
+    /// Set whenever bytes arrive.
+    pub(crate) got_bytes: bool,
+}
+
+impl Rx {
+    pub(crate) fn new(max_payload: u32) -> Rx {
+        Rx {
+            decoder: FrameDecoder::new(max_payload),
+            staging: vec![0; STAGING_LEN].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            landing: RxLanding::Idle,
+            ready: true,
+            got_bytes: false,
+        }
+    }
+
+    /// Whether a pump could make progress (readiness, or staged bytes).
+    pub(crate) fn has_work(&self) -> bool {
+        self.ready || self.start < self.end
+    }
+
+    /// Delivers what has arrived, reading from `r` until it would block, the budget is
+    /// used up, the connection must stall or be closed, or a HELLO needs the fabric.
+    pub(crate) fn pump<R: Read>(
+        &mut self,
+        r: &mut R,
+        sink: &mut dyn PacketSink,
+        ctx: &mut RxCtx<'_>,
+    ) -> RxStop {
+        loop {
+            if let Some(stop) = self.decode_staged(sink, ctx) {
+                return stop;
+            }
+            // Everything staged is consumed: read more.
+            self.start = 0;
+            self.end = 0;
+            let read = match (self.decoder.payload_remaining(), &self.landing) {
+                (Some((at, left)), RxLanding::Accept { header, .. }) if left > 0 => {
+                    let header = *header;
+                    let buf = sink.payload_buf(&header);
+                    if buf.len() != header.payload_len as usize {
+                        return self.sink_error(&header, buf.len());
+                    }
+                    let direct = &mut buf[at as usize..];
+                    let mut iov = [
+                        IoSliceMut::new(direct),
+                        IoSliceMut::new(&mut self.staging[..]),
+                    ];
+                    r.read_vectored(&mut iov).inspect(|&n| {
+                        let d = n.min(left as usize);
+                        self.decoder.payload_read_direct(d);
+                        self.end = n - d;
+                    })
+                }
+                _ => r.read(&mut self.staging[..]).inspect(|&n| self.end = n),
+            };
+            match read {
+                Ok(0) => {
+                    self.ready = false;
+                    return match self.decoder.finish() {
+                        Ok(()) => RxStop::Close(CloseReason::PeerClosed, "end of stream".into()),
+                        Err(e) => frame_close(e),
+                    };
+                }
+                Ok(_) => self.got_bytes = true,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.ready = false;
+                    return RxStop::Idle;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.ready = false;
+                    let reason = if self.decoder.at_boundary() {
+                        CloseReason::Io
+                    } else {
+                        CloseReason::Truncated
+                    };
+                    return RxStop::Close(reason, format!("read failed: {e}"));
+                }
+            }
+        }
+    }
+
+    #[cold]
+    fn sink_error(&mut self, header: &Header, got: usize) -> RxStop {
+        self.landing = RxLanding::Discard;
+        RxStop::SinkBuffer {
+            expected: u64::from(header.payload_len),
+            got: got as u64,
+        }
+    }
+
+    /// Runs the staged bytes through the decoder; `None` when they are all consumed and
+    /// more must be read.
+    fn decode_staged(&mut self, sink: &mut dyn PacketSink, ctx: &mut RxCtx<'_>) -> Option<RxStop> {
+        loop {
+            if self.decoder.at_boundary() && !ctx.handshake {
+                if !ctx.deliver {
+                    return Some(RxStop::Stalled);
+                }
+                if *ctx.budget == 0 {
+                    return Some(RxStop::Budget);
+                }
+            }
+            let (n, token) = match self.decoder.next(&self.staging[self.start..self.end]) {
+                Ok(x) => x,
+                Err(e) => return Some(frame_close(e)),
+            };
+            self.start += n;
+            match token {
+                Token::NeedMore => return None,
+                Token::Frame(h) => {
+                    if let Some(stop) = self.on_frame(h, sink, ctx) {
+                        return Some(stop);
+                    }
+                }
+                Token::Payload { at, bytes } => {
+                    if let RxLanding::Accept { header, .. } = &self.landing {
+                        let header = *header;
+                        let buf = sink.payload_buf(&header);
+                        if buf.len() != header.payload_len as usize {
+                            return Some(self.sink_error(&header, buf.len()));
+                        }
+                        let at = at as usize;
+                        buf[at..at + bytes.len()].copy_from_slice(bytes);
+                    }
+                }
+                Token::End => {
+                    let landing = std::mem::replace(&mut self.landing, RxLanding::Idle);
+                    if let (RxLanding::Accept { header, meta }, Some(peer)) = (landing, ctx.peer) {
+                        if header.payload_len == 0 {
+                            let got = sink.payload_buf(&header).len();
+                            if got != 0 {
+                                return Some(RxStop::SinkBuffer {
+                                    expected: 0,
+                                    got: got as u64,
+                                });
+                            }
+                        }
+                        sink.on_payload(peer, &header, &meta[..usize::from(header.meta_len)]);
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_frame(
+        &mut self,
+        h: Header,
+        sink: &mut dyn PacketSink,
+        ctx: &mut RxCtx<'_>,
+    ) -> Option<RxStop> {
+        if ctx.handshake {
+            if h.op == Op::Hello {
+                return Some(RxStop::Hello(h));
+            }
+            return Some(RxStop::Close(
+                CloseReason::NoHello,
+                format!("first packet is {:?}, not HELLO", h.op),
+            ));
+        }
+        let Some(peer) = ctx.peer else {
+            return Some(RxStop::Close(CloseReason::NoHello, "no peer".into()));
+        };
+        if h.src != peer || h.dst != ctx.me {
+            return Some(RxStop::Close(
+                CloseReason::Misaddressed,
+                format!("packet {} -> {} on a rail from {peer}", h.src, h.dst),
+            ));
+        }
+        match h.op {
+            Op::Hello => Some(RxStop::Close(
+                CloseReason::UnexpectedHello,
+                "HELLO after the handshake".into(),
+            )),
+            Op::Heartbeat => {
+                if h.meta_len != 0 || h.payload_len != 0 {
+                    return Some(RxStop::Close(
+                        CloseReason::ControlBody,
+                        "heartbeat with a body".into(),
+                    ));
+                }
+                ctx.counts.heartbeats += 1;
+                None
+            }
+            _ => {
+                while let Some(ev) = ctx.events.pop_front() {
+                    sink.on_peer(ev);
+                }
+                let meta = self.decoder.meta();
+                *ctx.budget = ctx.budget.saturating_sub(1);
+                ctx.counts.packets += 1;
+                ctx.counts.bytes += h.packet_len();
+                match sink.on_header(peer, &h, meta) {
+                    Landing::Accept => {
+                        let mut m = [0u8; MAX_META_LEN];
+                        m[..meta.len()].copy_from_slice(meta);
+                        self.landing = RxLanding::Accept { header: h, meta: m };
+                    }
+                    Landing::Discard => self.landing = RxLanding::Discard,
+                }
+                None
+            }
+        }
+    }
+}
+
+/// The close a decoding error calls for.
+#[cold]
+fn frame_close(e: FrameError) -> RxStop {
+    let reason = match &e {
+        FrameError::Header(WireError::BadMagic(_)) => CloseReason::BadMagic,
+        FrameError::Header(WireError::UnsupportedVersion(_)) => CloseReason::BadVersion,
+        FrameError::Header(_) => CloseReason::BadHeader,
+        FrameError::PayloadTooLong { .. } => CloseReason::PayloadTooLong,
+        FrameError::Truncated { .. } => CloseReason::Truncated,
+    };
+    RxStop::Close(reason, e.to_string())
+}
+
+/// One TCP connection and everything the fabric keeps about it.
+pub(crate) struct Conn {
+    pub(crate) stream: mio::net::TcpStream,
+    pub(crate) role: Role,
+    pub(crate) phase: Phase,
+    /// The peer (known from the start for a dialer, from the HELLO for an acceptor).
+    pub(crate) peer: Option<NodeId>,
+    /// The rail index within its session.
+    pub(crate) rail: usize,
+    /// The remote address (for logs).
+    pub(crate) addr: SocketAddr,
+    pub(crate) rx: Rx,
+    pub(crate) tx: TxQueue,
+    /// The socket may take bytes (set by readiness events, cleared when a write stops
+    /// short).
+    pub(crate) writable: bool,
+    /// When the connection was opened (handshake deadline).
+    pub(crate) opened: Instant,
+    /// When bytes last arrived.
+    pub(crate) last_rx: Instant,
+    /// When bytes were last handed to the socket or the queue.
+    pub(crate) last_tx: Instant,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::tcp::frame::{heartbeat, Hello};
+    use hamlyn_wire::{Flags, RequestId};
+
+    /// A reader that returns the scripted chunks one per call, then `WouldBlock`
+    /// (or end of stream if `eof`).
+    struct Script {
+        chunks: VecDeque<Vec<u8>>,
+        eof: bool,
+        reads: usize,
+    }
+
+    impl Read for Script {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.read_vectored(&mut [IoSliceMut::new(buf)])
+        }
+        fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+            self.reads += 1;
+            let Some(mut chunk) = self.chunks.pop_front() else {
+                return if self.eof {
+                    Ok(0)
+                } else {
+                    Err(io::ErrorKind::WouldBlock.into())
+                };
+            };
+            let mut n = 0;
+            for b in bufs.iter_mut() {
+                let take = b.len().min(chunk.len() - n);
+                b[..take].copy_from_slice(&chunk[n..n + take]);
+                n += take;
+            }
+            if n < chunk.len() {
+                self.chunks.push_front(chunk.split_off(n));
+            }
+            Ok(n)
+        }
+    }
+
+    #[derive(Default)]
+    struct Sink {
+        bufs: std::collections::BTreeMap<u32, Vec<u8>>,
+        done: Vec<(Header, Vec<u8>, Vec<u8>)>,
+        discard_odd: bool,
+        events: Vec<PeerEvent>,
+        buf_calls: usize,
+    }
+
+    impl PacketSink for Sink {
+        fn on_header(&mut self, _: NodeId, h: &Header, _: &[u8]) -> Landing {
+            if self.discard_odd && h.request.seq % 2 == 1 {
+                return Landing::Discard;
+            }
+            self.bufs
+                .insert(h.request.seq, vec![0; h.payload_len as usize]);
+            Landing::Accept
+        }
+        fn payload_buf(&mut self, h: &Header) -> &mut [u8] {
+            self.buf_calls += 1;
+            self.bufs.get_mut(&h.request.seq).unwrap()
+        }
+        fn on_payload(&mut self, _: NodeId, h: &Header, meta: &[u8]) {
+            let p = self.bufs.remove(&h.request.seq).unwrap();
+            self.done.push((*h, meta.to_vec(), p));
+        }
+        fn on_peer(&mut self, e: PeerEvent) {
+            self.events.push(e);
+        }
+    }
+
+    fn pkt(seq: u32, meta: usize, len: usize) -> (Header, Vec<u8>, Vec<u8>) {
+        let mut h = Header::new(Op::Write);
+        h.flags = Flags::FIRST | Flags::LAST;
+        h.src = NodeId(1);
+        h.dst = NodeId(2);
+        h.request = RequestId { terminus: 0, seq };
+        h.meta_len = meta as u16;
+        h.payload_len = len as u32;
+        let m: Vec<u8> = (0..meta).map(|i| (i as u32 + seq) as u8).collect();
+        let p: Vec<u8> = (0..len).map(|i| (i as u32 * 7 + seq) as u8).collect();
+        (h, m, p)
+    }
+
+    fn run(
+        rx: &mut Rx,
+        s: &mut Script,
+        sink: &mut Sink,
+        deliver: bool,
+        budget: usize,
+    ) -> (RxStop, RxCounts) {
+        let mut events = VecDeque::from([PeerEvent::Up {
+            node: NodeId(1),
+            incarnation: 1,
+        }]);
+        let mut budget = budget;
+        let mut counts = RxCounts::default();
+        let mut ctx = RxCtx {
+            me: NodeId(2),
+            peer: Some(NodeId(1)),
+            handshake: false,
+            deliver,
+            events: &mut events,
+            budget: &mut budget,
+            counts: &mut counts,
+        };
+        let stop = rx.pump(s, sink, &mut ctx);
+        (stop, counts)
+    }
+
+    #[test]
+    fn large_payload_is_read_straight_into_the_sink() {
+        let pkts = [pkt(0, 4, 1 << 20), pkt(1, 0, 10), pkt(2, 60, 0)];
+        let mut bytes = Vec::new();
+        for (h, m, p) in &pkts {
+            bytes.extend(h.to_packet(m, p).unwrap());
+        }
+        // The kernel hands out at most 100 KiB per read.
+        let chunks: VecDeque<Vec<u8>> = bytes.chunks(100 << 10).map(<[u8]>::to_vec).collect();
+        let n_chunks = chunks.len();
+        let mut s = Script {
+            chunks,
+            eof: false,
+            reads: 0,
+        };
+        let mut rx = Rx::new(16 << 20);
+        let mut sink = Sink::default();
+        let (stop, counts) = run(&mut rx, &mut s, &mut sink, true, 100);
+        assert_eq!(stop, RxStop::Idle);
+        assert_eq!(counts.packets, 3);
+        assert_eq!(sink.done, pkts.to_vec());
+        assert_eq!(
+            sink.events.len(),
+            1,
+            "events go out before the first packet"
+        );
+        // Direct reads: about one read per chunk (a chunk that straddles the payload's
+        // end and overfills the staging buffer takes two) plus the final WouldBlock; a
+        // decoder that went through the staging buffer would need 16 reads per chunk.
+        assert!(
+            s.reads <= n_chunks + 2,
+            "{} reads for {n_chunks} chunks",
+            s.reads
+        );
+    }
+
+    #[test]
+    fn budget_and_stall_keep_bytes_for_later() {
+        let pkts: Vec<_> = (0..5).map(|i| pkt(i, 1, 100)).collect();
+        let mut bytes = Vec::new();
+        for (h, m, p) in &pkts {
+            bytes.extend(h.to_packet(m, p).unwrap());
+        }
+        let mut s = Script {
+            chunks: VecDeque::from([bytes]),
+            eof: true,
+            reads: 0,
+        };
+        let mut rx = Rx::new(1000);
+        let mut sink = Sink {
+            discard_odd: true,
+            ..Sink::default()
+        };
+        assert_eq!(
+            run(&mut rx, &mut s, &mut sink, false, 100).0,
+            RxStop::Stalled
+        );
+        assert!(sink.done.is_empty());
+        assert_eq!(run(&mut rx, &mut s, &mut sink, true, 2).0, RxStop::Budget);
+        assert!(rx.has_work());
+        let (stop, counts) = run(&mut rx, &mut s, &mut sink, true, 100);
+        assert!(matches!(stop, RxStop::Close(CloseReason::PeerClosed, _)));
+        assert_eq!(counts.packets, 3);
+        let seqs: Vec<u32> = sink.done.iter().map(|d| d.0.request.seq).collect();
+        assert_eq!(seqs, [0, 2, 4], "odd ones discarded");
+    }
+
+    #[test]
+    fn heartbeats_are_consumed_and_misaddressed_packets_close() {
+        let mut bytes = heartbeat(NodeId(1), NodeId(2), 1).to_bytes().to_vec();
+        let (mut h, m, p) = pkt(0, 0, 3);
+        h.src = NodeId(9);
+        bytes.extend(h.to_packet(&m, &p).unwrap());
+        let mut s = Script {
+            chunks: VecDeque::from([bytes]),
+            eof: false,
+            reads: 0,
+        };
+        let mut rx = Rx::new(1000);
+        let mut sink = Sink::default();
+        let (stop, counts) = run(&mut rx, &mut s, &mut sink, true, 100);
+        assert!(matches!(stop, RxStop::Close(CloseReason::Misaddressed, _)));
+        assert_eq!(counts.heartbeats, 1);
+        assert!(sink.done.is_empty());
+    }
+
+    #[test]
+    fn handshake_wants_hello_first() {
+        let hello = Hello {
+            from: NodeId(1),
+            to: NodeId(2),
+            incarnation: 1,
+            session: 1,
+            rail: 0,
+            rails: 1,
+        };
+        let mut bytes = hello.to_header().to_bytes().to_vec();
+        let (h, m, p) = pkt(0, 0, 3);
+        bytes.extend(h.to_packet(&m, &p).unwrap());
+        let mut s = Script {
+            chunks: VecDeque::from([bytes]),
+            eof: false,
+            reads: 0,
+        };
+        let mut rx = Rx::new(1000);
+        let mut sink = Sink::default();
+        let mut events = VecDeque::new();
+        let (mut budget, mut counts) = (10, RxCounts::default());
+        let mut ctx = RxCtx {
+            me: NodeId(2),
+            peer: None,
+            handshake: true,
+            deliver: false,
+            events: &mut events,
+            budget: &mut budget,
+            counts: &mut counts,
+        };
+        assert_eq!(
+            rx.pump(&mut s, &mut sink, &mut ctx),
+            RxStop::Hello(hello.to_header())
+        );
+        // Still in the handshake: a data packet is refused.
+        assert!(matches!(
+            rx.pump(&mut s, &mut sink, &mut ctx),
+            RxStop::Close(CloseReason::NoHello, _)
+        ));
+    }
+
+    #[test]
+    fn truncated_stream_and_wrong_buffer() {
+        let (h, m, p) = pkt(0, 0, 50);
+        let bytes = h.to_packet(&m, &p).unwrap();
+        let mut s = Script {
+            chunks: VecDeque::from([bytes[..80].to_vec()]),
+            eof: true,
+            reads: 0,
+        };
+        let mut rx = Rx::new(1000);
+        let mut sink = Sink::default();
+        assert!(matches!(
+            run(&mut rx, &mut s, &mut sink, true, 10).0,
+            RxStop::Close(CloseReason::Truncated, _)
+        ));
+
+        struct Short(Vec<u8>);
+        impl PacketSink for Short {
+            fn on_header(&mut self, _: NodeId, _: &Header, _: &[u8]) -> Landing {
+                Landing::Accept
+            }
+            fn payload_buf(&mut self, _: &Header) -> &mut [u8] {
+                &mut self.0
+            }
+            fn on_payload(&mut self, _: NodeId, _: &Header, _: &[u8]) {}
+            fn on_peer(&mut self, _: PeerEvent) {}
+        }
+        let mut s = Script {
+            chunks: VecDeque::from([bytes.clone()]),
+            eof: false,
+            reads: 0,
+        };
+        let mut rx = Rx::new(1000);
+        let mut events = VecDeque::new();
+        let (mut budget, mut counts) = (10, RxCounts::default());
+        let mut ctx = RxCtx {
+            me: NodeId(2),
+            peer: Some(NodeId(1)),
+            handshake: false,
+            deliver: true,
+            events: &mut events,
+            budget: &mut budget,
+            counts: &mut counts,
+        };
+        let mut short = Short(vec![0; 3]);
+        assert_eq!(
+            rx.pump(&mut s, &mut short, &mut ctx),
+            RxStop::SinkBuffer {
+                expected: 50,
+                got: 3
+            }
+        );
+        // The rest of that payload is skipped; the stream stays in sync.
+        assert_eq!(rx.pump(&mut s, &mut short, &mut ctx), RxStop::Idle);
+        assert!(rx.decoder.at_boundary());
+    }
+}

@@ -1,0 +1,617 @@
+//! Framing on a TCP byte stream, as pure state machines with no I/O (DESIGN §7).
+//!
+//! A TCP rail carries packets back to back: `header (64) ‖ metadata (meta_len) ‖ payload
+//! (payload_len)`, exactly the v1 wire format (DESIGN §4); there is no extra framing.
+//! [`FrameDecoder`] turns arbitrary chunks of that stream into [`Token`]s: a frame's
+//! header (validated by [`Header::parse`] plus a payload bound), then its payload in as
+//! many pieces as the chunks make, then its end. It never panics and never allocates;
+//! whatever the chunking, the tokens describe the same frames (a property test checks it).
+//!
+//! The decoder does not own the payload: a caller that knows the payload's destination
+//! may read payload bytes from the socket itself, straight into that destination, and
+//! report them with [`FrameDecoder::payload_read_direct`]. This is how the TCP fabric
+//! lands payloads in the sink's buffer without a copy.
+//!
+//! The connection handshake is also here ([`Hello`]), since it is pure encoding.
+
+use hamlyn_wire::{Header, NodeId, Op, SlotId, WireError, HEADER_LEN, MAX_META_LEN};
+
+/// Why the bytes on a connection are not a valid packet stream.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FrameError {
+    /// The 64-byte header does not parse (bad magic, version, op, flags, metadata length).
+    #[error("bad header: {0}")]
+    Header(#[from] WireError),
+    /// The header states a payload longer than this fabric accepts.
+    #[error("payload length {len} exceeds the limit of {max} bytes")]
+    PayloadTooLong {
+        /// The stated payload length.
+        len: u32,
+        /// The configured limit.
+        max: u32,
+    },
+    /// The stream ended inside a frame.
+    #[error("stream ended inside a frame ({have} of {need} bytes of its {part})")]
+    Truncated {
+        /// `"header"`, `"metadata"` or `"payload"`.
+        part: &'static str,
+        /// Bytes of that part that arrived.
+        have: u64,
+        /// Bytes of that part the frame needs.
+        need: u64,
+    },
+}
+
+/// What [`FrameDecoder::next`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Token<'a> {
+    /// Every byte given was consumed and more are needed.
+    NeedMore,
+    /// A frame's header and metadata ([`FrameDecoder::meta`]) are complete; its payload
+    /// (`header.payload_len` bytes) follows.
+    Frame(Header),
+    /// Payload bytes of the current frame, which belong at offset `at` of its payload.
+    Payload {
+        /// Offset of `bytes` within the frame's payload.
+        at: u32,
+        /// The bytes (borrowed from the input).
+        bytes: &'a [u8],
+    },
+    /// The current frame's payload is complete; the next bytes start a new frame.
+    End,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// Collecting the header (and then the metadata) into `head`.
+    Head,
+    /// Inside a frame's payload.
+    Payload { len: u32, done: u32 },
+}
+
+/// Splits a byte stream into frames; see the module documentation.
+#[derive(Clone, Debug)]
+pub struct FrameDecoder {
+    max_payload: u32,
+    state: State,
+    /// Header then metadata bytes of the frame being collected.
+    head: [u8; HEADER_LEN + MAX_META_LEN],
+    have: usize,
+    /// The parsed header, once its 64 bytes are in (metadata may still be missing).
+    header: Option<Header>,
+    /// The error the decoder stopped at, returned again by every later call.
+    failed: Option<FrameError>,
+}
+
+impl FrameDecoder {
+    /// A decoder between frames that refuses payloads longer than `max_payload` bytes.
+    pub fn new(max_payload: u32) -> FrameDecoder {
+        FrameDecoder {
+            max_payload,
+            state: State::Head,
+            head: [0; HEADER_LEN + MAX_META_LEN],
+            have: 0,
+            header: None,
+            failed: None,
+        }
+    }
+
+    /// Whether the decoder is between frames (no byte of a next frame seen yet).
+    pub fn at_boundary(&self) -> bool {
+        self.state == State::Head && self.have == 0 && self.failed.is_none()
+    }
+
+    /// The metadata of the frame last returned by [`Token::Frame`] (valid until the next
+    /// frame's header starts arriving).
+    pub fn meta(&self) -> &[u8] {
+        let len = self.header.map_or(0, |h| usize::from(h.meta_len));
+        &self.head[HEADER_LEN..HEADER_LEN + len]
+    }
+
+    /// `(at, left)` when inside a payload: the offset of the next payload byte and how
+    /// many remain.
+    pub fn payload_remaining(&self) -> Option<(u32, u32)> {
+        match self.state {
+            State::Payload { len, done } if self.failed.is_none() => Some((done, len - done)),
+            _ => None,
+        }
+    }
+
+    /// Records `n` payload bytes that the caller read itself, straight to their
+    /// destination, instead of passing them through [`FrameDecoder::next`]. `n` is capped
+    /// at the bytes the payload still needs (the caller never asks for more).
+    pub fn payload_read_direct(&mut self, n: usize) {
+        if let State::Payload { len, done } = &mut self.state {
+            let left = (*len - *done) as usize;
+            *done += n.min(left) as u32;
+        }
+    }
+
+    /// Consumes a prefix of `input` and says what it found; returns the number of bytes
+    /// consumed with the token. Call again with the rest of the input until
+    /// [`Token::NeedMore`] (which consumes everything). After an error the decoder is
+    /// stuck: the stream cannot be resynchronised, and the connection must be closed.
+    pub fn next<'a>(&mut self, input: &'a [u8]) -> Result<(usize, Token<'a>), FrameError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        match self.state {
+            State::Payload { len, done } => {
+                if done == len {
+                    self.state = State::Head;
+                    return Ok((0, Token::End));
+                }
+                if input.is_empty() {
+                    return Ok((0, Token::NeedMore));
+                }
+                let take = input.len().min((len - done) as usize);
+                self.state = State::Payload {
+                    len,
+                    done: done + take as u32,
+                };
+                Ok((
+                    take,
+                    Token::Payload {
+                        at: done,
+                        bytes: &input[..take],
+                    },
+                ))
+            }
+            State::Head => self.next_head(input),
+        }
+    }
+
+    fn next_head<'a>(&mut self, input: &'a [u8]) -> Result<(usize, Token<'a>), FrameError> {
+        let mut used = 0;
+        if self.have < HEADER_LEN {
+            let take = input.len().min(HEADER_LEN - self.have);
+            self.head[self.have..self.have + take].copy_from_slice(&input[..take]);
+            self.have += take;
+            used = take;
+            if self.have < HEADER_LEN {
+                return Ok((used, Token::NeedMore));
+            }
+            let header = match Header::parse(&self.head[..HEADER_LEN]) {
+                Ok(h) => h,
+                Err(e) => return Err(self.fail(FrameError::Header(e))),
+            };
+            if header.payload_len > self.max_payload {
+                return Err(self.fail(FrameError::PayloadTooLong {
+                    len: header.payload_len,
+                    max: self.max_payload,
+                }));
+            }
+            self.header = Some(header);
+        }
+        let Some(header) = self.header else {
+            // Unreachable: the header is parsed as soon as its 64 bytes are in.
+            return Ok((used, Token::NeedMore));
+        };
+        let need = HEADER_LEN + usize::from(header.meta_len);
+        let take = (input.len() - used).min(need - self.have);
+        self.head[self.have..self.have + take].copy_from_slice(&input[used..used + take]);
+        self.have += take;
+        used += take;
+        if self.have < need {
+            return Ok((used, Token::NeedMore));
+        }
+        self.have = 0;
+        self.state = State::Payload {
+            len: header.payload_len,
+            done: 0,
+        };
+        Ok((used, Token::Frame(header)))
+    }
+
+    #[cold]
+    fn fail(&mut self, e: FrameError) -> FrameError {
+        self.failed = Some(e.clone());
+        e
+    }
+
+    /// The stream ended: `Ok` if it ended between frames, else why it is truncated.
+    pub fn finish(&self) -> Result<(), FrameError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        match self.state {
+            State::Payload { len, done } if done < len => Err(FrameError::Truncated {
+                part: "payload",
+                have: u64::from(done),
+                need: u64::from(len),
+            }),
+            State::Payload { .. } => Ok(()),
+            State::Head if self.have == 0 => Ok(()),
+            State::Head if self.have < HEADER_LEN => Err(FrameError::Truncated {
+                part: "header",
+                have: self.have as u64,
+                need: HEADER_LEN as u64,
+            }),
+            State::Head => Err(FrameError::Truncated {
+                part: "metadata",
+                have: (self.have - HEADER_LEN) as u64,
+                need: self.header.map_or(0, |h| u64::from(h.meta_len)),
+            }),
+        }
+    }
+}
+
+/// Most rails a connection handshake may announce.
+pub const MAX_RAILS: usize = 16;
+
+/// The handshake packet that opens every rail (an [`Op::Hello`] header, nothing after it).
+///
+/// The dialer sends one on each rail it opens; the acceptor checks it and answers on the
+/// same rail with its own, echoing `session`, `rail` and `rails`. Field mapping:
+/// `src`/`dst` the two nodes, `word` the sender's incarnation, `key` the dialer's session
+/// number, `slot` the rail index, `offset` the number of rails in the session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hello {
+    /// The sending node.
+    pub from: NodeId,
+    /// The node the sender believes it is talking to.
+    pub to: NodeId,
+    /// The sender's incarnation.
+    pub incarnation: u32,
+    /// The dialer's session number (grows with every attempt of one incarnation).
+    pub session: u64,
+    /// This rail's index, below `rails`.
+    pub rail: u32,
+    /// Rails in the session (chosen by the dialer).
+    pub rails: u32,
+}
+
+/// Why a HELLO header is not a well-formed handshake.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HelloError {
+    /// The header is not an [`Op::Hello`].
+    #[error("expected HELLO, got {0:?}")]
+    NotHello(Op),
+    /// The HELLO carries metadata or payload.
+    #[error("HELLO with metadata or payload")]
+    HasBody,
+    /// The rail index or count is out of range.
+    #[error("rail {rail} of {rails} is out of range (1..={MAX_RAILS} rails)")]
+    BadRail {
+        /// The announced rail index.
+        rail: u64,
+        /// The announced rail count.
+        rails: u64,
+    },
+    /// The incarnation does not fit 32 bits.
+    #[error("incarnation {0:#x} does not fit 32 bits")]
+    BadIncarnation(u64),
+}
+
+impl Hello {
+    /// The header that carries this HELLO.
+    pub fn to_header(&self) -> Header {
+        let mut h = Header::new(Op::Hello);
+        h.src = self.from;
+        h.dst = self.to;
+        h.word = u64::from(self.incarnation);
+        h.key = self.session;
+        h.slot = SlotId(self.rail);
+        h.offset = u64::from(self.rails);
+        h
+    }
+
+    /// Reads a HELLO out of a parsed header, checking its shape (not whether the nodes
+    /// are the expected ones: that is the caller's business).
+    pub fn from_header(h: &Header) -> Result<Hello, HelloError> {
+        if h.op != Op::Hello {
+            return Err(HelloError::NotHello(h.op));
+        }
+        if h.meta_len != 0 || h.payload_len != 0 {
+            return Err(HelloError::HasBody);
+        }
+        let rails = h.offset;
+        let rail = u64::from(h.slot.0);
+        if rails == 0 || rails > MAX_RAILS as u64 || rail >= rails {
+            return Err(HelloError::BadRail { rail, rails });
+        }
+        let incarnation = u32::try_from(h.word).map_err(|_| HelloError::BadIncarnation(h.word))?;
+        Ok(Hello {
+            from: h.src,
+            to: h.dst,
+            incarnation,
+            session: h.key,
+            rail: h.slot.0,
+            rails: rails as u32,
+        })
+    }
+}
+
+/// The liveness beacon a fabric sends on an idle rail (an [`Op::Heartbeat`] header).
+pub fn heartbeat(from: NodeId, to: NodeId, incarnation: u32) -> Header {
+    let mut h = Header::new(Op::Heartbeat);
+    h.src = from;
+    h.dst = to;
+    h.word = u64::from(incarnation);
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::rng::SimRng;
+    use hamlyn_wire::{Flags, RequestId};
+    use proptest::prelude::*;
+
+    /// A decoded frame: header, metadata, payload.
+    type Decoded = (Header, Vec<u8>, Vec<u8>);
+
+    /// Feeds `chunks` to a decoder and returns the complete frames and how the stream
+    /// ended (`Ok` between frames, or the error).
+    fn decode(chunks: &[&[u8]], max: u32) -> (Vec<Decoded>, Result<(), FrameError>) {
+        let mut d = FrameDecoder::new(max);
+        let mut out = Vec::new();
+        let mut cur: Option<Decoded> = None;
+        for chunk in chunks {
+            let mut input = *chunk;
+            loop {
+                let (n, tok) = match d.next(input) {
+                    Ok(x) => x,
+                    Err(e) => return (out, Err(e)),
+                };
+                input = &input[n..];
+                match tok {
+                    Token::NeedMore => {
+                        assert!(input.is_empty(), "NeedMore consumes everything");
+                        break;
+                    }
+                    Token::Frame(h) => {
+                        assert!(cur.is_none());
+                        cur = Some((h, d.meta().to_vec(), Vec::new()));
+                    }
+                    Token::Payload { at, bytes } => {
+                        let c = cur.as_mut().unwrap();
+                        assert_eq!(at as usize, c.2.len());
+                        c.2.extend_from_slice(bytes);
+                    }
+                    Token::End => {
+                        let c = cur.take().unwrap();
+                        assert_eq!(c.2.len(), c.0.payload_len as usize);
+                        out.push(c);
+                    }
+                }
+            }
+        }
+        (out, d.finish())
+    }
+
+    fn frame(seq: u32, meta_len: usize, payload_len: usize) -> (Header, Vec<u8>, Vec<u8>) {
+        let mut rng = SimRng::new(u64::from(seq) + 1);
+        let mut h = Header::new(Op::Write);
+        h.flags = Flags::FIRST | Flags::LAST;
+        h.src = NodeId(3);
+        h.dst = NodeId(4);
+        h.key = rng.next_u64();
+        h.request = RequestId { terminus: 1, seq };
+        h.meta_len = meta_len as u16;
+        h.payload_len = payload_len as u32;
+        let mut meta = vec![0; meta_len];
+        rng.fill(&mut meta);
+        let mut payload = vec![0; payload_len];
+        rng.fill(&mut payload);
+        (h, meta, payload)
+    }
+
+    fn stream(frames: &[Decoded]) -> Vec<u8> {
+        let mut s = Vec::new();
+        for (h, m, p) in frames {
+            s.extend_from_slice(&h.to_packet(m, p).unwrap());
+        }
+        s
+    }
+
+    #[test]
+    fn whole_frames_in_one_chunk() {
+        let frames = vec![frame(0, 0, 0), frame(1, 60, 5), frame(2, 3, 1000)];
+        let s = stream(&frames);
+        assert_eq!(decode(&[&s], 1 << 20), (frames, Ok(())));
+    }
+
+    #[test]
+    fn byte_by_byte() {
+        let frames = vec![frame(0, 7, 0), frame(1, 0, 100), frame(2, 60, 64)];
+        let s = stream(&frames);
+        let chunks: Vec<&[u8]> = s.chunks(1).collect();
+        assert_eq!(decode(&chunks, 1 << 20), (frames, Ok(())));
+    }
+
+    #[test]
+    fn truncation_is_reported_per_part() {
+        let f = frame(0, 10, 20);
+        let s = stream(&[f]);
+        let cut = |n: usize| decode(&[&s[..n]], 1 << 20).1;
+        assert!(matches!(
+            cut(10),
+            Err(FrameError::Truncated {
+                part: "header",
+                have: 10,
+                need: 64
+            })
+        ));
+        assert!(matches!(
+            cut(70),
+            Err(FrameError::Truncated {
+                part: "metadata",
+                have: 6,
+                need: 10
+            })
+        ));
+        assert!(matches!(
+            cut(80),
+            Err(FrameError::Truncated {
+                part: "payload",
+                have: 6,
+                need: 20
+            })
+        ));
+        assert_eq!(cut(0), Ok(()));
+        assert_eq!(cut(s.len()).map(|_| ()), Ok(()));
+    }
+
+    #[test]
+    fn bad_magic_and_oversize_stop_the_decoder() {
+        let mut s = stream(&[frame(0, 0, 4)]);
+        s[0] ^= 0xFF;
+        let (got, end) = decode(&[&s], 1 << 20);
+        assert!(got.is_empty());
+        assert!(matches!(
+            end,
+            Err(FrameError::Header(WireError::BadMagic(_)))
+        ));
+        let (h, m, _) = frame(1, 0, 0);
+        let mut big = h;
+        big.payload_len = 1 << 30;
+        let s = big.to_bytes();
+        assert_eq!(
+            decode(&[&s], 16 << 20).1,
+            Err(FrameError::PayloadTooLong {
+                len: 1 << 30,
+                max: 16 << 20
+            })
+        );
+        let _ = m;
+        // A stuck decoder keeps failing.
+        let mut d = FrameDecoder::new(8);
+        assert!(d.next(&s).is_err());
+        assert!(d.next(&[]).is_err());
+        assert!(d.finish().is_err());
+        assert!(!d.at_boundary());
+    }
+
+    #[test]
+    fn direct_payload_reads_are_accounted() {
+        let f = frame(0, 2, 100);
+        let s = stream(std::slice::from_ref(&f));
+        let mut d = FrameDecoder::new(1000);
+        let (n, tok) = d.next(&s[..70]).unwrap();
+        assert_eq!(n, 66);
+        assert_eq!(tok, Token::Frame(f.0));
+        assert_eq!(d.meta(), &f.1[..]);
+        assert_eq!(d.payload_remaining(), Some((0, 100)));
+        d.payload_read_direct(30);
+        assert_eq!(d.payload_remaining(), Some((30, 70)));
+        d.payload_read_direct(1000); // capped
+        assert_eq!(d.payload_remaining(), Some((100, 0)));
+        assert_eq!(d.next(&[]).unwrap(), (0, Token::End));
+        assert!(d.at_boundary());
+        assert_eq!(d.finish(), Ok(()));
+    }
+
+    #[test]
+    fn hello_round_trips_and_rejects_bad_shapes() {
+        let hello = Hello {
+            from: NodeId(1),
+            to: NodeId(2),
+            incarnation: 7,
+            session: 99,
+            rail: 2,
+            rails: 3,
+        };
+        let h = hello.to_header();
+        assert_eq!(Header::parse(&h.to_bytes()), Ok(h));
+        assert_eq!(Hello::from_header(&h), Ok(hello));
+        let mut bad = h;
+        bad.slot = SlotId(3);
+        assert!(matches!(
+            Hello::from_header(&bad),
+            Err(HelloError::BadRail { .. })
+        ));
+        bad = h;
+        bad.offset = MAX_RAILS as u64 + 1;
+        assert!(matches!(
+            Hello::from_header(&bad),
+            Err(HelloError::BadRail { .. })
+        ));
+        bad = h;
+        bad.payload_len = 1;
+        assert_eq!(Hello::from_header(&bad), Err(HelloError::HasBody));
+        bad = h;
+        bad.word = 1 << 40;
+        assert!(matches!(
+            Hello::from_header(&bad),
+            Err(HelloError::BadIncarnation(_))
+        ));
+        let hb = heartbeat(NodeId(1), NodeId(2), 7);
+        assert_eq!(
+            Hello::from_header(&hb),
+            Err(HelloError::NotHello(Op::Heartbeat))
+        );
+    }
+
+    /// Cuts `s` at the given (sorted, deduplicated) points.
+    fn chunk_at<'a>(s: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
+        let mut out = Vec::new();
+        let mut at = 0;
+        for &c in cuts {
+            let c = c.min(s.len());
+            if c >= at {
+                out.push(&s[at..c]);
+                at = c;
+            }
+        }
+        out.push(&s[at..]);
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Valid streams decode to exactly their frames, however they are chunked.
+        #[test]
+        fn valid_streams_survive_any_chunking(
+            shapes in proptest::collection::vec((0usize..=60, 0usize..3000), 0..12),
+            mut cuts in proptest::collection::vec(0usize..40_000, 0..40),
+        ) {
+            let frames: Vec<Decoded> = shapes
+                .iter()
+                .enumerate()
+                .map(|(i, &(m, p))| frame(i as u32, m, p))
+                .collect();
+            let s = stream(&frames);
+            cuts.sort_unstable();
+            let chunks = chunk_at(&s, &cuts);
+            prop_assert_eq!(decode(&chunks, 4096), (frames, Ok(())));
+        }
+
+        /// Damaged or random streams never panic, and the outcome (frames, then how the
+        /// stream ends) does not depend on the chunking.
+        #[test]
+        fn damaged_streams_decode_the_same_however_chunked(
+            shapes in proptest::collection::vec((0usize..=60, 0usize..600), 0..6),
+            damage in proptest::collection::vec((0usize..5000, any::<u8>()), 0..4),
+            cut_end in 0usize..5000,
+            garbage in proptest::collection::vec(any::<u8>(), 0..300),
+            mut cuts in proptest::collection::vec(0usize..6000, 0..30),
+        ) {
+            let frames: Vec<Decoded> = shapes
+                .iter()
+                .enumerate()
+                .map(|(i, &(m, p))| frame(i as u32, m, p))
+                .collect();
+            let mut s = stream(&frames);
+            s.extend_from_slice(&garbage);
+            for (at, x) in damage {
+                if !s.is_empty() {
+                    let i = at % s.len();
+                    s[i] ^= x;
+                }
+            }
+            s.truncate(cut_end.min(s.len()));
+            let whole = decode(&[&s], 1000);
+            cuts.sort_unstable();
+            let chunked = decode(&chunk_at(&s, &cuts), 1000);
+            prop_assert_eq!(&whole, &chunked);
+            let bytes: Vec<&[u8]> = s.chunks(1).collect();
+            prop_assert_eq!(whole, decode(&bytes, 1000));
+        }
+    }
+}

@@ -1,0 +1,1375 @@
+//! The TCP fabric: engines on different machines exchange packets over several TCP
+//! connections per peer ("rails"), striped packet by packet (DESIGN §2 "Fabrics").
+//!
+//! # Connections and the handshake
+//!
+//! - **Who dials.** Of two nodes, the one with the lower id dials the higher one, each
+//!   rail separately; the higher one only accepts. There is never a duplicate connection
+//!   to resolve. A peer is configured statically ([`TcpConfig::peers`],
+//!   [`TcpFabric::add_peer`]) or, with [`TcpConfig::learn_peers`], learned when it dials
+//!   us.
+//! - **Sessions.** The dialer opens a *session*: `rails` connections at once
+//!   (non-blocking connects, `TCP_NODELAY` on every one). On each it sends a HELLO
+//!   ([`frame::Hello`]: an `Op::Hello` header with `src`/`dst`, `word` = incarnation,
+//!   `key` = session number, `slot` = rail index, `offset` = rail count). The acceptor
+//!   checks it and answers on the same connection with its own HELLO echoing session and
+//!   rail. The rail count is the dialer's. A side announces [`PeerEvent::Up`] (with the
+//!   peer's incarnation) once *all* rails of the session completed their handshake;
+//!   until then nothing but HELLOs is read from them.
+//! - **Rejections.** A connection whose HELLO names an unknown node (when not learning),
+//!   a node that should not dial us, another destination, an older incarnation or an
+//!   older session, a taken rail or a malformed rail count is closed with a
+//!   `tracing::warn!` naming the reason, and counted ([`CloseReason`]).
+//! - **Failure is per session.** If any rail of an up session fails (end of stream, reset,
+//!   a frame error, heartbeat timeout), every rail of that session is closed and
+//!   [`PeerEvent::Down`] is announced: packets striped over the lost rail may be lost, and
+//!   the Down is how the loss is announced. The other end sees its rails close and
+//!   announces Down too. The dialer then starts a new session every
+//!   [`TcpConfig::reconnect_interval`] until one comes up.
+//! - **Restarts.** A HELLO with a newer incarnation (or a newer session of the same
+//!   incarnation) replaces the current session: Down, then Up with the new incarnation.
+//! - **Heartbeats.** On an up session, a rail that sent nothing for
+//!   [`TcpConfig::heartbeat_interval`] sends an `Op::Heartbeat` header; heartbeats are
+//!   consumed by the fabric, never shown to the sink. A rail that received nothing for
+//!   [`TcpConfig::peer_timeout`] takes its session down. A peer that never came up within
+//!   the peer timeout of the fabric's first poll is announced Down.
+//!
+//! # Sending and receiving
+//!
+//! [`Fabric::send`] picks the next rail round robin (preferring rails with nothing
+//! queued) and writes header, metadata and payload slices with one vectored write
+//! straight from the caller's memory. Only what the kernel does not take is copied, into
+//! that rail's queue; when a peer's queues hold [`TcpConfig::max_queued_bytes`], sends
+//! to it fail with [`FabricError::Full`] (one packet is always accepted when nothing is
+//! queued, so packets larger than the bound can be sent). `send` never blocks and never
+//! drops. A send to a peer that has not come up yet is `Full` (try later); to a peer
+//! announced Down, `PeerDown`.
+//!
+//! [`Fabric::poll`] reads each ready rail: a frame's header and metadata are validated
+//! ([`frame::FrameDecoder`]: `Header::parse`, payload at most [`TcpConfig::max_payload`])
+//! and shown to the sink; an accepted payload is read straight into
+//! [`PacketSink::payload_buf`] (across several polls if needed), a discarded one is read
+//! into a scratch buffer and dropped. Any frame error closes that connection (and its
+//! session) with a logged reason; other connections are untouched.
+//!
+//! # Driving it from an engine
+//!
+//! Call [`Fabric::poll`] from the engine loop with the current time; it never blocks
+//! (the internal `mio::Poll` is asked with a zero timeout). To sleep when idle, either
+//! call [`TcpFabric::wait`] (blocks until a socket is ready or the timeout passes) or
+//! add the fabric's file descriptor ([`AsFd`]/[`AsRawFd`], the poller's epoll fd, which
+//! becomes readable when any socket of the fabric has news) to the engine's own epoll
+//! set. Never sleep past [`TcpFabric::next_timer`], when heartbeats, timeouts and
+//! reconnects are due. With [`TcpConfig::busy_poll`], `poll` reads every up rail
+//! directly instead of asking the poller first (lower latency under constant traffic,
+//! one syscall per rail when idle), and consults the poller only every
+//! [`BUSY_POLL_EVENTS_EVERY`] polls for connects and accepts.
+
+pub mod conn;
+pub mod frame;
+pub mod stats;
+mod tx;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::time::Duration;
+
+use hamlyn_core::Instant;
+use hamlyn_wire::{Header, NodeId, HEADER_LEN};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token};
+
+use crate::fabric::{check_send, Fabric, FabricError, PacketSink, PeerEvent};
+use conn::{Conn, Phase, Role, Rx, RxCounts, RxCtx, RxStop};
+use frame::{heartbeat, Hello, MAX_RAILS};
+use tx::{write_gather, Pieces, TxQueue};
+
+pub use stats::{CloseCounts, CloseReason, PeerStats, RailStats, TcpStats};
+
+/// In busy-poll mode, the poller is consulted once every this many polls.
+pub const BUSY_POLL_EVENTS_EVERY: u64 = 16;
+
+const LISTENER: Token = Token(0);
+
+/// Configuration of one node's TCP fabric.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TcpConfig {
+    /// This node.
+    pub node: NodeId,
+    /// This node's incarnation: must grow every time the node restarts (peers refuse
+    /// HELLOs with an older incarnation than they have seen).
+    pub incarnation: u32,
+    /// Address to listen on (port 0 picks a free port: see [`TcpFabric::local_addr`]).
+    pub listen: SocketAddr,
+    /// The peers known from the start, with their listening addresses.
+    pub peers: Vec<(NodeId, SocketAddr)>,
+    /// Connections per peer session when this node dials (1..=16).
+    pub rails: usize,
+    /// Read up rails directly on every poll instead of asking the poller first.
+    pub busy_poll: bool,
+    /// Idle time after which a rail sends a heartbeat.
+    pub heartbeat_interval: Duration,
+    /// Silence after which a rail's session is taken down; also the handshake deadline.
+    pub peer_timeout: Duration,
+    /// Delay between a failed or lost session and the next dial.
+    pub reconnect_interval: Duration,
+    /// Bytes a peer's rail queues may hold before sends fail with
+    /// [`FabricError::Full`].
+    pub max_queued_bytes: usize,
+    /// Largest payload accepted from the wire; a longer one closes the connection.
+    pub max_payload: u32,
+    /// Accept HELLOs from nodes not in `peers` (lower ids only) and learn them.
+    pub learn_peers: bool,
+    /// Most accepted connections waiting for their HELLO at once; more are closed.
+    pub max_handshakes: usize,
+}
+
+impl TcpConfig {
+    /// A configuration with defaults: incarnation 1, no peers, 2 rails, no busy poll,
+    /// heartbeat every 500 ms, peer timeout 3 s, reconnect every 250 ms, 4 MiB queued
+    /// per peer, 16 MiB payloads, learning peers, 64 pending handshakes.
+    pub fn new(node: NodeId, listen: SocketAddr) -> TcpConfig {
+        TcpConfig {
+            node,
+            incarnation: 1,
+            listen,
+            peers: Vec::new(),
+            rails: 2,
+            busy_poll: false,
+            heartbeat_interval: Duration::from_millis(500),
+            peer_timeout: Duration::from_secs(3),
+            reconnect_interval: Duration::from_millis(250),
+            max_queued_bytes: 4 << 20,
+            max_payload: 16 << 20,
+            learn_peers: true,
+            max_handshakes: 64,
+        }
+    }
+}
+
+/// Why a TCP fabric could not be set up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TcpError {
+    /// The listening socket could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The system's reason.
+        source: io::Error,
+    },
+    /// The poller could not be created or a socket not registered with it.
+    #[error("poller: {0}")]
+    Poll(#[source] io::Error),
+    /// The configuration is not usable.
+    #[error("bad configuration: {0}")]
+    Config(&'static str),
+}
+
+/// Whether a peer can be reached, as the fabric last announced it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum PeerState {
+    /// Not up yet and not announced down (the first session is being set up).
+    Connecting,
+    /// Announced up with this incarnation.
+    Up {
+        /// The peer's incarnation.
+        incarnation: u32,
+    },
+    /// Announced down.
+    Down,
+}
+
+/// One peer session: the rails of one handshake.
+#[derive(Debug)]
+struct Session {
+    /// The dialer's session number.
+    id: u64,
+    /// The peer's incarnation (an acceptor knows it from the first HELLO, a dialer from
+    /// the first reply).
+    incarnation: Option<u32>,
+    /// Connection index per rail.
+    rails: Vec<Option<usize>>,
+    /// Rails whose handshake is complete.
+    open: Vec<bool>,
+    started: Instant,
+    up: bool,
+}
+
+impl Session {
+    fn conns(&self) -> impl Iterator<Item = usize> + '_ {
+        self.rails.iter().flatten().copied()
+    }
+}
+
+#[derive(Debug)]
+struct Peer {
+    addr: Option<SocketAddr>,
+    /// We dial it (our id is lower).
+    dial: bool,
+    state: PeerState,
+    known_incarnation: Option<u32>,
+    /// Highest (incarnation, session) accepted from it (acceptor side).
+    last_session: Option<(u32, u64)>,
+    session: Option<Session>,
+    next_dial: Instant,
+    /// When the fabric started waiting for it (first timer run, or when it was learned).
+    since: Option<Instant>,
+    next_session: u64,
+    /// Next rail for round robin.
+    rr: usize,
+    stats: PeerStats,
+}
+
+impl Peer {
+    fn new(addr: Option<SocketAddr>, dial: bool) -> Peer {
+        Peer {
+            addr,
+            dial,
+            state: PeerState::Connecting,
+            known_incarnation: None,
+            last_session: None,
+            session: None,
+            next_dial: Instant(0),
+            since: None,
+            next_session: 0,
+            rr: 0,
+            stats: PeerStats::default(),
+        }
+    }
+}
+
+/// Internal durations in nanoseconds.
+#[derive(Clone, Copy, Debug)]
+struct Timing {
+    heartbeat: u64,
+    timeout: u64,
+    reconnect: u64,
+    tick: u64,
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// One node's TCP fabric; see the module documentation.
+pub struct TcpFabric {
+    config: TcpConfig,
+    timing: Timing,
+    poll: Poll,
+    events: Events,
+    listener: TcpListener,
+    local_addr: SocketAddr,
+    listener_ready: bool,
+    conns: Vec<Option<Conn>>,
+    free: Vec<usize>,
+    peers: BTreeMap<NodeId, Peer>,
+    out: VecDeque<PeerEvent>,
+    started: Option<Instant>,
+    next_tick: Instant,
+    polls: u64,
+    rx_cursor: usize,
+    shut: bool,
+    stats: TcpStats,
+}
+
+impl std::fmt::Debug for TcpFabric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpFabric")
+            .field("node", &self.config.node)
+            .field("local_addr", &self.local_addr)
+            .field("peers", &self.peers.len())
+            .field("conns", &self.conns.iter().flatten().count())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TcpFabric {
+    /// Binds the listener and sets up the poller. No connection is made until the first
+    /// [`Fabric::poll`].
+    pub fn new(config: TcpConfig) -> Result<TcpFabric, TcpError> {
+        if config.rails == 0 || config.rails > MAX_RAILS {
+            return Err(TcpError::Config("rails must be between 1 and 16"));
+        }
+        if config.heartbeat_interval.is_zero()
+            || config.peer_timeout.is_zero()
+            || config.reconnect_interval.is_zero()
+        {
+            return Err(TcpError::Config("intervals and timeouts must be positive"));
+        }
+        let poll = Poll::new().map_err(TcpError::Poll)?;
+        let mut listener = TcpListener::bind(config.listen).map_err(|source| TcpError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+        let local_addr = listener.local_addr().map_err(|source| TcpError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)
+            .map_err(TcpError::Poll)?;
+        let heartbeat = nanos(config.heartbeat_interval);
+        let reconnect = nanos(config.reconnect_interval);
+        let timing = Timing {
+            heartbeat,
+            timeout: nanos(config.peer_timeout),
+            reconnect,
+            tick: (heartbeat.min(reconnect) / 4).max(1_000_000),
+        };
+        let mut fabric = TcpFabric {
+            timing,
+            poll,
+            events: Events::with_capacity(256),
+            listener,
+            local_addr,
+            listener_ready: true,
+            conns: Vec::new(),
+            free: Vec::new(),
+            peers: BTreeMap::new(),
+            out: VecDeque::new(),
+            started: None,
+            next_tick: Instant(0),
+            polls: 0,
+            rx_cursor: 0,
+            shut: false,
+            stats: TcpStats::default(),
+            config: config.clone(),
+        };
+        for (node, addr) in config.peers {
+            fabric.add_peer(node, addr)?;
+        }
+        Ok(fabric)
+    }
+
+    /// Adds a peer (or changes a known peer's address, used from its next dial). Only
+    /// peers with a higher id than this node are dialed; lower ones dial us.
+    pub fn add_peer(&mut self, node: NodeId, addr: SocketAddr) -> Result<(), TcpError> {
+        if node == self.config.node {
+            return Err(TcpError::Config("a node cannot be its own peer"));
+        }
+        let dial = self.config.node < node;
+        self.peers
+            .entry(node)
+            .or_insert_with(|| Peer::new(None, dial))
+            .addr = Some(addr);
+        Ok(())
+    }
+
+    /// The address the listener is bound to (with the real port if port 0 was asked).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &TcpConfig {
+        &self.config
+    }
+
+    /// Fabric-wide counters.
+    pub fn stats(&self) -> &TcpStats {
+        &self.stats
+    }
+
+    /// A peer's counters.
+    pub fn peer_stats(&self, node: NodeId) -> Option<&PeerStats> {
+        self.peers.get(&node).map(|p| &p.stats)
+    }
+
+    /// A peer's state as last announced (`None` for a node the fabric does not know).
+    pub fn peer_state(&self, node: NodeId) -> Option<PeerState> {
+        self.peers.get(&node).map(|p| p.state)
+    }
+
+    /// Every known peer and its state.
+    pub fn peers(&self) -> impl Iterator<Item = (NodeId, PeerState)> + '_ {
+        self.peers.iter().map(|(&n, p)| (n, p.state))
+    }
+
+    /// When the fabric next needs a poll for its timers (heartbeats, timeouts,
+    /// reconnects), whatever the sockets do. An engine that sleeps must wake by then.
+    pub fn next_timer(&self) -> Instant {
+        self.next_tick
+    }
+
+    /// Blocks until a socket of the fabric is ready or `timeout` passes, without
+    /// delivering anything (the next [`Fabric::poll`] does). Interrupted waits return
+    /// early; other poller errors are returned.
+    pub fn wait(&mut self, timeout: Duration) -> io::Result<()> {
+        match self.poll.poll(&mut self.events, Some(timeout)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        self.note_events();
+        Ok(())
+    }
+
+    /// Closes every connection and the listener's connections; later sends and polls
+    /// fail with [`FabricError::LocalDown`]. Peers see the connections close (dropping
+    /// the fabric does the same).
+    pub fn shutdown(&mut self) {
+        for i in 0..self.conns.len() {
+            self.close_conn(i, CloseReason::Shutdown);
+        }
+        for p in self.peers.values_mut() {
+            p.session = None;
+        }
+        self.shut = true;
+    }
+
+    fn conn(&self, i: usize) -> Option<&Conn> {
+        self.conns.get(i).and_then(Option::as_ref)
+    }
+
+    fn conn_mut(&mut self, i: usize) -> Option<&mut Conn> {
+        self.conns.get_mut(i).and_then(Option::as_mut)
+    }
+
+    fn insert_conn(&mut self, mut conn: Conn) -> Result<usize, io::Error> {
+        let i = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.conns.push(None);
+                self.conns.len() - 1
+            }
+        };
+        if let Err(e) = self.poll.registry().register(
+            &mut conn.stream,
+            Token(i + 1),
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            self.free.push(i);
+            return Err(e);
+        }
+        self.conns[i] = Some(conn);
+        Ok(i)
+    }
+
+    /// Closes one connection (not its session), counting the reason.
+    fn close_conn(&mut self, i: usize, reason: CloseReason) {
+        let Some(slot) = self.conns.get_mut(i) else {
+            return;
+        };
+        let Some(mut conn) = slot.take() else {
+            return;
+        };
+        let _ = self.poll.registry().deregister(&mut conn.stream);
+        conn.tx.clear();
+        self.free.push(i);
+        self.stats.closes.add(reason);
+    }
+
+    /// Closes a connection after `reason`, logging it; if it belongs to a session, the
+    /// whole session goes.
+    fn fail_conn(&mut self, i: usize, reason: CloseReason, detail: &str, now: Instant) {
+        let Some(conn) = self.conn(i) else {
+            return;
+        };
+        let (peer, addr, rail) = (conn.peer, conn.addr, conn.rail);
+        if reason.is_violation() {
+            tracing::warn!(
+                node = %self.config.node, peer = ?peer, %addr, rail, %reason, detail,
+                "tcp fabric: closing connection"
+            );
+        } else {
+            tracing::debug!(
+                node = %self.config.node, peer = ?peer, %addr, rail, %reason, detail,
+                "tcp fabric: closing connection"
+            );
+        }
+        let in_session = peer.is_some_and(|p| {
+            self.peers
+                .get(&p)
+                .and_then(|p| p.session.as_ref())
+                .is_some_and(|s| s.rails.contains(&Some(i)))
+        });
+        match peer {
+            Some(p) if in_session => {
+                self.close_conn(i, reason);
+                self.teardown(p, CloseReason::SessionEnded, now);
+            }
+            _ => self.close_conn(i, reason),
+        }
+    }
+
+    /// Ends a peer's session: closes its rails (counted as `reason`), announces Down if
+    /// it was up, and schedules the next dial.
+    fn teardown(&mut self, node: NodeId, reason: CloseReason, now: Instant) {
+        let Some(peer) = self.peers.get_mut(&node) else {
+            return;
+        };
+        let Some(session) = peer.session.take() else {
+            return;
+        };
+        if session.up {
+            peer.state = PeerState::Down;
+            peer.stats.downs += 1;
+            self.out.push_back(PeerEvent::Down { node });
+            tracing::info!(node = %self.config.node, peer = %node, %reason, "tcp fabric: peer down");
+        } else if peer.dial {
+            peer.stats.dial_failures += 1;
+        }
+        if peer.dial {
+            peer.next_dial = now.plus_nanos(self.timing.reconnect);
+        }
+        for i in session.conns() {
+            self.close_conn(i, reason);
+        }
+    }
+
+    // ---- events ------------------------------------------------------------------
+
+    /// Turns the poller's events into readiness flags.
+    fn note_events(&mut self) {
+        for ev in self.events.iter() {
+            if ev.token() == LISTENER {
+                self.listener_ready = true;
+                continue;
+            }
+            let i = ev.token().0 - 1;
+            if let Some(Some(conn)) = self.conns.get_mut(i) {
+                if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                    conn.rx.ready = true;
+                }
+                if ev.is_writable() || ev.is_write_closed() || ev.is_error() {
+                    conn.writable = true;
+                }
+            }
+        }
+    }
+
+    fn accept_all(&mut self, now: Instant) {
+        while self.listener_ready {
+            match self.listener.accept() {
+                Ok((stream, addr)) => {
+                    self.stats.accepted += 1;
+                    let waiting = self
+                        .conns
+                        .iter()
+                        .flatten()
+                        .filter(|c| c.phase == Phase::AwaitHello)
+                        .count();
+                    if waiting >= self.config.max_handshakes {
+                        tracing::warn!(node = %self.config.node, %addr, "tcp fabric: too many handshakes, refusing connection");
+                        self.stats.closes.add(CloseReason::TooManyHandshakes);
+                        continue;
+                    }
+                    let _ = stream.set_nodelay(true);
+                    let conn = self.new_conn(stream, addr, Role::Acceptor, None, 0, now);
+                    if let Err(e) = self.insert_conn(conn) {
+                        tracing::warn!(node = %self.config.node, %addr, error = %e, "tcp fabric: cannot register connection");
+                        self.stats.closes.add(CloseReason::Io);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.listener_ready = false,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // Out of descriptors and the like: try again on the next poll.
+                    tracing::warn!(node = %self.config.node, error = %e, "tcp fabric: accept failed");
+                    break;
+                }
+            }
+        }
+    }
+
+    fn new_conn(
+        &self,
+        stream: TcpStream,
+        addr: SocketAddr,
+        role: Role,
+        peer: Option<NodeId>,
+        rail: usize,
+        now: Instant,
+    ) -> Conn {
+        Conn {
+            stream,
+            role,
+            phase: match role {
+                Role::Dialer => Phase::Connecting,
+                Role::Acceptor => Phase::AwaitHello,
+            },
+            peer,
+            rail,
+            addr,
+            rx: Rx::new(self.config.max_payload),
+            tx: TxQueue::default(),
+            writable: false,
+            opened: now,
+            last_rx: now,
+            last_tx: now,
+        }
+    }
+
+    // ---- dialing and handshakes ------------------------------------------------------
+
+    fn start_session(&mut self, node: NodeId, now: Instant) {
+        let rails = self.config.rails;
+        let Some(peer) = self.peers.get_mut(&node) else {
+            return;
+        };
+        let Some(addr) = peer.addr else {
+            return;
+        };
+        peer.next_session += 1;
+        peer.stats.dials += 1;
+        peer.session = Some(Session {
+            id: peer.next_session,
+            incarnation: None,
+            rails: vec![None; rails],
+            open: vec![false; rails],
+            started: now,
+            up: false,
+        });
+        for rail in 0..rails {
+            self.stats.dialed += 1;
+            let conn = match TcpStream::connect(addr) {
+                Ok(s) => self.new_conn(s, addr, Role::Dialer, Some(node), rail, now),
+                Err(e) => {
+                    tracing::debug!(node = %self.config.node, peer = %node, %addr, error = %e, "tcp fabric: connect failed");
+                    self.stats.closes.add(CloseReason::ConnectFailed);
+                    self.teardown(node, CloseReason::SessionEnded, now);
+                    return;
+                }
+            };
+            match self.insert_conn(conn) {
+                Ok(i) => {
+                    if let Some(s) = self.peers.get_mut(&node).and_then(|p| p.session.as_mut()) {
+                        s.rails[rail] = Some(i);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(node = %self.config.node, error = %e, "tcp fabric: cannot register connection");
+                    self.stats.closes.add(CloseReason::Io);
+                    self.teardown(node, CloseReason::SessionEnded, now);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Completes non-blocking connects that became writable and sends their HELLOs.
+    fn finish_connects(&mut self, now: Instant) {
+        for i in 0..self.conns.len() {
+            let Some(conn) = self.conn_mut(i) else {
+                continue;
+            };
+            if conn.phase != Phase::Connecting || !(conn.writable || conn.rx.ready) {
+                continue;
+            }
+            let outcome = match conn.stream.take_error() {
+                Ok(Some(e)) | Err(e) => Err(e),
+                Ok(None) => match conn.stream.peer_addr() {
+                    Ok(_) => Ok(true),
+                    Err(e)
+                        if e.kind() == io::ErrorKind::NotConnected
+                            || e.raw_os_error() == Some(115) =>
+                    {
+                        Ok(false)
+                    }
+                    Err(e) => Err(e),
+                },
+            };
+            match outcome {
+                Ok(false) => {
+                    conn.writable = false;
+                    conn.rx.ready = false;
+                }
+                Ok(true) => {
+                    let _ = conn.stream.set_nodelay(true);
+                    conn.phase = Phase::AwaitReply;
+                    let (Some(peer), rail) = (conn.peer, conn.rail) else {
+                        continue;
+                    };
+                    let Some(session) = self.peers.get(&peer).and_then(|p| p.session.as_ref())
+                    else {
+                        continue;
+                    };
+                    let hello = Hello {
+                        from: self.config.node,
+                        to: peer,
+                        incarnation: self.config.incarnation,
+                        session: session.id,
+                        rail: rail as u32,
+                        rails: session.rails.len() as u32,
+                    };
+                    self.send_control(i, &hello.to_header(), now);
+                }
+                Err(e) => {
+                    let detail = e.to_string();
+                    self.fail_conn(i, CloseReason::ConnectFailed, &detail, now);
+                }
+            }
+        }
+    }
+
+    /// Queues and flushes a control header (HELLO, heartbeat) on connection `i`.
+    fn send_control(&mut self, i: usize, h: &Header, now: Instant) {
+        let Some(conn) = self.conn_mut(i) else {
+            return;
+        };
+        let bytes = h.to_bytes();
+        conn.tx.push(&Pieces::new([&bytes, &[], &[]], &[]), 0);
+        conn.last_tx = now;
+        let (peer, rail) = (conn.peer, conn.rail);
+        match conn.tx.flush(&mut conn.stream) {
+            Ok(_) => {
+                if !conn.tx.is_empty() {
+                    conn.writable = false;
+                }
+                if let Some(p) = peer.and_then(|p| self.peers.get_mut(&p)) {
+                    let r = p.stats.rail(rail);
+                    r.packets_sent += 1;
+                    r.bytes_sent += HEADER_LEN as u64;
+                }
+            }
+            Err(e) => {
+                let detail = e.to_string();
+                self.fail_conn(i, CloseReason::Io, &detail, now);
+            }
+        }
+    }
+
+    /// Handles a HELLO that arrived on connection `i` during its handshake.
+    fn on_hello(&mut self, i: usize, h: &Header, now: Instant) {
+        let Some(conn) = self.conn(i) else {
+            return;
+        };
+        let role = conn.role;
+        let hello = match Hello::from_header(h) {
+            Ok(x) => x,
+            Err(e) => {
+                let detail = e.to_string();
+                return self.fail_conn(i, CloseReason::BadHello, &detail, now);
+            }
+        };
+        match role {
+            Role::Acceptor => self.on_dialer_hello(i, hello, now),
+            Role::Dialer => self.on_reply_hello(i, hello, now),
+        }
+    }
+
+    fn on_dialer_hello(&mut self, i: usize, hello: Hello, now: Instant) {
+        let me = self.config.node;
+        let from = hello.from;
+        let refuse = |reason, detail: String| Some((reason, detail));
+        let verdict = if hello.to != me {
+            refuse(
+                CloseReason::WrongNode,
+                format!("HELLO from {from} is meant for {}", hello.to),
+            )
+        } else if from == me {
+            refuse(CloseReason::BadHello, "HELLO from ourselves".into())
+        } else if from > me {
+            refuse(
+                CloseReason::UnexpectedDialer,
+                format!("{from} dialed us, but the lower id dials"),
+            )
+        } else if !self.peers.contains_key(&from) && !self.config.learn_peers {
+            refuse(CloseReason::UnknownNode, format!("{from} is not a peer"))
+        } else {
+            None
+        };
+        if let Some((reason, detail)) = verdict {
+            return self.fail_conn(i, reason, &detail, now);
+        }
+        let peer = self.peers.entry(from).or_insert_with(|| {
+            tracing::info!(node = %me, peer = %from, "tcp fabric: learned peer");
+            let mut p = Peer::new(None, false);
+            p.since = Some(now);
+            p
+        });
+        if peer
+            .known_incarnation
+            .is_some_and(|k| hello.incarnation < k)
+        {
+            let detail = format!(
+                "incarnation {} is older than {:?}",
+                hello.incarnation, peer.known_incarnation
+            );
+            return self.fail_conn(i, CloseReason::StaleIncarnation, &detail, now);
+        }
+        let key = (hello.incarnation, hello.session);
+        let current = peer
+            .session
+            .as_ref()
+            .map(|s| (s.incarnation.unwrap_or(0), s.id));
+        let join = match current {
+            Some(c) if c == key => true,
+            Some(c) if key > c => {
+                self.teardown(from, CloseReason::Superseded, now);
+                false
+            }
+            Some(_) => {
+                let detail = format!("session {key:?} is older than the current {current:?}");
+                return self.fail_conn(i, CloseReason::StaleSession, &detail, now);
+            }
+            None => {
+                if peer.last_session.is_some_and(|last| key <= last) {
+                    let detail = format!("session {key:?} was already seen");
+                    return self.fail_conn(i, CloseReason::StaleSession, &detail, now);
+                }
+                false
+            }
+        };
+        let rail = hello.rail as usize;
+        let Some(peer) = self.peers.get_mut(&from) else {
+            return;
+        };
+        if join {
+            let Some(s) = peer.session.as_ref() else {
+                return;
+            };
+            if s.rails.len() != hello.rails as usize {
+                let detail = format!("{} rails, the session has {}", hello.rails, s.rails.len());
+                return self.fail_conn(i, CloseReason::BadHello, &detail, now);
+            }
+            if s.rails[rail].is_some() {
+                let detail = format!("rail {rail} is already connected");
+                return self.fail_conn(i, CloseReason::DuplicateRail, &detail, now);
+            }
+        } else {
+            peer.session = Some(Session {
+                id: hello.session,
+                incarnation: Some(hello.incarnation),
+                rails: vec![None; hello.rails as usize],
+                open: vec![false; hello.rails as usize],
+                started: now,
+                up: false,
+            });
+            peer.last_session = Some(key);
+            peer.known_incarnation = Some(hello.incarnation);
+        }
+        let Some(s) = peer.session.as_mut() else {
+            return;
+        };
+        s.rails[rail] = Some(i);
+        s.open[rail] = true;
+        if let Some(conn) = self.conn_mut(i) {
+            conn.peer = Some(from);
+            conn.rail = rail;
+            conn.phase = Phase::Open;
+        }
+        let reply = Hello {
+            from: me,
+            to: from,
+            incarnation: self.config.incarnation,
+            session: hello.session,
+            rail: hello.rail,
+            rails: hello.rails,
+        };
+        self.send_control(i, &reply.to_header(), now);
+        self.maybe_up(from);
+    }
+
+    fn on_reply_hello(&mut self, i: usize, hello: Hello, now: Instant) {
+        let me = self.config.node;
+        let Some(conn) = self.conn(i) else {
+            return;
+        };
+        let (Some(node), rail) = (conn.peer, conn.rail) else {
+            return;
+        };
+        let Some(peer) = self.peers.get(&node) else {
+            return;
+        };
+        let Some(session) = peer.session.as_ref() else {
+            return;
+        };
+        let verdict = if hello.from != node || hello.to != me {
+            Some((
+                CloseReason::WrongNode,
+                format!("dialed {node}, {} answered for {}", hello.from, hello.to),
+            ))
+        } else if hello.session != session.id
+            || hello.rail as usize != rail
+            || hello.rails as usize != session.rails.len()
+        {
+            Some((
+                CloseReason::BadHello,
+                "reply does not echo session and rail".to_string(),
+            ))
+        } else if peer
+            .known_incarnation
+            .is_some_and(|k| hello.incarnation < k)
+        {
+            Some((
+                CloseReason::StaleIncarnation,
+                format!(
+                    "incarnation {} is older than {:?}",
+                    hello.incarnation, peer.known_incarnation
+                ),
+            ))
+        } else if session
+            .incarnation
+            .is_some_and(|inc| inc != hello.incarnation)
+        {
+            Some((
+                CloseReason::BadHello,
+                "rails of one session answered with different incarnations".to_string(),
+            ))
+        } else {
+            None
+        };
+        if let Some((reason, detail)) = verdict {
+            return self.fail_conn(i, reason, &detail, now);
+        }
+        let Some(peer) = self.peers.get_mut(&node) else {
+            return;
+        };
+        if let Some(s) = peer.session.as_mut() {
+            s.incarnation = Some(hello.incarnation);
+            s.open[rail] = true;
+        }
+        if let Some(conn) = self.conn_mut(i) {
+            conn.phase = Phase::Open;
+        }
+        self.maybe_up(node);
+    }
+
+    /// Announces a peer up once every rail of its session completed the handshake.
+    fn maybe_up(&mut self, node: NodeId) {
+        let Some(peer) = self.peers.get_mut(&node) else {
+            return;
+        };
+        let Some(s) = peer.session.as_mut() else {
+            return;
+        };
+        if s.up || !s.open.iter().all(|&o| o) {
+            return;
+        }
+        let Some(incarnation) = s.incarnation else {
+            return;
+        };
+        s.up = true;
+        peer.known_incarnation = Some(incarnation);
+        peer.state = PeerState::Up { incarnation };
+        peer.stats.ups += 1;
+        peer.rr = 0;
+        self.out.push_back(PeerEvent::Up { node, incarnation });
+        tracing::info!(node = %self.config.node, peer = %node, incarnation, rails = s.rails.len(), "tcp fabric: peer up");
+    }
+
+    // ---- the poll pieces ---------------------------------------------------------------
+
+    fn flush_all(&mut self, now: Instant) {
+        for i in 0..self.conns.len() {
+            let Some(conn) = self.conn_mut(i) else {
+                continue;
+            };
+            if conn.phase == Phase::Connecting || !conn.writable || conn.tx.is_empty() {
+                continue;
+            }
+            match conn.tx.flush(&mut conn.stream) {
+                Ok(_) => {
+                    if !conn.tx.is_empty() {
+                        conn.writable = false;
+                    }
+                }
+                Err(e) => {
+                    let detail = e.to_string();
+                    self.fail_conn(i, CloseReason::Io, &detail, now);
+                }
+            }
+        }
+    }
+
+    /// Reads every connection with work, round robin, within `budget` packets.
+    fn receive(
+        &mut self,
+        now: Instant,
+        sink: &mut dyn PacketSink,
+        budget: &mut usize,
+    ) -> Result<(), FabricError> {
+        let n = self.conns.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let first = self.rx_cursor % n;
+        for k in 0..n {
+            let i = (first + k) % n;
+            loop {
+                let Some(mut conn) = self.conns.get_mut(i).and_then(Option::take) else {
+                    break;
+                };
+                if conn.phase == Phase::Connecting || !conn.rx.has_work() {
+                    self.conns[i] = Some(conn);
+                    break;
+                }
+                let session_up = conn.peer.is_some_and(|p| {
+                    self.peers
+                        .get(&p)
+                        .and_then(|p| p.session.as_ref())
+                        .is_some_and(|s| s.up && s.rails.contains(&Some(i)))
+                });
+                let mut counts = RxCounts::default();
+                let mut ctx = RxCtx {
+                    me: self.config.node,
+                    peer: conn.peer,
+                    handshake: conn.phase != Phase::Open,
+                    deliver: conn.phase == Phase::Open && session_up,
+                    events: &mut self.out,
+                    budget: &mut *budget,
+                    counts: &mut counts,
+                };
+                let stop = conn.rx.pump(&mut conn.stream, sink, &mut ctx);
+                if std::mem::take(&mut conn.rx.got_bytes) {
+                    conn.last_rx = now;
+                }
+                let (peer, rail) = (conn.peer, conn.rail);
+                self.conns[i] = Some(conn);
+                if let Some(p) = peer.and_then(|p| self.peers.get_mut(&p)) {
+                    p.stats.packets_received += counts.packets;
+                    p.stats.bytes_received += counts.bytes;
+                    p.stats.heartbeats_received += counts.heartbeats;
+                    let r = p.stats.rail(rail);
+                    r.packets_received += counts.packets + counts.heartbeats;
+                    r.bytes_received += counts.bytes + counts.heartbeats * HEADER_LEN as u64;
+                }
+                match stop {
+                    RxStop::Hello(h) => {
+                        self.on_hello(i, &h, now);
+                        continue;
+                    }
+                    RxStop::Close(reason, detail) => self.fail_conn(i, reason, &detail, now),
+                    RxStop::SinkBuffer { expected, got } => {
+                        self.rx_cursor = i;
+                        return Err(FabricError::SinkBuffer { expected, got });
+                    }
+                    RxStop::Budget => {
+                        self.rx_cursor = i;
+                        return Ok(());
+                    }
+                    RxStop::Idle | RxStop::Stalled => {}
+                }
+                break;
+            }
+        }
+        self.rx_cursor = first + 1;
+        Ok(())
+    }
+
+    /// Heartbeats, timeouts, reconnects.
+    fn timers(&mut self, now: Instant) {
+        self.started.get_or_insert(now);
+        if now < self.next_tick {
+            return;
+        }
+        self.next_tick = now.plus_nanos(self.timing.tick);
+        let t = self.timing;
+        let nodes: Vec<NodeId> = self.peers.keys().copied().collect();
+        for node in nodes {
+            let Some(peer) = self.peers.get_mut(&node) else {
+                continue;
+            };
+            let since = *peer.since.get_or_insert(now);
+            if peer.state == PeerState::Connecting && now.nanos_since(since) >= t.timeout {
+                peer.state = PeerState::Down;
+                peer.stats.downs += 1;
+                self.out.push_back(PeerEvent::Down { node });
+                tracing::info!(node = %self.config.node, peer = %node, "tcp fabric: peer never came up");
+            }
+            let Some(session) = peer.session.as_ref() else {
+                if peer.dial && peer.addr.is_some() && now >= peer.next_dial {
+                    self.start_session(node, now);
+                }
+                continue;
+            };
+            if !session.up {
+                if now.nanos_since(session.started) >= t.timeout {
+                    tracing::debug!(node = %self.config.node, peer = %node, "tcp fabric: handshake timed out");
+                    self.teardown(node, CloseReason::HandshakeTimeout, now);
+                }
+                continue;
+            }
+            let rails: Vec<usize> = session.conns().collect();
+            let mut dead = None;
+            let mut beats = Vec::new();
+            for i in rails {
+                let Some(conn) = self.conn(i) else {
+                    continue;
+                };
+                if now.nanos_since(conn.last_rx) >= t.timeout {
+                    dead = Some(i);
+                    break;
+                }
+                if conn.tx.is_empty() && now.nanos_since(conn.last_tx) >= t.heartbeat {
+                    beats.push(i);
+                }
+            }
+            if let Some(i) = dead {
+                self.fail_conn(
+                    i,
+                    CloseReason::HeartbeatTimeout,
+                    "no bytes for the peer timeout",
+                    now,
+                );
+                continue;
+            }
+            let hb = heartbeat(self.config.node, node, self.config.incarnation);
+            for i in beats {
+                self.send_control(i, &hb, now);
+                if let Some(p) = self.peers.get_mut(&node) {
+                    p.stats.heartbeats_sent += 1;
+                }
+            }
+        }
+        // Accepted connections that never said HELLO.
+        for i in 0..self.conns.len() {
+            let expired = self.conn(i).is_some_and(|c| {
+                c.phase == Phase::AwaitHello && now.nanos_since(c.opened) >= t.timeout
+            });
+            if expired {
+                self.fail_conn(i, CloseReason::HandshakeTimeout, "no HELLO in time", now);
+            }
+        }
+    }
+
+    fn flush_events(&mut self, sink: &mut dyn PacketSink) {
+        while let Some(ev) = self.out.pop_front() {
+            sink.on_peer(ev);
+        }
+    }
+
+    /// Sends one packet on a rail of an up peer.
+    fn send_on_rail(
+        &mut self,
+        now: Instant,
+        node: NodeId,
+        header: &Header,
+        meta: &[u8],
+        payload: &[&[u8]],
+        pkt_len: usize,
+    ) -> Result<(), FabricError> {
+        let max_queued = self.config.max_queued_bytes;
+        let Some(peer) = self.peers.get_mut(&node) else {
+            return Err(FabricError::NoRoute(node));
+        };
+        let Some(session) = peer.session.as_ref().filter(|s| s.up) else {
+            peer.stats.refused_down += 1;
+            return Err(FabricError::PeerDown(node));
+        };
+        // Pick a rail: round robin among rails with nothing queued, else the least queued.
+        let n = session.rails.len();
+        let mut queued = 0;
+        let mut best: Option<(usize, usize)> = None; // (queued, rail)
+        let mut empty = None;
+        for k in 0..n {
+            let rail = (peer.rr + k) % n;
+            let Some(q) = session.rails[rail]
+                .and_then(|i| self.conns.get(i))
+                .and_then(Option::as_ref)
+                .map(|c| c.tx.len())
+            else {
+                continue;
+            };
+            queued += q;
+            if q == 0 && empty.is_none() {
+                empty = Some(rail);
+            }
+            if best.is_none_or(|(bq, _)| q < bq) {
+                best = Some((q, rail));
+            }
+        }
+        if queued > 0 && queued + pkt_len > max_queued {
+            peer.stats.refused_full += 1;
+            return Err(FabricError::Full);
+        }
+        let Some(rail) = empty.or(best.map(|(_, r)| r)) else {
+            return Err(FabricError::PeerDown(node));
+        };
+        let Some(i) = session.rails[rail] else {
+            return Err(FabricError::PeerDown(node));
+        };
+        peer.rr = rail + 1;
+        let Some(conn) = self.conns.get_mut(i).and_then(Option::as_mut) else {
+            return Err(FabricError::PeerDown(node));
+        };
+        let hdr = header.to_bytes();
+        let pieces = Pieces::new([&hdr, meta, &[]], payload);
+        let mut result = Ok(0);
+        if conn.writable && !conn.tx.is_empty() {
+            result = conn.tx.flush(&mut conn.stream);
+        }
+        if result.is_ok() && conn.tx.is_empty() {
+            result = write_gather(&mut conn.stream, &pieces, 0);
+            let written = *result.as_ref().unwrap_or(&0);
+            if result.is_ok() && written < pkt_len {
+                conn.tx.push(&pieces, written);
+                conn.writable = false;
+                peer.stats.bytes_queued += (pkt_len - written) as u64;
+            }
+        } else if result.is_ok() {
+            conn.writable = false;
+            conn.tx.push(&pieces, 0);
+            peer.stats.bytes_queued += pkt_len as u64;
+        }
+        if let Err(e) = result {
+            let detail = e.to_string();
+            self.fail_conn(i, CloseReason::Io, &detail, now);
+            if let Some(p) = self.peers.get_mut(&node) {
+                p.stats.refused_down += 1;
+            }
+            return Err(FabricError::PeerDown(node));
+        }
+        conn.last_tx = now;
+        peer.stats.packets_sent += 1;
+        peer.stats.bytes_sent += pkt_len as u64;
+        let r = peer.stats.rail(rail);
+        r.packets_sent += 1;
+        r.bytes_sent += pkt_len as u64;
+        Ok(())
+    }
+}
+
+impl Fabric for TcpFabric {
+    fn local(&self) -> NodeId {
+        self.config.node
+    }
+
+    fn send(
+        &mut self,
+        now: Instant,
+        header: &Header,
+        meta: &[u8],
+        payload: &[&[u8]],
+    ) -> Result<(), FabricError> {
+        if self.shut {
+            return Err(FabricError::LocalDown);
+        }
+        let total = check_send(self.config.node, header, meta, payload)?;
+        let node = header.dst;
+        let Some(peer) = self.peers.get_mut(&node) else {
+            return Err(FabricError::NoRoute(node));
+        };
+        match peer.state {
+            PeerState::Up { .. } => {}
+            PeerState::Connecting => {
+                peer.stats.refused_full += 1;
+                return Err(FabricError::Full);
+            }
+            PeerState::Down => {
+                peer.stats.refused_down += 1;
+                return Err(FabricError::PeerDown(node));
+            }
+        }
+        let pkt_len = HEADER_LEN + meta.len() + total;
+        self.send_on_rail(now, node, header, meta, payload, pkt_len)
+    }
+
+    fn poll(
+        &mut self,
+        now: Instant,
+        sink: &mut dyn PacketSink,
+        budget: usize,
+    ) -> Result<usize, FabricError> {
+        if self.shut {
+            return Err(FabricError::LocalDown);
+        }
+        self.polls += 1;
+        let ask_poller = !self.config.busy_poll || self.polls % BUSY_POLL_EVENTS_EVERY == 1;
+        if ask_poller {
+            match self.poll.poll(&mut self.events, Some(Duration::ZERO)) {
+                Ok(()) => self.note_events(),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    tracing::error!(node = %self.config.node, error = %e, "tcp fabric: poller failed");
+                    return Err(FabricError::LocalDown);
+                }
+            }
+        }
+        if self.config.busy_poll {
+            for conn in self.conns.iter_mut().flatten() {
+                if conn.phase == Phase::Open {
+                    conn.rx.ready = true;
+                    conn.writable |= !conn.tx.is_empty();
+                }
+            }
+        }
+        self.accept_all(now);
+        self.finish_connects(now);
+        self.flush_all(now);
+        let mut left = budget;
+        let received = self.receive(now, sink, &mut left);
+        self.timers(now);
+        self.flush_events(sink);
+        received?;
+        Ok(budget - left)
+    }
+}
+
+impl AsRawFd for TcpFabric {
+    /// The poller's epoll descriptor: readable whenever a socket of the fabric is ready.
+    fn as_raw_fd(&self) -> RawFd {
+        self.poll.as_raw_fd()
+    }
+}
+
+impl AsFd for TcpFabric {
+    /// The poller's epoll descriptor: readable whenever a socket of the fabric is ready.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.poll.registry().as_fd()
+    }
+}
+
+/// A monotonic clock that gives the `now` the fabric wants: nanoseconds since it was
+/// made.
+#[derive(Clone, Copy, Debug)]
+pub struct Clock(std::time::Instant);
+
+impl Clock {
+    /// A clock starting now.
+    pub fn new() -> Clock {
+        Clock(std::time::Instant::now())
+    }
+
+    /// Nanoseconds since the clock was made.
+    pub fn now(&self) -> Instant {
+        Instant(nanos(self.0.elapsed()))
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Clock {
+        Clock::new()
+    }
+}
+
+/// Test helper: `nodes` fabrics with ids `0..nodes` on 127.0.0.1, ephemeral ports, each
+/// knowing every other's address; `config` gives every other setting (its `node`,
+/// `listen` and `peers` are replaced). Nothing connects until the fabrics are polled.
+pub fn tcp_cluster(nodes: usize, config: &TcpConfig) -> Result<Vec<TcpFabric>, TcpError> {
+    let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+    let mut fabrics = Vec::with_capacity(nodes);
+    for i in 0..nodes {
+        let mut c = config.clone();
+        c.node = NodeId(i as u32);
+        c.listen = loopback;
+        c.peers = Vec::new();
+        fabrics.push(TcpFabric::new(c)?);
+    }
+    let addrs: Vec<SocketAddr> = fabrics.iter().map(TcpFabric::local_addr).collect();
+    for (i, f) in fabrics.iter_mut().enumerate() {
+        for (j, &addr) in addrs.iter().enumerate() {
+            if i != j {
+                f.add_peer(NodeId(j as u32), addr)?;
+            }
+        }
+    }
+    Ok(fabrics)
+}
+
+/// Test helper: two connected fabrics (nodes 0 and 1) on loopback with `rails` rails and
+/// otherwise default settings; see [`tcp_cluster`].
+pub fn tcp_pair(rails: usize) -> Result<(TcpFabric, TcpFabric), TcpError> {
+    let mut c = TcpConfig::new(NodeId(0), SocketAddr::from(([127, 0, 0, 1], 0)));
+    c.rails = rails;
+    let mut v = tcp_cluster(2, &c)?;
+    let b = v.pop().ok_or(TcpError::Config("cluster too small"))?;
+    let a = v.pop().ok_or(TcpError::Config("cluster too small"))?;
+    Ok((a, b))
+}

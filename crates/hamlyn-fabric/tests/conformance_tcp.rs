@@ -1,0 +1,117 @@
+//! The fabric conformance suite run against the TCP fabric over 127.0.0.1, with one rail
+//! and with three striped rails per peer.
+//!
+//! Each check gets fresh fabrics on ephemeral ports (bind port 0, read the real port,
+//! then tell every fabric its peers' addresses). `advance` sleeps briefly (real packets
+//! need real time); `crash` drops the node's fabric, which closes its sockets.
+
+use std::time::Duration;
+
+use hamlyn_core::Instant;
+use hamlyn_fabric::conformance::{self, FabricFactory, FabricSet, Limits};
+use hamlyn_fabric::tcp::{tcp_cluster, Clock, TcpConfig, TcpError, TcpFabric};
+use hamlyn_fabric::{Fabric, FabricError, PacketSink};
+use hamlyn_wire::{Header, NodeId};
+
+/// One node of the set: its fabric, or nothing once crashed.
+struct Node<'a>(Option<&'a mut TcpFabric>, NodeId);
+
+impl Fabric for Node<'_> {
+    fn local(&self) -> NodeId {
+        self.1
+    }
+    fn send(
+        &mut self,
+        now: Instant,
+        header: &Header,
+        meta: &[u8],
+        payload: &[&[u8]],
+    ) -> Result<(), FabricError> {
+        match &mut self.0 {
+            Some(f) => f.send(now, header, meta, payload),
+            None => Err(FabricError::LocalDown),
+        }
+    }
+    fn poll(
+        &mut self,
+        now: Instant,
+        sink: &mut dyn PacketSink,
+        budget: usize,
+    ) -> Result<usize, FabricError> {
+        match &mut self.0 {
+            Some(f) => f.poll(now, sink, budget),
+            None => Err(FabricError::LocalDown),
+        }
+    }
+}
+
+struct TcpSet {
+    fabrics: Vec<Option<TcpFabric>>,
+    clock: Clock,
+}
+
+impl FabricSet for TcpSet {
+    type Node<'a> = Node<'a>;
+
+    fn nodes(&self) -> usize {
+        self.fabrics.len()
+    }
+    fn node(&mut self, i: usize) -> Node<'_> {
+        Node(self.fabrics[i].as_mut(), NodeId(i as u32))
+    }
+    fn now(&mut self) -> Instant {
+        self.clock.now()
+    }
+    fn advance(&mut self) {
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    fn crash(&mut self, i: usize) {
+        self.fabrics[i] = None;
+    }
+}
+
+struct TcpFactory {
+    rails: usize,
+}
+
+impl FabricFactory for TcpFactory {
+    type Set = TcpSet;
+    type Error = TcpError;
+
+    fn build(&mut self, nodes: usize) -> Result<TcpSet, TcpError> {
+        let mut c = TcpConfig::new(NodeId(0), ([127, 0, 0, 1], 0).into());
+        c.rails = self.rails;
+        // Crashes are seen as closed sockets at once; the timeouts only guard against
+        // hung peers, so make them long enough that a slow machine never trips them.
+        c.peer_timeout = Duration::from_secs(20);
+        c.reconnect_interval = Duration::from_millis(20);
+        c.max_queued_bytes = 1 << 20;
+        Ok(TcpSet {
+            fabrics: tcp_cluster(nodes, &c)?.into_iter().map(Some).collect(),
+            clock: Clock::new(),
+        })
+    }
+
+    fn limits(&self) -> Limits {
+        Limits {
+            // Kernel socket buffers on loopback hold many megabytes before a sender sees
+            // back-pressure.
+            fill_limit: 1 << 20,
+            ..Limits::default()
+        }
+    }
+}
+
+#[test]
+fn tcp_passes_with_one_rail() {
+    if let Err(e) = conformance::run_all(&mut TcpFactory { rails: 1 }) {
+        panic!("1 rail: {e}");
+    }
+}
+
+#[test]
+fn tcp_passes_with_three_rails() {
+    if let Err(e) = conformance::run_all(&mut TcpFactory { rails: 3 }) {
+        panic!("3 rails: {e}");
+    }
+}
