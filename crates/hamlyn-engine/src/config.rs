@@ -25,6 +25,8 @@ pub struct EngineConfig {
     pub remote_mtu: u64,
     /// Most clients attached at once.
     pub max_clients: u32,
+    /// The node holding the cluster's name registry (`None`: this node).
+    pub registry: Option<u32>,
 }
 
 static EMBEDDED_COUNT: AtomicU32 = AtomicU32::new(0);
@@ -42,6 +44,7 @@ impl EngineConfig {
             intra_mtu: 256 * 1024,
             remote_mtu: 64 * 1024,
             max_clients: 1024,
+            registry: None,
         }
     }
 

@@ -79,6 +79,8 @@ pub struct EngineState {
     pub remote: Option<crate::remote::Remote>,
     /// Answers to remote reads and atomics being sent.
     pub replies: std::collections::VecDeque<crate::rma::ReplyJob>,
+    /// The name registry (entries on the registry node, forwarded requests everywhere).
+    pub registry: crate::registry::Registry,
     /// Error completions waiting for room in a client's error ring.
     pub late_errors: std::collections::VecDeque<(u32, Completion)>,
     /// Monotonic origin for `Instant`.

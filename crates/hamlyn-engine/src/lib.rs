@@ -20,6 +20,7 @@ pub mod engine;
 pub mod error;
 pub mod handle;
 pub mod port;
+pub mod registry;
 pub mod remote;
 pub mod rma;
 pub mod sched;

@@ -17,6 +17,9 @@ use crate::engine::{port_mut, post, Client, EngineState};
 use crate::source::Piece;
 use crate::stats::EngineCounters;
 
+/// Room for a registry packet's name (and framing) beside its seed text.
+const MAX_NAME_BYTES: usize = 512;
+
 /// Packets taken from the fabric per poll.
 const POLL_BUDGET: usize = 64;
 
@@ -35,8 +38,8 @@ pub struct Remote {
     pub fabric: Box<dyn Fabric + Send>,
     /// NACKs to send (kept while the fabric is full: a NACK is never dropped).
     nacks: VecDeque<Header>,
-    /// READ_REQ / ATOMIC_REQ packets that arrived, to execute after the poll.
-    rma_in: Vec<(Header, Vec<u8>)>,
+    /// READ_REQ / ATOMIC_REQ / Registry packets that arrived, to handle after the poll.
+    deferred: Vec<(Header, Vec<u8>)>,
     /// Messages partly received: (slot, metadata index) → peers whose packets counted.
     partial: HashMap<(u32, u32), Vec<NodeId>>,
     /// Where a discarded or unplaceable payload goes.
@@ -67,7 +70,7 @@ impl Remote {
         Remote {
             fabric,
             nacks: VecDeque::new(),
-            rma_in: Vec::new(),
+            deferred: Vec::new(),
             partial: HashMap::new(),
             scratch: Vec::new(),
             events: Vec::new(),
@@ -84,7 +87,8 @@ struct Sink<'a> {
     counters: &'a mut EngineCounters,
     nacks: &'a mut VecDeque<Header>,
     late_errors: &'a mut VecDeque<(u32, Completion)>,
-    rma_in: &'a mut Vec<(Header, Vec<u8>)>,
+    deferred: &'a mut Vec<(Header, Vec<u8>)>,
+    /// The packet being read is handled after the poll (`deferred`).
     rma: bool,
     partial: &'a mut HashMap<(u32, u32), Vec<NodeId>>,
     scratch: &'a mut Vec<u8>,
@@ -139,6 +143,13 @@ impl PacketSink for Sink<'_> {
                 self.rma = true;
                 Landing::Accept
             }
+            Op::Registry
+                if (h.payload_len as usize)
+                    <= hamlyn_wire::control::MAX_SEED_TEXT + MAX_NAME_BYTES =>
+            {
+                self.rma = true;
+                Landing::Accept
+            }
             Op::Write | Op::ReadResp | Op::AtomicResp => match self.iface.admit(h, self.areas) {
                 Ok(p) => {
                     self.current = Some(p);
@@ -178,7 +189,7 @@ impl PacketSink for Sink<'_> {
     fn on_payload(&mut self, from: NodeId, h: &Header, meta: &[u8]) {
         if std::mem::take(&mut self.rma) {
             let len = (h.payload_len as usize).min(self.scratch.len());
-            self.rma_in.push((*h, self.scratch[..len].to_vec()));
+            self.deferred.push((*h, self.scratch[..len].to_vec()));
             return;
         }
         if self.current.take().is_none() {
@@ -280,7 +291,7 @@ impl EngineState {
         let Remote {
             fabric,
             nacks,
-            rma_in,
+            deferred,
             partial,
             scratch,
             events,
@@ -293,7 +304,7 @@ impl EngineState {
             counters: &mut self.counters,
             nacks,
             late_errors: &mut self.late_errors,
-            rma_in,
+            deferred,
             rma: false,
             partial,
             scratch,
@@ -317,11 +328,13 @@ impl EngineState {
             remote.nacks.pop_front();
             busy = true;
         }
-        let rma: Vec<(Header, Vec<u8>)> = remote.rma_in.drain(..).collect();
+        let rma: Vec<(Header, Vec<u8>)> = remote.deferred.drain(..).collect();
         let events: Vec<PeerEvent> = remote.events.drain(..).collect();
         for (h, body) in rma {
             busy = true;
-            if let Err(reason) = self.serve_rma(&h, &body) {
+            if h.op == Op::Registry {
+                self.registry_packet(&h, &body);
+            } else if let Err(reason) = self.serve_rma(&h, &body) {
                 self.fail_request(h.src, h.request, reason, &h);
             }
         }
@@ -351,6 +364,10 @@ impl EngineState {
             }
             PeerEvent::Down { node } => {
                 tracing::warn!(peer = node.0, "peer down");
+                self.registry_peer_down(node);
+                let Some(remote) = self.remote.as_mut() else {
+                    return;
+                };
                 self.counters.peers_lost += 1;
                 let incarnation = remote.peers.get(&node.0).map_or(0, |p| p.incarnation);
                 remote.peers.insert(

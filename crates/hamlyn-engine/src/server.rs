@@ -117,6 +117,7 @@ impl Engine {
             counters: EngineCounters::default(),
             remote: fabric.map(Remote::new),
             replies: Default::default(),
+            registry: Default::default(),
             late_errors: Default::default(),
             origin: std::time::Instant::now(),
         };
@@ -305,6 +306,13 @@ impl Engine {
                 }
             };
             let (reply, fds) = match Request::decode(&self.buf[..received.len]) {
+                Ok(req @ (Request::Publish { .. } | Request::Lookup { .. })) => {
+                    match self.state.registry_request(cid, req) {
+                        Some(reply) => (reply, Vec::new()),
+                        // Forwarded: the reply goes out when the registry node answers.
+                        None => continue,
+                    }
+                }
                 Ok(req) => self.state.handle(cid, req, received.fds),
                 Err(e) => {
                     self.state.counters.bad_control += 1;

@@ -53,6 +53,8 @@ pub struct EngineCounters {
     pub peers_lost: u64,
     /// Remote atomics executed.
     pub atomics: u64,
+    /// Registry answers that could not be sent back.
+    pub registry_undeliverable: u64,
 }
 
 fn rejects_json(out: &mut String, r: &RejectCounts) {
@@ -90,10 +92,10 @@ impl EngineState {
         );
         let _ = write!(
             o,
-            "\"engine\":{{\"attaches\":{},\"clients_lost\":{},\"requests\":{},\"bad_requests\":{},\"completed\":{},\"error_completions\":{},\"packets\":{},\"bytes\":{},\"notifications\":{},\"queue_overflows\":{},\"orphan_notifications\":{},\"corrupt_rings\":{},\"bad_control\":{},\"sleeps\":{},\"remote_packets\":{},\"remote_bytes\":{},\"nacks_received\":{},\"nacks_sent\":{},\"nacks_undeliverable\":{},\"spoofed_packets\":{},\"peers_lost\":{},\"atomics\":{}}},",
+            "\"engine\":{{\"attaches\":{},\"clients_lost\":{},\"requests\":{},\"bad_requests\":{},\"completed\":{},\"error_completions\":{},\"packets\":{},\"bytes\":{},\"notifications\":{},\"queue_overflows\":{},\"orphan_notifications\":{},\"corrupt_rings\":{},\"bad_control\":{},\"sleeps\":{},\"remote_packets\":{},\"remote_bytes\":{},\"nacks_received\":{},\"nacks_sent\":{},\"nacks_undeliverable\":{},\"spoofed_packets\":{},\"peers_lost\":{},\"atomics\":{},\"registry_undeliverable\":{}}},",
             c.attaches, c.clients_lost, c.requests, c.bad_requests, c.completed, c.error_completions, c.packets, c.bytes,
             c.notifications, c.queue_overflows, c.orphan_notifications, c.corrupt_rings, c.bad_control, c.sleeps, c.remote_packets, c.remote_bytes, c.nacks_received, c.nacks_sent,
-            c.nacks_undeliverable, c.spoofed_packets, c.peers_lost, c.atomics
+            c.nacks_undeliverable, c.spoofed_packets, c.peers_lost, c.atomics, c.registry_undeliverable
         );
         let _ = write!(o, "\"interface\":{{\"packets\":{},\"bytes\":{},\"messages\":{},\"notifications\":{},\"rejects\":", t.packets, t.bytes, t.messages, t.notifications);
         rejects_json(&mut o, &t.rejects);
@@ -114,7 +116,28 @@ impl EngineState {
                 client.id, client.pid, port.termini.len(), port.queues.len()
             );
         }
-        let _ = write!(o, "],\"areas\":{},\"slots\":[", self.areas.len());
+        o.push_str("],\"peers\":[");
+        if let Some(remote) = &self.remote {
+            let mut peers: Vec<_> = remote.peers.iter().collect();
+            peers.sort_by_key(|(n, _)| **n);
+            for (i, (node, p)) in peers.into_iter().enumerate() {
+                if i > 0 {
+                    o.push(',');
+                }
+                let _ = write!(
+                    o,
+                    "{{\"node\":{node},\"up\":{},\"incarnation\":{}}}",
+                    p.up, p.incarnation
+                );
+            }
+        }
+        let _ = write!(
+            o,
+            "],\"areas\":{},\"registry\":{{\"home\":{},\"names\":{}}},\"slots\":[",
+            self.areas.len(),
+            self.registry_home().0,
+            self.registry.len()
+        );
         for (i, (id, s)) in self.iface.slots().iter().enumerate() {
             if i > 0 {
                 o.push(',');

@@ -190,3 +190,85 @@ fn a_lost_peer_fails_what_depends_on_it_and_tells_receivers_with_partial_message
     assert!(b.errors().is_empty());
     assert_eq!(b.wait_notif(0).unwrap().word.get(), 49);
 }
+
+#[test]
+fn the_name_registry_answers_from_any_node() {
+    let (fa, fb, _cut) = link(NodeId(1), NodeId(2));
+    let start = |node, f| {
+        let mut cfg = EngineConfig::embedded();
+        cfg.node = node;
+        cfg.incarnation = 7;
+        cfg.registry = Some(1);
+        EngineHandle::start_with_fabric(cfg, Some(Box::new(f))).unwrap()
+    };
+    let (ea, eb) = (start(1, fa), start(2, fb));
+    let a = RawClient::attach(ea.socket_path(), 1, 1, 64);
+    let b = RawClient::attach(eb.socket_path(), 1, 1, 64);
+    let (slot, key, _) = make_slot(&b, 4096, 1);
+    let ticket = hamlyn_wire::Ticket {
+        node: NodeId(2),
+        incarnation: 7,
+        slot: hamlyn_wire::SlotId(slot),
+        key,
+        meta_first: 0,
+        meta_count: 1,
+        offset: 0,
+        len: 4096,
+        share: hamlyn_wire::FULL_SHARE,
+        flags: hamlyn_wire::TicketFlags::WRITE,
+    };
+    let seed = hamlyn_wire::Seed::single(ticket).to_text().unwrap();
+    // Published on node 2: forwarded to the registry on node 1.
+    assert_eq!(
+        b.call(Request::Publish {
+            name: "inbox".into(),
+            seed: seed.clone()
+        }),
+        Reply::Ok
+    );
+    // Looked up on node 1 (local) and node 2 (forwarded).
+    assert_eq!(
+        a.call(Request::Lookup {
+            name: "inbox".into()
+        }),
+        Reply::Seed { seed: seed.clone() }
+    );
+    assert_eq!(
+        b.call(Request::Lookup {
+            name: "inbox".into()
+        }),
+        Reply::Seed { seed }
+    );
+    // Unknown names and things that are not seeds are refused with a clear error.
+    let Reply::Error { code, message } = b.call(Request::Lookup {
+        name: "nope".into(),
+    }) else {
+        panic!()
+    };
+    assert_eq!(
+        code,
+        hamlyn_wire::control::ControlErrorCode::NotFound as u16,
+        "{message}"
+    );
+    let Reply::Error { code, .. } = a.call(Request::Publish {
+        name: "x".into(),
+        seed: "hmseed1-zz".into(),
+    }) else {
+        panic!()
+    };
+    assert_eq!(
+        code,
+        hamlyn_wire::control::ControlErrorCode::InvalidArgument as u16
+    );
+    let Reply::Stats { json } = a.call(Request::Stats) else {
+        panic!()
+    };
+    assert!(
+        json.contains("\"registry\":{\"home\":1,\"names\":1}"),
+        "{json}"
+    );
+    assert!(
+        json.contains("\"peers\":[{\"node\":2,\"up\":true,\"incarnation\":7}]"),
+        "{json}"
+    );
+}

@@ -118,6 +118,19 @@ pub enum Request {
     },
     /// The engine's counters, as JSON.
     Stats,
+    /// Publish `seed` (its text form) under `name` in the cluster's name registry
+    /// (seed 000 §6.3 bootstrap); replaces an earlier entry of the same name.
+    Publish {
+        /// The name (1..=255 bytes of UTF-8).
+        name: String,
+        /// The seed's text form.
+        seed: String,
+    },
+    /// Look a name up in the cluster's name registry.
+    Lookup {
+        /// The name.
+        name: String,
+    },
 }
 
 /// The engine's answer to a [`Request`].
@@ -153,6 +166,11 @@ pub enum Reply {
     Stats {
         /// JSON.
         json: String,
+    },
+    /// A registry lookup's answer: the seed's text form.
+    Seed {
+        /// The seed text.
+        seed: String,
     },
     /// The request failed.
     Error {
@@ -267,6 +285,12 @@ impl Request {
             Request::Stats => {
                 w.u8(10);
             }
+            Request::Publish { ref name, ref seed } => {
+                w.u8(11).bytes(name.as_bytes()).bytes(seed.as_bytes());
+            }
+            Request::Lookup { ref name } => {
+                w.u8(12).bytes(name.as_bytes());
+            }
         }
         w.0
     }
@@ -317,6 +341,13 @@ impl Request {
                 priority: r.u8()?,
             },
             10 => Request::Stats,
+            11 => Request::Publish {
+                name: name(&mut r)?,
+                seed: seed_text(&mut r)?,
+            },
+            12 => Request::Lookup {
+                name: name(&mut r)?,
+            },
             _ => {
                 return Err(WireError::InvalidField {
                     field: "request tag",
@@ -327,6 +358,33 @@ impl Request {
         r.finish()?;
         Ok(req)
     }
+}
+
+/// Longest registry name in bytes.
+pub const MAX_NAME: usize = 255;
+/// Longest seed text in bytes.
+pub const MAX_SEED_TEXT: usize = 4096;
+
+fn name(r: &mut Reader<'_>) -> Result<String, WireError> {
+    let b = r.bytes(MAX_NAME)?;
+    if b.is_empty() {
+        return Err(WireError::InvalidField {
+            field: "name",
+            why: "empty",
+        });
+    }
+    String::from_utf8(b.to_vec()).map_err(|_| WireError::InvalidField {
+        field: "name",
+        why: "not UTF-8",
+    })
+}
+
+fn seed_text(r: &mut Reader<'_>) -> Result<String, WireError> {
+    let b = r.bytes(MAX_SEED_TEXT)?;
+    String::from_utf8(b.to_vec()).map_err(|_| WireError::InvalidField {
+        field: "seed",
+        why: "not UTF-8",
+    })
 }
 
 fn text(r: &mut Reader<'_>) -> Result<String, WireError> {
@@ -367,6 +425,9 @@ impl Reply {
                 let n = json.len().min(MAX_TEXT);
                 w.u8(5).bytes(&json.as_bytes()[..floor_char(json, n)]);
             }
+            Reply::Seed { seed } => {
+                w.u8(7).bytes(seed.as_bytes());
+            }
             Reply::Error { code, message } => {
                 let n = message.len().min(1024);
                 w.u8(6)
@@ -399,6 +460,9 @@ impl Reply {
             6 => Reply::Error {
                 code: r.u16()?,
                 message: text(&mut r)?,
+            },
+            7 => Reply::Seed {
+                seed: seed_text(&mut r)?,
             },
             _ => {
                 return Err(WireError::InvalidField {
@@ -455,6 +519,11 @@ mod tests {
                 priority: 1,
             },
             Request::Stats,
+            Request::Publish {
+                name: "svc".into(),
+                seed: "hmseed1-abc".into(),
+            },
+            Request::Lookup { name: "svc".into() },
         ]
     }
 
@@ -475,6 +544,14 @@ mod tests {
             Request::decode(&[7, 1, 0, 0, 0, 2]).is_err(),
             "bool must be 0 or 1"
         );
+        let empty = Request::Lookup {
+            name: String::new(),
+        };
+        assert!(Request::decode(&empty.encode()).is_err(), "empty name");
+        let long = Request::Lookup {
+            name: "x".repeat(MAX_NAME + 1),
+        };
+        assert!(Request::decode(&long.encode()).is_err(), "name too long");
     }
 
     #[test]
@@ -494,6 +571,9 @@ mod tests {
             Reply::Ok,
             Reply::Stats {
                 json: "{\"a\":1}".into(),
+            },
+            Reply::Seed {
+                seed: "hmseed1-abc".into(),
             },
             Reply::Error {
                 code: ControlErrorCode::NotOwner as u16,

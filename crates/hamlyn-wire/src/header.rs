@@ -65,6 +65,9 @@ pub enum Op {
     Hello = 7,
     /// Liveness beacon between engines.
     Heartbeat = 8,
+    /// Engine-to-engine registry traffic (name → seed): the payload is an encoded
+    /// control `Request` (`word` = 0) or `Reply` (`word` = 1), correlated by `request`.
+    Registry = 9,
 }
 
 impl Op {
@@ -79,6 +82,7 @@ impl Op {
             6 => Op::Nack,
             7 => Op::Hello,
             8 => Op::Heartbeat,
+            9 => Op::Registry,
             _ => return None,
         })
     }

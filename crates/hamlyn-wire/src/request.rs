@@ -221,7 +221,10 @@ impl SendRequest {
                     RequestOp::Write => usize::from(inline_len),
                 };
                 if usize::from(inline_len) != body_len {
-                    return Err(invalid("inline_len", "a read or atomic body has a fixed length"));
+                    return Err(invalid(
+                        "inline_len",
+                        "a read or atomic body has a fixed length",
+                    ));
                 }
                 Payload::Inline {
                     data: get(b, 128),

@@ -69,9 +69,15 @@ impl ReadBody {
     /// Decodes a body (exactly [`READ_BODY_LEN`] bytes).
     pub fn decode(b: &[u8]) -> Result<ReadBody, WireError> {
         if b.len() != READ_BODY_LEN {
-            return Err(WireError::LengthMismatch { stated: READ_BODY_LEN as u64, actual: b.len() });
+            return Err(WireError::LengthMismatch {
+                stated: READ_BODY_LEN as u64,
+                actual: b.len(),
+            });
         }
-        Ok(ReadBody { reply: Ticket::from_bytes(&b[..TICKET_LEN])?, reply_offset: u64_at(b, TICKET_LEN) })
+        Ok(ReadBody {
+            reply: Ticket::from_bytes(&b[..TICKET_LEN])?,
+            reply_offset: u64_at(b, TICKET_LEN),
+        })
     }
 }
 
@@ -90,12 +96,20 @@ impl AtomicBody {
     /// Decodes a body (exactly [`ATOMIC_BODY_LEN`] bytes).
     pub fn decode(b: &[u8]) -> Result<AtomicBody, WireError> {
         if b.len() != ATOMIC_BODY_LEN {
-            return Err(WireError::LengthMismatch { stated: ATOMIC_BODY_LEN as u64, actual: b.len() });
+            return Err(WireError::LengthMismatch {
+                stated: ATOMIC_BODY_LEN as u64,
+                actual: b.len(),
+            });
         }
         let op = match u64_at(b, TICKET_LEN + 8) {
             1 => AtomicOp::CompareSwap,
             2 => AtomicOp::FetchAdd,
-            _ => return Err(WireError::InvalidField { field: "atomic op", why: "unknown operation" }),
+            _ => {
+                return Err(WireError::InvalidField {
+                    field: "atomic op",
+                    why: "unknown operation",
+                })
+            }
         };
         Ok(AtomicBody {
             reply: Ticket::from_bytes(&b[..TICKET_LEN])?,
@@ -130,14 +144,26 @@ mod tests {
 
     #[test]
     fn bodies_round_trip_and_reject_bad_input() {
-        let r = ReadBody { reply: reply(), reply_offset: 8 };
+        let r = ReadBody {
+            reply: reply(),
+            reply_offset: 8,
+        };
         assert_eq!(ReadBody::decode(&r.encode()), Ok(r));
         assert!(ReadBody::decode(&r.encode()[..READ_BODY_LEN - 1]).is_err());
-        let a = AtomicBody { reply: reply(), reply_offset: 16, op: AtomicOp::CompareSwap, compare: 1, operand: 2 };
+        let a = AtomicBody {
+            reply: reply(),
+            reply_offset: 16,
+            op: AtomicOp::CompareSwap,
+            compare: 1,
+            operand: 2,
+        };
         let mut b = a.encode();
         assert_eq!(AtomicBody::decode(&b), Ok(a));
         b[TICKET_LEN + 8] = 9;
         assert!(AtomicBody::decode(&b).is_err(), "unknown op");
-        assert!(AtomicBody::decode(&[0u8; ATOMIC_BODY_LEN]).is_err(), "zero ticket is invalid");
+        assert!(
+            AtomicBody::decode(&[0u8; ATOMIC_BODY_LEN]).is_err(),
+            "zero ticket is invalid"
+        );
     }
 }

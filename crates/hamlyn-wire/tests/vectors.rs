@@ -516,7 +516,10 @@ fn corrupted_headers_are_rejected() {
             Err(WireError::UnsupportedVersion(2))
         );
         assert_eq!(Header::parse(&with(&b, 3, 0)), Err(WireError::UnknownOp(0)));
-        assert_eq!(Header::parse(&with(&b, 3, 9)), Err(WireError::UnknownOp(9)));
+        assert_eq!(
+            Header::parse(&with(&b, 3, 10)),
+            Err(WireError::UnknownOp(10))
+        );
         assert_eq!(
             Header::parse(&with(&b, 4, b[4] | 0x40)),
             Err(WireError::UnknownFlags(0x40))

@@ -346,6 +346,39 @@ impl Node {
         Ok(self.shared.port_event.drain()?)
     }
 
+    /// Publishes `seed` under `name` in the cluster's name registry (on the registry node,
+    /// reached through this node's engine): any node can then [`Node::lookup`] it.
+    pub fn publish(&self, name: &str, seed: &hamlyn_wire::Seed) -> Result<(), Error> {
+        let text = seed.to_text().map_err(Error::Seed)?;
+        let mut control = self.shared.control();
+        match control.call(
+            &Request::Publish {
+                name: name.to_owned(),
+                seed: text,
+            },
+            &[],
+        )? {
+            (Reply::Ok, fds) if fds.is_empty() => Ok(()),
+            _ => Err(control.violation("expected Ok")),
+        }
+    }
+
+    /// Looks `name` up in the cluster's name registry.
+    pub fn lookup(&self, name: &str) -> Result<hamlyn_wire::Seed, Error> {
+        let mut control = self.shared.control();
+        match control.call(
+            &Request::Lookup {
+                name: name.to_owned(),
+            },
+            &[],
+        )? {
+            (Reply::Seed { seed }, fds) if fds.is_empty() => {
+                hamlyn_wire::Seed::from_text(&seed).map_err(Error::Seed)
+            }
+            _ => Err(control.violation("expected Seed")),
+        }
+    }
+
     /// The engine's counters, as JSON.
     pub fn stats(&self) -> Result<String, Error> {
         let mut control = self.shared.control();

@@ -1,0 +1,180 @@
+//! The cluster-wide name registry (seed 000 §6.3, bootstrap): `publish` a name → seed,
+//! `lookup` it from any node. The registry lives in the engine of one designated node;
+//! other engines forward requests to it over the fabric as `Op::Registry` packets whose
+//! payload is the encoded control request (and, coming back, the encoded reply), so a
+//! client's `lookup` looks the same wherever it runs. A client waiting on a forwarded
+//! request gets its reply when the answer arrives, or an error if the registry node is
+//! lost.
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::fd::AsFd;
+
+use hamlyn_shm::fdpass::send_with_fds;
+use hamlyn_wire::control::{ControlErrorCode, Reply, Request, MAX_NAME, MAX_SEED_TEXT};
+use hamlyn_wire::{Header, NodeId, Op, RequestId, Seed};
+
+use crate::engine::EngineState;
+
+/// Most names one registry holds.
+pub const MAX_ENTRIES: usize = 65_536;
+
+/// The registry's entries (on the registry node) and requests waiting for a forwarded
+/// answer (on every node).
+#[derive(Debug, Default)]
+pub struct Registry {
+    entries: BTreeMap<String, String>,
+    pending: HashMap<u32, u32>,
+    next: u32,
+}
+
+fn error(code: ControlErrorCode, message: impl Into<String>) -> Reply {
+    Reply::Error {
+        code: code as u16,
+        message: message.into(),
+    }
+}
+
+impl Registry {
+    /// Answers a publish or lookup here (this node holds the registry).
+    pub fn answer(&mut self, req: &Request) -> Reply {
+        match req {
+            Request::Publish { name, seed } => {
+                if name.is_empty() || name.len() > MAX_NAME || seed.len() > MAX_SEED_TEXT {
+                    return error(ControlErrorCode::InvalidArgument, "name or seed too long");
+                }
+                if let Err(e) = Seed::from_text(seed) {
+                    return error(
+                        ControlErrorCode::InvalidArgument,
+                        format!("not a seed: {e}"),
+                    );
+                }
+                if self.entries.len() >= MAX_ENTRIES && !self.entries.contains_key(name) {
+                    return error(ControlErrorCode::Exhausted, "registry full");
+                }
+                self.entries.insert(name.clone(), seed.clone());
+                Reply::Ok
+            }
+            Request::Lookup { name } => match self.entries.get(name) {
+                Some(seed) => Reply::Seed { seed: seed.clone() },
+                None => error(
+                    ControlErrorCode::NotFound,
+                    format!("no seed published as {name:?}"),
+                ),
+            },
+            _ => error(ControlErrorCode::BadRequest, "not a registry request"),
+        }
+    }
+
+    /// Number of names.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no name is published here.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+impl EngineState {
+    /// The node holding the registry.
+    pub fn registry_home(&self) -> NodeId {
+        NodeId(self.cfg.registry.unwrap_or(self.iface.node().0))
+    }
+
+    /// A client's publish or lookup: answered now (`Some`), or forwarded to the registry
+    /// node with the reply sent when its answer comes back (`None`).
+    pub(crate) fn registry_request(&mut self, cid: u32, req: Request) -> Option<Reply> {
+        let home = self.registry_home();
+        if home == self.iface.node() {
+            return Some(self.registry.answer(&req));
+        }
+        let now = self.now();
+        let node = self.iface.node();
+        let Some(remote) = self.remote.as_mut() else {
+            return Some(error(
+                ControlErrorCode::NotFound,
+                "the registry node is unreachable: no fabric",
+            ));
+        };
+        let seq = self.registry.next;
+        self.registry.next = seq.wrapping_add(1);
+        let mut h = Header::new(Op::Registry);
+        h.src = node;
+        h.dst = home;
+        h.word = 0;
+        h.request = RequestId { terminus: 0, seq };
+        let body = req.encode();
+        h.payload_len = body.len() as u32;
+        match remote.fabric.send(now, &h, &[], &[&body]) {
+            Ok(()) => {
+                self.registry.pending.insert(seq, cid);
+                None
+            }
+            Err(e) => Some(error(
+                ControlErrorCode::NotFound,
+                format!("the registry node is unreachable: {e}"),
+            )),
+        }
+    }
+
+    /// A registry packet from another engine: a request to answer (we are the registry
+    /// node) or an answer for a waiting client.
+    pub(crate) fn registry_packet(&mut self, h: &Header, body: &[u8]) {
+        if h.word == 0 {
+            let reply = match Request::decode(body) {
+                Ok(req) if self.registry_home() == self.iface.node() => self.registry.answer(&req),
+                Ok(_) => error(
+                    ControlErrorCode::NotFound,
+                    "this node does not hold the registry",
+                ),
+                Err(e) => error(ControlErrorCode::BadRequest, e.to_string()),
+            };
+            let now = self.now();
+            let node = self.iface.node();
+            let Some(remote) = self.remote.as_mut() else {
+                return;
+            };
+            let mut r = Header::new(Op::Registry);
+            r.src = node;
+            r.dst = h.src;
+            r.word = 1;
+            r.request = h.request;
+            let bytes = reply.encode();
+            r.payload_len = bytes.len() as u32;
+            if remote.fabric.send(now, &r, &[], &[&bytes]).is_err() {
+                self.counters.registry_undeliverable += 1;
+            }
+            return;
+        }
+        let Some(cid) = self.registry.pending.remove(&h.request.seq) else {
+            return;
+        };
+        let reply = Reply::decode(body)
+            .unwrap_or_else(|e| error(ControlErrorCode::BadRequest, e.to_string()));
+        self.reply_to(cid, &reply);
+    }
+
+    /// The registry node is lost: every client waiting on it gets an error.
+    pub(crate) fn registry_peer_down(&mut self, node: NodeId) {
+        if node != self.registry_home() {
+            return;
+        }
+        let waiting: Vec<u32> = self.registry.pending.drain().map(|(_, cid)| cid).collect();
+        for cid in waiting {
+            self.reply_to(
+                cid,
+                &error(ControlErrorCode::NotFound, "the registry node went down"),
+            );
+        }
+    }
+
+    /// Sends a (deferred) control reply to a client.
+    fn reply_to(&mut self, cid: u32, reply: &Reply) {
+        if let Some(c) = self.client_mut(cid) {
+            if let Err(e) = send_with_fds(c.sock.as_fd(), &reply.encode(), &[]) {
+                tracing::warn!(client = cid, error = %e, "cannot deliver a registry reply");
+            }
+        }
+    }
+}
