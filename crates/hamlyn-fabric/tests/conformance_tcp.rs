@@ -1,5 +1,5 @@
-//! The fabric conformance suite run against the TCP fabric over 127.0.0.1, with one rail
-//! and with three striped rails per peer.
+//! The fabric conformance suite run against the TCP fabric over 127.0.0.1, with one rail,
+//! with three striped rails per peer, and with two busy-polled rails.
 //!
 //! Each check gets fresh fabrics on ephemeral ports (bind port 0, read the real port,
 //! then tell every fabric its peers' addresses). `advance` sleeps briefly (real packets
@@ -72,6 +72,7 @@ impl FabricSet for TcpSet {
 
 struct TcpFactory {
     rails: usize,
+    busy_poll: bool,
 }
 
 impl FabricFactory for TcpFactory {
@@ -81,6 +82,7 @@ impl FabricFactory for TcpFactory {
     fn build(&mut self, nodes: usize) -> Result<TcpSet, TcpError> {
         let mut c = TcpConfig::new(NodeId(0), ([127, 0, 0, 1], 0).into());
         c.rails = self.rails;
+        c.busy_poll = self.busy_poll;
         // Crashes are seen as closed sockets at once; the timeouts only guard against
         // hung peers, so make them long enough that a slow machine never trips them.
         c.peer_timeout = Duration::from_secs(20);
@@ -102,16 +104,23 @@ impl FabricFactory for TcpFactory {
     }
 }
 
-#[test]
-fn tcp_passes_with_one_rail() {
-    if let Err(e) = conformance::run_all(&mut TcpFactory { rails: 1 }) {
-        panic!("1 rail: {e}");
+fn run(rails: usize, busy_poll: bool) {
+    if let Err(e) = conformance::run_all(&mut TcpFactory { rails, busy_poll }) {
+        panic!("{rails} rails, busy_poll {busy_poll}: {e}");
     }
 }
 
 #[test]
+fn tcp_passes_with_one_rail() {
+    run(1, false);
+}
+
+#[test]
 fn tcp_passes_with_three_rails() {
-    if let Err(e) = conformance::run_all(&mut TcpFactory { rails: 3 }) {
-        panic!("3 rails: {e}");
-    }
+    run(3, false);
+}
+
+#[test]
+fn tcp_passes_with_two_busy_polled_rails() {
+    run(2, true);
 }

@@ -56,14 +56,16 @@
 //!
 //! Call [`Fabric::poll`] from the engine loop with the current time; it never blocks
 //! (the internal `mio::Poll` is asked with a zero timeout). To sleep when idle, either
-//! call [`TcpFabric::wait`] (blocks until a socket is ready or the timeout passes) or
+//! call [`TcpFabric::wait`] (blocks until a socket is ready, the next timer is due or
+//! the timeout passes) or
 //! add the fabric's file descriptor ([`AsFd`]/[`AsRawFd`], the poller's epoll fd, which
 //! becomes readable when any socket of the fabric has news) to the engine's own epoll
 //! set. Never sleep past [`TcpFabric::next_timer`], when heartbeats, timeouts and
 //! reconnects are due. With [`TcpConfig::busy_poll`], `poll` reads every up rail
 //! directly instead of asking the poller first (lower latency under constant traffic,
 //! one syscall per rail when idle), and consults the poller only every
-//! [`BUSY_POLL_EVENTS_EVERY`] polls for connects and accepts.
+//! [`BUSY_POLL_EVENTS_EVERY`] polls for new connections (and on every poll while a
+//! handshake is in progress).
 
 pub mod conn;
 pub mod frame;
@@ -269,7 +271,6 @@ pub struct TcpFabric {
     free: Vec<usize>,
     peers: BTreeMap<NodeId, Peer>,
     out: VecDeque<PeerEvent>,
-    started: Option<Instant>,
     next_tick: Instant,
     polls: u64,
     rx_cursor: usize,
@@ -332,7 +333,6 @@ impl TcpFabric {
             free: Vec::new(),
             peers: BTreeMap::new(),
             out: VecDeque::new(),
-            started: None,
             next_tick: Instant(0),
             polls: 0,
             rx_cursor: 0,
@@ -396,10 +396,18 @@ impl TcpFabric {
         self.next_tick
     }
 
-    /// Blocks until a socket of the fabric is ready or `timeout` passes, without
-    /// delivering anything (the next [`Fabric::poll`] does). Interrupted waits return
+    /// Blocks until a socket of the fabric is ready, `max` passes or the fabric's next
+    /// timer is due ([`TcpFabric::next_timer`], measured from `now`), without delivering
+    /// anything (the next [`Fabric::poll`] does). Returns at once if the last poll left
+    /// work behind (its budget ran out) or peer events wait. Interrupted waits return
     /// early; other poller errors are returned.
-    pub fn wait(&mut self, timeout: Duration) -> io::Result<()> {
+    pub fn wait(&mut self, now: Instant, max: Duration) -> io::Result<()> {
+        let until_timer = Duration::from_nanos(self.next_tick.nanos_since(now));
+        let timeout = if self.has_pending_work() {
+            Duration::ZERO
+        } else {
+            max.min(until_timer)
+        };
         match self.poll.poll(&mut self.events, Some(timeout)) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(()),
@@ -409,9 +417,30 @@ impl TcpFabric {
         Ok(())
     }
 
-    /// Closes every connection and the listener's connections; later sends and polls
-    /// fail with [`FabricError::LocalDown`]. Peers see the connections close (dropping
-    /// the fabric does the same).
+    /// Whether a poll would find something without new readiness: undelivered events,
+    /// a listener or connection with unread bytes in an up session or a handshake.
+    fn has_pending_work(&self) -> bool {
+        !self.out.is_empty()
+            || self.listener_ready
+            || self.conns.iter().flatten().any(|c| {
+                c.rx.has_work()
+                    && match c.phase {
+                        Phase::Connecting => false,
+                        Phase::AwaitHello | Phase::AwaitReply => true,
+                        Phase::Open => c.peer.is_some_and(|p| {
+                            self.peers
+                                .get(&p)
+                                .and_then(|p| p.session.as_ref())
+                                .is_some_and(|s| s.up)
+                        }),
+                    }
+            })
+    }
+
+    /// Closes every connection; later sends and polls fail with
+    /// [`FabricError::LocalDown`]. Peers see the connections close. The listener stays
+    /// bound (but unserved) until the fabric is dropped; dropping the fabric closes
+    /// everything at once.
     pub fn shutdown(&mut self) {
         for i in 0..self.conns.len() {
             self.close_conn(i, CloseReason::Shutdown);
@@ -1055,7 +1084,6 @@ impl TcpFabric {
 
     /// Heartbeats, timeouts, reconnects.
     fn timers(&mut self, now: Instant) {
-        self.started.get_or_insert(now);
         if now < self.next_tick {
             return;
         }
@@ -1093,7 +1121,8 @@ impl TcpFabric {
                 let Some(conn) = self.conn(i) else {
                     continue;
                 };
-                if now.nanos_since(conn.last_rx) >= t.timeout {
+                // Unread bytes (a poll whose budget ran out) count as life.
+                if now.nanos_since(conn.last_rx) >= t.timeout && !conn.rx.has_work() {
                     dead = Some(i);
                     break;
                 }
@@ -1271,7 +1300,9 @@ impl Fabric for TcpFabric {
             return Err(FabricError::LocalDown);
         }
         self.polls += 1;
-        let ask_poller = !self.config.busy_poll || self.polls % BUSY_POLL_EVENTS_EVERY == 1;
+        let ask_poller = !self.config.busy_poll
+            || self.polls % BUSY_POLL_EVENTS_EVERY == 1
+            || self.conns.iter().flatten().any(|c| c.phase != Phase::Open);
         if ask_poller {
             match self.poll.poll(&mut self.events, Some(Duration::ZERO)) {
                 Ok(()) => self.note_events(),
