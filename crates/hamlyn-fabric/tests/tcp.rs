@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use hamlyn_core::Instant;
 use hamlyn_fabric::tcp::frame::Hello;
-use hamlyn_fabric::tcp::{tcp_cluster, CloseReason, PeerState, TcpConfig, TcpFabric};
+use hamlyn_fabric::tcp::{tcp_cluster, tcp_pair, CloseReason, PeerState, TcpConfig, TcpFabric};
 use hamlyn_fabric::{Fabric, FabricError, Landing, PacketSink, PeerEvent, SimRng};
 use hamlyn_wire::{Flags, Header, NodeId, Op, RequestId, SlotId};
 
@@ -650,8 +650,8 @@ fn sleeping_in_wait_delivers_everything() {
     use std::os::fd::AsRawFd;
 
     let time = Time::new();
-    let mut fabrics = tcp_cluster(2, &config(2)).unwrap();
-    let (a, b) = two(&mut fabrics);
+    let (mut a, mut b) = tcp_pair(2).unwrap();
+    let (a, b) = (&mut a, &mut b);
     assert!(a.as_raw_fd() >= 0 && a.as_raw_fd() != b.as_raw_fd());
     let (mut ra, mut rb) = (Rec::default(), Rec::default());
     let mut sent = 0u32;

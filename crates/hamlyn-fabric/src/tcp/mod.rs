@@ -54,6 +54,9 @@
 //!
 //! # Driving it from an engine
 //!
+//! `now` must come from a monotonic clock ([`Clock`] gives one): heartbeats, timeouts
+//! and reconnects advance only with it, which also lets tests jump time.
+//!
 //! Call [`Fabric::poll`] from the engine loop with the current time; it never blocks
 //! (the internal `mio::Poll` is asked with a zero timeout). To sleep when idle, either
 //! call [`TcpFabric::wait`] (blocks until a socket is ready, the next timer is due or
@@ -67,7 +70,7 @@
 //! [`BUSY_POLL_EVENTS_EVERY`] polls for new connections (and on every poll while a
 //! handshake is in progress).
 
-pub mod conn;
+mod conn;
 pub mod frame;
 pub mod stats;
 mod tx;
@@ -1346,6 +1349,12 @@ impl AsFd for TcpFabric {
         self.poll.registry().as_fd()
     }
 }
+
+// The engine may move a fabric into its own thread.
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<TcpFabric>();
+};
 
 /// A monotonic clock that gives the `now` the fabric wants: nanoseconds since it was
 /// made.
