@@ -420,6 +420,21 @@ impl EngineState {
         }
     }
 
+    /// How long the engine may sleep before the fabric needs a poll: until its next
+    /// timer, or 1 ms for a fabric that cannot wake a sleeper.
+    pub fn fabric_sleep_bound(&self) -> std::time::Duration {
+        let Some(remote) = &self.remote else {
+            return std::time::Duration::MAX;
+        };
+        if remote.fabric.wait_fd().is_none() {
+            return std::time::Duration::from_millis(1);
+        }
+        match remote.fabric.next_timer() {
+            Some(t) => std::time::Duration::from_nanos(t.nanos_since(self.now())),
+            None => std::time::Duration::MAX,
+        }
+    }
+
     /// The incarnation a ticket for `node` must carry, if the node is known.
     pub fn incarnation_of(&self, node: u32) -> Option<u32> {
         if node == self.iface.node().0 {

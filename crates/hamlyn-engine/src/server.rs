@@ -32,7 +32,8 @@ use hamlyn_fabric::Fabric;
 
 const LISTENER: Token = Token(0);
 const DOORBELL: Token = Token(1);
-const FIRST_CLIENT: usize = 2;
+const FABRIC: Token = Token(2);
+const FIRST_CLIENT: usize = 3;
 /// Busy turns between two looks at the control sockets.
 const IO_EVERY: u32 = 256;
 
@@ -115,7 +116,17 @@ impl Engine {
             doorbell,
             stop,
             counters: EngineCounters::default(),
-            remote: fabric.map(Remote::new),
+            remote: match fabric {
+                Some(f) => {
+                    if let Some(fd) = f.wait_fd() {
+                        poll.registry()
+                            .register(&mut SourceFd(&fd.as_raw_fd()), FABRIC, Interest::READABLE)
+                            .map_err(|e| EngineError::io("register fabric", e))?;
+                    }
+                    Some(Remote::new(f))
+                }
+                None => None,
+            },
             replies: Default::default(),
             registry: Default::default(),
             late_errors: Default::default(),
@@ -167,13 +178,12 @@ impl Engine {
                 continue;
             }
             self.state.counters.sleeps += 1;
-            // With a fabric, wake often enough for its timers (heartbeats, reconnects)
-            // until its sockets can wake us directly.
-            let sleep = if self.state.remote.is_some() {
-                self.state.cfg.max_sleep.min(Duration::from_millis(1))
-            } else {
-                self.state.cfg.max_sleep
-            };
+            // A fabric's sockets wake us through its descriptor; its timers (heartbeats,
+            // reconnects) bound the sleep.
+            let sleep = self
+                .state
+                .fabric_sleep_bound()
+                .min(self.state.cfg.max_sleep);
             self.poll_io(Some(sleep))?;
             self.disarm_doorbells();
             idle = 0;
@@ -234,6 +244,8 @@ impl Engine {
                 DOORBELL => {
                     let _ = self.state.doorbell.drain();
                 }
+                // The fabric is polled on every turn; waking is all this is for.
+                FABRIC => {}
                 Token(t) => self.client_readable((t - FIRST_CLIENT) as u32),
             }
         }

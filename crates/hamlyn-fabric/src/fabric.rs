@@ -162,6 +162,19 @@ pub trait Fabric {
         sink: &mut dyn PacketSink,
         budget: usize,
     ) -> Result<usize, FabricError>;
+
+    /// A descriptor that becomes readable when the fabric has something for
+    /// [`Fabric::poll`], so an idle engine can sleep in its own epoll set; `None` if the
+    /// fabric cannot wake a sleeper (it must then be polled on a short period).
+    fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        None
+    }
+
+    /// When the fabric next needs a poll for its own timers (heartbeats, timeouts,
+    /// reconnects), whatever its sockets do; `None` if it has none.
+    fn next_timer(&self) -> Option<Instant> {
+        None
+    }
 }
 
 impl<F: Fabric + ?Sized> Fabric for &mut F {
@@ -184,6 +197,12 @@ impl<F: Fabric + ?Sized> Fabric for &mut F {
         budget: usize,
     ) -> Result<usize, FabricError> {
         (**self).poll(now, sink, budget)
+    }
+    fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        (**self).wait_fd()
+    }
+    fn next_timer(&self) -> Option<Instant> {
+        (**self).next_timer()
     }
 }
 

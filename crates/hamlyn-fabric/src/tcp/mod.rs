@@ -1263,6 +1263,14 @@ impl Fabric for TcpFabric {
         self.config.node
     }
 
+    fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.as_fd())
+    }
+
+    fn next_timer(&self) -> Option<Instant> {
+        Some(self.next_tick)
+    }
+
     fn send(
         &mut self,
         now: Instant,

@@ -1,0 +1,176 @@
+//! Two engines joined by the real TCP fabric (loopback, 3 rails): writes striped across
+//! rails, remote read and atomics, NACKs back to the sending terminus, and an engine
+//! that goes away.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{atomic_req, inline, read_req, reply_ticket, RawClient};
+use hamlyn_core::RejectReason;
+use hamlyn_engine::{EngineConfig, EngineHandle};
+use hamlyn_fabric::tcp::{tcp_cluster, TcpConfig};
+use hamlyn_wire::control::{mode, perm, Reply, Request};
+use hamlyn_wire::request::{Gather, Payload};
+use hamlyn_wire::rma::AtomicOp;
+use hamlyn_wire::{NodeId, NotifKind};
+
+fn engines(rails: usize) -> (EngineHandle, EngineHandle) {
+    let mut cfg = TcpConfig::new(NodeId(0), "127.0.0.1:0".parse().unwrap());
+    cfg.rails = rails;
+    cfg.incarnation = 5;
+    let mut fabrics = tcp_cluster(2, &cfg).unwrap();
+    let fb = fabrics.pop().unwrap();
+    let fa = fabrics.pop().unwrap();
+    let start = |node: u32, f| {
+        let mut c = EngineConfig::embedded();
+        c.node = node;
+        c.incarnation = 5;
+        EngineHandle::start_with_fabric(c, Some(Box::new(f))).unwrap()
+    };
+    (start(0, fa), start(1, fb))
+}
+
+fn slot(
+    c: &RawClient,
+    len: usize,
+    perms: u8,
+) -> (u32, u64, std::sync::Arc<hamlyn_shm::region::ShmRegion>) {
+    let (area, region) = c.area(len);
+    let (meta_area, _) = c.area(128 * 4);
+    let reply = c.call(Request::CreateSlot {
+        area,
+        base: 0,
+        len: len as u64,
+        mode: mode::NORMAL,
+        perms,
+        meta_area,
+        meta_base: 0,
+        meta_count: 4,
+        queue: 0,
+    });
+    let Reply::Slot { slot, key } = reply else {
+        panic!("{reply:?}")
+    };
+    (slot, key, region)
+}
+
+/// Sends until the peer is up (sends before the TCP handshake completes come back
+/// PeerDown or wait as Full inside the engine).
+fn wait_peer_up(c: &RawClient, peer: u32) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let Reply::Stats { json } = c.call(Request::Stats) else {
+            panic!()
+        };
+        if json.contains(&format!("{{\"node\":{peer},\"up\":true")) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "peer never came up: {json}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn tcp_between_engines_carries_writes_reads_atomics_and_refusals() {
+    let (ea, eb) = engines(3);
+    let mut a = RawClient::attach(ea.socket_path(), 1, 1, 1024);
+    let mut b = RawClient::attach(eb.socket_path(), 1, 1, 1024);
+    wait_peer_up(&a, 1);
+    wait_peer_up(&b, 0);
+    let (bslot, bkey, bregion) = slot(&b, 4 << 20, perm::WRITE | perm::READ | perm::ATOMIC);
+    let (aslot, akey, aregion) = slot(&a, 1 << 20, perm::WRITE);
+    a.open(0, 0);
+
+    // 4 MiB from a send area: 64 packets of 64 KiB striped over 3 rails, one notification.
+    let (src_area, src) = a.area(4 << 20);
+    let pattern: Vec<u8> = (0..(4u32 << 20))
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    src.write(0, &pattern).unwrap();
+    let mut req = inline(1, bslot, bkey, 1, 0, b"", 7);
+    let mut list = [Gather::default(); 5];
+    list[0] = Gather {
+        area: src_area,
+        offset: 0,
+        len: pattern.len() as u64,
+    };
+    req.payload = Payload::Gather { list, count: 1 };
+    let p = a.push(0, req).unwrap();
+    let n = b.wait_notif(0).unwrap();
+    assert_eq!(
+        (n.kind(), n.word.get(), n.src_node.get()),
+        (Some(NotifKind::Message), 7, 0)
+    );
+    let mut got = vec![0u8; pattern.len()];
+    bregion.read(0, &mut got).unwrap();
+    assert!(got == pattern, "4 MiB byte-exact over TCP");
+    a.wait_finished(0, p + 1);
+    assert!(a.errors().is_empty());
+
+    // Remote read back of 1 MiB - 16 from node 1 into node 0.
+    let rt = reply_ticket(&a, aslot, akey, 1 << 20);
+    a.push(0, read_req(1, bslot, bkey, 16, (1 << 20) - 16, rt, 0))
+        .unwrap();
+    assert_eq!(a.wait_notif(0).unwrap().kind(), Some(NotifKind::ReadDone));
+    let mut back = vec![0u8; (1 << 20) - 16];
+    aregion.read(0, &mut back).unwrap();
+    assert!(
+        back[..] == pattern[16..1 << 20],
+        "remote read byte-exact over TCP"
+    );
+
+    // Compare-and-swap over TCP.
+    bregion.write(8, &41u64.to_le_bytes()).unwrap();
+    a.push(
+        0,
+        atomic_req(1, bslot, bkey, 8, AtomicOp::CompareSwap, 41, 42, rt, 0),
+    )
+    .unwrap();
+    let n = a.wait_notif(0).unwrap();
+    assert_eq!((n.kind(), n.word.get()), (Some(NotifKind::AtomicDone), 41));
+    let mut w = [0u8; 8];
+    bregion.read(8, &mut w).unwrap();
+    assert_eq!(u64::from_le_bytes(w), 42);
+
+    // A forged key: the remote NACK fails the request on its terminus.
+    let p = a
+        .push(0, inline(1, bslot, bkey ^ 3, 0, 0, b"forged", 9))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let reason = loop {
+        if let Some(e) = a.errors().into_iter().find(|e| u64::from(e.seq) == p) {
+            break RejectReason::from_code(u64::from(e.status));
+        }
+        assert!(Instant::now() < deadline, "no NACK came back");
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    assert_eq!(reason, Some(RejectReason::BadKey));
+
+    // Engine 1 goes away: node 0 sees the peer down and sends to it fail.
+    drop(b);
+    eb.stop().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let Reply::Stats { json } = a.call(Request::Stats) else {
+            panic!()
+        };
+        if json.contains("{\"node\":1,\"up\":false") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "peer loss never noticed: {json}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let p = a
+        .push(0, inline(1, bslot, bkey, 0, 0, b"gone", 10))
+        .unwrap();
+    a.wait_finished(0, p + 1);
+    let errs = a.errors();
+    assert_eq!(
+        errs.iter()
+            .find(|e| u64::from(e.seq) == p)
+            .and_then(|e| RejectReason::from_code(u64::from(e.status))),
+        Some(RejectReason::PeerDown)
+    );
+}
