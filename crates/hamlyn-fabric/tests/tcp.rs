@@ -673,6 +673,6 @@ fn sleeping_in_wait_delivers_everything() {
         }
         assert!(!time.expired(), "{} of 200 arrived", rb.packets.len());
     }
-    assert!(a.next_timer() > Instant(0));
+    assert!(TcpFabric::next_timer(a) > Instant(0));
     assert_eq!(rb.packets.len(), 200);
 }
