@@ -74,8 +74,12 @@ impl Endpoint {
 
     /// The seed text of a ticket for the whole inbox, for the peer.
     pub fn ticket_text(&self) -> Result<String, BenchError> {
-        let ticket = self.slot.ticket_all()?;
-        Ok(hamlyn::seed::ticket_to_text(&ticket)?)
+        Ok(hamlyn::seed::ticket_to_text(&self.own_ticket()?)?)
+    }
+
+    /// A ticket for this side's own inbox (for loopback sends).
+    pub fn own_ticket(&self) -> Result<Ticket, BenchError> {
+        Ok(self.slot.ticket_all()?)
     }
 
     /// Sends a `size`-byte tagged message with notification to offset 0 of `to`, using

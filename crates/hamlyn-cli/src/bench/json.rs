@@ -1,12 +1,15 @@
 //! The `--json FILE` report:
 //!
 //! ```text
-//! {"floor": {"shm_pingpong_oneway_us": F, "memcpy_gbps": {"4096": F, ...}},
+//! {"floor": {"shm_pingpong_oneway_us": F, "shm_pingpong_oneway_us_runs": [F, F],
+//!            "memcpy_gbps": {"4096": F, ...}},
 //!  "results": [{"mode": "mediated", "op": "tagged_write" | "bandwidth" | "msg_rate",
 //!               "size": N, "p50_us": F, "p99_us": F, "gbps": F, "msgs_per_s": F}, ...]}
 //! ```
 //!
-//! Fields that do not apply to a result are `null`; `gbps` is 10^9 bytes per second.
+//! Fields that do not apply to a result are `null`; `gbps` is 10^9 bytes per second. The
+//! floor's ping-pong is the lower of the runs before the engine started and after it
+//! stopped. (The loopback latency rows of the table are not part of this report.)
 
 use super::report::Report;
 use crate::json::{write_num, write_str};
@@ -16,7 +19,14 @@ pub fn to_json(r: &Report) -> String {
     let mut o = String::with_capacity(2048);
     o.push_str("{\"floor\": {\"shm_pingpong_oneway_us\": ");
     write_num(&mut o, Some(r.floor.shm_oneway_us));
-    o.push_str(", \"memcpy_gbps\": {");
+    o.push_str(", \"shm_pingpong_oneway_us_runs\": [");
+    for (i, v) in r.floor.shm_runs_us.iter().enumerate() {
+        if i > 0 {
+            o.push_str(", ");
+        }
+        write_num(&mut o, Some(*v));
+    }
+    o.push_str("], \"memcpy_gbps\": {");
     for (i, (size, g)) in r.floor.memcpy_gbps.iter().enumerate() {
         if i > 0 {
             o.push_str(", ");
@@ -60,6 +70,7 @@ mod tests {
             setup: "test".into(),
             floor: Floor {
                 shm_oneway_us: 0.13,
+                shm_runs_us: vec![0.13, 0.2],
                 memcpy_gbps: vec![(4096, 20.5), (1 << 20, 9.25)],
             },
             rows: vec![
@@ -67,6 +78,7 @@ mod tests {
                 Row::bandwidth(1 << 20, 7.5),
                 Row::rate(8, 2.0e6),
             ],
+            loopback: vec![Row::latency(8, 1.0, 2.0)],
         };
         let v = parse(&to_json(&r)).unwrap();
         let top: Vec<&str> = v
@@ -81,6 +93,8 @@ mod tests {
             floor.get("shm_pingpong_oneway_us").unwrap().as_f64(),
             Some(0.13)
         );
+        let runs = floor.get("shm_pingpong_oneway_us_runs").unwrap();
+        assert_eq!(runs.as_array().unwrap().len(), 2);
         let m = floor.get("memcpy_gbps").unwrap();
         assert_eq!(m.get("4096").unwrap().as_f64(), Some(20.5));
         assert_eq!(m.get("1048576").unwrap().as_f64(), Some(9.25));

@@ -8,8 +8,9 @@
 //! `--socket` both connect to that daemon.
 //!
 //! In order: the floor (a shared-memory cache-line ping-pong between the two processes,
-//! before any engine runs, and memcpy), then one-way latency ([`latency`]), bandwidth and
-//! message rate ([`bandwidth`]).
+//! before any engine runs, and memcpy), then one-way latency ([`latency`]: ping-pong, and
+//! a process sending to itself), bandwidth and message rate ([`bandwidth`]), and the
+//! ping-pong floor once more after the engine stopped.
 
 mod bandwidth;
 mod child;
@@ -36,7 +37,7 @@ use child::PeerProcess;
 use endpoint::Endpoint;
 pub use error::BenchError;
 use floor::{memcpy_gbps, FloorShm};
-use plan::{median, Plan, BANDWIDTH_SIZES, LATENCY_SIZES, RATE_SIZE};
+use plan::{median, Plan, BANDWIDTH_SIZES, LATENCY_SIZES, LOOPBACK_SIZES, RATE_SIZE};
 use progress::Progress;
 use report::{size_name, Floor, Report, Row};
 
@@ -56,8 +57,9 @@ pub struct BenchArgs {
     /// Also write the results as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Pin this process to one CPU and the peer process to another (the engine thread
-    /// keeps every CPU).
+    /// Pin threads to the first two allowed CPUs, A and B. The floor runs between A (this
+    /// process) and B (the peer). The embedded engine's thread then gets B to itself, and
+    /// both processes share A (with a daemon, the peer stays on B).
     #[arg(long)]
     pub pin: bool,
     /// Polls a waiting receiver spins through before it sleeps (default: the library's).
@@ -89,7 +91,12 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     Ok(())
 }
 
-fn setup_text(args: &BenchArgs, plan: &Plan, cpus: Option<(usize, usize)>) -> String {
+fn setup_text(
+    args: &BenchArgs,
+    plan: &Plan,
+    threads: usize,
+    cpus: Option<(usize, usize)>,
+) -> String {
     let engine = match &args.socket {
         Some(p) => format!("daemon at {}", p.display()),
         None => format!(
@@ -97,13 +104,16 @@ fn setup_text(args: &BenchArgs, plan: &Plan, cpus: Option<(usize, usize)>) -> St
             if args.engine.busy_poll { "on" } else { "off" }
         ),
     };
-    let threads = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let pin = match cpus {
-        Some((a, b)) => format!(", pinned to CPUs {a} and {b}"),
-        None => String::new(),
+    let pin = match (cpus, &args.socket) {
+        (Some((a, b)), None) => format!(", pinned: engine on CPU {b}, both processes on {a}"),
+        (Some((a, b)), Some(_)) => format!(", pinned: driver on CPU {a}, peer on {b}"),
+        (None, _) => String::new(),
     };
+    let spin = args
+        .spin
+        .map_or(String::new(), |s| format!(", receivers spin {s} polls"));
     format!(
-        "{} run, {engine}, {} round trips per size, {threads} CPUs{pin}",
+        "{} run, {engine}, {} round trips per size, {threads} CPUs{pin}{spin}",
         plan.name, plan.latency_iters
     )
 }
@@ -117,6 +127,8 @@ fn measure(args: &BenchArgs, plan: &Plan) -> Result<Report, BenchError> {
     {
         tracing::warn!("--socket given: the daemon's own engine settings apply, not these");
     }
+    // Counted before any pinning narrows this thread's view.
+    let threads = std::thread::available_parallelism().map_or(0, |n| n.get());
     let cpus = if args.pin {
         match pin::allowed_cpus()?.as_slice() {
             [a, b, ..] => Some((*a, *b)),
@@ -132,17 +144,16 @@ fn measure(args: &BenchArgs, plan: &Plan) -> Result<Report, BenchError> {
     if let Some(spin) = args.spin {
         peer_args.extend(["--spin".to_string(), spin.to_string()]);
     }
+    if let Some((a, _)) = cpus {
+        pin::pin_to(a)?;
+    }
     let progress = Progress::new(plan.steps());
     let mut peer = PeerProcess::spawn(&peer_args)?;
     tracing::debug!(pid = peer.id(), "bench peer started");
 
     // The floor first, while no engine runs.
     progress.start("floor: shared-memory ping-pong");
-    let shm = FloorShm::create()?;
-    peer.send(&format!("floor {}", shm.proc_path()))?;
-    peer.expect("floor-ready", ANSWER_WAIT)?;
-    let shm_oneway_us = shm.ping(plan.floor_warmup, plan.floor_batches, plan.floor_rounds)?;
-    peer.expect("ok", ANSWER_WAIT)?;
+    let before = floor_pingpong(&mut peer, plan)?;
     progress.done();
     let mut memcpy = Vec::new();
     for size in BANDWIDTH_SIZES {
@@ -153,27 +164,72 @@ fn measure(args: &BenchArgs, plan: &Plan) -> Result<Report, BenchError> {
         ));
         progress.done();
     }
-    let floor = Floor {
-        shm_oneway_us,
-        memcpy_gbps: memcpy,
-    };
 
-    // The engine, and both processes attached to it.
+    let (rows, loopback) = through_engine(args, plan, cpus, &mut peer, &progress)?;
+
+    // The floor again, the engine stopped: the vCPUs may have moved meanwhile.
+    progress.start("floor: shared-memory ping-pong again");
+    if let (Some((_, b)), None) = (cpus, &args.socket) {
+        peer.send(&format!("pin {b}"))?;
+        peer.expect("ok", ANSWER_WAIT)?;
+    }
+    let after = floor_pingpong(&mut peer, plan)?;
+    progress.done();
+    peer.finish()?;
+    progress.finish();
+    Ok(Report {
+        setup: setup_text(args, plan, threads, cpus),
+        floor: Floor {
+            shm_oneway_us: before.min(after),
+            shm_runs_us: vec![before, after],
+            memcpy_gbps: memcpy,
+        },
+        rows,
+        loopback,
+    })
+}
+
+/// The shared-memory ping-pong between the two processes: one-way µs.
+fn floor_pingpong(peer: &mut PeerProcess, plan: &Plan) -> Result<f64, BenchError> {
+    let shm = FloorShm::create()?;
+    peer.send(&format!("floor {}", shm.proc_path()))?;
+    peer.expect("floor-ready", ANSWER_WAIT)?;
+    let us = shm.ping(plan.floor_warmup, plan.floor_batches, plan.floor_rounds)?;
+    peer.expect("ok", ANSWER_WAIT)?;
+    Ok(us)
+}
+
+/// Starts the engine (unless `--socket`), attaches both processes and measures latency,
+/// bandwidth and message rate through it; detaches and stops it. Returns the result rows
+/// and the loopback rows.
+fn through_engine(
+    args: &BenchArgs,
+    plan: &Plan,
+    cpus: Option<(usize, usize)>,
+    peer: &mut PeerProcess,
+    progress: &Progress,
+) -> Result<(Vec<Row>, Vec<Row>), BenchError> {
     let engine = match &args.socket {
         Some(_) => None,
-        None => Some(EngineHandle::start(
-            args.engine.apply(EngineConfig::embedded()),
-        )?),
+        None => {
+            if let Some((_, b)) = cpus {
+                // The engine thread inherits the affinity of the thread that starts it.
+                pin::pin_to(b)?;
+            }
+            let e = EngineHandle::start(args.engine.apply(EngineConfig::embedded()))?;
+            if let Some((a, _)) = cpus {
+                pin::pin_to(a)?;
+                peer.send(&format!("pin {a}"))?;
+                peer.expect("ok", ANSWER_WAIT)?;
+            }
+            Some(e)
+        }
     };
     let socket = match (&args.socket, &engine) {
         (Some(s), _) => s.clone(),
         (None, Some(e)) => e.socket_path().to_path_buf(),
         (None, None) => return Err(BenchError::Usage("no engine to connect to")),
     };
-    if let Some((cpu, _)) = cpus {
-        // After the engine thread started, so that it keeps every CPU.
-        pin::pin_to(cpu)?;
-    }
     let mut ep = Endpoint::connect(&socket, args.spin)?;
     peer.send(&format!("connect {}", socket.display()))?;
     let to_peer = hamlyn::seed::ticket_from_text(&peer.expect("ticket", ANSWER_WAIT)?)?;
@@ -189,13 +245,20 @@ fn measure(args: &BenchArgs, plan: &Plan) -> Result<Report, BenchError> {
         rows.push(Row::latency(size, lat.p50_us, lat.p99_us));
         progress.done();
     }
+    let mut loopback = Vec::new();
+    for size in LOOPBACK_SIZES {
+        progress.start(format!("latency {} to itself", size_name(size)));
+        let lat = latency::loopback(&mut ep, size, plan.warmup, plan.latency_iters)?;
+        loopback.push(Row::latency(size, lat.p50_us, lat.p99_us));
+        progress.done();
+    }
 
     for size in BANDWIDTH_SIZES {
         progress.start(format!("bandwidth {}", size_name(size)));
-        stream(&mut peer, &mut ep, size, plan.bw_warm_count(size))?;
+        stream(peer, &mut ep, size, plan.bw_warm_count(size))?;
         let mut gbps = Vec::with_capacity(plan.reps);
         for _ in 0..plan.reps {
-            let s = stream(&mut peer, &mut ep, size, plan.bw_count(size))?;
+            let s = stream(peer, &mut ep, size, plan.bw_count(size))?;
             gbps.push(s.gbps(size));
             progress.done();
         }
@@ -203,26 +266,22 @@ fn measure(args: &BenchArgs, plan: &Plan) -> Result<Report, BenchError> {
     }
 
     progress.start(format!("message rate {}", size_name(RATE_SIZE)));
-    stream(&mut peer, &mut ep, RATE_SIZE, (plan.rate_msgs / 10).max(2))?;
+    stream(peer, &mut ep, RATE_SIZE, (plan.rate_msgs / 10).max(2))?;
     let mut rates = Vec::with_capacity(plan.reps);
     for _ in 0..plan.reps {
-        let s = stream(&mut peer, &mut ep, RATE_SIZE, plan.rate_msgs)?;
+        let s = stream(peer, &mut ep, RATE_SIZE, plan.rate_msgs)?;
         rates.push(s.msgs_per_s());
         progress.done();
     }
     rows.push(Row::rate(RATE_SIZE, median(&rates).unwrap_or(0.0)));
 
-    peer.finish()?;
+    peer.send("disconnect")?;
+    peer.expect("ok", ANSWER_WAIT)?;
     drop(ep);
     if let Some(e) = engine {
         e.stop()?;
     }
-    progress.finish();
-    Ok(Report {
-        setup: setup_text(args, plan, cpus),
-        floor,
-        rows,
-    })
+    Ok((rows, loopback))
 }
 
 /// Has the peer stream `count` messages of `size` bytes and times their arrival.

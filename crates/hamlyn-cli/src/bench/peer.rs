@@ -6,6 +6,8 @@
 //! | `floor PATH` | maps the floor memfd at PATH, echoes until told to stop | `floor-ready`, then `ok ROUNDS` |
 //! | `connect SOCKET` | attaches (SOCKET is the rest of the line) to the engine and sets up its endpoint | `ticket SEED` (its inbox) |
 //! | `peer SEED` | learns the driver's inbox ticket | `ok` |
+//! | `pin CPU` | pins its thread to CPU | `ok` |
+//! | `disconnect` | drops its endpoint (detaches from the engine) | `ok` |
 //! | `pong SIZE ROUNDS` | echoes ROUNDS messages of SIZE bytes | `ok` |
 //! | `stream SIZE COUNT` | sends COUNT messages of SIZE bytes as fast as it can | `ok` |
 //! | `quit` (or end of input) | exits | — |
@@ -107,6 +109,15 @@ fn obey(
             let seed = ep.ticket_text()?;
             state.endpoint = Some(ep);
             say(out, &format!("ticket {seed}"))?;
+        }
+        Some("pin") => {
+            pin_to(arg(words.next(), line)?)?;
+            say(out, "ok")?;
+        }
+        Some("disconnect") => {
+            state.endpoint = None;
+            state.driver = None;
+            say(out, "ok")?;
         }
         Some("peer") => {
             let seed = words.next().ok_or_else(missing)?;

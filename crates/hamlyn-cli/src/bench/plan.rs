@@ -3,6 +3,8 @@
 
 /// Message sizes of the latency ping-pong.
 pub const LATENCY_SIZES: [usize; 5] = [8, 64, 512, 4096, 64 * 1024];
+/// Message sizes of the loopback latency (a process sending to itself).
+pub const LOOPBACK_SIZES: [usize; 1] = [8];
 /// Message sizes of the bandwidth stream (and of the memcpy floor).
 pub const BANDWIDTH_SIZES: [usize; 4] = [4096, 64 * 1024, 1 << 20, 4 << 20];
 /// Message size of the message-rate stream.
@@ -111,8 +113,9 @@ impl Plan {
 
     /// Steps the progress bar counts.
     pub fn steps(&self) -> u64 {
-        let floor = 1 + BANDWIDTH_SIZES.len();
-        let measured = LATENCY_SIZES.len() + (BANDWIDTH_SIZES.len() + 1) * self.reps;
+        let floor = 2 + BANDWIDTH_SIZES.len();
+        let measured =
+            LATENCY_SIZES.len() + LOOPBACK_SIZES.len() + (BANDWIDTH_SIZES.len() + 1) * self.reps;
         (floor + measured) as u64
     }
 }

@@ -7,8 +7,12 @@ use super::plan::BANDWIDTH_SIZES;
 /// The floor measured in the same run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Floor {
-    /// Shared-memory cache-line ping-pong between two processes, one-way, µs.
+    /// Shared-memory cache-line ping-pong between two processes, one-way, µs: the lower
+    /// of [`Floor::shm_runs_us`].
     pub shm_oneway_us: f64,
+    /// The ping-pong measured before the engine started and after it stopped (where the
+    /// hypervisor places the two vCPUs can change during a run).
+    pub shm_runs_us: Vec<f64>,
     /// Single-threaded memcpy bandwidth by size, GB/s.
     pub memcpy_gbps: Vec<(usize, f64)>,
 }
@@ -109,6 +113,9 @@ pub struct Report {
     pub floor: Floor,
     /// The Hamlyn figures ("mediated": through the engine).
     pub rows: Vec<Row>,
+    /// One-way latency of messages a process sends to itself (one hop through the engine,
+    /// two busy threads): shown in the table, not part of the JSON report.
+    pub loopback: Vec<Row>,
 }
 
 /// `8 B`, `4 KiB`, `1 MiB`.
@@ -146,14 +153,25 @@ impl Report {
             "floor",
             "Hamlyn ÷ floor",
         ]);
-        for r in &self.rows {
+        let loopback = self.loopback.iter().map(|r| (r, true));
+        let mut rows: Vec<(&Row, bool)> = self.rows.iter().map(|r| (r, false)).collect();
+        let after_latency = rows
+            .iter()
+            .rposition(|(r, _)| r.op == Op::TaggedWrite)
+            .map_or(0, |i| i + 1);
+        rows.splice(after_latency..after_latency, loopback);
+        for (r, is_loopback) in rows {
             let size = size_name(r.size);
             let dash = || "-".to_string();
             let row = match r.op {
                 Op::TaggedWrite => {
                     let p50 = r.p50_us.unwrap_or(f64::NAN);
                     vec![
-                        "one-way latency".into(),
+                        if is_loopback {
+                            "one-way, to itself".into()
+                        } else {
+                            "one-way latency".into()
+                        },
                         size,
                         us(p50),
                         r.p99_us.map_or_else(dash, us),
@@ -193,10 +211,12 @@ impl Report {
             .iter()
             .filter_map(|&s| f.memcpy(s).map(|g| format!("{} {g:.2}", size_name(s))))
             .collect();
+        let runs: Vec<String> = f.shm_runs_us.iter().map(|&v| us(v)).collect();
         format!(
-            "hamlyn bench: {}\nfloor: shared-memory ping-pong one-way {}; memcpy GB/s: {}\n\n{t}\n",
+            "hamlyn bench: {}\nfloor: shared-memory ping-pong one-way {} (before, after: {}); memcpy GB/s: {}\n\n{t}\n",
             self.setup,
             us(f.shm_oneway_us),
+            runs.join(", "),
             memcpy.join(", ")
         )
     }
@@ -212,6 +232,7 @@ mod tests {
             setup: "test".into(),
             floor: Floor {
                 shm_oneway_us: 0.2,
+                shm_runs_us: vec![0.2, 0.3],
                 memcpy_gbps: vec![(4096, 10.0)],
             },
             rows: vec![
@@ -219,6 +240,7 @@ mod tests {
                 Row::bandwidth(4096, 5.0),
                 Row::rate(8, 2.5e6),
             ],
+            loopback: vec![Row::latency(8, 0.4, 0.8)],
         };
         let out = r.render();
         for want in [

@@ -1,0 +1,264 @@
+//! The `hamlyn` binary as a user runs it: a real daemon process, `stat` against it, a
+//! clean stop on SIGTERM, and a (reduced) `bench --quick` writing its JSON report.
+//!
+//! Every wait is bounded; the only processes signalled or killed are the ones a test
+//! started, by their pid.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+#[allow(dead_code)]
+#[path = "../src/json.rs"]
+mod json;
+
+use json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_hamlyn");
+
+/// A fresh directory for one test (removed on drop).
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("hamlyn-cli-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create the test directory");
+        TempDir(dir)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A child process that is killed (by its pid) if the test ends before it does.
+struct Started(Child);
+
+impl Started {
+    /// Waits at most `limit` for the process to exit.
+    fn wait_for(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Some(status) = self.0.try_wait().expect("try_wait") {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// Runs `hamlyn ARGS` to completion within `limit`, capturing its output.
+fn run(args: &[&str], limit: Duration) -> Output {
+    let child = Command::new(BIN)
+        .args(args)
+        .env_remove("HAMLYN_SOCKET")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start hamlyn");
+    let pid = child.id();
+    // Reading the pipes to the end is what waits; a watchdog kills the process (by its
+    // pid, which stays ours until it is reaped below) if it overruns.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watchdog = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + limit;
+            while Instant::now() < deadline {
+                if done.load(std::sync::atomic::Ordering::Acquire) {
+                    return false;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
+                let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+            }
+            true
+        })
+    };
+    let out = child.wait_with_output().expect("wait for hamlyn");
+    done.store(true, std::sync::atomic::Ordering::Release);
+    let killed = watchdog.join().expect("watchdog");
+    assert!(
+        !killed,
+        "`hamlyn {}` took longer than {limit:?}",
+        args.join(" ")
+    );
+    out
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn wait_for_path(p: &Path, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if p.exists() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+#[test]
+fn node_daemon_answers_stat_and_stops_cleanly_on_sigterm() {
+    let dir = TempDir::new("node");
+    let socket = dir.path("node.sock");
+    let sock = socket.to_str().expect("utf-8 path");
+    let mut node = Started(
+        Command::new(BIN)
+            .args(["node", "--socket", sock, "--node-id", "7"])
+            .env_remove("HAMLYN_SOCKET")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start hamlyn node"),
+    );
+    assert!(
+        wait_for_path(&socket, Duration::from_secs(10)),
+        "the daemon never bound its socket"
+    );
+
+    let out = run(
+        &["stat", "--socket", sock, "--json"],
+        Duration::from_secs(20),
+    );
+    assert!(out.status.success(), "stat --json: {}", text(&out.stderr));
+    let stats = json::parse(text(&out.stdout).trim()).expect("stat --json prints JSON");
+    assert_eq!(stats.get("node").and_then(Value::as_u64), Some(7));
+    assert!(stats.get("incarnation").and_then(Value::as_u64).is_some());
+    assert!(stats.get("slots").and_then(Value::as_array).is_some());
+
+    let out = run(&["stat", "--socket", sock], Duration::from_secs(20));
+    assert!(out.status.success(), "stat: {}", text(&out.stderr));
+    let table = text(&out.stdout);
+    assert!(table.starts_with("node 7, incarnation "), "{table}");
+    assert!(table.contains("messages delivered"), "{table}");
+
+    let pid = rustix::process::Pid::from_child(&node.0);
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("SIGTERM");
+    let status = node
+        .wait_for(Duration::from_secs(10))
+        .expect("the daemon exits within 10 s of SIGTERM");
+    let mut log = String::new();
+    if let Some(mut e) = node.0.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut log);
+    }
+    assert!(status.success(), "exit status {status}; log:\n{log}");
+    assert!(!socket.exists(), "the socket is removed on the way out");
+    assert!(log.contains("engine ready"), "the daemon logs; got:\n{log}");
+}
+
+#[test]
+fn stat_without_a_daemon_fails_with_a_clear_message() {
+    let dir = TempDir::new("nodaemon");
+    let socket = dir.path("absent.sock");
+    let out = run(
+        &["stat", "--socket", socket.to_str().expect("utf-8 path")],
+        Duration::from_secs(20),
+    );
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("no engine at"), "{err}");
+}
+
+#[test]
+fn bench_quick_writes_the_json_report_and_prints_the_table() {
+    let dir = TempDir::new("bench");
+    let report = dir.path("bench.json");
+    let out = run(
+        &[
+            "bench",
+            "--quick",
+            "--smoke",
+            "--json",
+            report.to_str().expect("utf-8 path"),
+        ],
+        Duration::from_secs(120),
+    );
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "bench: {}\n{stdout}",
+        text(&out.stderr)
+    );
+    for want in [
+        "floor",
+        "one-way latency",
+        "bandwidth",
+        "message rate",
+        "Hamlyn ÷ floor",
+    ] {
+        assert!(stdout.contains(want), "{want:?} missing from\n{stdout}");
+    }
+
+    let v = json::parse(&std::fs::read_to_string(&report).expect("the report exists"))
+        .expect("the report is JSON");
+    let top: Vec<&str> = v
+        .as_object()
+        .expect("an object")
+        .iter()
+        .map(|(k, _)| k.as_str())
+        .collect();
+    assert_eq!(top, ["floor", "results"]);
+    let floor = v.get("floor").expect("floor");
+    let positive = |x: Option<&Value>| x.and_then(Value::as_f64).is_some_and(|f| f > 0.0);
+    assert!(positive(floor.get("shm_pingpong_oneway_us")));
+    let memcpy = floor.get("memcpy_gbps").expect("memcpy_gbps");
+    for size in ["4096", "65536", "1048576", "4194304"] {
+        assert!(positive(memcpy.get(size)), "memcpy_gbps[{size}]");
+    }
+
+    let results = v.get("results").and_then(Value::as_array).expect("results");
+    let mut seen = Vec::new();
+    for r in results {
+        assert_eq!(r.get("mode").and_then(Value::as_str), Some("mediated"));
+        let op = r.get("op").and_then(Value::as_str).expect("op");
+        let size = r.get("size").and_then(Value::as_u64).expect("size");
+        let (fields, nulls): (&[&str], &[&str]) = match op {
+            "tagged_write" => (&["p50_us", "p99_us"], &["gbps", "msgs_per_s"]),
+            "bandwidth" => (&["gbps"], &["p50_us", "p99_us", "msgs_per_s"]),
+            "msg_rate" => (&["msgs_per_s"], &["p50_us", "p99_us", "gbps"]),
+            other => panic!("unknown op {other:?}"),
+        };
+        for f in fields {
+            assert!(positive(r.get(f)), "{op} {size}: {f} must be positive");
+        }
+        for f in nulls {
+            assert_eq!(
+                r.get(f),
+                Some(&Value::Null),
+                "{op} {size}: {f} must be null"
+            );
+        }
+        seen.push((op.to_string(), size));
+    }
+    let expect: Vec<(String, u64)> = [8, 64, 512, 4096, 65536]
+        .map(|s| ("tagged_write".to_string(), s))
+        .into_iter()
+        .chain([4096, 65536, 1 << 20, 4 << 20].map(|s| ("bandwidth".to_string(), s)))
+        .chain([("msg_rate".to_string(), 8)])
+        .collect();
+    assert_eq!(seen, expect);
+}
