@@ -2,6 +2,11 @@
 //!
 //! - Latency: a cache-line ping-pong over a memfd shared by the two processes. Each side
 //!   writes only its own cache line and spins on the other's; one-way = RTT / 2.
+//! - Latency through a relay: the same ping-pong, but each message goes through a third
+//!   thread that forwards it (as the engine does, minus all checking and copying), and
+//!   every party waits as Hamlyn's do (spin a budget of polls, then sleep on a futex until
+//!   woken; `hamlyn_shm::wake`). With three busy parties on a two-core machine this is
+//!   where the scheduler's cost shows; what Hamlyn adds above it is the engine's doing.
 //! - Bandwidth: a single-threaded memcpy of each message size, buffer to buffer (the
 //!   engine's one copy per message can at best match it).
 
@@ -10,7 +15,8 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use hamlyn_shm::region::ShmRegion;
-use hamlyn_shm::sync::{AtomicU64, Ordering};
+use hamlyn_shm::sync::{AtomicU32, AtomicU64, Ordering};
+use hamlyn_shm::wake::{wait_until, wake_after_publish, WaitOutcome};
 
 use super::error::BenchError;
 use super::plan::median;
@@ -22,6 +28,20 @@ const PING: usize = 0;
 /// The peer's line (it echoes the round number here). Two lines apart, so the adjacent-
 /// line prefetcher does not couple them.
 const PONG: usize = 128;
+/// Relayed ping-pong: the driver's line to the relay.
+const RELAY_IN_A: usize = 256;
+/// Relayed ping-pong: the relay's line to the driver.
+const RELAY_OUT_A: usize = 384;
+/// Relayed ping-pong: the peer's line to the relay.
+const RELAY_IN_B: usize = 512;
+/// Relayed ping-pong: the relay's line to the peer.
+const RELAY_OUT_B: usize = 640;
+/// Relayed ping-pong: the driver's wake word.
+const WAKE_A: usize = 768;
+/// Relayed ping-pong: the peer's wake word.
+const WAKE_B: usize = 896;
+/// Relayed ping-pong: the relay's wake word.
+const WAKE_RELAY: usize = 1024;
 /// Written to the driver's line to end the peer's loop.
 const STOP: u64 = u64::MAX;
 /// Longest a side spins for the other before giving up.
@@ -66,6 +86,112 @@ impl FloorShm {
         Ok(self.region.atomic_u64(off)?)
     }
 
+    fn wake_word(&self, off: usize) -> Result<&AtomicU32, BenchError> {
+        Ok(self.region.atomic_u32(off)?)
+    }
+
+    /// Driver of the relayed ping-pong: the two processes exchange round numbers through a
+    /// relay thread in this process, as messages go through the engine, and every party
+    /// waits as Hamlyn's do. The processes spin `spin` polls and then sleep until woken
+    /// (a Hamlyn receiver); the relay spins `relay_spin` polls between sleeps (the
+    /// engine's idle turns; `u32::MAX`: it never sleeps, as with busy-poll). The peer runs
+    /// [`FloorShm::pong_relayed`]. Returns the median batch's one-way time in µs.
+    pub fn ping_relayed(
+        &self,
+        spin: u32,
+        relay_spin: u32,
+        warmup: u64,
+        batches: usize,
+        rounds: u64,
+    ) -> Result<f64, BenchError> {
+        let (to_relay, from_relay) = (self.line(RELAY_IN_A)?, self.line(RELAY_OUT_A)?);
+        let (my_wake, relay_wake) = (self.wake_word(WAKE_A)?, self.wake_word(WAKE_RELAY)?);
+        std::thread::scope(|scope| {
+            let relay = scope.spawn(|| self.relay(relay_spin));
+            let round = |n: u64| -> Result<(), BenchError> {
+                // Release: pairs with the relay's Acquire load; the fence inside
+                // `wake_after_publish` pairs with the one in its `wait_until`.
+                to_relay.store(n, Ordering::Release);
+                wake_after_publish(relay_wake, None);
+                sleep_until(my_wake, spin, || from_relay.load(Ordering::Acquire) == n)
+            };
+            let result = (|| {
+                let mut n = 0;
+                for _ in 0..warmup {
+                    n += 1;
+                    round(n)?;
+                }
+                let mut one_way = Vec::with_capacity(batches);
+                for _ in 0..batches {
+                    let t0 = Instant::now();
+                    for _ in 0..rounds {
+                        n += 1;
+                        round(n)?;
+                    }
+                    let us = t0.elapsed().as_secs_f64() * 1e6;
+                    one_way.push(us / (2.0 * rounds.max(1) as f64));
+                }
+                median(&one_way).ok_or(BenchError::Usage("the floor needs at least one batch"))
+            })();
+            // Stops the relay, which passes the stop on to the peer.
+            to_relay.store(STOP, Ordering::Release);
+            wake_after_publish(relay_wake, None);
+            let relayed = relay
+                .join()
+                .unwrap_or(Err(BenchError::Peer("the relay thread panicked".into())));
+            let us = result?;
+            relayed.map(|_| us)
+        })
+    }
+
+    /// The relay: forwards the driver's round numbers to the peer and the peer's back,
+    /// until the driver says stop (which it forwards too).
+    fn relay(&self, relay_spin: u32) -> Result<(), BenchError> {
+        let (in_a, out_a) = (self.line(RELAY_IN_A)?, self.line(RELAY_OUT_A)?);
+        let (in_b, out_b) = (self.line(RELAY_IN_B)?, self.line(RELAY_OUT_B)?);
+        let (wake_a, wake_b) = (self.wake_word(WAKE_A)?, self.wake_word(WAKE_B)?);
+        let my_wake = self.wake_word(WAKE_RELAY)?;
+        let (mut seen_a, mut seen_b) = (0, 0);
+        loop {
+            sleep_until(my_wake, relay_spin, || {
+                in_a.load(Ordering::Acquire) != seen_a || in_b.load(Ordering::Acquire) != seen_b
+            })?;
+            let a = in_a.load(Ordering::Acquire);
+            if a != seen_a {
+                out_b.store(a, Ordering::Release);
+                wake_after_publish(wake_b, None);
+                seen_a = a;
+                if a == STOP {
+                    return Ok(());
+                }
+            }
+            let b = in_b.load(Ordering::Acquire);
+            if b != seen_b {
+                out_a.store(b, Ordering::Release);
+                wake_after_publish(wake_a, None);
+                seen_b = b;
+            }
+        }
+    }
+
+    /// Peer of the relayed ping-pong: echoes what the relay brings, waiting as a Hamlyn
+    /// receiver does. Returns the rounds.
+    pub fn pong_relayed(&self, spin: u32) -> Result<u64, BenchError> {
+        let (from_relay, to_relay) = (self.line(RELAY_OUT_B)?, self.line(RELAY_IN_B)?);
+        let (my_wake, relay_wake) = (self.wake_word(WAKE_B)?, self.wake_word(WAKE_RELAY)?);
+        let mut last = 0;
+        loop {
+            sleep_until(my_wake, spin, || from_relay.load(Ordering::Acquire) != last)?;
+            let v = from_relay.load(Ordering::Acquire);
+            if v == STOP {
+                return Ok(last);
+            }
+            to_relay.store(v, Ordering::Release);
+            wake_after_publish(relay_wake, None);
+            last = v;
+        }
+    }
+
     /// Driver: `warmup` untimed round trips, then `batches` timed batches of `rounds`
     /// round trips; ends the peer's loop. Returns the median batch's one-way time in µs.
     pub fn ping(&self, warmup: u64, batches: usize, rounds: u64) -> Result<f64, BenchError> {
@@ -108,6 +234,17 @@ impl FloorShm {
             pong.store(v, Ordering::Release);
             last = v;
         }
+    }
+}
+
+/// Waits as a Hamlyn receiver does until `ready` holds; gives up after [`SPIN_LIMIT`].
+fn sleep_until(word: &AtomicU32, spin: u32, ready: impl FnMut() -> bool) -> Result<(), BenchError> {
+    match wait_until(word, spin, Some(SPIN_LIMIT), ready) {
+        Ok(WaitOutcome::TimedOut) => {
+            Err(BenchError::Timeout(SPIN_LIMIT, "the floor ping-pong peer"))
+        }
+        Ok(_) => Ok(()),
+        Err(e) => Err(BenchError::Peer(format!("floor wait: {e}"))),
     }
 }
 
@@ -200,6 +337,15 @@ mod tests {
         let us = driver.ping(10, 3, 100).unwrap();
         assert_eq!(t.join().unwrap(), 310);
         assert!(us > 0.0);
+        // The relayed variant, the relay sleeping at once or never.
+        for relay_spin in [0, u32::MAX] {
+            let driver = FloorShm::create().unwrap();
+            let peer = FloorShm::open(&driver.proc_path()).unwrap();
+            let t = std::thread::spawn(move || peer.pong_relayed(0).unwrap());
+            let us = driver.ping_relayed(0, relay_spin, 10, 3, 20).unwrap();
+            assert_eq!(t.join().unwrap(), 70);
+            assert!(us > 0.0);
+        }
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! {"floor": {"shm_pingpong_oneway_us": F, "shm_pingpong_oneway_us_runs": [F, F],
-//!            "memcpy_gbps": {"4096": F, ...}},
+//!            "shm_relay_pingpong_oneway_us": F, "memcpy_gbps": {"4096": F, ...}},
 //!  "results": [{"mode": "mediated", "op": "tagged_write" | "bandwidth" | "msg_rate",
 //!               "size": N, "p50_us": F, "p99_us": F, "gbps": F, "msgs_per_s": F}, ...]}
 //! ```
@@ -26,7 +26,9 @@ pub fn to_json(r: &Report) -> String {
         }
         write_num(&mut o, Some(*v));
     }
-    o.push_str("], \"memcpy_gbps\": {");
+    o.push_str("], \"shm_relay_pingpong_oneway_us\": ");
+    write_num(&mut o, Some(r.floor.shm_relay_oneway_us));
+    o.push_str(", \"memcpy_gbps\": {");
     for (i, (size, g)) in r.floor.memcpy_gbps.iter().enumerate() {
         if i > 0 {
             o.push_str(", ");
@@ -71,6 +73,7 @@ mod tests {
             floor: Floor {
                 shm_oneway_us: 0.13,
                 shm_runs_us: vec![0.13, 0.2],
+                shm_relay_oneway_us: 4.5,
                 memcpy_gbps: vec![(4096, 20.5), (1 << 20, 9.25)],
             },
             rows: vec![
@@ -92,6 +95,10 @@ mod tests {
         assert_eq!(
             floor.get("shm_pingpong_oneway_us").unwrap().as_f64(),
             Some(0.13)
+        );
+        assert_eq!(
+            floor.get("shm_relay_pingpong_oneway_us").unwrap().as_f64(),
+            Some(4.5)
         );
         let runs = floor.get("shm_pingpong_oneway_us_runs").unwrap();
         assert_eq!(runs.as_array().unwrap().len(), 2);

@@ -8,7 +8,8 @@
 //! `--socket` both connect to that daemon.
 //!
 //! In order: the floor (a shared-memory cache-line ping-pong between the two processes,
-//! before any engine runs, and memcpy), then one-way latency ([`latency`]: ping-pong, and
+//! before any engine runs, directly and through a relay thread that stands in for
+//! the engine, and memcpy), then one-way latency ([`latency`]: ping-pong, and
 //! a process sending to itself), bandwidth and message rate ([`bandwidth`]), and the
 //! ping-pong floor once more after the engine stopped.
 
@@ -29,6 +30,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
+use hamlyn::NodeOptions;
 use hamlyn_engine::{EngineConfig, EngineHandle};
 
 use crate::cmd::node::EngineArgs;
@@ -155,6 +157,9 @@ fn measure(args: &BenchArgs, plan: &Plan) -> Result<Report, BenchError> {
     progress.start("floor: shared-memory ping-pong");
     let before = floor_pingpong(&mut peer, plan)?;
     progress.done();
+    progress.start("floor: shared-memory ping-pong through a relay thread");
+    let relayed = floor_pingpong_relayed(&mut peer, plan, args)?;
+    progress.done();
     let mut memcpy = Vec::new();
     for size in BANDWIDTH_SIZES {
         progress.start(format!("floor: memcpy {}", size_name(size)));
@@ -182,6 +187,7 @@ fn measure(args: &BenchArgs, plan: &Plan) -> Result<Report, BenchError> {
         floor: Floor {
             shm_oneway_us: before.min(after),
             shm_runs_us: vec![before, after],
+            shm_relay_oneway_us: relayed,
             memcpy_gbps: memcpy,
         },
         rows,
@@ -195,6 +201,39 @@ fn floor_pingpong(peer: &mut PeerProcess, plan: &Plan) -> Result<f64, BenchError
     peer.send(&format!("floor {}", shm.proc_path()))?;
     peer.expect("floor-ready", ANSWER_WAIT)?;
     let us = shm.ping(plan.floor_warmup, plan.floor_batches, plan.floor_rounds)?;
+    peer.expect("ok", ANSWER_WAIT)?;
+    Ok(us)
+}
+
+/// The shared-memory ping-pong through a relay thread, every party waiting as Hamlyn's
+/// do: one-way µs. The relay waits as the engine is configured to (never sleeping with
+/// busy-poll; with a daemon, as a default daemon does).
+fn floor_pingpong_relayed(
+    peer: &mut PeerProcess,
+    plan: &Plan,
+    args: &BenchArgs,
+) -> Result<f64, BenchError> {
+    let spin = args.spin.unwrap_or(NodeOptions::default().spin);
+    let cfg = match &args.socket {
+        Some(s) => EngineConfig::daemon(s),
+        None => args.engine.apply(EngineConfig::embedded()),
+    };
+    let relay_spin = if cfg.busy_poll {
+        u32::MAX
+    } else {
+        cfg.spin_turns
+    };
+    let shm = FloorShm::create()?;
+    peer.send(&format!("floor-relay {} {spin}", shm.proc_path()))?;
+    peer.expect("floor-ready", ANSWER_WAIT)?;
+    let warmup = plan.floor_warmup / 10;
+    let us = shm.ping_relayed(
+        spin,
+        relay_spin,
+        warmup,
+        plan.floor_batches,
+        plan.sleep_floor_rounds,
+    )?;
     peer.expect("ok", ANSWER_WAIT)?;
     Ok(us)
 }

@@ -6,6 +6,7 @@
 //! | `floor PATH` | maps the floor memfd at PATH, echoes until told to stop | `floor-ready`, then `ok ROUNDS` |
 //! | `connect SOCKET` | attaches (SOCKET is the rest of the line) to the engine and sets up its endpoint | `ticket SEED` (its inbox) |
 //! | `peer SEED` | learns the driver's inbox ticket | `ok` |
+//! | `floor-relay PATH SPIN` | echoes through the driver's relay, waiting as a Hamlyn receiver does | `floor-ready`, then `ok ROUNDS` |
 //! | `pin CPU` | pins its thread to CPU | `ok` |
 //! | `disconnect` | drops its endpoint (detaches from the engine) | `ok` |
 //! | `pong SIZE ROUNDS` | echoes ROUNDS messages of SIZE bytes | `ok` |
@@ -109,6 +110,13 @@ fn obey(
             let seed = ep.ticket_text()?;
             state.endpoint = Some(ep);
             say(out, &format!("ticket {seed}"))?;
+        }
+        Some("floor-relay") => {
+            let shm = FloorShm::open(words.next().ok_or_else(missing)?)?;
+            let spin: u32 = arg(words.next(), line)?;
+            say(out, "floor-ready")?;
+            let rounds = shm.pong_relayed(spin)?;
+            say(out, &format!("ok {rounds}"))?;
         }
         Some("pin") => {
             pin_to(arg(words.next(), line)?)?;

@@ -35,6 +35,9 @@ pub struct Plan {
     pub floor_batches: usize,
     /// Round trips per floor batch.
     pub floor_rounds: u64,
+    /// Round trips per batch of the relayed floor (each may cost microseconds, not tens of
+    /// nanoseconds).
+    pub sleep_floor_rounds: u64,
     /// Bytes copied per memcpy batch.
     pub memcpy_bytes: u64,
     /// memcpy batches per size (the median is kept).
@@ -58,6 +61,7 @@ impl Plan {
             floor_warmup: 20_000,
             floor_batches: 41,
             floor_rounds: 10_000,
+            sleep_floor_rounds: 1_000,
             memcpy_bytes: 1024 * MIB,
             memcpy_batches: 9,
         }
@@ -77,6 +81,7 @@ impl Plan {
             floor_warmup: 5_000,
             floor_batches: 21,
             floor_rounds: 2_000,
+            sleep_floor_rounds: 200,
             memcpy_bytes: 128 * MIB,
             memcpy_batches: 5,
         }
@@ -96,6 +101,7 @@ impl Plan {
             floor_warmup: 500,
             floor_batches: 5,
             floor_rounds: 500,
+            sleep_floor_rounds: 50,
             memcpy_bytes: 8 * MIB,
             memcpy_batches: 3,
         }
@@ -113,7 +119,7 @@ impl Plan {
 
     /// Steps the progress bar counts.
     pub fn steps(&self) -> u64 {
-        let floor = 2 + BANDWIDTH_SIZES.len();
+        let floor = 3 + BANDWIDTH_SIZES.len();
         let measured =
             LATENCY_SIZES.len() + LOOPBACK_SIZES.len() + (BANDWIDTH_SIZES.len() + 1) * self.reps;
         (floor + measured) as u64

@@ -13,6 +13,9 @@ pub struct Floor {
     /// The ping-pong measured before the engine started and after it stopped (where the
     /// hypervisor places the two vCPUs can change during a run).
     pub shm_runs_us: Vec<f64>,
+    /// The same ping-pong through a relay thread standing in for the engine, every party
+    /// waiting as Hamlyn's do (spin, then sleep until woken), one-way, µs.
+    pub shm_relay_oneway_us: f64,
     /// Single-threaded memcpy bandwidth by size, GB/s.
     pub memcpy_gbps: Vec<(usize, f64)>,
 }
@@ -152,6 +155,7 @@ impl Report {
             "Hamlyn p99",
             "floor",
             "Hamlyn ÷ floor",
+            "÷ relay floor",
         ]);
         let loopback = self.loopback.iter().map(|r| (r, true));
         let mut rows: Vec<(&Row, bool)> = self.rows.iter().map(|r| (r, false)).collect();
@@ -177,6 +181,13 @@ impl Report {
                         r.p99_us.map_or_else(dash, us),
                         us(f.shm_oneway_us),
                         ratio(p50 / f.shm_oneway_us),
+                        // The relay floor has three parties; a process sending to
+                        // itself is two, so only the direct floor compares.
+                        if is_loopback {
+                            dash()
+                        } else {
+                            ratio(p50 / f.shm_relay_oneway_us)
+                        },
                     ]
                 }
                 Op::Bandwidth => {
@@ -189,6 +200,7 @@ impl Report {
                         dash(),
                         m.map_or_else(dash, |m| format!("{m:.2} GB/s memcpy")),
                         m.map_or_else(dash, |m| ratio(g / m)),
+                        dash(),
                     ]
                 }
                 Op::MsgRate => vec![
@@ -198,11 +210,12 @@ impl Report {
                     dash(),
                     dash(),
                     dash(),
+                    dash(),
                 ],
             };
             t.add_row(row);
         }
-        for i in 1..6 {
+        for i in 1..7 {
             if let Some(c) = t.column_mut(i) {
                 c.set_cell_alignment(CellAlignment::Right);
             }
@@ -213,10 +226,12 @@ impl Report {
             .collect();
         let runs: Vec<String> = f.shm_runs_us.iter().map(|&v| us(v)).collect();
         format!(
-            "hamlyn bench: {}\nfloor: shared-memory ping-pong one-way {} (before, after: {}); memcpy GB/s: {}\n\n{t}\n",
+            "hamlyn bench: {}\nfloor: shared-memory ping-pong one-way {} (before, after: {}); \
+             through a relay thread {}; memcpy GB/s: {}\n\n{t}\n",
             self.setup,
             us(f.shm_oneway_us),
             runs.join(", "),
+            us(f.shm_relay_oneway_us),
             memcpy.join(", ")
         )
     }
@@ -233,6 +248,7 @@ mod tests {
             floor: Floor {
                 shm_oneway_us: 0.2,
                 shm_runs_us: vec![0.2, 0.3],
+                shm_relay_oneway_us: 0.25,
                 memcpy_gbps: vec![(4096, 10.0)],
             },
             rows: vec![
