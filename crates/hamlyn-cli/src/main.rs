@@ -8,6 +8,8 @@
 //! Every subcommand that talks to a daemon takes `--socket PATH`; its default is
 //! `$HAMLYN_SOCKET`, else [`socket::DEFAULT_SOCKET`].
 
+#![forbid(unsafe_code)]
+
 mod bench;
 mod cmd;
 mod control;
@@ -20,7 +22,7 @@ use clap::{Parser, Subcommand};
 
 /// Protected, zero-copy, sender-managed messaging between processes.
 #[derive(Debug, Parser)]
-#[command(name = "hamlyn", version, about, propagate_version = true)]
+#[command(name = "hamlyn", version, propagate_version = true)]
 struct Cli {
     /// Most verbose log level on standard error: error, warn, info, debug or trace
     /// (default: info for `node`, warn otherwise).
