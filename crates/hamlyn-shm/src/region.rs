@@ -6,6 +6,8 @@
 //! Unix socket ([`crate::fdpass`]); the receiver maps it with [`ShmRegion::from_fd`], which
 //! refuses any file whose owner could still shrink it: a peer that truncates a file you
 //! have mapped makes your next access to the lost pages die with SIGBUS.
+//! [`ShmRegion::from_fd_range`] maps only the pages around part of such a file (a direct
+//! sender maps a receiver's slot and notification queue this way, DESIGN §2).
 //!
 //! All access is by byte offset and bounds-checked. Bytes are copied in and out through
 //! raw pointers and never referenced in place (another process may be writing them, which
@@ -89,11 +91,21 @@ impl RegionError {
 ///
 /// Unmapped on drop. The file descriptor stays open as long as the region, so it can be
 /// passed on to other processes ([`ShmRegion::fd`]).
+///
+/// A region addresses `len` bytes from offset 0. Usually they are the file's first bytes;
+/// a region made by [`ShmRegion::from_fd_range`] addresses a range further in, and its
+/// mapping covers the whole pages around that range.
 #[derive(Debug)]
 pub struct ShmRegion {
     fd: OwnedFd,
+    /// Byte 0 of the region.
     ptr: NonNull<u8>,
+    /// Bytes addressable from `ptr`.
     len: usize,
+    /// The mapping as made by `mmap` (page-aligned, at or before `ptr`), for `munmap`.
+    map: NonNull<u8>,
+    /// Bytes mapped from `map` (covers `ptr..ptr + len`).
+    map_len: usize,
 }
 
 // SAFETY: the region owns its mapping and file descriptor; nothing in it is tied to the
@@ -126,7 +138,7 @@ impl ShmRegion {
         rustix::fs::ftruncate(&fd, len64).map_err(|e| RegionError::sys("ftruncate", e))?;
         rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)
             .map_err(|e| RegionError::sys("fcntl(F_ADD_SEALS)", e))?;
-        Self::map(fd, len)
+        Self::map(fd, 0, len, 0)
     }
 
     /// Maps the first `expected_len` bytes of a memfd received from another process.
@@ -135,18 +147,38 @@ impl ShmRegion {
     /// bytes carrying `F_SEAL_SHRINK`, so the mapping can never lose pages under us. The
     /// file may be larger or still growable; only `expected_len` bytes are mapped.
     pub fn from_fd(fd: OwnedFd, expected_len: usize) -> Result<ShmRegion, RegionError> {
-        if expected_len == 0 {
+        Self::from_fd_range(fd, 0, expected_len)
+    }
+
+    /// Maps bytes `offset..offset + len` of a memfd received from another process: the
+    /// region's byte 0 is the file's byte `offset`.
+    ///
+    /// Makes the checks of [`ShmRegion::from_fd`] (a regular file, sealed against
+    /// shrinking, at least `offset + len` bytes long), then maps the whole pages that
+    /// cover the range and nothing else of the file. Accesses through the region are
+    /// bounds-checked against `len`, so the bytes of those pages outside the range are
+    /// mapped but never reached. (The descriptor itself still opens the whole file: what
+    /// is mapped is a matter of this process's own code, not a protection boundary.)
+    pub fn from_fd_range(fd: OwnedFd, offset: u64, len: usize) -> Result<ShmRegion, RegionError> {
+        if len == 0 {
             return Err(RegionError::Empty);
         }
+        let end = u64::try_from(len)
+            .ok()
+            .and_then(|l| offset.checked_add(l))
+            .ok_or(RegionError::TooSmall {
+                have: 0,
+                need: usize::MAX,
+            })?;
         let st = rustix::fs::fstat(&fd).map_err(|e| RegionError::sys("fstat", e))?;
         if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
             return Err(RegionError::NotRegularFile);
         }
         let have = u64::try_from(st.st_size).unwrap_or(0);
-        if u64::try_from(expected_len).map_or(true, |need| have < need) {
+        if have < end {
             return Err(RegionError::TooSmall {
                 have,
-                need: expected_len,
+                need: usize::try_from(end).unwrap_or(usize::MAX),
             });
         }
         let seals = match rustix::fs::fcntl_get_seals(&fd) {
@@ -157,26 +189,50 @@ impl ShmRegion {
         if !seals.contains(SealFlags::SHRINK) {
             return Err(RegionError::NotSealed);
         }
-        Self::map(fd, expected_len)
+        let page = rustix::param::page_size() as u64;
+        let start = offset - offset % page;
+        // `offset - start < page` and `len` was addable to `offset`: no overflow.
+        let shift = (offset - start) as usize;
+        let map_len = shift
+            .checked_add(len)
+            .ok_or(RegionError::sys("mmap", Errno::NOMEM))?;
+        Self::map(fd, start, map_len, shift)
     }
 
-    fn map(fd: OwnedFd, len: usize) -> Result<ShmRegion, RegionError> {
+    /// Maps `map_len` bytes of the file from `file_offset` (page-aligned); the region
+    /// starts `shift` bytes into the mapping and ends with it.
+    fn map(
+        fd: OwnedFd,
+        file_offset: u64,
+        map_len: usize,
+        shift: usize,
+    ) -> Result<ShmRegion, RegionError> {
         // SAFETY: a fresh mapping (null hint, no MAP_FIXED) cannot alias any existing Rust
-        // object. The file has at least `len` bytes and cannot shrink (sealed; checked by
-        // both callers), so every mapped page stays backed and no access can SIGBUS.
+        // object. The file has at least `file_offset + map_len` bytes and cannot shrink
+        // (sealed; checked by both callers), so every mapped page stays backed and no
+        // access can SIGBUS. `file_offset` is a multiple of the page size.
         let p = unsafe {
             rustix::mm::mmap(
                 std::ptr::null_mut(),
-                len,
+                map_len,
                 ProtFlags::READ | ProtFlags::WRITE,
                 MapFlags::SHARED,
                 &fd,
-                0,
+                file_offset,
             )
         }
         .map_err(|e| RegionError::sys("mmap", e))?;
-        let ptr = NonNull::new(p.cast::<u8>()).ok_or(RegionError::sys("mmap", Errno::NOMEM))?;
-        Ok(ShmRegion { fd, ptr, len })
+        let map = NonNull::new(p.cast::<u8>()).ok_or(RegionError::sys("mmap", Errno::NOMEM))?;
+        // SAFETY: `shift <= map_len` (both callers), so the result is inside the mapping
+        // or one past its end, and not null.
+        let ptr = unsafe { map.add(shift) };
+        Ok(ShmRegion {
+            fd,
+            ptr,
+            len: map_len - shift,
+            map,
+            map_len,
+        })
     }
 
     /// Bytes mapped.
@@ -212,9 +268,9 @@ impl ShmRegion {
 
     fn check_atomic(&self, off: usize, size: usize) -> Result<*mut u8, RegionError> {
         self.check(off, size)?;
-        // The mapping is page-aligned, so alignment of the offset is alignment of the
-        // address.
-        if off % size != 0 {
+        // The address's alignment, not the offset's: a region made by `from_fd_range`
+        // may start anywhere in a page.
+        if (self.ptr.as_ptr() as usize).wrapping_add(off) % size != 0 {
             return Err(RegionError::Misaligned { off, align: size });
         }
         // SAFETY: `off + size <= len` was just checked, so the result stays inside the
@@ -242,6 +298,36 @@ impl ShmRegion {
         // `slice_mut`, whose caller promised not to hold one while others write.
         unsafe {
             std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(off), src.len())
+        };
+        Ok(())
+    }
+
+    /// Copies `len` bytes at `off` of this region to `dst_off` of `dst` (another region,
+    /// or this one: the ranges may overlap), without an intermediate buffer: a direct
+    /// sender copies from its own area into a receiver's slot this way.
+    ///
+    /// If two different regions map the same bytes of one file, the copy of an
+    /// overlapping range may garble those bytes (it is still memory-safe: no reference to
+    /// shared bytes is ever formed).
+    pub fn copy_to(
+        &self,
+        off: usize,
+        dst: &ShmRegion,
+        dst_off: usize,
+        len: usize,
+    ) -> Result<(), RegionError> {
+        self.check(off, len)?;
+        dst.check(dst_off, len)?;
+        // SAFETY: both ranges are inside live mappings (checked), the destination one is
+        // writable. `copy` allows the ranges to overlap (the same region). No reference
+        // to either range is formed, so a concurrent writer in another process can only
+        // make the copy torn, as for `read` and `write`.
+        unsafe {
+            std::ptr::copy(
+                self.ptr.as_ptr().add(off),
+                dst.ptr.as_ptr().add(dst_off),
+                len,
+            )
         };
         Ok(())
     }
@@ -324,9 +410,9 @@ impl ShmRegion {
 
 impl Drop for ShmRegion {
     fn drop(&mut self) {
-        // SAFETY: `ptr`/`len` are exactly the mapping created in `map`, unmapped only here.
-        // Every reference into it borrows `self`, so none outlives this call.
-        let r = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast::<c_void>(), self.len) };
+        // SAFETY: `map`/`map_len` are exactly the mapping created in `map`, unmapped only
+        // here. Every reference into it borrows `self`, so none outlives this call.
+        let r = unsafe { rustix::mm::munmap(self.map.as_ptr().cast::<c_void>(), self.map_len) };
         // munmap of a mapping we own cannot fail; if it somehow did, leaking the mapping
         // is the only safe outcome.
         debug_assert!(r.is_ok(), "munmap failed: {r:?}");
@@ -437,6 +523,82 @@ mod tests {
         // A smaller view of a larger file is fine.
         let c = ShmRegion::from_fd(a.fd().try_clone_to_owned()?, 100)?;
         assert_eq!(c.len(), 100);
+        Ok(())
+    }
+
+    #[test]
+    fn from_fd_range_maps_part_of_a_file() -> Result<(), Box<dyn std::error::Error>> {
+        let page = rustix::param::page_size();
+        let whole = ShmRegion::create("hamlyn-test-range", 3 * page)?;
+        // A range that starts mid-page and crosses into the next one.
+        let off = page + 100;
+        let part = ShmRegion::from_fd_range(whole.fd().try_clone_to_owned()?, off as u64, page)?;
+        assert_eq!(part.len(), page);
+        part.write(0, b"start")?;
+        part.write(page - 3, b"end")?;
+        let mut buf = [0u8; 5];
+        whole.read(off, &mut buf)?;
+        assert_eq!(&buf, b"start", "byte 0 of the range is the file's byte `off`");
+        whole.read(off + page - 3, &mut buf[..3])?;
+        assert_eq!(&buf[..3], b"end");
+        // Bounds are the range's, not the mapped pages'.
+        assert!(matches!(
+            part.write(page - 2, b"xyz"),
+            Err(RegionError::OutOfBounds { .. })
+        ));
+        // Atomics are aligned by address: offset 0 of the range is file byte `page + 100`,
+        // 4- but not 8-aligned.
+        assert!(part.atomic_u32(0).is_ok());
+        assert!(matches!(
+            part.atomic_u64(0),
+            Err(RegionError::Misaligned { .. })
+        ));
+        assert!(part.atomic_u64(4).is_ok());
+        // Relaxed: one thread; both mappings show the same word.
+        part.fetch_add_u32(12, 7, Ordering::Relaxed)?;
+        assert_eq!(whole.atomic_u32(off + 12)?.load(Ordering::Relaxed), 7);
+        // The range must lie inside the file.
+        let fd = || whole.fd().try_clone_to_owned();
+        assert!(matches!(
+            ShmRegion::from_fd_range(fd()?, (2 * page + 1) as u64, page),
+            Err(RegionError::TooSmall { .. })
+        ));
+        assert!(matches!(
+            ShmRegion::from_fd_range(fd()?, u64::MAX, 2),
+            Err(RegionError::TooSmall { .. })
+        ));
+        assert_eq!(
+            ShmRegion::from_fd_range(fd()?, 0, 0).err(),
+            Some(RegionError::Empty)
+        );
+        let last = ShmRegion::from_fd_range(fd()?, (3 * page - 1) as u64, 1)?;
+        assert_eq!(last.len(), 1);
+        Ok(())
+    }
+
+    #[test]
+    fn copy_to_between_and_within_regions() -> Result<(), RegionError> {
+        let a = ShmRegion::create("hamlyn-test-copy-a", 256)?;
+        let b = ShmRegion::create("hamlyn-test-copy-b", 256)?;
+        a.write(10, b"0123456789")?;
+        a.copy_to(10, &b, 200, 10)?;
+        let mut buf = [0u8; 10];
+        b.read(200, &mut buf)?;
+        assert_eq!(&buf, b"0123456789");
+        // Overlapping ranges of one region: a memmove.
+        a.copy_to(10, &a, 13, 10)?;
+        let mut buf = [0u8; 13];
+        a.read(10, &mut buf)?;
+        assert_eq!(&buf, b"0120123456789");
+        assert!(matches!(
+            a.copy_to(250, &b, 0, 10),
+            Err(RegionError::OutOfBounds { .. })
+        ));
+        assert!(matches!(
+            a.copy_to(0, &b, 250, 10),
+            Err(RegionError::OutOfBounds { .. })
+        ));
+        a.copy_to(256, &b, 256, 0)?;
         Ok(())
     }
 
