@@ -216,11 +216,17 @@ impl EngineState {
         if !layout.write_header(&*region) {
             return Err("port header does not fit".into());
         }
+        // The notification queues have a file of their own: direct senders are given its
+        // descriptor, never the port's.
+        let queue_region = Arc::new(
+            ShmRegion::create("hamlyn-queues", layout.queue_total).map_err(|e| e.to_string())?,
+        );
         let eventfd = EventFd::new().map_err(|e| e.to_string())?;
         let mut queues = Vec::with_capacity(layout.queues.len());
         for q in &layout.queues {
             let efd = EventFd::from_fd(dup(eventfd.as_fd()).map_err(|e| e.to_string())?);
-            let p = notifq::Producer::attach(region.clone(), *q).map_err(|e| e.to_string())?;
+            let p =
+                notifq::Producer::attach(queue_region.clone(), *q).map_err(|e| e.to_string())?;
             queues.push(p.with_eventfd(efd));
         }
         let errors =
@@ -238,12 +244,14 @@ impl EngineState {
         }
         let fds = vec![
             dup(region.fd()).map_err(|e| e.to_string())?,
+            dup(queue_region.fd()).map_err(|e| e.to_string())?,
             dup(eventfd.as_fd()).map_err(|e| e.to_string())?,
             dup(self.doorbell.as_fd()).map_err(|e| e.to_string())?,
         ];
         Ok((
             Port {
                 region,
+                queue_region,
                 layout,
                 termini,
                 errors,

@@ -44,8 +44,10 @@ pub struct TerminusState {
 /// A client's port, engine side.
 #[derive(Debug)]
 pub struct Port {
-    /// The shared memory.
+    /// The shared memory: rings, completion words, doorbell.
     pub region: Arc<ShmRegion>,
+    /// The queue file: the notification queues (its descriptor goes to direct senders).
+    pub queue_region: Arc<ShmRegion>,
     /// Where everything is.
     pub layout: PortLayout,
     /// Termini by index.

@@ -11,8 +11,20 @@
 //! 128     completion lines: one per terminus, a u64 "requests finished" count, engine-written
 //! ...     terminus rings: SPSC, 256-byte `SendRequest` entries, client → engine
 //! ...     error ring: SPSC, 16-byte `Completion` entries, engine → client
-//! ...     notification queues: `NotifEntry` queues, engine (and direct senders) → client
 //! ```
+//!
+//! The notification queues live in a second memfd, the port's *queue file*, each queue
+//! starting on a page boundary ([`QUEUE_ALIGN`]):
+//!
+//! ```text
+//! 0          queue 0: `NotifEntry` queue, engine (and direct senders) → client
+//! stride     queue 1, ...   (stride = one queue's bytes rounded up to QUEUE_ALIGN)
+//! ```
+//!
+//! They are apart because a direct sender (DESIGN §2, "Direct slots") is given the queue
+//! file's descriptor and maps its queue's pages: that descriptor must not open the rest of
+//! the port, whose terminus rings hold the client's requests and the keys in them, and
+//! whose completion words and error ring the engine alone writes.
 //!
 //! Every field has one writer and its own cache line, except the doorbell word, which the
 //! wake protocol shares by design (the engine sets flags, a producer clears them).
@@ -23,8 +35,13 @@ use crate::spsc::SpscLayout;
 
 /// First eight bytes of a port.
 pub const PORT_MAGIC: u64 = u64::from_le_bytes(*b"HMPORT01");
-/// Port layout version.
-pub const PORT_VERSION: u32 = 1;
+/// Port layout version (2: notification queues in their own file).
+pub const PORT_VERSION: u32 = 2;
+/// Alignment of each notification queue in the queue file: the x86-64 page, so that a
+/// direct sender's mapping of one queue covers no other. (On machines with larger pages
+/// the mapping also covers neighbouring queues; the queue file's descriptor opens them
+/// all anyway.)
+pub const QUEUE_ALIGN: usize = 4096;
 /// Bytes of a terminus work-queue entry (`hamlyn_wire::request::REQUEST_LEN`).
 pub const TERMINUS_ENTRY: usize = hamlyn_wire::request::REQUEST_LEN;
 /// Bytes of an error-completion entry (`hamlyn_wire::request::COMPLETION_LEN`).
@@ -52,6 +69,8 @@ pub mod header {
     pub const ERR_CAP: usize = 24;
     /// u64 total length.
     pub const TOTAL: usize = 32;
+    /// u64 length of the queue file.
+    pub const QUEUE_TOTAL: usize = 40;
     /// The engine doorbell wake word (u32), on its own line.
     pub const DOORBELL: usize = 64;
     /// First terminus completion line.
@@ -82,10 +101,13 @@ pub struct PortLayout {
     pub termini: Vec<SpscLayout>,
     /// The error ring.
     pub errors: SpscLayout,
-    /// Notification queues, by index.
+    /// Notification queues, by index; offsets are in the queue file, each a multiple of
+    /// [`QUEUE_ALIGN`].
     pub queues: Vec<NotifLayout>,
-    /// Total bytes (a multiple of 4096).
+    /// Total bytes of the port file (a multiple of 4096).
     pub total: usize,
+    /// Total bytes of the queue file (a multiple of [`QUEUE_ALIGN`]).
+    pub queue_total: usize,
 }
 
 impl PortLayout {
@@ -107,9 +129,10 @@ impl PortLayout {
         let errors = SpscLayout::new(at, COMPLETION_ENTRY, g.err_cap)?;
         at = errors.next_offset();
         let mut queues = Vec::with_capacity(usize::from(g.queues));
+        let mut qat = 0usize;
         for _ in 0..g.queues {
-            let l = NotifLayout::new(at, g.queue_cap)?;
-            at = l.next_offset();
+            let l = NotifLayout::new(qat, g.queue_cap)?;
+            qat = l.next_offset().next_multiple_of(QUEUE_ALIGN);
             queues.push(l);
         }
         Ok(PortLayout {
@@ -118,6 +141,7 @@ impl PortLayout {
             errors,
             queues,
             total: at.next_multiple_of(4096),
+            queue_total: qat,
         })
     }
 
@@ -129,7 +153,7 @@ impl PortLayout {
     /// Writes the header (engine side, once, before the port is shared).
     pub fn write_header(&self, mem: &impl RingMemory) -> bool {
         let g = &self.geometry;
-        let mut h = [0u8; 40];
+        let mut h = [0u8; 48];
         h[0..8].copy_from_slice(&PORT_MAGIC.to_le_bytes());
         h[8..12].copy_from_slice(&PORT_VERSION.to_le_bytes());
         h[12..14].copy_from_slice(&g.termini.to_le_bytes());
@@ -138,14 +162,15 @@ impl PortLayout {
         h[20..24].copy_from_slice(&g.queue_cap.to_le_bytes());
         h[24..28].copy_from_slice(&g.err_cap.to_le_bytes());
         h[32..40].copy_from_slice(&(self.total as u64).to_le_bytes());
+        h[40..48].copy_from_slice(&(self.queue_total as u64).to_le_bytes());
         mem.store_bytes(0, &h)
     }
 
     /// Reads and checks the header (client side) and computes the layout from it.
     pub fn read_header(mem: &impl RingMemory) -> Result<PortLayout, LayoutError> {
-        let mut h = [0u8; 40];
+        let mut h = [0u8; 48];
         let bad = LayoutError::DoesNotFit {
-            need: 40,
+            need: 48,
             have: mem.len(),
         };
         if !mem.load_bytes(0, &mut h) {
@@ -153,9 +178,12 @@ impl PortLayout {
         }
         let u16_at = |i: usize| u16::from_le_bytes([h[i], h[i + 1]]);
         let u32_at = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
-        let mut m = [0u8; 8];
-        m.copy_from_slice(&h[0..8]);
-        if u64::from_le_bytes(m) != PORT_MAGIC || u32_at(8) != PORT_VERSION {
+        let u64_at = |i: usize| {
+            let mut m = [0u8; 8];
+            m.copy_from_slice(&h[i..i + 8]);
+            u64::from_le_bytes(m)
+        };
+        if u64_at(0) != PORT_MAGIC || u32_at(8) != PORT_VERSION {
             return Err(bad);
         }
         let layout = PortLayout::new(PortGeometry {
@@ -171,6 +199,61 @@ impl PortLayout {
                 have: mem.len(),
             });
         }
+        if u64_at(header::TOTAL) != layout.total as u64
+            || u64_at(header::QUEUE_TOTAL) != layout.queue_total as u64
+        {
+            return Err(bad);
+        }
         Ok(layout)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::region::ShmRegion;
+
+    fn geometry(queues: u16, queue_cap: u32) -> PortGeometry {
+        PortGeometry {
+            termini: 3,
+            queues,
+            ring_cap: 64,
+            queue_cap,
+            err_cap: 64,
+        }
+    }
+
+    #[test]
+    fn queues_are_page_aligned_apart_in_their_own_file() {
+        for (queues, cap) in [(1, 64), (4, 64), (4, 1024), (64, 256), (2, 1 << 16)] {
+            let l = PortLayout::new(geometry(queues, cap)).expect("layout");
+            assert_eq!(l.queues.len(), usize::from(queues));
+            let mut end = 0;
+            for q in &l.queues {
+                assert_eq!(q.offset() % QUEUE_ALIGN, 0, "each queue starts a page");
+                assert!(q.offset() >= end, "queues do not overlap");
+                end = q.offset() + q.bytes();
+            }
+            assert!(end <= l.queue_total && l.queue_total % QUEUE_ALIGN == 0);
+            // The port file holds the rings only.
+            let last = l.errors.next_offset();
+            assert!(l.total >= last && l.total - last < 4096);
+        }
+    }
+
+    #[test]
+    fn header_round_trips_and_is_checked() {
+        let l = PortLayout::new(geometry(4, 128)).expect("layout");
+        let port = ShmRegion::create("hamlyn-test-port", l.total).expect("port");
+        assert!(l.write_header(&port));
+        assert_eq!(PortLayout::read_header(&port), Ok(l.clone()));
+        // A queue-file length that disagrees with the geometry is refused.
+        port.write(header::QUEUE_TOTAL, &1u64.to_le_bytes())
+            .expect("write");
+        assert!(PortLayout::read_header(&port).is_err());
+        assert!(l.write_header(&port));
+        port.write(header::VERSION, &1u32.to_le_bytes())
+            .expect("write");
+        assert!(PortLayout::read_header(&port).is_err(), "version 1 ports");
     }
 }

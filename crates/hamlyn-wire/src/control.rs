@@ -3,15 +3,16 @@
 //! One request or reply per SOCK_SEQPACKET message: a one-byte tag, then the fields in
 //! little-endian order ([`crate::codec`]). File descriptors travel beside the bytes with
 //! SCM_RIGHTS: [`Request::RegisterArea`] carries the area's memfd; the
-//! [`Reply::Attached`] reply carries the port memfd, the port's eventfd (readable when the
-//! port has work for the client) and the engine's doorbell eventfd (written by a client
-//! that finds the engine asleep). Decoding checks every length and never panics.
+//! [`Reply::Attached`] reply carries the port memfd, the port's queue memfd (its
+//! notification queues), the port's eventfd (readable when the port has work for the
+//! client) and the engine's doorbell eventfd (written by a client that finds the engine
+//! asleep). Decoding checks every length and never panics.
 
 use crate::codec::{Reader, Writer};
 use crate::error::WireError;
 
-/// Control protocol version.
-pub const CONTROL_VERSION: u16 = 1;
+/// Control protocol version (2: the port's queues in their own memfd; direct slots).
+pub const CONTROL_VERSION: u16 = 2;
 /// Largest control message in bytes (stats replies included).
 pub const MAX_CONTROL_MSG: usize = 64 * 1024;
 /// "No notification queue" in [`Request::CreateSlot`].
@@ -131,13 +132,20 @@ pub enum Request {
         /// The name.
         name: String,
     },
+    /// A round trip through this engine and `node`'s engine (`hamlyn ping`); answered
+    /// `Ok` when the echo returns.
+    Ping {
+        /// The node to reach.
+        node: u32,
+    },
 }
 
 /// The engine's answer to a [`Request`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Reply {
-    /// Attached; the port memfd, port eventfd and doorbell eventfd travel with this reply.
+    /// Attached; the port memfd, queue memfd, port eventfd and doorbell eventfd travel
+    /// with this reply, in that order.
     Attached {
         /// The client's id on this engine (owner of its slots).
         client: u32,
@@ -291,6 +299,9 @@ impl Request {
             Request::Lookup { ref name } => {
                 w.u8(12).bytes(name.as_bytes());
             }
+            Request::Ping { node } => {
+                w.u8(13).u32(node);
+            }
         }
         w.0
     }
@@ -348,6 +359,7 @@ impl Request {
             12 => Request::Lookup {
                 name: name(&mut r)?,
             },
+            13 => Request::Ping { node: r.u32()? },
             _ => {
                 return Err(WireError::InvalidField {
                     field: "request tag",
@@ -524,6 +536,7 @@ mod tests {
                 seed: "hmseed1-abc".into(),
             },
             Request::Lookup { name: "svc".into() },
+            Request::Ping { node: 3 },
         ]
     }
 

@@ -74,6 +74,8 @@ pub(crate) struct Shared {
     control: Mutex<Control>,
     /// The port.
     pub(crate) port: Arc<ShmRegion>,
+    /// The port's queue file: its notification queues.
+    pub(crate) queue_file: Arc<ShmRegion>,
     /// Where everything in the port is.
     pub(crate) layout: PortLayout,
     /// The port's eventfd: readable when an armed queue has work.
@@ -194,12 +196,14 @@ impl Node {
         else {
             return Err(control.violation("expected Attached"));
         };
-        let Ok::<[OwnedFd; 3], _>([port_fd, event_fd, doorbell_fd]) = fds.try_into() else {
-            return Err(control.violation("Attached must carry exactly 3 descriptors"));
+        let Ok::<[OwnedFd; 4], _>([port_fd, queue_fd, event_fd, doorbell_fd]) = fds.try_into()
+        else {
+            return Err(control.violation("Attached must carry exactly 4 descriptors"));
         };
         let port_len = usize::try_from(port_len).map_err(|_| control.violation("port length"))?;
         let port = Arc::new(ShmRegion::from_fd(port_fd, port_len)?);
         let layout = PortLayout::read_header(&*port)?;
+        let queue_file = Arc::new(ShmRegion::from_fd(queue_fd, layout.queue_total)?);
         let g = layout.geometry;
         if g.termini != options.termini || g.queues != options.queues {
             return Err(control.violation("port geometry differs from the one asked for"));
@@ -210,6 +214,7 @@ impl Node {
             control: Mutex::new(control),
             errors: Mutex::new(ErrorTable::new(errors, g.termini)),
             port,
+            queue_file,
             layout,
             port_event: EventFd::from_fd(event_fd),
             doorbell: EventFd::from_fd(doorbell_fd),

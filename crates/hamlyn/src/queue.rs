@@ -93,7 +93,7 @@ impl NotifyQueue {
             .queues
             .get(usize::from(index))
             .ok_or(Error::NoSuchQueue { index, count })?;
-        let consumer = notifq::Consumer::attach(shared.port.clone(), layout)?;
+        let consumer = notifq::Consumer::attach(shared.queue_file.clone(), layout)?;
         Ok(NotifyQueue {
             shared,
             index,
@@ -150,7 +150,8 @@ mod tests {
     use std::time::Instant;
 
     fn producer(fake: &crate::testing::FakeEngine, i: u16) -> notifq::Producer<Arc<ShmRegion>> {
-        notifq::Producer::attach(fake.port.clone(), fake.layout.queues[usize::from(i)]).unwrap()
+        notifq::Producer::attach(fake.queue_file.clone(), fake.layout.queues[usize::from(i)])
+            .unwrap()
     }
 
     fn entry(kind: u16, word: u64) -> NotifEntry {

@@ -30,6 +30,8 @@ pub(crate) const FAKE_RING_CAP: u32 = 64;
 pub(crate) struct FakeEngine {
     /// The port (engine's mapping).
     pub(crate) port: Arc<ShmRegion>,
+    /// The port's queue file (engine's mapping).
+    pub(crate) queue_file: Arc<ShmRegion>,
     /// Its layout.
     pub(crate) layout: PortLayout,
     /// Our copy of the doorbell eventfd.
@@ -46,6 +48,7 @@ pub(crate) struct FakeEngine {
 
 struct Attached {
     port: Arc<ShmRegion>,
+    queue_file: Arc<ShmRegion>,
     layout: PortLayout,
     doorbell: EventFd,
 }
@@ -68,6 +71,7 @@ pub(crate) fn fake_node(options: NodeOptions) -> (Node, FakeEngine) {
     let errors = spsc::Producer::attach(a.port.clone(), a.layout.errors).expect("error ring");
     let fake = FakeEngine {
         port: a.port,
+        queue_file: a.queue_file,
         layout: a.layout,
         doorbell: a.doorbell,
         log,
@@ -111,12 +115,21 @@ fn serve(
                 .expect("layout");
                 let port = Arc::new(ShmRegion::create("fake-port", layout.total).expect("port"));
                 assert!(layout.write_header(&*port));
+                let queue_file = Arc::new(
+                    ShmRegion::create("fake-queues", layout.queue_total).expect("queues"),
+                );
                 let event = EventFd::new().expect("eventfd");
                 let doorbell = EventFd::new().expect("eventfd");
-                fds_out = vec![dup(port.fd()), dup(event.as_fd()), dup(doorbell.as_fd())];
+                fds_out = vec![
+                    dup(port.fd()),
+                    dup(queue_file.fd()),
+                    dup(event.as_fd()),
+                    dup(doorbell.as_fd()),
+                ];
                 let port_len = layout.total as u64;
                 tx.send(Attached {
                     port,
+                    queue_file,
                     layout,
                     doorbell,
                 })

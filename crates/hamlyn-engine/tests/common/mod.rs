@@ -27,6 +27,7 @@ pub struct RawClient {
     pub client: u32,
     pub node: u32,
     pub port: Arc<ShmRegion>,
+    pub queue_file: Arc<ShmRegion>,
     pub layout: PortLayout,
     pub doorbell: EventFd,
     pub port_eventfd: EventFd,
@@ -75,11 +76,13 @@ impl RawClient {
         else {
             panic!("attach: {reply:?}")
         };
-        assert_eq!(fds.len(), 3);
+        assert_eq!(fds.len(), 4);
         let doorbell = EventFd::from_fd(fds.pop().unwrap());
         let port_eventfd = EventFd::from_fd(fds.pop().unwrap());
+        let queue_fd = fds.pop().unwrap();
         let port = Arc::new(ShmRegion::from_fd(fds.pop().unwrap(), port_len as usize).unwrap());
         let layout = PortLayout::read_header(&*port).unwrap();
+        let queue_file = Arc::new(ShmRegion::from_fd(queue_fd, layout.queue_total).unwrap());
         let termini = layout
             .termini
             .iter()
@@ -89,7 +92,7 @@ impl RawClient {
         let queues = layout
             .queues
             .iter()
-            .map(|l| notifq::Consumer::attach(port.clone(), *l).unwrap())
+            .map(|l| notifq::Consumer::attach(queue_file.clone(), *l).unwrap())
             .collect();
         let pushed = vec![0; layout.termini.len()];
         RawClient {
@@ -97,6 +100,7 @@ impl RawClient {
             client,
             node,
             port,
+            queue_file,
             layout,
             doorbell,
             port_eventfd,
