@@ -23,7 +23,8 @@ pub const MAX_ENTRIES: usize = 65_536;
 #[derive(Debug, Default)]
 pub struct Registry {
     entries: BTreeMap<String, String>,
-    pending: HashMap<u32, u32>,
+    /// Forwarded requests: sequence → (client, node asked).
+    pending: HashMap<u32, (u32, NodeId)>,
     next: u32,
 }
 
@@ -61,6 +62,7 @@ impl Registry {
                     format!("no seed published as {name:?}"),
                 ),
             },
+            Request::Ping { .. } => Reply::Ok,
             _ => error(ControlErrorCode::BadRequest, "not a registry request"),
         }
     }
@@ -82,10 +84,14 @@ impl EngineState {
         NodeId(self.cfg.registry.unwrap_or(self.iface.node().0))
     }
 
-    /// A client's publish or lookup: answered now (`Some`), or forwarded to the registry
-    /// node with the reply sent when its answer comes back (`None`).
+    /// A client's publish, lookup or ping: answered now (`Some`), or forwarded to the
+    /// node that answers it (the registry node; the pinged node) with the reply sent when
+    /// its answer comes back (`None`).
     pub(crate) fn registry_request(&mut self, cid: u32, req: Request) -> Option<Reply> {
-        let home = self.registry_home();
+        let home = match req {
+            Request::Ping { node } => NodeId(node),
+            _ => self.registry_home(),
+        };
         if home == self.iface.node() {
             return Some(self.registry.answer(&req));
         }
@@ -108,7 +114,7 @@ impl EngineState {
         h.payload_len = body.len() as u32;
         match remote.fabric.send(now, &h, &[], &[&body]) {
             Ok(()) => {
-                self.registry.pending.insert(seq, cid);
+                self.registry.pending.insert(seq, (cid, home));
                 None
             }
             Err(e) => Some(error(
@@ -123,6 +129,7 @@ impl EngineState {
     pub(crate) fn registry_packet(&mut self, h: &Header, body: &[u8]) {
         if h.word == 0 {
             let reply = match Request::decode(body) {
+                Ok(req @ Request::Ping { .. }) => self.registry.answer(&req),
                 Ok(req) if self.registry_home() == self.iface.node() => self.registry.answer(&req),
                 Ok(_) => error(
                     ControlErrorCode::NotFound,
@@ -147,7 +154,7 @@ impl EngineState {
             }
             return;
         }
-        let Some(cid) = self.registry.pending.remove(&h.request.seq) else {
+        let Some((cid, _)) = self.registry.pending.remove(&h.request.seq) else {
             return;
         };
         let reply = Reply::decode(body)
@@ -155,16 +162,22 @@ impl EngineState {
         self.reply_to(cid, &reply);
     }
 
-    /// The registry node is lost: every client waiting on it gets an error.
+    /// A node is lost: every client waiting on an answer from it gets an error.
     pub(crate) fn registry_peer_down(&mut self, node: NodeId) {
-        if node != self.registry_home() {
-            return;
-        }
-        let waiting: Vec<u32> = self.registry.pending.drain().map(|(_, cid)| cid).collect();
+        let mut waiting = Vec::new();
+        self.registry.pending.retain(|_, &mut (cid, from)| {
+            if from == node {
+                waiting.push(cid);
+            }
+            from != node
+        });
         for cid in waiting {
             self.reply_to(
                 cid,
-                &error(ControlErrorCode::NotFound, "the registry node went down"),
+                &error(
+                    ControlErrorCode::NotFound,
+                    format!("node {} went down", node.0),
+                ),
             );
         }
     }

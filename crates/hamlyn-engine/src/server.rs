@@ -318,7 +318,9 @@ impl Engine {
                 }
             };
             let (reply, fds) = match Request::decode(&self.buf[..received.len]) {
-                Ok(req @ (Request::Publish { .. } | Request::Lookup { .. })) => {
+                Ok(
+                    req @ (Request::Publish { .. } | Request::Lookup { .. } | Request::Ping { .. }),
+                ) => {
                     match self.state.registry_request(cid, req) {
                         Some(reply) => (reply, Vec::new()),
                         // Forwarded: the reply goes out when the registry node answers.

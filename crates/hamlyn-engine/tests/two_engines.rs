@@ -260,6 +260,17 @@ fn the_name_registry_answers_from_any_node() {
         code,
         hamlyn_wire::control::ControlErrorCode::InvalidArgument as u16
     );
+    // A ping is a round trip through both engines; an unknown node is an error.
+    assert_eq!(b.call(Request::Ping { node: 1 }), Reply::Ok);
+    assert_eq!(
+        a.call(Request::Ping { node: 1 }),
+        Reply::Ok,
+        "pinging yourself"
+    );
+    assert!(matches!(
+        a.call(Request::Ping { node: 9 }),
+        Reply::Error { .. }
+    ));
     let Reply::Stats { json } = a.call(Request::Stats) else {
         panic!()
     };
