@@ -538,7 +538,10 @@ mod tests {
         part.write(page - 3, b"end")?;
         let mut buf = [0u8; 5];
         whole.read(off, &mut buf)?;
-        assert_eq!(&buf, b"start", "byte 0 of the range is the file's byte `off`");
+        assert_eq!(
+            &buf, b"start",
+            "byte 0 of the range is the file's byte `off`"
+        );
         whole.read(off + page - 3, &mut buf[..3])?;
         assert_eq!(&buf[..3], b"end");
         // Bounds are the range's, not the mapped pages'.

@@ -115,9 +115,8 @@ fn serve(
                 .expect("layout");
                 let port = Arc::new(ShmRegion::create("fake-port", layout.total).expect("port"));
                 assert!(layout.write_header(&*port));
-                let queue_file = Arc::new(
-                    ShmRegion::create("fake-queues", layout.queue_total).expect("queues"),
-                );
+                let queue_file =
+                    Arc::new(ShmRegion::create("fake-queues", layout.queue_total).expect("queues"));
                 let event = EventFd::new().expect("eventfd");
                 let doorbell = EventFd::new().expect("eventfd");
                 fds_out = vec![
