@@ -136,6 +136,14 @@ impl PacketSink for Sink<'_> {
             self.counters.spoofed_packets += 1;
             return Landing::Discard;
         }
+        if h.dst != self.iface.node() {
+            // Writes get a WrongNode NACK from admit; anything else addressed elsewhere
+            // is dropped here and counted.
+            if !matches!(h.op, Op::Write | Op::ReadResp | Op::AtomicResp) {
+                self.counters.misaddressed_packets += 1;
+                return Landing::Discard;
+            }
+        }
         match h.op {
             Op::ReadReq | Op::AtomicReq
                 if (h.payload_len as usize) <= hamlyn_wire::request::MAX_INLINE =>

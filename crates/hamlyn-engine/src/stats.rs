@@ -55,6 +55,8 @@ pub struct EngineCounters {
     pub atomics: u64,
     /// Registry answers that could not be sent back.
     pub registry_undeliverable: u64,
+    /// Packets from the fabric addressed to another node.
+    pub misaddressed_packets: u64,
 }
 
 fn rejects_json(out: &mut String, r: &RejectCounts) {
@@ -92,10 +94,10 @@ impl EngineState {
         );
         let _ = write!(
             o,
-            "\"engine\":{{\"attaches\":{},\"clients_lost\":{},\"requests\":{},\"bad_requests\":{},\"completed\":{},\"error_completions\":{},\"packets\":{},\"bytes\":{},\"notifications\":{},\"queue_overflows\":{},\"orphan_notifications\":{},\"corrupt_rings\":{},\"bad_control\":{},\"sleeps\":{},\"remote_packets\":{},\"remote_bytes\":{},\"nacks_received\":{},\"nacks_sent\":{},\"nacks_undeliverable\":{},\"spoofed_packets\":{},\"peers_lost\":{},\"atomics\":{},\"registry_undeliverable\":{}}},",
+            "\"engine\":{{\"attaches\":{},\"clients_lost\":{},\"requests\":{},\"bad_requests\":{},\"completed\":{},\"error_completions\":{},\"packets\":{},\"bytes\":{},\"notifications\":{},\"queue_overflows\":{},\"orphan_notifications\":{},\"corrupt_rings\":{},\"bad_control\":{},\"sleeps\":{},\"remote_packets\":{},\"remote_bytes\":{},\"nacks_received\":{},\"nacks_sent\":{},\"nacks_undeliverable\":{},\"spoofed_packets\":{},\"peers_lost\":{},\"atomics\":{},\"registry_undeliverable\":{},\"misaddressed_packets\":{}}},",
             c.attaches, c.clients_lost, c.requests, c.bad_requests, c.completed, c.error_completions, c.packets, c.bytes,
             c.notifications, c.queue_overflows, c.orphan_notifications, c.corrupt_rings, c.bad_control, c.sleeps, c.remote_packets, c.remote_bytes, c.nacks_received, c.nacks_sent,
-            c.nacks_undeliverable, c.spoofed_packets, c.peers_lost, c.atomics, c.registry_undeliverable
+            c.nacks_undeliverable, c.spoofed_packets, c.peers_lost, c.atomics, c.registry_undeliverable, c.misaddressed_packets
         );
         let _ = write!(o, "\"interface\":{{\"packets\":{},\"bytes\":{},\"messages\":{},\"notifications\":{},\"rejects\":", t.packets, t.bytes, t.messages, t.notifications);
         rejects_json(&mut o, &t.rejects);

@@ -50,6 +50,9 @@ impl Fabric for ChannelFabric {
         meta: &[u8],
         payload: &[&[u8]],
     ) -> Result<(), FabricError> {
+        if h.dst != self.peer {
+            return Err(FabricError::NoRoute(h.dst));
+        }
         if *self.cut.lock().unwrap() {
             return Err(FabricError::PeerDown(self.peer));
         }
