@@ -388,7 +388,7 @@ fn model_parses(bytes: &[u8]) -> Option<Raw> {
     let r = Raw::read(head);
     let valid = r.magic == 0x4D48
         && r.version == 1
-        && (1..=8).contains(&r.op)
+        && Op::from_u8(r.op).is_some()
         && r.flags & !0x3F == 0
         && r.meta_len <= 60
         && (r.meta_len == 0 || r.has(Flags::FIRST))
