@@ -1,5 +1,5 @@
-//! Asking an engine for its counters over the control socket, without attaching
-//! (`Request::Stats` is answered on any connection).
+//! Talking to an engine over its control socket without attaching: counters, the name
+//! registry and pings are answered on any connection.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -41,46 +41,73 @@ pub enum ControlError {
         message: String,
     },
     /// The engine answered something else, or sent descriptors.
-    #[error("the engine answered with something other than its counters")]
+    #[error("the engine answered something unexpected")]
     Unexpected,
+}
+
+/// A control connection that never attaches: for stats, registry and ping requests.
+#[derive(Debug)]
+pub struct Control {
+    path: PathBuf,
+    sock: std::os::fd::OwnedFd,
+    buf: Vec<u8>,
+}
+
+impl Control {
+    /// Connects to the engine's control socket at `path`; replies are awaited at most
+    /// `timeout`.
+    pub fn connect(path: &Path, timeout: Duration) -> Result<Control, ControlError> {
+        let connect_err = |e: rustix::io::Errno| ControlError::Connect {
+            path: path.to_path_buf(),
+            source: e.into(),
+        };
+        let addr = SocketAddrUnix::new(path).map_err(connect_err)?;
+        let sock = rustix::net::socket_with(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(connect_err)?;
+        rustix::net::connect(&sock, &addr).map_err(connect_err)?;
+        rustix::net::sockopt::set_socket_timeout(
+            &sock,
+            rustix::net::sockopt::Timeout::Recv,
+            Some(timeout),
+        )
+        .map_err(connect_err)?;
+        Ok(Control {
+            path: path.to_path_buf(),
+            sock,
+            buf: vec![0u8; MAX_CONTROL_MSG],
+        })
+    }
+
+    /// Sends one request and returns the engine's reply (an error reply becomes
+    /// [`ControlError::Refused`]).
+    pub fn call(&mut self, req: &Request) -> Result<Reply, ControlError> {
+        let transfer = |source| ControlError::Transfer {
+            path: self.path.clone(),
+            source,
+        };
+        send_with_fds(&self.sock, &req.encode(), &[]).map_err(transfer)?;
+        let got = recv_with_fds(&self.sock, &mut self.buf).map_err(transfer)?;
+        if !got.fds.is_empty() {
+            return Err(ControlError::Unexpected);
+        }
+        let bytes = self.buf.get(..got.len).ok_or(ControlError::Unexpected)?;
+        match Reply::decode(bytes)? {
+            Reply::Error { code, message } => Err(ControlError::Refused { code, message }),
+            other => Ok(other),
+        }
+    }
 }
 
 /// The engine's counters as JSON text, fetched from the control socket at `path`. Waits
 /// at most `timeout` for the reply.
 pub fn fetch_stats(path: &Path, timeout: Duration) -> Result<String, ControlError> {
-    let connect_err = |e: rustix::io::Errno| ControlError::Connect {
-        path: path.to_path_buf(),
-        source: e.into(),
-    };
-    let addr = SocketAddrUnix::new(path).map_err(connect_err)?;
-    let sock = rustix::net::socket_with(
-        AddressFamily::UNIX,
-        SocketType::SEQPACKET,
-        SocketFlags::CLOEXEC,
-        None,
-    )
-    .map_err(connect_err)?;
-    rustix::net::connect(&sock, &addr).map_err(connect_err)?;
-    rustix::net::sockopt::set_socket_timeout(
-        &sock,
-        rustix::net::sockopt::Timeout::Recv,
-        Some(timeout),
-    )
-    .map_err(connect_err)?;
-    let transfer = |source| ControlError::Transfer {
-        path: path.to_path_buf(),
-        source,
-    };
-    send_with_fds(&sock, &Request::Stats.encode(), &[]).map_err(transfer)?;
-    let mut buf = vec![0u8; MAX_CONTROL_MSG];
-    let got = recv_with_fds(&sock, &mut buf).map_err(transfer)?;
-    if !got.fds.is_empty() {
-        return Err(ControlError::Unexpected);
-    }
-    let bytes = buf.get(..got.len).ok_or(ControlError::Unexpected)?;
-    match Reply::decode(bytes)? {
+    match Control::connect(path, timeout)?.call(&Request::Stats)? {
         Reply::Stats { json } => Ok(json),
-        Reply::Error { code, message } => Err(ControlError::Refused { code, message }),
         _ => Err(ControlError::Unexpected),
     }
 }

@@ -38,8 +38,12 @@ enum Command {
     /// Run the node daemon: an engine that local processes attach to through its control
     /// socket. Stops cleanly on SIGINT or SIGTERM.
     Node(cmd::node::NodeArgs),
-    /// Show a running engine's counters: ports, slots, totals and rejects by reason.
+    /// Show a running engine's counters: ports, slots, peers, totals and rejects by reason.
     Stat(cmd::stat::StatArgs),
+    /// Round trips through this node's engine and another node's engine.
+    Ping(cmd::ping::PingArgs),
+    /// Seeds as text: show one, publish one by name in the cluster registry, look one up.
+    Seed(cmd::seed::SeedArgs),
     /// Measure one-way latency, bandwidth and message rate through the engine between two
     /// processes, next to the shared-memory floor measured in the same run.
     Bench(bench::BenchArgs),
@@ -67,6 +71,8 @@ fn main() -> ExitCode {
     let result: Result<(), Box<dyn std::error::Error>> = match cli.command {
         Command::Node(args) => cmd::node::run(args),
         Command::Stat(args) => cmd::stat::run(args).map_err(Into::into),
+        Command::Ping(args) => cmd::ping::run(args).map_err(Into::into),
+        Command::Seed(args) => cmd::seed::run(args).map_err(Into::into),
         Command::Bench(args) => bench::run(args).map_err(Into::into),
         Command::BenchPeer(args) => bench::peer::run(args).map_err(Into::into),
     };

@@ -149,6 +149,7 @@ impl Engine {
     /// Runs until the stop flag is set.
     pub fn run(&mut self) -> Result<(), EngineError> {
         let mut idle: u32 = 0;
+        let mut idle_since = std::time::Instant::now();
         let mut turns: u32 = 0;
         // Acquire: pairs with the Release store of the stop flag in `EngineHandle::drop`
         // (or the daemon's signal handler).
@@ -165,8 +166,13 @@ impl Engine {
                 }
                 continue;
             }
+            if idle == 0 {
+                idle_since = std::time::Instant::now();
+            }
             idle = idle.saturating_add(1);
-            if self.state.cfg.busy_poll || idle < self.state.cfg.spin_turns {
+            let spinning =
+                idle < self.state.cfg.spin_turns && idle_since.elapsed() < self.state.cfg.spin;
+            if self.state.cfg.busy_poll || spinning {
                 if idle % IO_EVERY == 0 {
                     self.poll_io(Some(Duration::ZERO))?;
                 }

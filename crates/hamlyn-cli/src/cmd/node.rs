@@ -5,7 +5,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use clap::Args;
+use std::net::SocketAddr;
+use std::time::Duration;
+
 use hamlyn_engine::EngineConfig;
+use hamlyn_fabric::tcp::{TcpConfig, TcpFabric};
+use hamlyn_wire::NodeId;
 
 use crate::socket::{DEFAULT_SOCKET, SOCKET_ENV};
 
@@ -18,6 +23,9 @@ pub struct EngineArgs {
     /// Idle turns the engine spins through before it sleeps (default: the engine's).
     #[arg(long, value_name = "TURNS")]
     pub spin_turns: Option<u32>,
+    /// Longest idle spin before the engine sleeps, in microseconds (default: the engine's).
+    #[arg(long, value_name = "US")]
+    pub spin_us: Option<u64>,
     /// Payload bytes per packet for intra-node delivery (default: the engine's).
     #[arg(long, value_name = "BYTES")]
     pub intra_mtu: Option<u64>,
@@ -30,6 +38,9 @@ impl EngineArgs {
         if let Some(t) = self.spin_turns {
             base.spin_turns = t;
         }
+        if let Some(us) = self.spin_us {
+            base.spin = Duration::from_micros(us);
+        }
         if let Some(m) = self.intra_mtu {
             base.intra_mtu = m;
         }
@@ -37,8 +48,7 @@ impl EngineArgs {
     }
 }
 
-/// `hamlyn node` arguments. Fabric options (TCP listen address, peers, rails) will sit
-/// beside these as their own flattened group.
+/// `hamlyn node` arguments.
 #[derive(Debug, Args)]
 pub struct NodeArgs {
     /// The control socket to bind (a stale one left by a dead daemon is replaced).
@@ -50,6 +60,99 @@ pub struct NodeArgs {
     /// Engine settings.
     #[command(flatten)]
     pub engine: EngineArgs,
+    /// Cluster settings: the TCP fabric to other nodes' engines.
+    #[command(flatten)]
+    pub fabric: FabricArgs,
+}
+
+/// Another node: its id and its engine's TCP address, written `ID@ADDR`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerSpec {
+    /// The node id.
+    pub node: u32,
+    /// Where its engine listens.
+    pub addr: SocketAddr,
+}
+
+impl std::str::FromStr for PeerSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<PeerSpec, String> {
+        let (id, addr) = s
+            .split_once('@')
+            .or_else(|| s.split_once(char::is_whitespace))
+            .ok_or_else(|| format!("{s:?}: expected ID@ADDR, e.g. 2@10.0.0.2:7000"))?;
+        let node = id
+            .trim()
+            .parse()
+            .map_err(|_| format!("{s:?}: {id:?} is not a node id"))?;
+        let addr = addr
+            .trim()
+            .parse()
+            .map_err(|e| format!("{s:?}: {addr:?} is not an address: {e}"))?;
+        Ok(PeerSpec { node, addr })
+    }
+}
+
+/// The TCP fabric between engines (DESIGN §2 "Fabrics").
+#[derive(Clone, Debug, Default, Args)]
+pub struct FabricArgs {
+    /// Listen for other nodes' engines on this TCP address; enables the TCP fabric.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// Another node, as ID@ADDR (repeat for each).
+    #[arg(long = "peer", value_name = "ID@ADDR")]
+    pub peers: Vec<PeerSpec>,
+    /// A file of peers: one `ID@ADDR` or `ID ADDR` per line, `#` starts a comment.
+    #[arg(long, value_name = "PATH")]
+    pub peers_file: Option<PathBuf>,
+    /// TCP connections per peer; packets are striped across them.
+    #[arg(long, value_name = "K", default_value_t = 2)]
+    pub rails: usize,
+    /// The node holding the cluster's name registry (default: this node).
+    #[arg(long, value_name = "N")]
+    pub registry: Option<u32>,
+    /// Heartbeat period on idle connections, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 500)]
+    pub heartbeat_ms: u64,
+    /// Silence after which a peer is declared down, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 3000)]
+    pub peer_timeout_ms: u64,
+    /// This run's incarnation (default: from the clock, so every restart is newer).
+    #[arg(long, value_name = "N")]
+    pub incarnation: Option<u32>,
+}
+
+impl FabricArgs {
+    /// Every peer, from the flags and the peers file.
+    pub fn all_peers(&self) -> Result<Vec<PeerSpec>, String> {
+        let mut peers = self.peers.clone();
+        if let Some(path) = &self.peers_file {
+            let text =
+                std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            for (n, line) in text.lines().enumerate() {
+                let line = line.split('#').next().unwrap_or("").trim();
+                if line.is_empty() {
+                    continue;
+                }
+                peers.push(
+                    line.parse()
+                        .map_err(|e| format!("{}:{}: {e}", path.display(), n + 1))?,
+                );
+            }
+        }
+        Ok(peers)
+    }
+}
+
+/// An incarnation from the clock: tenths of a second since 2026-01-01, so a restart,
+/// even a quick one, is a newer incarnation than the run before it.
+pub fn clock_incarnation() -> u32 {
+    const EPOCH_2026: u64 = 1_767_225_600;
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let tenths = t.as_secs().saturating_sub(EPOCH_2026) * 10 + u64::from(t.subsec_millis() / 100);
+    (tenths as u32).max(1)
 }
 
 impl NodeArgs {
@@ -57,7 +160,34 @@ impl NodeArgs {
     pub fn config(&self) -> EngineConfig {
         let mut cfg = self.engine.apply(EngineConfig::daemon(&self.socket));
         cfg.node = self.node_id;
+        cfg.registry = self.fabric.registry;
+        cfg.incarnation = self.fabric.incarnation.unwrap_or_else(clock_incarnation);
         cfg
+    }
+
+    /// The TCP fabric these arguments ask for, if `--listen` was given.
+    pub fn tcp(&self, incarnation: u32) -> Result<Option<TcpFabric>, String> {
+        let Some(listen) = self.fabric.listen else {
+            if !self.fabric.peers.is_empty() || self.fabric.peers_file.is_some() {
+                return Err("--peer and --peers-file need --listen".into());
+            }
+            return Ok(None);
+        };
+        let mut c = TcpConfig::new(NodeId(self.node_id), listen);
+        c.incarnation = incarnation;
+        c.rails = self.fabric.rails;
+        c.busy_poll = self.engine.busy_poll;
+        c.heartbeat_interval = Duration::from_millis(self.fabric.heartbeat_ms);
+        c.peer_timeout = Duration::from_millis(self.fabric.peer_timeout_ms);
+        for p in self.fabric.all_peers()? {
+            if p.node == self.node_id {
+                continue;
+            }
+            c.peers.push((NodeId(p.node), p.addr));
+        }
+        TcpFabric::new(c)
+            .map(Some)
+            .map_err(|e| format!("TCP fabric on {listen}: {e}"))
     }
 }
 
@@ -78,8 +208,64 @@ pub fn run(args: NodeArgs) -> Result<(), Box<dyn std::error::Error>> {
         busy_poll = cfg.busy_poll,
         "hamlyn node starting"
     );
-    hamlyn_engine::run_daemon(cfg, stop)
-        .map_err(|e| format!("engine on {}: {e}", args.socket.display()))?;
+    let fabric = args.tcp(cfg.incarnation)?;
+    if let Some(f) = &fabric {
+        tracing::info!(listen = %f.local_addr(), rails = args.fabric.rails, peers = f.config().peers.len(), incarnation = cfg.incarnation, "TCP fabric ready");
+    }
+    match fabric {
+        Some(f) => hamlyn_engine::run_daemon_with_fabric(cfg, stop, Box::new(f)),
+        None => hamlyn_engine::run_daemon(cfg, stop),
+    }
+    .map_err(|e| format!("engine on {}: {e}", args.socket.display()))?;
     tracing::info!("hamlyn node stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peer_specs_parse_and_refuse_clearly() {
+        let p: PeerSpec = "2@10.0.0.2:7000".parse().unwrap();
+        assert_eq!((p.node, p.addr.port()), (2, 7000));
+        let p: PeerSpec = "3 127.0.0.1:9".parse().unwrap();
+        assert_eq!(p.node, 3);
+        assert!("x@10.0.0.2:7000"
+            .parse::<PeerSpec>()
+            .unwrap_err()
+            .contains("not a node id"));
+        assert!("2@nowhere"
+            .parse::<PeerSpec>()
+            .unwrap_err()
+            .contains("not an address"));
+        assert!("2"
+            .parse::<PeerSpec>()
+            .unwrap_err()
+            .contains("expected ID@ADDR"));
+    }
+
+    #[test]
+    fn peers_file_lines_and_comments() {
+        let dir = std::env::temp_dir().join(format!("hamlyn-peers-{}", std::process::id()));
+        std::fs::write(
+            &dir,
+            "# cluster\n1@127.0.0.1:7001\n\n2 127.0.0.1:7002  # two\n",
+        )
+        .unwrap();
+        let args = FabricArgs {
+            peers_file: Some(dir.clone()),
+            ..FabricArgs::default()
+        };
+        let peers = args.all_peers().unwrap();
+        let _ = std::fs::remove_file(&dir);
+        assert_eq!(peers.iter().map(|p| p.node).collect::<Vec<_>>(), vec![1, 2]);
+    }
+
+    #[test]
+    fn clock_incarnations_grow() {
+        let a = clock_incarnation();
+        std::thread::sleep(Duration::from_millis(120));
+        assert!(clock_incarnation() > a);
+    }
 }
