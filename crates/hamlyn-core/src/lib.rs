@@ -18,8 +18,11 @@ pub mod segment;
 pub mod slot;
 pub mod time;
 
-pub use memory::{AreaId, Areas, Memory, OutOfRange, VecAreas};
-pub use receive::{Access, Interface, InterfaceStats, Notification, Placement, QueueId};
+pub use memory::{AreaId, Areas, EntryMemory, Memory, OutOfRange, VecAreas};
+pub use receive::{
+    count_packet, notification_entry, Access, Interface, InterfaceStats, Notification, Placement,
+    QueueId,
+};
 pub use reject::{Reject, RejectCounts, RejectReason};
 pub use segment::{Segment, SegmentError, Segmenter, SendSpec};
 pub use slot::{MetaRange, OwnerId, Slot, SlotConfig, SlotError, SlotMode, SlotPerms, SlotTable};

@@ -46,6 +46,35 @@ pub trait Memory {
     fn fetch_add_u64(&mut self, offset: u64, v: u64) -> Result<u64, OutOfRange>;
 }
 
+/// What committing a packet does to its metadata entry: copy bytes in and out and add to
+/// the 32-bit accumulator ([`crate::receive::count_packet`]).
+///
+/// Every [`Memory`] is one. A direct sender, which maps only the few pages of entries its
+/// ticket names, implements this alone, so that the engine and direct senders run the
+/// same commit code over their own mappings.
+pub trait EntryMemory {
+    /// Copies `dst.len()` bytes starting at `offset` into `dst`.
+    fn read_at(&self, offset: u64, dst: &mut [u8]) -> Result<(), OutOfRange>;
+    /// Copies `src` into the memory starting at `offset`.
+    fn write_at(&mut self, offset: u64, src: &[u8]) -> Result<(), OutOfRange>;
+    /// Adds `v` (wrapping) to the 4-byte-aligned u32 at `offset`, atomically with respect
+    /// to every other user of the memory (other processes included); returns the new
+    /// value.
+    fn add_u32_at(&mut self, offset: u64, v: u32) -> Result<u32, OutOfRange>;
+}
+
+impl<M: Memory + ?Sized> EntryMemory for M {
+    fn read_at(&self, offset: u64, dst: &mut [u8]) -> Result<(), OutOfRange> {
+        self.read(offset, dst)
+    }
+    fn write_at(&mut self, offset: u64, src: &[u8]) -> Result<(), OutOfRange> {
+        self.write(offset, src)
+    }
+    fn add_u32_at(&mut self, offset: u64, v: u32) -> Result<u32, OutOfRange> {
+        self.fetch_add_u32(offset, v)
+    }
+}
+
 /// Finds an area's memory by id.
 pub trait Areas {
     /// The memory type of this node's areas.

@@ -10,7 +10,7 @@
 use hamlyn_wire::entry::{meta_off, MetaEntry, NotifEntry, NotifKind};
 use hamlyn_wire::{Flags, Header, NodeId, Op, SlotId};
 
-use crate::memory::{AreaId, Areas, Memory};
+use crate::memory::{AreaId, Areas, EntryMemory, Memory};
 use crate::nack::nack_for;
 use crate::reject::{Reject, RejectCounts, RejectReason};
 use crate::slot::{Slot, SlotMode, SlotTable};
@@ -220,6 +220,40 @@ impl Interface {
             Err((slot, reason)) => Err(self.reject(h, slot, reason)),
         }
     }
+
+    /// Checks a request to map slot `slot` for direct deposits by a holder of `key`
+    /// (DESIGN §2, "Direct slots"), made by a client of this node's engine for a ticket
+    /// naming node `dst`. In the order of [`Interface::admit`], so that a client without
+    /// the key learns nothing about the slot: addressed to this node (`WrongNode`), slot
+    /// exists (`UnknownSlot`), not revoked (`Revoked`), the slot key (`BadKey`), then the
+    /// slot allows direct access (`BadMode`), permits writes (`NotPermitted`) and is not
+    /// write-inhibited (`Inhibited`). On success, the slot.
+    ///
+    /// Nothing is counted: this is a control request, not a packet. The check holds only
+    /// when it is made; a mapping given after it keeps working through later revocations
+    /// and rekeys, which is what a direct slot gives up.
+    pub fn check_direct(&self, dst: NodeId, slot: SlotId, key: u64) -> Result<&Slot, RejectReason> {
+        if dst != self.node {
+            return Err(RejectReason::WrongNode);
+        }
+        let s = self.slots.get(slot).ok_or(RejectReason::UnknownSlot)?;
+        if s.revoked {
+            return Err(RejectReason::Revoked);
+        }
+        if key != s.key {
+            return Err(RejectReason::BadKey);
+        }
+        if !s.direct || s.config.mode.is_paranoid() {
+            return Err(RejectReason::BadMode);
+        }
+        if !s.config.perms.write {
+            return Err(RejectReason::NotPermitted);
+        }
+        if s.inhibited {
+            return Err(RejectReason::Inhibited);
+        }
+        Ok(s)
+    }
 }
 
 fn check_access<A: Areas>(
@@ -404,83 +438,113 @@ fn count<A: Areas>(
     meta: &[u8],
     areas: &mut A,
 ) -> Result<(bool, Option<Notification>), RejectReason> {
-    let gone = |_| RejectReason::AreaGone;
-    let kind = if slot.config.mode == SlotMode::Fast {
-        NotifKind::Fast
+    let mode = slot.config.mode;
+    let kind = if mode == SlotMode::Fast {
+        count_packet::<Vec<u8>>(mode, None, h, meta)?
     } else {
         let range = slot.config.meta.ok_or(RejectReason::BadMetaIndex)?;
         let off = range
             .entry_offset(h.meta_index)
             .ok_or(RejectReason::BadMetaIndex)?;
         let mem = areas.area(range.area).ok_or(RejectReason::AreaGone)?;
-        if h.flags.contains(Flags::FIRST) {
-            // The whole 60 bytes, zero-padded: a shorter metadata leaves no stale tail.
-            // In a group every member's first packet writes here; the last one wins.
-            let n = meta.len().min(hamlyn_wire::MAX_META_LEN);
-            let mut user = [0u8; hamlyn_wire::MAX_META_LEN];
-            user[..n].copy_from_slice(&meta[..n]);
-            mem.write(off + meta_off::USER as u64, &user)
-                .map_err(gone)?;
-            mem.write(off + meta_off::META_LEN as u64, &(n as u16).to_le_bytes())
-                .map_err(gone)?;
-            mem.write(off + meta_off::SRC_NODE as u64, &h.src.0.to_le_bytes())
-                .map_err(gone)?;
-        }
-        let acc_off = off + meta_off::ACCUMULATOR as u64;
-        // NOTIFY_NOW skips the atomic add, but only on an idle entry: mid-group (a
-        // non-zero accumulator) it counts like any packet, adding its delta of 0.
-        let complete = if h.flags.contains(Flags::NOTIFY_NOW)
-            && mem.fetch_add_u32(acc_off, 0).map_err(gone)? == 0
-        {
-            true
-        } else if h.flags.contains(Flags::NOTIFY_NOW) {
-            false
-        } else {
-            mem.fetch_add_u32(acc_off, h.delta).map_err(gone)? == 0
-        };
-        slot.packets += 1;
-        slot.bytes += u64::from(h.payload_len);
-        if !complete {
-            return Ok((false, None));
-        }
-        mem.fetch_add_u32(off + meta_off::COMPLETED as u64, 1)
-            .map_err(gone)?;
-        if slot.config.mode == SlotMode::ParanoidOneShot {
-            let mut state = [0u8; 2];
-            mem.read(off + meta_off::STATE as u64, &mut state)
-                .map_err(gone)?;
-            let disarmed = u16::from_le_bytes(state) & !MetaEntry::ARMED;
-            mem.write(off + meta_off::STATE as u64, &disarmed.to_le_bytes())
-                .map_err(gone)?;
-        }
-        match h.op {
-            Op::ReadResp => NotifKind::ReadDone,
-            Op::AtomicResp => NotifKind::AtomicDone,
-            _ => NotifKind::Message,
-        }
+        count_packet(mode, Some((mem, off)), h, meta)?
     };
-    if kind == NotifKind::Fast {
-        slot.packets += 1;
-        slot.bytes += u64::from(h.payload_len);
-    }
+    slot.packets += 1;
+    slot.bytes += u64::from(h.payload_len);
+    let Some(kind) = kind else {
+        return Ok((false, None));
+    };
     slot.messages += 1;
     let notif = match slot.config.queue {
-        Some(queue) if h.flags.contains(Flags::NOTIFY) => {
-            let mut entry = NotifEntry::zeroed();
-            entry.kind.set(kind as u16);
-            entry.flags.set(h.flags.0);
-            entry.slot.set(h.slot.0);
-            entry.meta_index.set(h.meta_index);
-            entry.word.set(h.word);
-            entry.src_node.set(h.src.0);
-            entry.len.set(h.payload_len);
-            Some(Notification {
-                queue,
-                entry,
-                wake: h.flags.contains(Flags::WAKE),
-            })
-        }
+        Some(queue) if h.flags.contains(Flags::NOTIFY) => Some(Notification {
+            queue,
+            entry: notification_entry(kind, h),
+            wake: h.flags.contains(Flags::WAKE),
+        }),
         _ => None,
     };
     Ok((true, notif))
+}
+
+/// What one admitted packet does to its message's metadata entry: the part of a commit
+/// that touches shared memory, run by the engine ([`Interface::commit`]) and, for direct
+/// slots, by the sender's library in the sender's process (DESIGN §2, "Direct slots"), so
+/// that packet counting and metadata behave the same on both.
+///
+/// `entry` is the memory holding the message's entry and the entry's byte offset in it;
+/// fast slots have none. On the first packet the whole 60 bytes of user metadata are
+/// written (zero-padded, so a shorter metadata leaves no stale tail), with its length and
+/// the source node; in a group every member's first packet writes there and the last one
+/// wins. Then the packet's delta is added to the 32-bit accumulator with
+/// [`EntryMemory::add_u32_at`] (an atomic shared with every other depositor: the engine
+/// and direct senders, in any process). NOTIFY_NOW skips the add, but only on an idle
+/// entry: mid-group (a non-zero accumulator) it counts like any packet, adding its delta
+/// of 0.
+///
+/// When the message is complete (the accumulator returned to 0, or NOTIFY_NOW on an idle
+/// entry; a fast message at once), the entry's completed count is bumped, a one-shot
+/// entry is disarmed, and the kind of notification it earns is returned; `None` while
+/// packets are still missing. Whether a notification is posted, and where, is the
+/// caller's business ([`notification_entry`] builds it).
+pub fn count_packet<M: EntryMemory + ?Sized>(
+    mode: SlotMode,
+    entry: Option<(&mut M, u64)>,
+    h: &Header,
+    meta: &[u8],
+) -> Result<Option<NotifKind>, RejectReason> {
+    if mode == SlotMode::Fast {
+        return Ok(Some(NotifKind::Fast));
+    }
+    let gone = |_| RejectReason::AreaGone;
+    let (mem, off) = entry.ok_or(RejectReason::BadMetaIndex)?;
+    if h.flags.contains(Flags::FIRST) {
+        let n = meta.len().min(hamlyn_wire::MAX_META_LEN);
+        let mut user = [0u8; hamlyn_wire::MAX_META_LEN];
+        user[..n].copy_from_slice(&meta[..n]);
+        mem.write_at(off + meta_off::USER as u64, &user)
+            .map_err(gone)?;
+        mem.write_at(off + meta_off::META_LEN as u64, &(n as u16).to_le_bytes())
+            .map_err(gone)?;
+        mem.write_at(off + meta_off::SRC_NODE as u64, &h.src.0.to_le_bytes())
+            .map_err(gone)?;
+    }
+    let acc_off = off + meta_off::ACCUMULATOR as u64;
+    let complete = if h.flags.contains(Flags::NOTIFY_NOW) {
+        mem.add_u32_at(acc_off, 0).map_err(gone)? == 0
+    } else {
+        mem.add_u32_at(acc_off, h.delta).map_err(gone)? == 0
+    };
+    if !complete {
+        return Ok(None);
+    }
+    mem.add_u32_at(off + meta_off::COMPLETED as u64, 1)
+        .map_err(gone)?;
+    if mode == SlotMode::ParanoidOneShot {
+        let mut state = [0u8; 2];
+        mem.read_at(off + meta_off::STATE as u64, &mut state)
+            .map_err(gone)?;
+        let disarmed = u16::from_le_bytes(state) & !MetaEntry::ARMED;
+        mem.write_at(off + meta_off::STATE as u64, &disarmed.to_le_bytes())
+            .map_err(gone)?;
+    }
+    Ok(Some(match h.op {
+        Op::ReadResp => NotifKind::ReadDone,
+        Op::AtomicResp => NotifKind::AtomicDone,
+        _ => NotifKind::Message,
+    }))
+}
+
+/// The notification entry a completed message earns (its `seq` left 0 for the queue to
+/// fill): the kind [`count_packet`] returned, and the completing packet's flags, slot,
+/// metadata index, word (tag or fast-mode metadata), source node and payload length.
+pub fn notification_entry(kind: NotifKind, h: &Header) -> NotifEntry {
+    let mut entry = NotifEntry::zeroed();
+    entry.kind.set(kind as u16);
+    entry.flags.set(h.flags.0);
+    entry.slot.set(h.slot.0);
+    entry.meta_index.set(h.meta_index);
+    entry.word.set(h.word);
+    entry.src_node.set(h.src.0);
+    entry.len.set(h.payload_len);
+    entry
 }

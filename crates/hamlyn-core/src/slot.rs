@@ -121,6 +121,10 @@ pub struct Slot {
     pub bytes: u64,
     /// Messages completed.
     pub messages: u64,
+    /// Danger: holders of the key on this node may map the slot and deposit, count and
+    /// notify without the engine ([`SlotTable::create_direct`]). Their deposits bypass
+    /// every check and counter here.
+    pub direct: bool,
 }
 
 /// Why a slot-table operation failed.
@@ -142,6 +146,10 @@ pub enum SlotError {
     /// The table is full (2^32 − 1 slots).
     #[error("slot table full")]
     TableFull,
+    /// Paranoid slots cannot be direct: their protection is a key and range per entry,
+    /// checked on every packet, and a direct sender's deposits are never checked.
+    #[error("paranoid slots cannot allow direct access")]
+    DirectParanoid,
 }
 
 /// All slots of one node.
@@ -175,6 +183,7 @@ impl SlotTable {
             packets: 0,
             bytes: 0,
             messages: 0,
+            direct: false,
         };
         let index = match self.free.pop() {
             Some(i) => {
@@ -192,6 +201,21 @@ impl SlotTable {
         };
         self.live += 1;
         Ok(SlotId(index))
+    }
+
+    /// Creates a *direct* slot with `key`: a holder of the key on this node may be given
+    /// mappings of the slot's memory and notification queue and deposit, count and notify
+    /// by itself (DESIGN §2, "Direct slots"; [`crate::Interface::check_direct`] is the
+    /// check made before). Normal and fast modes only ([`SlotError::DirectParanoid`]).
+    pub fn create_direct(&mut self, config: SlotConfig, key: u64) -> Result<SlotId, SlotError> {
+        if config.mode.is_paranoid() {
+            return Err(SlotError::DirectParanoid);
+        }
+        let id = self.create(config, key)?;
+        if let Some(s) = self.get_mut(id) {
+            s.direct = true;
+        }
+        Ok(id)
     }
 
     /// The slot, if it exists. O(1).
