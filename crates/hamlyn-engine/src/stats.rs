@@ -118,7 +118,13 @@ impl EngineState {
                 client.id, client.pid, port.termini.len(), port.queues.len()
             );
         }
-        o.push_str("],\"peers\":[");
+        if let Some(f) = self.remote.as_ref().and_then(|r| r.fabric.stats_json()) {
+            o.push_str("],\"fabric\":");
+            o.push_str(&f);
+            o.push_str(",\"peers\":[");
+        } else {
+            o.push_str("],\"peers\":[");
+        }
         if let Some(remote) = &self.remote {
             let mut peers: Vec<_> = remote.peers.iter().collect();
             peers.sort_by_key(|(n, _)| **n);

@@ -148,6 +148,15 @@ fn tcp_between_engines_carries_writes_reads_atomics_and_refusals() {
     };
     assert_eq!(reason, Some(RejectReason::BadKey));
 
+    // The fabric's own counters are in the engine's stats.
+    let Reply::Stats { json } = a.call(Request::Stats) else {
+        panic!()
+    };
+    assert!(
+        json.contains("\"fabric\":{\"kind\":\"tcp\",\"rails\":3"),
+        "{json}"
+    );
+
     // Engine 1 goes away: node 0 sees the peer down and sends to it fail.
     drop(b);
     eb.stop().unwrap();

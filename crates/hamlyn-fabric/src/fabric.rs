@@ -175,6 +175,11 @@ pub trait Fabric {
     fn next_timer(&self) -> Option<Instant> {
         None
     }
+
+    /// The fabric's own counters as a JSON object (for `hamlyn stat`), if it keeps any.
+    fn stats_json(&self) -> Option<String> {
+        None
+    }
 }
 
 impl<F: Fabric + ?Sized> Fabric for &mut F {
@@ -203,6 +208,9 @@ impl<F: Fabric + ?Sized> Fabric for &mut F {
     }
     fn next_timer(&self) -> Option<Instant> {
         (**self).next_timer()
+    }
+    fn stats_json(&self) -> Option<String> {
+        (**self).stats_json()
     }
 }
 

@@ -1271,6 +1271,39 @@ impl Fabric for TcpFabric {
         Some(self.next_tick)
     }
 
+    fn stats_json(&self) -> Option<String> {
+        let st = self.stats();
+        let mut closes = String::new();
+        for (i, (reason, n)) in st.closes.iter().enumerate() {
+            if i > 0 {
+                closes.push(',');
+            }
+            closes.push_str(&format!("\"{reason}\":{n}"));
+        }
+        let mut peers = String::new();
+        for (i, (node, state)) in self.peers().enumerate() {
+            if i > 0 {
+                peers.push(',');
+            }
+            let p = self.peer_stats(node);
+            peers.push_str(&format!(
+                "{{\"node\":{},\"state\":\"{state:?}\",\"bytes_sent\":{},\"bytes_received\":{},\"reconnects\":{}}}",
+                node.0,
+                p.map_or(0, |p| p.bytes_sent),
+                p.map_or(0, |p| p.bytes_received),
+                p.map_or(0, |p| p.reconnects()),
+            ));
+        }
+        Some(format!(
+            "{{\"kind\":\"tcp\",\"rails\":{},\"accepted\":{},\"dialed\":{},\"frame_errors\":{},\"violations\":{},\"closes\":{{{closes}}},\"peers\":[{peers}]}}",
+            self.config.rails,
+            st.accepted,
+            st.dialed,
+            st.closes.frame_errors(),
+            st.closes.violations()
+        ))
+    }
+
     fn send(
         &mut self,
         now: Instant,
