@@ -6,7 +6,8 @@
 //! [`Reply::Attached`] reply carries the port memfd, the port's queue memfd (its
 //! notification queues), the port's eventfd (readable when the port has work for the
 //! client) and the engine's doorbell eventfd (written by a client that finds the engine
-//! asleep). Decoding checks every length and never panics.
+//! asleep). [`Reply::Direct`] carries the descriptors a direct sender maps (see there).
+//! Decoding checks every length and never panics.
 
 use crate::codec::{Reader, Writer};
 use crate::error::WireError;
@@ -38,6 +39,10 @@ pub mod perm {
     pub const READ: u8 = 2;
     /// Remote atomics.
     pub const ATOMIC: u8 = 4;
+    /// Danger: holders of the slot's key on this node may map the slot and its
+    /// notification queue and deposit without the engine ([`super::Request::OpenDirect`];
+    /// DESIGN §2, "Direct slots"). Not for paranoid modes.
+    pub const DANGER_DIRECT: u8 = 8;
 }
 
 /// A client's request to its engine.
@@ -138,6 +143,20 @@ pub enum Request {
         /// The node to reach.
         node: u32,
     },
+    /// Map a direct slot (one created with [`perm::DANGER_DIRECT`]) to deposit into it
+    /// without the engine: answered [`Reply::Direct`] after the engine checked the ticket
+    /// names this engine, the slot exists, is not revoked, `key` is its key, it allows
+    /// direct access and writes, and is not write-inhibited.
+    OpenDirect {
+        /// The node the ticket names (must be this engine's).
+        node: u32,
+        /// The incarnation the ticket names (0: any; otherwise this engine's).
+        incarnation: u32,
+        /// The slot.
+        slot: u32,
+        /// The key the ticket carries.
+        key: u64,
+    },
 }
 
 /// The engine's answer to a [`Request`].
@@ -180,6 +199,26 @@ pub enum Reply {
         /// The seed text.
         seed: String,
     },
+    /// A direct slot's geometry. Descriptors travel with it, in this order: the message
+    /// area's memfd; the metadata area's memfd (not for fast slots); and if the slot has
+    /// a notification queue, the queue memfd of its owner's port and that port's eventfd.
+    Direct {
+        /// The slot's [`mode`] code ([`mode::NORMAL`] or [`mode::FAST`]).
+        mode: u8,
+        /// Offset of the slot's first byte in the message area.
+        base: u64,
+        /// Bytes the slot covers.
+        len: u64,
+        /// Offset of the slot's metadata entry 0 in the metadata area (0 for fast slots).
+        meta_base: u64,
+        /// The slot's metadata entries (0 for fast slots).
+        meta_count: u32,
+        /// Offset of the slot's notification queue in the queue memfd.
+        queue_offset: u64,
+        /// Entries of that queue; 0: the slot has no queue (and no queue descriptors
+        /// come).
+        queue_cap: u32,
+    },
     /// The request failed.
     Error {
         /// A [`ControlErrorCode`] value.
@@ -212,6 +251,17 @@ pub enum ControlErrorCode {
     Exhausted = 8,
     /// The protocol version is not supported.
     Version = 9,
+    /// The ticket names another node, or an earlier incarnation of this one.
+    WrongNode = 10,
+    /// The key is not the slot's.
+    BadKey = 11,
+    /// The slot is revoked.
+    Revoked = 12,
+    /// The slot does not allow direct access (not created with [`perm::DANGER_DIRECT`],
+    /// or it refuses writes).
+    NotDirect = 13,
+    /// The slot is write-inhibited.
+    Inhibited = 14,
 }
 
 impl ControlErrorCode {
@@ -228,6 +278,11 @@ impl ControlErrorCode {
             Busy,
             Exhausted,
             Version,
+            WrongNode,
+            BadKey,
+            Revoked,
+            NotDirect,
+            Inhibited,
         ]
         .into_iter()
         .find(|c| *c as u16 == v)
@@ -302,6 +357,14 @@ impl Request {
             Request::Ping { node } => {
                 w.u8(13).u32(node);
             }
+            Request::OpenDirect {
+                node,
+                incarnation,
+                slot,
+                key,
+            } => {
+                w.u8(14).u32(node).u32(incarnation).u32(slot).u64(key);
+            }
         }
         w.0
     }
@@ -360,6 +423,12 @@ impl Request {
                 name: name(&mut r)?,
             },
             13 => Request::Ping { node: r.u32()? },
+            14 => Request::OpenDirect {
+                node: r.u32()?,
+                incarnation: r.u32()?,
+                slot: r.u32()?,
+                key: r.u64()?,
+            },
             _ => {
                 return Err(WireError::InvalidField {
                     field: "request tag",
@@ -440,6 +509,19 @@ impl Reply {
             Reply::Seed { seed } => {
                 w.u8(7).bytes(seed.as_bytes());
             }
+            Reply::Direct {
+                mode,
+                base,
+                len,
+                meta_base,
+                meta_count,
+                queue_offset,
+                queue_cap,
+            } => {
+                w.u8(8).u8(*mode).u64(*base).u64(*len);
+                w.u64(*meta_base).u32(*meta_count);
+                w.u64(*queue_offset).u32(*queue_cap);
+            }
             Reply::Error { code, message } => {
                 let n = message.len().min(1024);
                 w.u8(6)
@@ -475,6 +557,15 @@ impl Reply {
             },
             7 => Reply::Seed {
                 seed: seed_text(&mut r)?,
+            },
+            8 => Reply::Direct {
+                mode: r.u8()?,
+                base: r.u64()?,
+                len: r.u64()?,
+                meta_base: r.u64()?,
+                meta_count: r.u32()?,
+                queue_offset: r.u64()?,
+                queue_cap: r.u32()?,
             },
             _ => {
                 return Err(WireError::InvalidField {
@@ -537,6 +628,12 @@ mod tests {
             },
             Request::Lookup { name: "svc".into() },
             Request::Ping { node: 3 },
+            Request::OpenDirect {
+                node: 7,
+                incarnation: 99,
+                slot: 5,
+                key: 0xFEED_FACE_CAFE_BEEF,
+            },
         ]
     }
 
@@ -588,6 +685,24 @@ mod tests {
             Reply::Seed {
                 seed: "hmseed1-abc".into(),
             },
+            Reply::Direct {
+                mode: mode::NORMAL,
+                base: 4096,
+                len: 1 << 20,
+                meta_base: 256,
+                meta_count: 8,
+                queue_offset: 3 * 4096,
+                queue_cap: 1024,
+            },
+            Reply::Direct {
+                mode: mode::FAST,
+                base: 0,
+                len: 64,
+                meta_base: 0,
+                meta_count: 0,
+                queue_offset: 0,
+                queue_cap: 0,
+            },
             Reply::Error {
                 code: ControlErrorCode::NotOwner as u16,
                 message: "no".into(),
@@ -599,11 +714,22 @@ mod tests {
             for n in 0..b.len() {
                 assert!(Reply::decode(&b[..n]).is_err());
             }
+            let mut longer = b.clone();
+            longer.push(0);
+            assert!(
+                Reply::decode(&longer).is_err(),
+                "{rep:?} with a trailing byte"
+            );
         }
         assert_eq!(
             ControlErrorCode::from_u16(5),
             Some(ControlErrorCode::NotOwner)
         );
         assert_eq!(ControlErrorCode::from_u16(0), None);
+        for v in 1..=14 {
+            let c = ControlErrorCode::from_u16(v).expect("every code up to 14 is known");
+            assert_eq!(c as u16, v);
+        }
+        assert_eq!(ControlErrorCode::from_u16(15), None);
     }
 }
