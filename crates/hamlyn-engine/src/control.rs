@@ -4,7 +4,9 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
-use hamlyn_core::{AreaId, MetaRange, OwnerId, SlotConfig, SlotError, SlotMode, SlotPerms};
+use hamlyn_core::{
+    AreaId, MetaRange, OwnerId, RejectReason, SlotConfig, SlotError, SlotMode, SlotPerms,
+};
 use hamlyn_shm::memory::RingMemory;
 use hamlyn_shm::notifq;
 use hamlyn_shm::port::{PortGeometry, PortLayout};
@@ -17,7 +19,7 @@ use hamlyn_wire::control::{
 use hamlyn_wire::entry::META_ENTRY_LEN;
 use hamlyn_wire::SlotId;
 
-use crate::engine::{queue_id, EngineState};
+use crate::engine::{queue_id, queue_parts, EngineState};
 use crate::port::{Port, TerminusState};
 
 /// Entries per terminus ring (≥ 63 usable, seed 000 §2.3).
@@ -48,6 +50,34 @@ fn slot_err(e: SlotError) -> Answer {
     match e {
         SlotError::NotOwner => err(ControlErrorCode::NotOwner, "slot belongs to another client"),
         SlotError::NoSuchSlot => err(ControlErrorCode::NotFound, "no such slot"),
+        other => err(ControlErrorCode::InvalidArgument, other.to_string()),
+    }
+}
+
+/// The typed refusal of an `OpenDirect` request for each reason `check_direct` gives. A
+/// slot whose owner died is "not found", as it is gone.
+#[cold]
+fn direct_refusal(reason: RejectReason, tombstone: bool) -> Answer {
+    match reason {
+        RejectReason::WrongNode => err(
+            ControlErrorCode::WrongNode,
+            "the ticket names another node: direct slots are for this node's clients",
+        ),
+        RejectReason::UnknownSlot if tombstone => {
+            err(ControlErrorCode::NotFound, "the slot's owner is gone")
+        }
+        RejectReason::UnknownSlot => err(ControlErrorCode::NotFound, "no such slot"),
+        RejectReason::Revoked => err(ControlErrorCode::Revoked, "the slot is revoked"),
+        RejectReason::BadKey => err(ControlErrorCode::BadKey, "wrong key for the slot"),
+        RejectReason::BadMode => err(
+            ControlErrorCode::NotDirect,
+            "the slot was not created with danger_direct",
+        ),
+        RejectReason::NotPermitted => err(
+            ControlErrorCode::NotDirect,
+            "the slot does not accept writes",
+        ),
+        RejectReason::Inhibited => err(ControlErrorCode::Inhibited, "the slot is write-inhibited"),
         other => err(ControlErrorCode::InvalidArgument, other.to_string()),
     }
 }
@@ -156,6 +186,21 @@ impl EngineState {
                 }
             }
             Request::OpenTerminus { index, priority } => self.open_terminus(cid, index, priority),
+            Request::OpenDirect {
+                node,
+                incarnation,
+                slot,
+                key,
+            } => {
+                let answer = self.open_direct(node, incarnation, slot, key);
+                if matches!(answer.0, Reply::Direct { .. }) {
+                    self.counters.direct_opens += 1;
+                    tracing::info!(client = cid, slot, "direct slot mapped for a ticket holder");
+                } else {
+                    self.counters.direct_refusals += 1;
+                }
+                answer
+            }
             _ => err(
                 ControlErrorCode::BadRequest,
                 "request not supported by this engine",
@@ -320,9 +365,10 @@ impl EngineState {
             mode::FAST => SlotMode::Fast,
             _ => return err(ControlErrorCode::InvalidArgument, "unknown slot mode"),
         };
-        if perms & !(perm::WRITE | perm::READ | perm::ATOMIC) != 0 {
+        if perms & !(perm::WRITE | perm::READ | perm::ATOMIC | perm::DANGER_DIRECT) != 0 {
             return err(ControlErrorCode::InvalidArgument, "unknown permission bits");
         }
+        let direct = perms & perm::DANGER_DIRECT != 0;
         let meta = if mode == SlotMode::Fast {
             None
         } else {
@@ -383,13 +429,113 @@ impl EngineState {
             },
         };
         let key = random_key();
-        match self.iface.slots_mut().create(config, key) {
+        let created = if direct {
+            self.iface.slots_mut().create_direct(config, key)
+        } else {
+            self.iface.slots_mut().create(config, key)
+        };
+        match created {
             Ok(id) => {
                 self.tombstones.remove(&id.0);
                 ok(Reply::Slot { slot: id.0, key })
             }
             Err(e) => slot_err(e),
         }
+    }
+
+    /// `OpenDirect`: after the checks of `Interface::check_direct` (and the ticket's
+    /// incarnation), the slot's geometry and the descriptors a direct sender maps: the
+    /// message area, the metadata area (not for fast slots), and the queue file and
+    /// eventfd of the port the slot reports to (if it has a queue).
+    ///
+    /// The descriptors open whole files: the message and metadata areas the slot lies in
+    /// (with any other slots or data the owner keeps there) and every notification queue
+    /// of the owner's port, never the rest of the port. Any client of this engine may ask,
+    /// the slot's owner included; being on this engine is what "same node" means.
+    fn open_direct(&mut self, node: u32, incarnation: u32, slot: u32, key: u64) -> Answer {
+        let me = self.iface.node();
+        if node == me.0 && incarnation != 0 && incarnation != self.incarnation {
+            return err(
+                ControlErrorCode::WrongNode,
+                "the ticket names an earlier incarnation of this node",
+            );
+        }
+        let s = match self
+            .iface
+            .check_direct(hamlyn_wire::NodeId(node), SlotId(slot), key)
+        {
+            Ok(s) => s,
+            Err(reason) => return direct_refusal(reason, self.tombstones.contains(&slot)),
+        };
+        let cfg = s.config;
+        let mode_code = match cfg.mode {
+            SlotMode::Normal => mode::NORMAL,
+            SlotMode::Fast => mode::FAST,
+            _ => {
+                return err(
+                    ControlErrorCode::NotDirect,
+                    "paranoid slots are never direct",
+                )
+            }
+        };
+        let mut fds = Vec::with_capacity(4);
+        let Some(area) = self.areas.get(cfg.area) else {
+            return err(ControlErrorCode::NotFound, "the slot's area is gone");
+        };
+        match dup(area.mem.0.fd()) {
+            Ok(fd) => fds.push(fd),
+            Err(e) => return err(ControlErrorCode::Exhausted, e.to_string()),
+        }
+        let (meta_base, meta_count) = match cfg.meta {
+            Some(m) => {
+                let Some(meta) = self.areas.get(m.area) else {
+                    return err(
+                        ControlErrorCode::NotFound,
+                        "the slot's metadata area is gone",
+                    );
+                };
+                match dup(meta.mem.0.fd()) {
+                    Ok(fd) => fds.push(fd),
+                    Err(e) => return err(ControlErrorCode::Exhausted, e.to_string()),
+                }
+                (m.base, m.count)
+            }
+            None => (0, 0),
+        };
+        let (queue_offset, queue_cap) = match cfg.queue {
+            Some(q) => {
+                let (owner, index) = queue_parts(q);
+                let Some(port) = self.client_mut(owner).and_then(|c| c.port.as_ref()) else {
+                    return err(ControlErrorCode::NotFound, "the slot's owner is gone");
+                };
+                let Some(layout) = port.layout.queues.get(index).copied() else {
+                    return err(
+                        ControlErrorCode::NotFound,
+                        "no such queue in the owner's port",
+                    );
+                };
+                for fd in [port.queue_region.fd(), port.eventfd.as_fd()] {
+                    match dup(fd) {
+                        Ok(fd) => fds.push(fd),
+                        Err(e) => return err(ControlErrorCode::Exhausted, e.to_string()),
+                    }
+                }
+                (layout.offset() as u64, layout.capacity())
+            }
+            None => (0, 0),
+        };
+        (
+            Reply::Direct {
+                mode: mode_code,
+                base: cfg.base,
+                len: cfg.len,
+                meta_base,
+                meta_count,
+                queue_offset,
+                queue_cap,
+            },
+            fds,
+        )
     }
 
     fn open_terminus(&mut self, cid: u32, index: u16, priority: u8) -> Answer {

@@ -48,7 +48,8 @@ pub fn queue_id(client: u32, index: u16) -> QueueId {
     QueueId((client << 8) | u32::from(index))
 }
 
-fn queue_parts(q: QueueId) -> (u32, usize) {
+/// The client and queue index a queue id packs.
+pub fn queue_parts(q: QueueId) -> (u32, usize) {
     (q.0 >> 8, (q.0 & 0xFF) as usize)
 }
 

@@ -57,6 +57,10 @@ pub struct EngineCounters {
     pub registry_undeliverable: u64,
     /// Packets from the fabric addressed to another node.
     pub misaddressed_packets: u64,
+    /// Direct slots mapped for a ticket holder (`OpenDirect` granted).
+    pub direct_opens: u64,
+    /// `OpenDirect` requests refused.
+    pub direct_refusals: u64,
 }
 
 fn rejects_json(out: &mut String, r: &RejectCounts) {
@@ -94,10 +98,11 @@ impl EngineState {
         );
         let _ = write!(
             o,
-            "\"engine\":{{\"attaches\":{},\"clients_lost\":{},\"requests\":{},\"bad_requests\":{},\"completed\":{},\"error_completions\":{},\"packets\":{},\"bytes\":{},\"notifications\":{},\"queue_overflows\":{},\"orphan_notifications\":{},\"corrupt_rings\":{},\"bad_control\":{},\"sleeps\":{},\"remote_packets\":{},\"remote_bytes\":{},\"nacks_received\":{},\"nacks_sent\":{},\"nacks_undeliverable\":{},\"spoofed_packets\":{},\"peers_lost\":{},\"atomics\":{},\"registry_undeliverable\":{},\"misaddressed_packets\":{}}},",
+            "\"engine\":{{\"attaches\":{},\"clients_lost\":{},\"requests\":{},\"bad_requests\":{},\"completed\":{},\"error_completions\":{},\"packets\":{},\"bytes\":{},\"notifications\":{},\"queue_overflows\":{},\"orphan_notifications\":{},\"corrupt_rings\":{},\"bad_control\":{},\"sleeps\":{},\"remote_packets\":{},\"remote_bytes\":{},\"nacks_received\":{},\"nacks_sent\":{},\"nacks_undeliverable\":{},\"spoofed_packets\":{},\"peers_lost\":{},\"atomics\":{},\"registry_undeliverable\":{},\"misaddressed_packets\":{},\"direct_opens\":{},\"direct_refusals\":{}}},",
             c.attaches, c.clients_lost, c.requests, c.bad_requests, c.completed, c.error_completions, c.packets, c.bytes,
             c.notifications, c.queue_overflows, c.orphan_notifications, c.corrupt_rings, c.bad_control, c.sleeps, c.remote_packets, c.remote_bytes, c.nacks_received, c.nacks_sent,
-            c.nacks_undeliverable, c.spoofed_packets, c.peers_lost, c.atomics, c.registry_undeliverable, c.misaddressed_packets
+            c.nacks_undeliverable, c.spoofed_packets, c.peers_lost, c.atomics, c.registry_undeliverable, c.misaddressed_packets,
+            c.direct_opens, c.direct_refusals
         );
         let _ = write!(o, "\"interface\":{{\"packets\":{},\"bytes\":{},\"messages\":{},\"notifications\":{},\"rejects\":", t.packets, t.bytes, t.messages, t.notifications);
         rejects_json(&mut o, &t.rejects);
@@ -152,8 +157,8 @@ impl EngineState {
             }
             let _ = write!(
                 o,
-                "{{\"slot\":{},\"owner\":{},\"mode\":\"{}\",\"len\":{},\"revoked\":{},\"inhibited\":{},\"packets\":{},\"bytes\":{},\"messages\":{},\"rejects\":",
-                id.0, s.config.owner.0, mode_name(s.config.mode), s.config.len, s.revoked, s.inhibited, s.packets, s.bytes, s.messages
+                "{{\"slot\":{},\"owner\":{},\"mode\":\"{}\",\"len\":{},\"revoked\":{},\"inhibited\":{},\"direct\":{},\"packets\":{},\"bytes\":{},\"messages\":{},\"rejects\":",
+                id.0, s.config.owner.0, mode_name(s.config.mode), s.config.len, s.revoked, s.inhibited, s.direct, s.packets, s.bytes, s.messages
             );
             rejects_json(&mut o, &s.rejects);
             o.push('}');
