@@ -109,6 +109,15 @@ pub enum Error {
     /// A seed or ticket could not be encoded or parsed.
     #[error("seed: {0}")]
     Seed(WireError),
+    /// A direct slot was asked for through a ticket naming another node: direct slots
+    /// are reached only by clients of their own node's engine ([`crate::Node::open_direct`]).
+    #[error("the ticket names node {ticket:?}, this engine is node {node:?}")]
+    NotLocal {
+        /// The node the ticket names.
+        ticket: hamlyn_wire::NodeId,
+        /// This node.
+        node: hamlyn_wire::NodeId,
+    },
     /// A system call failed.
     #[error("{op}: {source}")]
     Io {
@@ -180,4 +189,9 @@ pub enum SendError {
     /// The terminus ring is corrupt (someone scribbled on the port); it cannot be used.
     #[error("the terminus ring is corrupt")]
     Corrupt,
+    /// A direct send was refused for a reason the engine would have refused its packets
+    /// for (a fast-mode message to a slot that is not fast, `BadMode`), or the mapped
+    /// slot could not be written (`AreaGone`). Nothing was counted.
+    #[error("refused: {0:?}")]
+    Rejected(hamlyn_core::RejectReason),
 }

@@ -17,6 +17,11 @@
 //!   engine's reason); a full terminus is [`SendError::Full`], never a drop.
 //! - [`NotifyQueue`] ([`Node::queue`]): where message arrivals are reported; poll, wait
 //!   (spin, then sleep on a futex: no core burnt), or use [`Node::event_fd`] with epoll.
+//! - Direct slots, for processes of one trusted job on one node: a receiver opts in with
+//!   [`SlotBuilder::danger_direct`]; a ticket holder maps the slot with
+//!   [`Node::open_direct`] and its [`DirectTarget::send`] deposits, counts and notifies
+//!   in the sender's own process, one hop, with the engine's own counting code. What the
+//!   receiver gives up for that is listed at [`SlotBuilder::danger_direct`].
 //!
 //! ```no_run
 //! use hamlyn::{Data, Node, SendOptions};
@@ -42,6 +47,7 @@
 mod area;
 mod completion;
 mod control;
+mod direct;
 mod embedded;
 mod error;
 mod keys;
@@ -56,6 +62,7 @@ mod testing;
 
 pub use area::{Area, MetaArea, Span};
 pub use completion::Status;
+pub use direct::{DirectTarget, DIRECT_PACKET_BYTES};
 pub use error::{Error, SendError};
 pub use node::{Node, NodeOptions};
 pub use queue::{Notification, NotificationKind, NotifyQueue};

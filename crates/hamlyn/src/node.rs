@@ -11,11 +11,12 @@ use hamlyn_shm::region::ShmRegion;
 use hamlyn_shm::spsc;
 use hamlyn_shm::wake::EventFd;
 use hamlyn_wire::control::{Reply, Request, CONTROL_VERSION};
-use hamlyn_wire::NodeId;
+use hamlyn_wire::{NodeId, Ticket, TicketFlags};
 
 use crate::area::{Area, MetaArea};
 use crate::completion::ErrorTable;
 use crate::control::Control;
+use crate::direct::DirectTarget;
 use crate::embedded::EngineGuard;
 use crate::error::Error;
 use crate::queue::NotifyQueue;
@@ -305,6 +306,45 @@ impl Node {
         let t = Terminus::new(shared.clone(), idx)?;
         slots.in_use[index] = true;
         Ok(t)
+    }
+
+    /// Maps the direct slot `ticket` names, to deposit into it without the engine
+    /// ([`DirectTarget::send`]; DESIGN §2, "Direct slots").
+    ///
+    /// The slot must have been created with [`crate::SlotBuilder::danger_direct`] on
+    /// this node: the ticket must name this engine's node ([`Error::NotLocal`]) and
+    /// grant writes. The engine then checks, now and only now, that the ticket's
+    /// incarnation is this engine's, the slot exists, is not revoked, the key is the
+    /// slot's, it allows direct access and writes, and is not write-inhibited; each
+    /// refusal is [`Error::Refused`] with its code (`WrongNode`, `NotFound`, `Revoked`,
+    /// `BadKey`, `NotDirect`, `Inhibited`). Paranoid slots are never direct.
+    ///
+    /// On success, the ticket's bytes of the slot, its metadata entries and the
+    /// receiver's notification queue are mapped in this process, until the
+    /// [`DirectTarget`] is dropped: a later revoke or rekey refuses new mappings but does
+    /// not undo this one.
+    pub fn open_direct(&self, ticket: &Ticket) -> Result<DirectTarget, Error> {
+        if ticket.node != self.shared.node {
+            return Err(Error::NotLocal {
+                ticket: ticket.node,
+                node: self.shared.node,
+            });
+        }
+        if !ticket.flags.contains(TicketFlags::WRITE) {
+            return Err(Error::InvalidArgument("the ticket does not grant writes"));
+        }
+        let req = Request::OpenDirect {
+            node: ticket.node.0,
+            incarnation: ticket.incarnation,
+            slot: ticket.slot.0,
+            key: ticket.key,
+        };
+        let mut control = self.shared.control();
+        let (reply, fds) = control.call(&req, &[])?;
+        match DirectTarget::new(ticket, self.shared.instance, reply, fds) {
+            Err(Error::Protocol(what)) => Err(control.violation(what)),
+            other => other,
+        }
     }
 
     /// The consumer of notification queue `index`. Each queue has one consumer: a second

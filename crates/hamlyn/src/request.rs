@@ -122,6 +122,43 @@ pub enum Data<'a> {
     Gather(&'a [Span<'a>]),
 }
 
+/// The checks the engine makes from the ticket alone, made before anything is queued or
+/// deposited: the ticket grants writes, the message fits its range, its metadata entry
+/// and its packet budget, the metadata fits, fast mode is one packet without metadata
+/// bytes. On success, the message's [`SendSpec`] from node `src` (notify and wake as
+/// `opts` says), ready to segment. Shared by [`build`] and direct sends
+/// ([`crate::DirectTarget::send`]), so both refuse exactly the same messages.
+pub(crate) fn plan<'a>(
+    src: NodeId,
+    ticket: &Ticket,
+    opts: &SendOptions<'a>,
+    len: u64,
+) -> Result<SendSpec<'a>, SendError> {
+    if !ticket.flags.contains(TicketFlags::WRITE) {
+        return Err(SendError::NotWritable);
+    }
+    let meta_rel = match opts.meta_index {
+        MetaIndex::Fast => None,
+        MetaIndex::Auto if ticket.flags.contains(TicketFlags::FAST) => None,
+        MetaIndex::Auto => Some(0),
+        MetaIndex::Entry(n) => Some(n),
+    };
+    let mut spec = SendSpec::from_ticket(
+        src,
+        ticket,
+        opts.offset,
+        len,
+        meta_rel,
+        opts.meta,
+        opts.word,
+        RequestId::default(),
+    )?;
+    spec.notify = opts.notify;
+    spec.wake = opts.wake;
+    spec.segment(BUDGET_PACKET_BYTES)?;
+    Ok(spec)
+}
+
 /// Builds the work-queue entry for one send. `instance` is the sending node handle's
 /// (gather spans must name its areas), `seq` the request's ring position.
 pub(crate) fn build(
@@ -135,24 +172,7 @@ pub(crate) fn build(
         return Err(SendError::NotWritable);
     }
     let (payload, len) = payload(instance, data)?;
-    let meta_rel = match opts.meta_index {
-        MetaIndex::Fast => None,
-        MetaIndex::Auto if ticket.flags.contains(TicketFlags::FAST) => None,
-        MetaIndex::Auto => Some(0),
-        MetaIndex::Entry(n) => Some(n),
-    };
-    // The checks the engine makes from the ticket alone: range, entry, budget, mode.
-    let spec = SendSpec::from_ticket(
-        NodeId(0),
-        ticket,
-        opts.offset,
-        len,
-        meta_rel,
-        opts.meta,
-        opts.word,
-        RequestId::default(),
-    )?;
-    spec.segment(BUDGET_PACKET_BYTES)?;
+    let spec = plan(NodeId(0), ticket, opts, len)?;
     let mut meta = [0u8; MAX_META_LEN];
     // `segment` refused metadata longer than 60 bytes.
     let n = opts.meta.len().min(MAX_META_LEN);
@@ -180,6 +200,23 @@ pub(crate) fn build(
         meta_len: n as u8,
         payload,
     })
+}
+
+/// A gather span must name an area of the sending node handle (`instance`) and lie
+/// inside it.
+pub(crate) fn check_span(instance: u64, s: &Span<'_>) -> Result<(), SendError> {
+    if !s.area.belongs_to(instance) {
+        return Err(SendError::ForeignArea);
+    }
+    let area_len = s.area.len();
+    if s.offset.checked_add(s.len).is_none_or(|end| end > area_len) {
+        return Err(SendError::SpanOutOfArea {
+            offset: s.offset,
+            len: s.len,
+            area_len,
+        });
+    }
+    Ok(())
 }
 
 /// The entry's payload and the message length.
@@ -210,17 +247,7 @@ fn payload(instance: u64, data: &Data<'_>) -> Result<(Payload, u64), SendError> 
             let mut list = [Gather::default(); MAX_GATHER];
             let mut total: u64 = 0;
             for (g, s) in list.iter_mut().zip(spans) {
-                if !s.area.belongs_to(instance) {
-                    return Err(SendError::ForeignArea);
-                }
-                let area_len = s.area.len();
-                if s.offset.checked_add(s.len).is_none_or(|end| end > area_len) {
-                    return Err(SendError::SpanOutOfArea {
-                        offset: s.offset,
-                        len: s.len,
-                        area_len,
-                    });
-                }
+                check_span(instance, s)?;
                 // Five spans of areas mapped in this process cannot reach 2^64 bytes, but
                 // a checked sum costs nothing here.
                 total = total.checked_add(s.len).ok_or(SendError::Ticket(

@@ -24,6 +24,7 @@ pub struct SlotBuilder<'a> {
     perms: SlotPerms,
     meta: Option<&'a MetaArea>,
     queue: Option<u16>,
+    direct: bool,
 }
 
 impl<'a> SlotBuilder<'a> {
@@ -36,6 +37,7 @@ impl<'a> SlotBuilder<'a> {
             perms: SlotPerms::default(),
             meta: None,
             queue: None,
+            direct: false,
         }
     }
 
@@ -88,6 +90,35 @@ impl<'a> SlotBuilder<'a> {
         self
     }
 
+    /// **Danger:** lets any holder of a ticket to this slot on this node map the slot's
+    /// memory and its notification queue and deposit, count and notify by itself, without
+    /// the engine: one hop, at the speed of shared memory (DESIGN §2, "Direct slots";
+    /// [`crate::Node::open_direct`]). Normal and fast modes only.
+    ///
+    /// The engine checks the ticket's key (and that the slot is not revoked or
+    /// write-inhibited) once, when a holder asks for the mapping. After that, the holder's
+    /// process has write access to shared memory of yours, and this is what you give up:
+    ///
+    /// - **Protection.** A direct sender is given the descriptors of the slot's message
+    ///   area, of its metadata area and of this port's notification-queue file (never the
+    ///   rest of the port). Its library writes only inside its ticket, but a buggy or
+    ///   hostile process can write any byte of those files: other slots or data in the
+    ///   same areas, any metadata entry, any of this port's queues (forged or stalled
+    ///   notifications). Give a direct slot areas of its own, aligned to whole pages.
+    /// - **Revocation.** [`Slot::revoke`], [`Slot::rekey`], [`Slot::inhibit`] and even
+    ///   destroying the slot stop *new* mappings only; a mapping already given keeps
+    ///   working until its holder drops it.
+    /// - **Accounting and fault reports.** The engine does not see direct deposits: they
+    ///   are not in its packet or message counters, a direct sender learns nothing if you
+    ///   die, and you learn nothing (no peer-down) if it dies mid-message.
+    ///
+    /// Packet counting, metadata and notifications are exactly those of an ordinary slot:
+    /// the same code does them.
+    pub fn danger_direct(mut self) -> Self {
+        self.direct = true;
+        self
+    }
+
     /// Asks the engine for the slot.
     pub fn create(self) -> Result<Slot, Error> {
         let instance = self.shared.instance;
@@ -104,6 +135,11 @@ impl<'a> SlotBuilder<'a> {
             });
         }
         let mode_code = mode_code(self.mode)?;
+        if self.direct && self.mode.is_paranoid() {
+            return Err(Error::InvalidArgument(
+                "paranoid slots cannot be direct: their per-entry checks need the engine",
+            ));
+        }
         let fast = self.mode == SlotMode::Fast;
         let meta = match (fast, self.meta) {
             (true, _) => None,
@@ -129,7 +165,7 @@ impl<'a> SlotBuilder<'a> {
             base: range.start,
             len: range.end - range.start,
             mode: mode_code,
-            perms: perm_bits(self.perms),
+            perms: perm_bits(self.perms) | if self.direct { perm::DANGER_DIRECT } else { 0 },
             meta_area,
             meta_base,
             meta_count,
@@ -147,6 +183,7 @@ impl<'a> SlotBuilder<'a> {
             perms: self.perms,
             meta,
             queue: self.queue,
+            direct: self.direct,
             destroyed: false,
         })
     }
@@ -210,6 +247,7 @@ pub struct Slot {
     perms: SlotPerms,
     meta: Option<MetaArea>,
     queue: Option<u16>,
+    direct: bool,
     destroyed: bool,
 }
 
@@ -262,6 +300,12 @@ impl Slot {
     /// The notification queue arrivals go to.
     pub fn queue(&self) -> Option<u16> {
         self.queue
+    }
+
+    /// Whether ticket holders on this node may write the slot directly
+    /// ([`SlotBuilder::danger_direct`]).
+    pub fn is_direct(&self) -> bool {
+        self.direct
     }
 
     /// A ticket granting `bytes` (slot-relative) and metadata entries `meta` (ignored for
@@ -474,6 +518,32 @@ mod tests {
         let t = fast.ticket(0..64, 0..0).unwrap();
         assert_eq!(t.flags, TicketFlags::WRITE | TicketFlags::FAST);
         assert_eq!(t.meta_count, 0);
+        assert!(matches!(
+            node.slot(&area)
+                .meta(&meta)
+                .paranoid()
+                .danger_direct()
+                .create(),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+
+    #[test]
+    fn danger_direct_is_a_bit_of_the_create_request_and_only_on_request() {
+        let (node, fake) = fake_node(NodeOptions::default());
+        let area = node.area(4096).unwrap();
+        let plain = node.slot(&area).fast().create().unwrap();
+        let direct = node.slot(&area).fast().danger_direct().create().unwrap();
+        assert!(!plain.is_direct() && direct.is_direct());
+        let perms: Vec<u8> = fake
+            .requests()
+            .into_iter()
+            .filter_map(|r| match r {
+                Request::CreateSlot { perms, .. } => Some(perms),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(perms, vec![perm::WRITE, perm::WRITE | perm::DANGER_DIRECT]);
     }
 
     #[test]

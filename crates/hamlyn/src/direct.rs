@@ -1,0 +1,566 @@
+//! Direct slots, the sender's side (DESIGN §2, "Direct slots"): a holder of a ticket to a
+//! slot created with [`crate::SlotBuilder::danger_direct`], on the slot's own node, maps
+//! the slot and its receiver's notification queue ([`crate::Node::open_direct`]) and then
+//! does what the engine does for each packet, in its own process: deposit, count,
+//! notify. One hop.
+//!
+//! Nothing here is a copy of the engine's logic: the checks a sender can make are the
+//! library's usual ones (`request::plan`, as for [`crate::Terminus::send`]), segmentation
+//! and packet-counting deltas are the core's (`SendSpec::segment`), and the metadata
+//! deposit and accumulator update are the core's [`hamlyn_core::count_packet`], the very
+//! function the engine's commit calls. So packet counting, metadata and fast mode behave
+//! exactly as on mediated slots, and a group may mix direct and mediated members.
+
+use hamlyn_core::SlotMode;
+use hamlyn_core::{count_packet, notification_entry, EntryMemory, OutOfRange, RejectReason};
+use hamlyn_shm::notifq::{self, NotifLayout};
+use hamlyn_shm::region::ShmRegion;
+use hamlyn_shm::sync::Ordering;
+use hamlyn_shm::wake::EventFd;
+use hamlyn_wire::control::{mode, Reply};
+use hamlyn_wire::{Flags, NodeId, Ticket, FAST_META_INDEX, META_ENTRY_LEN};
+use std::os::fd::OwnedFd;
+
+use crate::error::{Error, SendError};
+use crate::request::{check_span, plan, Data, SendOptions};
+
+/// Payload bytes counted as one packet by a direct send: the engine's default intra-node
+/// packet size, so that a direct message adds the same deltas to its accumulator as a
+/// mediated one does through an engine with default settings. (Any size gives the same
+/// sum; only the number of atomic adds differs.)
+pub const DIRECT_PACKET_BYTES: u64 = 256 * 1024;
+
+/// A direct slot mapped for one ticket: send to it with [`DirectTarget::send`], which
+/// deposits, counts and notifies in this process, without the engine.
+///
+/// What is mapped is the ticket's bytes of the slot, its metadata entries and the
+/// receiver's notification queue (each rounded out to whole pages), and nothing else of
+/// those files; what the engine handed over to map them opens the whole files, which is
+/// why the receiver had to opt in ([`crate::SlotBuilder::danger_direct`]).
+///
+/// The mapping was granted after the engine checked the ticket's key, once. It keeps
+/// working until this handle is dropped, whatever the receiver does later (revoke,
+/// rekey, destroy the slot, exit): a direct slot gives up revocation of mappings already
+/// given. It does not depend on the [`crate::Node`] it came from, which may be dropped.
+///
+/// `DirectTarget` is `Send` and `Sync`: [`DirectTarget::send`] takes `&self`, so threads
+/// may share one; every shared word is updated atomically, and concurrent sends to
+/// overlapping bytes are the senders' own business, as with any ticket.
+#[derive(Debug)]
+pub struct DirectTarget {
+    ticket: Ticket,
+    /// The node the messages come from (this node: the ticket's).
+    node: NodeId,
+    /// The `Node` handle whose areas gather spans may name.
+    instance: u64,
+    /// The slot is a fast one (no metadata entries).
+    fast: bool,
+    /// The ticket's bytes of the slot: byte 0 is slot offset `ticket.offset`. None for an
+    /// empty range.
+    data: Option<ShmRegion>,
+    /// The ticket's metadata entries: byte 0 is entry `ticket.meta_first`. None for fast
+    /// slots and tickets without entries.
+    entries: Option<ShmRegion>,
+    /// The receiver's notification queue, if the slot has one.
+    queue: Option<notifq::Producer<ShmRegion>>,
+}
+
+/// The metadata entries as the core's commit sees them.
+struct Entries<'a>(&'a ShmRegion);
+
+fn at(offset: u64, len: usize) -> Result<usize, OutOfRange> {
+    usize::try_from(offset).map_err(|_| OutOfRange {
+        offset,
+        len: len as u64,
+    })
+}
+
+impl EntryMemory for Entries<'_> {
+    fn read_at(&self, offset: u64, dst: &mut [u8]) -> Result<(), OutOfRange> {
+        let n = dst.len();
+        self.0.read(at(offset, n)?, dst).map_err(|_| OutOfRange {
+            offset,
+            len: n as u64,
+        })
+    }
+
+    fn write_at(&mut self, offset: u64, src: &[u8]) -> Result<(), OutOfRange> {
+        let n = src.len();
+        self.0.write(at(offset, n)?, src).map_err(|_| OutOfRange {
+            offset,
+            len: n as u64,
+        })
+    }
+
+    fn add_u32_at(&mut self, offset: u64, v: u32) -> Result<u32, OutOfRange> {
+        // AcqRel: pairs with the AcqRel add of every other depositor into this
+        // accumulator (the engine's `ShmMem::fetch_add_u32`, other direct senders, in any
+        // process). The Release half publishes this packet's payload and metadata to
+        // whoever brings the sum to 0; the Acquire half, when we do, makes every other
+        // packet's deposit visible before we post the notification, whose `seq` Release
+        // store the receiver acquires before it reads the message.
+        let old = self
+            .0
+            .fetch_add_u32(at(offset, 4)?, v, Ordering::AcqRel)
+            .map_err(|_| OutOfRange { offset, len: 4 })?;
+        Ok(old.wrapping_add(v))
+    }
+}
+
+/// The descriptors of a `Direct` reply, in the order the engine sends them.
+struct DirectFds {
+    area: OwnedFd,
+    meta: Option<OwnedFd>,
+    queue: Option<(OwnedFd, OwnedFd)>,
+}
+
+impl DirectFds {
+    /// Splits `fds` as a reply for a slot of `fast` mode with (`queue`) or without a queue
+    /// says it must be; `None` if the count is wrong.
+    fn split(fds: Vec<OwnedFd>, fast: bool, queue: bool) -> Option<DirectFds> {
+        let want = 1 + usize::from(!fast) + 2 * usize::from(queue);
+        if fds.len() != want {
+            return None;
+        }
+        let mut it = fds.into_iter();
+        let area = it.next()?;
+        let meta = if fast { None } else { Some(it.next()?) };
+        let queue = if queue {
+            Some((it.next()?, it.next()?))
+        } else {
+            None
+        };
+        Some(DirectFds { area, meta, queue })
+    }
+}
+
+impl DirectTarget {
+    /// Maps what a `Direct` reply describes for `ticket` (checked against the slot's
+    /// geometry the engine sent: nothing from the engine is trusted without a check).
+    pub(crate) fn new(
+        ticket: &Ticket,
+        instance: u64,
+        reply: Reply,
+        fds: Vec<OwnedFd>,
+    ) -> Result<DirectTarget, Error> {
+        let Reply::Direct {
+            mode: mode_code,
+            base,
+            len,
+            meta_base,
+            meta_count,
+            queue_offset,
+            queue_cap,
+        } = reply
+        else {
+            return Err(Error::Protocol("expected Direct"));
+        };
+        let fast = match mode_code {
+            mode::NORMAL => false,
+            mode::FAST => true,
+            _ => return Err(Error::Protocol("a direct slot of an unknown mode")),
+        };
+        let fds = DirectFds::split(fds, fast, queue_cap != 0).ok_or(Error::Protocol(
+            "Direct carried the wrong number of descriptors",
+        ))?;
+        // The ticket's range must lie in the slot, as the engine's bounds check demands.
+        let end = ticket.offset.checked_add(ticket.len);
+        if end.is_none_or(|e| e > len) {
+            return Err(Error::OutOfRange {
+                what: "slot",
+                start: ticket.offset,
+                end: u128::from(ticket.offset) + u128::from(ticket.len),
+                len,
+            });
+        }
+        let data = if ticket.len == 0 {
+            None
+        } else {
+            let at = base
+                .checked_add(ticket.offset)
+                .ok_or(Error::Protocol("slot base"))?;
+            let n = usize::try_from(ticket.len)
+                .map_err(|_| Error::InvalidArgument("ticket range too large to map"))?;
+            Some(ShmRegion::from_fd_range(fds.area, at, n)?)
+        };
+        let entries = match fds.meta {
+            Some(fd) if ticket.meta_count > 0 => {
+                let end = u64::from(ticket.meta_first) + u64::from(ticket.meta_count);
+                if end > u64::from(meta_count) {
+                    return Err(Error::MetaOutOfRange {
+                        start: u64::from(ticket.meta_first),
+                        end,
+                        count: meta_count,
+                    });
+                }
+                let entry = META_ENTRY_LEN as u64;
+                let at = meta_base
+                    .checked_add(u64::from(ticket.meta_first) * entry)
+                    .ok_or(Error::Protocol("metadata base"))?;
+                let n = usize::try_from(u64::from(ticket.meta_count) * entry)
+                    .map_err(|_| Error::InvalidArgument("too many entries to map"))?;
+                Some(ShmRegion::from_fd_range(fd, at, n)?)
+            }
+            _ => None,
+        };
+        let queue = match fds.queue {
+            Some((qfd, efd)) => {
+                let layout = NotifLayout::new(0, queue_cap)?;
+                let region = ShmRegion::from_fd_range(qfd, queue_offset, layout.bytes())?;
+                Some(notifq::Producer::attach(region, layout)?.with_eventfd(EventFd::from_fd(efd)))
+            }
+            None => None,
+        };
+        Ok(DirectTarget {
+            ticket: *ticket,
+            node: ticket.node,
+            instance,
+            fast,
+            data,
+            entries,
+            queue,
+        })
+    }
+
+    /// The ticket this target was opened for.
+    pub fn ticket(&self) -> &Ticket {
+        &self.ticket
+    }
+
+    /// Whether the slot is a fast-mode one.
+    pub fn is_fast(&self) -> bool {
+        self.fast
+    }
+
+    /// Whether the slot reports arrivals to a notification queue.
+    pub fn has_queue(&self) -> bool {
+        self.queue.is_some()
+    }
+
+    /// Sends one message to the slot, in this process: copies `data` into the slot,
+    /// writes the metadata into its entry, adds the packet-counting deltas to the entry's
+    /// accumulator and, when the message (or its group) is complete, posts the
+    /// notification to the receiver's queue, waking the receiver if it sleeps.
+    ///
+    /// Every check [`crate::Terminus::send`] makes comes first, with the same
+    /// [`SendError`]s (range, entry, packet budget, metadata length, fast-mode shape),
+    /// and a fast-mode message to a slot that is not fast is refused as the engine would
+    /// ([`SendError::Rejected`] with `BadMode`); nothing is written then. `Data::Inline`
+    /// may be of any length here (nothing goes through a terminus entry); gather spans
+    /// must be areas of the node this target was opened through.
+    ///
+    /// When it returns `Ok`, the message is in place and counted: there is no handle to
+    /// wait on. A full notification queue loses the notification exactly as with the
+    /// engine: counted in the queue's overflow counter, which its owner sees
+    /// ([`crate::NotifyQueue::overflows`]), and the send still succeeds.
+    ///
+    /// No allocation, lock or system call, except the wake-up of a sleeping receiver (a
+    /// futex wake, or a write to its eventfd in event-loop mode).
+    pub fn send(&self, opts: &SendOptions<'_>, data: Data<'_>) -> Result<(), SendError> {
+        let len = self.data_len(&data)?;
+        let spec = plan(self.node, &self.ticket, opts, len)?;
+        if (spec.meta_index == FAST_META_INDEX) != self.fast {
+            return Err(rejected(RejectReason::BadMode));
+        }
+        let mode = if self.fast {
+            SlotMode::Fast
+        } else {
+            SlotMode::Normal
+        };
+        for seg in spec.segment(DIRECT_PACKET_BYTES)? {
+            let h = &seg.header;
+            self.deposit(&data, seg.start, h.offset, u64::from(seg.len))?;
+            let meta = if h.flags.contains(Flags::FIRST) {
+                opts.meta
+            } else {
+                &[]
+            };
+            let kind = match (&self.entries, self.fast) {
+                (_, true) => count_packet::<Entries<'_>>(mode, None, h, meta),
+                (Some(entries), false) => {
+                    // `plan` kept the index inside the ticket's entries, all mapped.
+                    let rel = h.meta_index.wrapping_sub(self.ticket.meta_first);
+                    let off = u64::from(rel) * META_ENTRY_LEN as u64;
+                    count_packet(mode, Some((&mut Entries(entries), off)), h, meta)
+                }
+                (None, false) => Err(RejectReason::BadMetaIndex),
+            }
+            .map_err(rejected)?;
+            if let (Some(kind), Some(q)) = (kind, &self.queue) {
+                if h.flags.contains(Flags::NOTIFY) {
+                    // A full queue counted the loss itself (its overflow counter), as it
+                    // does for the engine; the message stands.
+                    let _ = q.post(&notification_entry(kind, h));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The message length, after checking gather spans name this node's areas and lie
+    /// inside them.
+    fn data_len(&self, data: &Data<'_>) -> Result<u64, SendError> {
+        match *data {
+            Data::Inline(bytes) => Ok(bytes.len() as u64),
+            Data::Gather(spans) => {
+                let mut total: u64 = 0;
+                for s in spans {
+                    check_span(self.instance, s)?;
+                    total = total.checked_add(s.len).ok_or(SendError::Ticket(
+                        hamlyn_core::SegmentError::OutsideTicket {
+                            offset: 0,
+                            end: u128::MAX,
+                        },
+                    ))?;
+                }
+                Ok(total)
+            }
+        }
+    }
+
+    /// Copies bytes `start..start + len` of the message to slot offset `slot_off` (which
+    /// `plan` kept inside the ticket's range).
+    fn deposit(
+        &self,
+        data: &Data<'_>,
+        start: u64,
+        slot_off: u64,
+        len: u64,
+    ) -> Result<(), SendError> {
+        if len == 0 {
+            return Ok(());
+        }
+        let gone = || rejected(RejectReason::AreaGone);
+        let dst = self.data.as_ref().ok_or_else(gone)?;
+        let mut at = usize::try_from(slot_off - self.ticket.offset).map_err(|_| gone())?;
+        match *data {
+            Data::Inline(bytes) => {
+                let from = usize::try_from(start).map_err(|_| gone())?;
+                let to = usize::try_from(start + len).map_err(|_| gone())?;
+                let src = bytes.get(from..to).ok_or_else(gone)?;
+                dst.write(at, src).map_err(|_| gone())
+            }
+            Data::Gather(spans) => {
+                // Walk the spans to the piece holding byte `start`, then copy on.
+                let (mut skip, mut left) = (start, len);
+                for s in spans {
+                    if left == 0 {
+                        break;
+                    }
+                    if skip >= s.len {
+                        skip -= s.len;
+                        continue;
+                    }
+                    let n = (s.len - skip).min(left);
+                    let src_off = usize::try_from(s.offset + skip).map_err(|_| gone())?;
+                    let n_usize = usize::try_from(n).map_err(|_| gone())?;
+                    s.area
+                        .inner
+                        .region
+                        .copy_to(src_off, dst, at, n_usize)
+                        .map_err(|_| gone())?;
+                    at += n_usize;
+                    left -= n;
+                    skip = 0;
+                }
+                if left == 0 {
+                    Ok(())
+                } else {
+                    Err(gone())
+                }
+            }
+        }
+    }
+}
+
+#[cold]
+fn rejected(reason: RejectReason) -> SendError {
+    SendError::Rejected(reason)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::MetaIndex;
+    use hamlyn_shm::notifq::Consumer;
+    use hamlyn_wire::{NotifKind, SlotId, TicketFlags, FULL_SHARE};
+
+    const SLOT_BASE: u64 = 4096 + 100;
+    const SLOT_LEN: u64 = 8192;
+
+    struct Receiver {
+        area: ShmRegion,
+        meta: ShmRegion,
+        queues: ShmRegion,
+    }
+
+    fn receiver() -> Receiver {
+        Receiver {
+            area: ShmRegion::create("test-direct-area", 4 * 4096).unwrap(),
+            meta: ShmRegion::create("test-direct-meta", 8 * META_ENTRY_LEN).unwrap(),
+            queues: ShmRegion::create("test-direct-queues", 3 * 4096).unwrap(),
+        }
+    }
+
+    fn dup(r: &ShmRegion) -> OwnedFd {
+        r.fd().try_clone_to_owned().unwrap()
+    }
+
+    fn reply(mode: u8, queue_cap: u32) -> Reply {
+        Reply::Direct {
+            mode,
+            base: SLOT_BASE,
+            len: SLOT_LEN,
+            meta_base: 2 * META_ENTRY_LEN as u64,
+            meta_count: 4,
+            queue_offset: 4096,
+            queue_cap,
+        }
+    }
+
+    fn fds(r: &Receiver) -> Vec<OwnedFd> {
+        let efd = EventFd::new().unwrap();
+        vec![
+            dup(&r.area),
+            dup(&r.meta),
+            dup(&r.queues),
+            efd.as_fd().try_clone_to_owned().unwrap(),
+        ]
+    }
+
+    fn ticket() -> Ticket {
+        Ticket {
+            node: NodeId(7),
+            incarnation: 1,
+            slot: SlotId(3),
+            key: 0x5EC2E7,
+            meta_first: 1,
+            meta_count: 2,
+            offset: 100,
+            len: 1000,
+            share: FULL_SHARE,
+            flags: TicketFlags::WRITE,
+        }
+    }
+
+    #[test]
+    fn a_send_lands_counts_and_notifies_in_the_receivers_memory() {
+        let r = receiver();
+        let t = ticket();
+        let target = DirectTarget::new(&t, 1, reply(mode::NORMAL, 64), fds(&r)).unwrap();
+        let layout = NotifLayout::new(4096, 64).unwrap();
+        let mut q = Consumer::attach(&r.queues, layout).unwrap();
+        let opts = SendOptions::new().offset(10).meta(b"md").tag(42).entry(1);
+        target.send(&opts, Data::Inline(b"direct!")).unwrap();
+        let mut got = [0u8; 7];
+        r.area
+            .read((SLOT_BASE + 100 + 10) as usize, &mut got)
+            .unwrap();
+        assert_eq!(&got, b"direct!");
+        let n = q.poll().expect("notified");
+        assert_eq!(n.kind.get(), NotifKind::Message as u16);
+        assert_eq!((n.slot.get(), n.meta_index.get(), n.word.get()), (3, 2, 42));
+        assert_eq!((n.src_node.get(), n.len.get()), (7, 7));
+        // Slot entry 2 is entry 1 of the ticket's range, at meta_base + 2 * 128.
+        let mut e = [0u8; META_ENTRY_LEN];
+        r.meta.read(4 * META_ENTRY_LEN, &mut e).unwrap();
+        let e = hamlyn_wire::MetaEntry::read(&e).unwrap();
+        assert_eq!(e.metadata(), b"md");
+        assert_eq!(
+            (e.src_node.get(), e.accumulator.get(), e.completed.get()),
+            (7, 0, 1)
+        );
+        // The library's checks come first; nothing is written then.
+        assert!(matches!(
+            target.send(&SendOptions::new().offset(995), Data::Inline(b"too long")),
+            Err(SendError::Ticket(
+                hamlyn_core::SegmentError::OutsideTicket { .. }
+            ))
+        ));
+        assert!(matches!(
+            target.send(&SendOptions::new().entry(2), Data::Inline(b"x")),
+            Err(SendError::Ticket(
+                hamlyn_core::SegmentError::MetaIndexOutsideTicket(2)
+            ))
+        ));
+        let fast = SendOptions {
+            meta_index: MetaIndex::Fast,
+            ..SendOptions::new()
+        };
+        assert_eq!(
+            target.send(&fast, Data::Inline(b"x")),
+            Err(SendError::Rejected(RejectReason::BadMode))
+        );
+        assert!(q.poll().is_none());
+        // No notification when none is asked for; the message still counts.
+        target
+            .send(&SendOptions::new().notify(false), Data::Inline(b"quiet"))
+            .unwrap();
+        assert!(q.poll().is_none());
+    }
+
+    #[test]
+    fn replies_are_checked_before_anything_is_mapped() {
+        let r = receiver();
+        let t = ticket();
+        let protocol = |res: Result<DirectTarget, Error>| matches!(res, Err(Error::Protocol(_)));
+        assert!(protocol(DirectTarget::new(&t, 1, Reply::Ok, fds(&r))));
+        assert!(protocol(DirectTarget::new(&t, 1, reply(7, 64), fds(&r))));
+        let mut three = fds(&r);
+        three.pop();
+        assert!(protocol(DirectTarget::new(
+            &t,
+            1,
+            reply(mode::NORMAL, 64),
+            three
+        )));
+        assert!(
+            protocol(DirectTarget::new(&t, 1, reply(mode::FAST, 64), fds(&r))),
+            "fast: no metadata fd"
+        );
+        let beyond = Ticket {
+            offset: SLOT_LEN - 10,
+            len: 11,
+            ..t
+        };
+        assert!(matches!(
+            DirectTarget::new(&beyond, 1, reply(mode::NORMAL, 64), fds(&r)),
+            Err(Error::OutOfRange { what: "slot", .. })
+        ));
+        let entries = Ticket {
+            meta_first: 3,
+            meta_count: 2,
+            ..t
+        };
+        assert!(matches!(
+            DirectTarget::new(&entries, 1, reply(mode::NORMAL, 64), fds(&r)),
+            Err(Error::MetaOutOfRange { .. })
+        ));
+        // A queue that does not fit the queue file.
+        let bad_queue = Reply::Direct {
+            mode: mode::NORMAL,
+            base: SLOT_BASE,
+            len: SLOT_LEN,
+            meta_base: 2 * META_ENTRY_LEN as u64,
+            meta_count: 4,
+            queue_offset: 3 * 4096,
+            queue_cap: 64,
+        };
+        assert!(matches!(
+            DirectTarget::new(&t, 1, bad_queue, fds(&r)),
+            Err(Error::Region(_))
+        ));
+        // Without a queue: two descriptors, and sends succeed without notifying anyone.
+        let quiet = DirectTarget::new(
+            &t,
+            1,
+            reply(mode::NORMAL, 0),
+            vec![dup(&r.area), dup(&r.meta)],
+        )
+        .unwrap();
+        assert!(!quiet.has_queue());
+        quiet
+            .send(&SendOptions::new(), Data::Inline(b"hi"))
+            .unwrap();
+    }
+}
