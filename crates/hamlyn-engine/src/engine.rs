@@ -312,10 +312,20 @@ impl EngineState {
             Err(rej) => return Err(self.refusal(h.slot, rej.reason)),
         };
         self.copy_pieces(&pieces[..n], &placement)?;
-        match self.iface.commit(h, meta, &mut self.areas) {
-            Ok(Some(n)) => self.post(n),
-            Ok(None) => {}
-            Err(rej) => return Err(rej.reason),
+        let before = self.iface.stats().messages;
+        let notif = self
+            .iface
+            .commit(h, meta, &mut self.areas)
+            .map_err(|rej| rej.reason)?;
+        if self.iface.stats().messages > before {
+            // A group can complete with a local packet: peers that contributed to it are
+            // no longer holding a partial message here.
+            if let Some(remote) = self.remote.as_mut() {
+                remote.message_complete(h.slot.0, h.meta_index);
+            }
+        }
+        if let Some(n) = notif {
+            self.post(n);
         }
         self.counters.packets += 1;
         self.counters.bytes += u64::from(seg.len);

@@ -42,7 +42,11 @@ pub struct Remote {
     deferred: Vec<(Header, Vec<u8>)>,
     /// Messages partly received: (slot, metadata index) → peers whose packets counted.
     partial: HashMap<(u32, u32), Vec<NodeId>>,
-    /// Where a discarded or unplaceable payload goes.
+    /// Packets accepted whose payload is still being read. A stream fabric may read a
+    /// payload over several polls, interleaved with other rails' packets, so this state
+    /// outlives one poll and is found again by the packet's identity.
+    landing: HashMap<PacketKey, Land>,
+    /// Where an unplaceable payload goes.
     scratch: Vec<u8>,
     /// Peer events seen during the last poll.
     events: Vec<PeerEvent>,
@@ -60,6 +64,13 @@ impl std::fmt::Debug for Remote {
 }
 
 impl Remote {
+    /// A message (or group) on `(slot, meta_index)` completed: forget its contributors.
+    pub(crate) fn message_complete(&mut self, slot: u32, meta_index: u32) {
+        if !self.partial.is_empty() {
+            self.partial.remove(&(slot, meta_index));
+        }
+    }
+
     /// Queues a NACK to send at the next poll.
     pub(crate) fn queue_nack(&mut self, n: Header) {
         self.nacks.push_back(n);
@@ -72,11 +83,36 @@ impl Remote {
             nacks: VecDeque::new(),
             deferred: Vec::new(),
             partial: HashMap::new(),
+            landing: HashMap::new(),
             scratch: Vec::new(),
             events: Vec::new(),
             peers: HashMap::new(),
         }
     }
+}
+
+/// What identifies a packet in flight: no two packets of one sender share it (a request's
+/// packets differ in offset; requests differ in request id).
+type PacketKey = (u32, u32, u64, u64, u32, u8);
+
+fn packet_key(h: &Header) -> PacketKey {
+    (
+        h.src.0,
+        h.slot.0,
+        h.offset,
+        h.request.to_u64(),
+        h.meta_index,
+        h.op as u8,
+    )
+}
+
+/// Where an accepted packet's payload goes.
+#[derive(Debug)]
+enum Land {
+    /// Into an area, at the admitted place; committed when complete.
+    Place(Placement),
+    /// Into a buffer, handled after the poll (reads, atomics, registry).
+    Defer(Vec<u8>),
 }
 
 /// The receiving half, borrowing the engine's parts for one poll.
@@ -88,15 +124,41 @@ struct Sink<'a> {
     nacks: &'a mut VecDeque<Header>,
     late_errors: &'a mut VecDeque<(u32, Completion)>,
     deferred: &'a mut Vec<(Header, Vec<u8>)>,
-    /// The packet being read is handled after the poll (`deferred`).
-    rma: bool,
     partial: &'a mut HashMap<(u32, u32), Vec<NodeId>>,
+    landing: &'a mut HashMap<PacketKey, Land>,
     scratch: &'a mut Vec<u8>,
     events: &'a mut Vec<PeerEvent>,
-    current: Option<Placement>,
 }
 
 impl Sink<'_> {
+    /// A placed payload is complete: count it, notify if its message is done, and
+    /// remember which peers contributed to messages still incomplete.
+    fn commit(&mut self, from: NodeId, h: &Header, meta: &[u8]) {
+        let before = self.iface.stats().messages;
+        match self.iface.commit(h, meta, self.areas) {
+            Ok(notif) => {
+                self.counters.remote_packets += 1;
+                self.counters.remote_bytes += u64::from(h.payload_len);
+                let key = (h.slot.0, h.meta_index);
+                let complete = self.iface.stats().messages > before;
+                if complete {
+                    self.partial.remove(&key);
+                } else if !h.is_fast() {
+                    let peers = self.partial.entry(key).or_default();
+                    if !peers.contains(&from) {
+                        peers.push(from);
+                    }
+                }
+                if let Some(n) = notif {
+                    post(self.clients, self.counters, n);
+                }
+            }
+            Err(rej) => {
+                let _ = self.refuse(rej.nack);
+            }
+        }
+    }
+
     #[cold]
     fn refuse(&mut self, nack: Option<Header>) -> Landing {
         if let Some(n) = nack {
@@ -130,8 +192,6 @@ impl Sink<'_> {
 
 impl PacketSink for Sink<'_> {
     fn on_header(&mut self, from: NodeId, h: &Header, _meta: &[u8]) -> Landing {
-        self.current = None;
-        self.rma = false;
         if h.src != from {
             self.counters.spoofed_packets += 1;
             return Landing::Discard;
@@ -148,19 +208,21 @@ impl PacketSink for Sink<'_> {
             Op::ReadReq | Op::AtomicReq
                 if (h.payload_len as usize) <= hamlyn_wire::request::MAX_INLINE =>
             {
-                self.rma = true;
+                self.landing
+                    .insert(packet_key(h), Land::Defer(vec![0; h.payload_len as usize]));
                 Landing::Accept
             }
             Op::Registry
                 if (h.payload_len as usize)
                     <= hamlyn_wire::control::MAX_SEED_TEXT + MAX_NAME_BYTES =>
             {
-                self.rma = true;
+                self.landing
+                    .insert(packet_key(h), Land::Defer(vec![0; h.payload_len as usize]));
                 Landing::Accept
             }
             Op::Write | Op::ReadResp | Op::AtomicResp => match self.iface.admit(h, self.areas) {
                 Ok(p) => {
-                    self.current = Some(p);
+                    self.landing.insert(packet_key(h), Land::Place(p));
                     Landing::Accept
                 }
                 Err(rej) => self.refuse(rej.nack),
@@ -178,53 +240,32 @@ impl PacketSink for Sink<'_> {
 
     fn payload_buf(&mut self, h: &Header) -> &mut [u8] {
         let len = h.payload_len as usize;
-        let placed = self.current.is_some_and(|p| {
-            self.areas.area(p.area).is_some_and(|m| {
-                p.offset
-                    .checked_add(len as u64)
-                    .is_some_and(|e| e <= m.len())
-            })
-        });
-        match (placed, self.current) {
-            (true, Some(p)) => match self.areas.area(p.area).map(|m| m.slice_mut(p.offset, len)) {
-                Some(Ok(s)) => s,
-                _ => scratch(self.scratch, len),
-            },
-            _ => scratch(self.scratch, len),
+        let placement = match self.landing.get(&packet_key(h)) {
+            Some(Land::Place(p)) => Some(*p),
+            _ => None,
+        };
+        if let Some(p) = placement {
+            let fits = self
+                .areas
+                .area(p.area)
+                .is_some_and(|m| m.slice_mut(p.offset, len).is_ok());
+            if fits {
+                if let Some(Ok(s)) = self.areas.area(p.area).map(|m| m.slice_mut(p.offset, len)) {
+                    return s;
+                }
+            }
+        } else if let Some(Land::Defer(buf)) = self.landing.get_mut(&packet_key(h)) {
+            buf.resize(len, 0);
+            return &mut buf[..];
         }
+        scratch(self.scratch, len)
     }
 
     fn on_payload(&mut self, from: NodeId, h: &Header, meta: &[u8]) {
-        if std::mem::take(&mut self.rma) {
-            let len = (h.payload_len as usize).min(self.scratch.len());
-            self.deferred.push((*h, self.scratch[..len].to_vec()));
-            return;
-        }
-        if self.current.take().is_none() {
-            return;
-        }
-        let before = self.iface.stats().messages;
-        match self.iface.commit(h, meta, self.areas) {
-            Ok(notif) => {
-                self.counters.remote_packets += 1;
-                self.counters.remote_bytes += u64::from(h.payload_len);
-                let key = (h.slot.0, h.meta_index);
-                let complete = self.iface.stats().messages > before;
-                if complete {
-                    self.partial.remove(&key);
-                } else if !h.is_fast() {
-                    let peers = self.partial.entry(key).or_default();
-                    if !peers.contains(&from) {
-                        peers.push(from);
-                    }
-                }
-                if let Some(n) = notif {
-                    post(self.clients, self.counters, n);
-                }
-            }
-            Err(rej) => {
-                let _ = self.refuse(rej.nack);
-            }
+        match self.landing.remove(&packet_key(h)) {
+            Some(Land::Defer(body)) => self.deferred.push((*h, body)),
+            Some(Land::Place(_)) => self.commit(from, h, meta),
+            None => {}
         }
     }
 
@@ -301,6 +342,7 @@ impl EngineState {
             nacks,
             deferred,
             partial,
+            landing,
             scratch,
             events,
             ..
@@ -313,11 +355,10 @@ impl EngineState {
             nacks,
             late_errors: &mut self.late_errors,
             deferred,
-            rma: false,
             partial,
+            landing,
             scratch,
             events,
-            current: None,
         };
         let got = match fabric.poll(now, &mut sink, POLL_BUDGET) {
             Ok(n) => n,
@@ -385,6 +426,8 @@ impl EngineState {
                         incarnation,
                     },
                 );
+                // Packets from it that were half read will never finish.
+                remote.landing.retain(|k, _| k.0 != node.0);
                 let mut hit = Vec::new();
                 remote.partial.retain(|&key, peers| {
                     if let Some(i) = peers.iter().position(|p| *p == node) {

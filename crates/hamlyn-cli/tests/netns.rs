@@ -1,0 +1,751 @@
+//! Three hosts made of network namespaces joined by veth pairs on a bridge, a real
+//! `hamlyn node` daemon in each, and applications reaching them through the library
+//! (issue "Many machines"). The daemons talk TCP across the namespaces; the test process
+//! reaches each daemon's control socket through the filesystem and the hosts' TCP ports
+//! through a leg of its own on the bridge.
+//!
+//! Shown here: ping-pong, a group receive from all three nodes, remote read,
+//! compare-and-swap used as a lock by all three nodes (exact final count), garbage and
+//! forged packets on a node's port (refused and counted, traffic unaffected), 1 GiB in
+//! messages of mixed sizes across rails (checksummed), SIGKILL of one node's engine (the
+//! others see it down within the heartbeat bound and go on; it restarts as a new
+//! incarnation and traffic resumes), and a veth link down and up (errors, then recovery).
+//!
+//! Needs root and `ip` (iproute2), as CI has. Everything it creates is named after the
+//! test's process id and removed by a guard, whatever happens.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hamlyn::{
+    Area, Data, MetaArea, Node, NotificationKind, RejectReason, SendError, SendOptions, Slot,
+    SlotPerms, Status, Ticket,
+};
+use hamlyn_fabric::tcp::frame::Hello;
+use hamlyn_wire::{Flags, Header, NodeId, Op, RequestId};
+
+const HAMLYN: &str = env!("CARGO_BIN_EXE_hamlyn");
+const WAIT: Option<Duration> = Some(Duration::from_secs(30));
+const PORT: u16 = 7400;
+/// The heartbeat bound: a silent peer is declared down after this.
+const PEER_TIMEOUT_MS: u64 = 800;
+
+fn run(args: &[&str]) {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .expect("run a command");
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Three hosts on one bridge, and a leg for the test process.
+struct Net {
+    tag: String,
+    base: String,
+    daemons: Vec<Option<Child>>,
+    dir: PathBuf,
+}
+
+impl Net {
+    fn ns(&self, i: usize) -> String {
+        format!("{}n{i}", self.tag)
+    }
+    fn sw(&self) -> String {
+        format!("{}sw", self.tag)
+    }
+    fn ip(&self, i: usize) -> String {
+        format!("{}.{i}", self.base)
+    }
+    fn addr(&self, i: usize) -> SocketAddr {
+        format!("{}:{PORT}", self.ip(i)).parse().unwrap()
+    }
+    fn socket(&self, i: usize) -> PathBuf {
+        self.dir.join(format!("n{i}.sock"))
+    }
+
+    fn new() -> Net {
+        let pid = std::process::id();
+        let tag = format!("hm{}", pid % 100_000);
+        let base = format!("10.{}.{}", 200 + pid % 50, (pid / 50) % 250);
+        let dir = std::env::temp_dir().join(format!("hamlyn-netns-{pid}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let net = Net {
+            tag,
+            base,
+            daemons: vec![None, None, None, None],
+            dir,
+        };
+        let sw = net.sw();
+        run(&["ip", "netns", "add", &sw]);
+        run(&["ip", "-n", &sw, "link", "set", "lo", "up"]);
+        run(&["ip", "-n", &sw, "link", "add", "br0", "type", "bridge"]);
+        run(&["ip", "-n", &sw, "link", "set", "br0", "up"]);
+        for i in 1..=3 {
+            let (ns, v, s) = (
+                net.ns(i),
+                format!("{}v{i}", net.tag),
+                format!("{}s{i}", net.tag),
+            );
+            run(&["ip", "netns", "add", &ns]);
+            run(&["ip", "-n", &ns, "link", "set", "lo", "up"]);
+            run(&["ip", "link", "add", &v, "type", "veth", "peer", "name", &s]);
+            run(&["ip", "link", "set", &v, "netns", &ns]);
+            run(&["ip", "link", "set", &s, "netns", &sw]);
+            run(&["ip", "-n", &sw, "link", "set", &s, "master", "br0", "up"]);
+            run(&[
+                "ip",
+                "-n",
+                &ns,
+                "addr",
+                "add",
+                &format!("{}/24", net.ip(i)),
+                "dev",
+                &v,
+            ]);
+            run(&["ip", "-n", &ns, "link", "set", &v, "up"]);
+        }
+        // The test process's own leg on the bridge, to reach the hosts' TCP ports.
+        let (h, sh) = (format!("{}h", net.tag), format!("{}sh", net.tag));
+        run(&["ip", "link", "add", &h, "type", "veth", "peer", "name", &sh]);
+        run(&["ip", "link", "set", &sh, "netns", &sw]);
+        run(&["ip", "-n", &sw, "link", "set", &sh, "master", "br0", "up"]);
+        run(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{}/24", net.ip(100)),
+            "dev",
+            &h,
+        ]);
+        run(&["ip", "link", "set", &h, "up"]);
+        net
+    }
+
+    /// Starts (or restarts) node `i`'s daemon in its namespace.
+    fn start(&mut self, i: usize) {
+        let _ = std::fs::remove_file(self.socket(i));
+        let log = std::fs::File::create(self.dir.join(format!("n{i}.log"))).unwrap();
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.ns(i), HAMLYN, "node"]);
+        cmd.arg("--socket").arg(self.socket(i));
+        cmd.args([
+            "--node-id",
+            &i.to_string(),
+            "--listen",
+            &self.addr(i).to_string(),
+        ]);
+        for j in (1..=3).filter(|&j| j != i) {
+            cmd.args(["--peer", &format!("{j}@{}", self.addr(j))]);
+        }
+        cmd.args(["--rails", "2", "--registry", "1", "--heartbeat-ms", "100"]);
+        cmd.args(["--peer-timeout-ms", &PEER_TIMEOUT_MS.to_string()]);
+        cmd.stdout(Stdio::null()).stderr(log);
+        self.daemons[i] = Some(cmd.spawn().expect("start hamlyn node"));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.socket(i).exists() {
+            assert!(Instant::now() < deadline, "node {i} never bound its socket");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILLs node `i`'s daemon (`ip netns exec` execs it: the child is the daemon).
+    fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.daemons[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn link(&self, i: usize, up: bool) {
+        run(&[
+            "ip",
+            "-n",
+            &self.sw(),
+            "link",
+            "set",
+            &format!("{}s{i}", self.tag),
+            if up { "up" } else { "down" },
+        ]);
+    }
+
+    fn connect(&self, i: usize) -> Node {
+        Node::connect(self.socket(i)).unwrap_or_else(|e| panic!("attach to node {i}: {e}"))
+    }
+
+    fn log(&self, i: usize) -> String {
+        std::fs::read_to_string(self.dir.join(format!("n{i}.log"))).unwrap_or_default()
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        for i in 1..=3 {
+            self.kill(i);
+        }
+        for i in 1..=3 {
+            let _ = Command::new("ip")
+                .args(["netns", "del", &self.ns(i)])
+                .status();
+        }
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.sw()])
+            .status();
+        let _ = Command::new("ip")
+            .args(["link", "del", &format!("{}h", self.tag)])
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The number after `"key":` at the first place `after` occurs in `json`.
+fn field(json: &str, after: &str, key: &str) -> Option<u64> {
+    let at = json.find(after)?;
+    let rest = &json[at..];
+    let k = format!("\"{key}\":");
+    let v = &rest[rest.find(&k)? + k.len()..];
+    v.chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .ok()
+}
+
+/// Waits until `node`'s engine sees peer `peer` up (`true`) or down (`false`); returns its
+/// incarnation when up.
+fn wait_peer(node: &Node, peer: u32, up: bool, within: Duration) -> u32 {
+    let deadline = Instant::now() + within;
+    loop {
+        let json = node.stats().unwrap();
+        let needle = format!("{{\"node\":{peer},\"up\":{up}");
+        if let Some(at) = json.find(&needle) {
+            return field(&json[at..], "", "incarnation").unwrap_or(0) as u32;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "peer {peer} never {}: {json}",
+            if up { "up" } else { "down" }
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// An inbox: area, metadata entries, a slot reporting to queue 0.
+fn inbox(node: &Node, len: u64, entries: u32, perms: SlotPerms) -> (Area, MetaArea, Slot) {
+    let area = node.area(len).unwrap();
+    let meta = node.meta_area(entries).unwrap();
+    let slot = node
+        .slot(&area)
+        .meta(&meta)
+        .perms(perms)
+        .queue(0)
+        .create()
+        .unwrap();
+    (area, meta, slot)
+}
+
+const RW: SlotPerms = SlotPerms {
+    write: true,
+    read: true,
+    atomic: true,
+};
+const W: SlotPerms = SlotPerms {
+    write: true,
+    read: false,
+    atomic: false,
+};
+
+/// 8-byte tagged ping-pong between apps on nodes `x` and `y`.
+fn ping_pong(a: &Node, b: &Node, rounds: u64) {
+    let (area_a, _ma, slot_a) = inbox(a, 64, 1, W);
+    let (area_b, _mb, slot_b) = inbox(b, 64, 1, W);
+    let (to_a, to_b) = (slot_a.ticket_all().unwrap(), slot_b.ticket_all().unwrap());
+    let pong = {
+        let b = b.clone();
+        std::thread::spawn(move || {
+            let (mut q, mut t) = (b.queue(0).unwrap(), b.terminus(0).unwrap());
+            for r in 0..rounds {
+                let n = q.wait(WAIT).unwrap().expect("ping");
+                assert_eq!(n.word, r);
+                assert_eq!(area_b.read_vec(0, 8).unwrap(), r.to_le_bytes());
+                t.send(
+                    &to_a,
+                    &SendOptions::new().tag(r),
+                    Data::Inline(&(r + 7).to_le_bytes()),
+                )
+                .unwrap();
+            }
+        })
+    };
+    let (mut q, mut t) = (a.queue(0).unwrap(), a.terminus(0).unwrap());
+    for r in 0..rounds {
+        t.send(
+            &to_b,
+            &SendOptions::new().tag(r),
+            Data::Inline(&r.to_le_bytes()),
+        )
+        .unwrap();
+        let n = q.wait(WAIT).unwrap().expect("pong");
+        assert_eq!(
+            (n.kind, n.word, n.src_node),
+            (NotificationKind::Message, r, b.id())
+        );
+        assert_eq!(area_a.read_vec(0, 8).unwrap(), (r + 7).to_le_bytes());
+    }
+    pong.join().unwrap();
+}
+
+/// The byte pattern of message `i`.
+fn pattern(i: u64, len: usize) -> Vec<u8> {
+    let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// A fast 64-bit checksum (FNV-1a over 8-byte words).
+fn checksum(bytes: &[u8]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for c in bytes.chunks(8) {
+        let mut w = [0u8; 8];
+        w[..c.len()].copy_from_slice(c);
+        h = (h ^ u64::from_le_bytes(w)).wrapping_mul(0x100_0000_01b3);
+    }
+    h ^ bytes.len() as u64
+}
+
+#[test]
+fn three_hosts_in_network_namespaces() {
+    let mut net = Net::new();
+    for i in 1..=3 {
+        net.start(i);
+    }
+    let nodes: Vec<Node> = (0..=3)
+        .map(|i| {
+            if i == 0 {
+                net.connect(1)
+            } else {
+                net.connect(i)
+            }
+        })
+        .collect();
+    for i in 1..=3usize {
+        for j in (1..=3u32).filter(|&j| j as usize != i) {
+            wait_peer(&nodes[i], j, true, Duration::from_secs(30));
+        }
+    }
+
+    // 1. Ping-pong across hosts.
+    ping_pong(&nodes[1], &nodes[2], 200);
+    ping_pong(&nodes[3], &nodes[1], 50);
+
+    // 2. A group receive from all three nodes: one ticket split three ways.
+    {
+        let part = 300 * 1024u64;
+        let (area, _meta, slot) = inbox(&nodes[1], 3 * part, 1, W);
+        let parts = slot.ticket(0..3 * part, 0..1).unwrap().split(3).unwrap();
+        let mut q = nodes[1].queue(0).unwrap();
+        let send = |i: usize, t: &Ticket| {
+            let src = nodes[i].area(part).unwrap();
+            src.write(0, &pattern(i as u64, part as usize)).unwrap();
+            let mut term = nodes[i].terminus(0).unwrap();
+            let h = term
+                .send(
+                    t,
+                    &SendOptions::new().tag(99),
+                    Data::Gather(&[src.span(0, part)]),
+                )
+                .unwrap();
+            assert_eq!(h.wait(WAIT), Status::Sent, "group part from node {i}");
+        };
+        send(2, &parts[0]);
+        send(3, &parts[1]);
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(q.poll().is_none(), "two of three parts are not the group");
+        send(1, &parts[2]);
+        let n = q
+            .wait(WAIT)
+            .unwrap()
+            .expect("one notification for the group");
+        assert_eq!((n.kind, n.word), (NotificationKind::Message, 99));
+        for (k, i) in [(0u64, 2u64), (1, 3), (2, 1)] {
+            assert!(
+                area.read_vec(k * part, part as usize).unwrap() == pattern(i, part as usize),
+                "part {k}"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(q.poll().is_none(), "exactly one notification");
+    }
+
+    // 3. Remote read: node 3 reads 64 KiB that node 1 holds.
+    let (shared, _smeta, shared_slot) = inbox(&nodes[1], 1 << 20, 1, RW);
+    let shared_ticket = shared_slot.ticket_all().unwrap();
+    {
+        let data = pattern(42, 64 * 1024);
+        shared.write(4096, &data).unwrap();
+        let (reply_area, _rm, reply_slot) = inbox(&nodes[3], 64 * 1024, 1, W);
+        let reply = reply_slot.ticket_all().unwrap();
+        let mut q = nodes[3].queue(0).unwrap();
+        let mut t = nodes[3].terminus(0).unwrap();
+        t.read(&shared_ticket, 4096, 64 * 1024, &reply, 0).unwrap();
+        let n = q.wait(WAIT).unwrap().expect("ReadDone");
+        assert_eq!(
+            (n.kind, n.src_node),
+            (NotificationKind::ReadDone, NodeId(1))
+        );
+        assert!(
+            reply_area.read_vec(0, 64 * 1024).unwrap() == data,
+            "remote read byte-exact"
+        );
+    }
+
+    // 4. Compare-and-swap as a lock, taken by all three nodes; the counter it protects
+    // is read and written only while holding it (word 0: lock, word 8: counter).
+    {
+        shared.write(0, &[0u8; 16]).unwrap();
+        let rounds = 15u64;
+        let workers: Vec<_> = (1..=3u64)
+            .map(|id| {
+                let node = nodes[id as usize].clone();
+                let target = shared_ticket;
+                std::thread::spawn(move || {
+                    let (_ra, _rm, reply_slot) = inbox(&node, 64, 1, W);
+                    let reply = reply_slot.ticket_all().unwrap();
+                    let mut q = node.queue(0).unwrap();
+                    let mut t = node.terminus(0).unwrap();
+                    let mut atomic =
+                        |t: &mut hamlyn::Terminus, cas: Option<(u64, u64)>, off: u64| -> u64 {
+                            match cas {
+                                Some((old, new)) => {
+                                    t.compare_swap(&target, off, old, new, &reply, 0).unwrap()
+                                }
+                                None => t.fetch_add(&target, off, 0, &reply, 0).unwrap(),
+                            };
+                            let n = q.wait(WAIT).unwrap().expect("AtomicDone");
+                            assert_eq!(n.kind, NotificationKind::AtomicDone);
+                            n.word
+                        };
+                    for _ in 0..rounds {
+                        while atomic(&mut t, Some((0, id)), 0) != 0 {}
+                        let v = atomic(&mut t, None, 8);
+                        assert_eq!(
+                            atomic(&mut t, Some((v, v + 1)), 8),
+                            v,
+                            "nobody else inside the lock"
+                        );
+                        assert_eq!(atomic(&mut t, Some((id, 0)), 0), id, "we held the lock");
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+        assert_eq!(
+            shared.read_vec(8, 8).unwrap(),
+            (3 * rounds).to_le_bytes(),
+            "final count"
+        );
+        assert_eq!(
+            shared.read_vec(0, 8).unwrap(),
+            0u64.to_le_bytes(),
+            "lock free at the end"
+        );
+    }
+
+    // 5. Garbage, truncated headers, forged keys and out-of-range offsets on node 1's
+    // TCP port: refused and counted; legitimate traffic is unaffected.
+    {
+        let (_area, _meta, victim) = inbox(&nodes[1], 4096, 1, W);
+        let before = nodes[1].stats().unwrap();
+        let mut junk = TcpStream::connect(net.addr(1)).unwrap();
+        junk.write_all(&pattern(7, 4096)).unwrap();
+        let mut truncated = TcpStream::connect(net.addr(1)).unwrap();
+        truncated
+            .write_all(&Header::new(Op::Write).to_bytes()[..40])
+            .unwrap();
+        drop(truncated);
+        // A well-formed session as node 0 (lower ids dial), then forged packets.
+        let mut s = TcpStream::connect(net.addr(1)).unwrap();
+        let hello = Hello {
+            from: NodeId(0),
+            to: NodeId(1),
+            incarnation: 1,
+            session: 1,
+            rail: 0,
+            rails: 1,
+        };
+        s.write_all(&hello.to_header().to_bytes()).unwrap();
+        let mut answer = [0u8; 64];
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.read_exact(&mut answer)
+            .expect("the node answers a well-formed HELLO");
+        let forged = |key: u64, offset: u64| {
+            let mut h = Header::new(Op::Write);
+            h.flags = Flags::FIRST | Flags::LAST | Flags::NOTIFY_NOW | Flags::NOTIFY;
+            h.src = NodeId(0);
+            h.dst = NodeId(1);
+            h.slot = victim.id();
+            h.key = key;
+            h.offset = offset;
+            h.request = RequestId {
+                terminus: 1,
+                seq: 1,
+            };
+            h.to_packet(&[], &[0xEE; 16]).unwrap()
+        };
+        let good_key = victim.ticket_all().unwrap().key;
+        s.write_all(&forged(good_key ^ 0xFFFF, 0)).unwrap();
+        s.write_all(&forged(good_key, 4090)).unwrap();
+        // The NACKs come back on the connection: header-sized frames with op Nack.
+        for _ in 0..2 {
+            s.read_exact(&mut answer)
+                .expect("a NACK for each forged packet");
+            let h = Header::parse(&answer).unwrap();
+            assert_eq!(h.op, Op::Nack);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let after = loop {
+            let json = nodes[1].stats().unwrap();
+            let frames = field(&json, "\"fabric\"", "frame_errors").unwrap_or(0);
+            if frames >= 2 + field(&before, "\"fabric\"", "frame_errors").unwrap_or(0) {
+                break json;
+            }
+            assert!(Instant::now() < deadline, "garbage not counted: {json}");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(
+            field(&after, "\"interface\"", "bad_key").unwrap_or(0) >= 1,
+            "{after}"
+        );
+        assert!(
+            field(&after, "\"interface\"", "out_of_bounds").unwrap_or(0) >= 1,
+            "{after}"
+        );
+        drop((junk, s));
+        ping_pong(&nodes[2], &nodes[1], 50);
+    }
+
+    // 6. 1 GiB from node 2 to node 1 in messages of mixed sizes, striped across two
+    // rails, each checked by a checksum at the receiver.
+    {
+        const RING: u64 = 32 << 20;
+        const TOTAL: u64 = 1 << 30;
+        let sizes = [4096u64, 61_440, 1 << 20, (3 << 20) + 5, 262_144, 100_003];
+        // One metadata entry per message in flight (packets of different messages must not
+        // share an accumulator): 64 entries, at most 64 messages outstanding.
+        const ENTRIES: u32 = 64;
+        let (ring, _meta, slot) = inbox(&nodes[1], RING, ENTRIES, W);
+        let ticket = slot.ticket_all().unwrap();
+        // The sender's schedule: (offset in the ring, length) of message i.
+        let mut schedule = Vec::new();
+        let (mut sent, mut at) = (0u64, 0u64);
+        while sent < TOTAL {
+            let len = sizes[schedule.len() % sizes.len()].min(TOTAL - sent);
+            if at + len > RING {
+                at = 0;
+            }
+            schedule.push((at, len));
+            at += len;
+            sent += len;
+        }
+        let schedule = Arc::new(schedule);
+        let consumed = Arc::new(AtomicU64::new(0)); // bytes the receiver has checked
+        let consumed_msgs = Arc::new(AtomicU64::new(0)); // messages, as a prefix
+        let sender = {
+            let (node, schedule, consumed) = (nodes[2].clone(), schedule.clone(), consumed.clone());
+            let consumed_msgs = consumed_msgs.clone();
+            std::thread::spawn(move || {
+                let src = node.area(RING).unwrap();
+                let mut t = node.terminus(0).unwrap();
+                let mut produced = 0u64;
+                for (i, &(off, len)) in schedule.iter().enumerate() {
+                    // Never overwrite what the receiver has not checked (Acquire: pairs
+                    // with its Release store after checking).
+                    while produced + len > consumed.load(Ordering::Acquire) + RING / 2
+                        || i as u64 >= consumed_msgs.load(Ordering::Acquire) + u64::from(ENTRIES)
+                    {
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                    while !t.can_reuse(&src, off, len) {
+                        std::thread::sleep(Duration::from_micros(100));
+                    }
+                    src.write(off, &pattern(i as u64, len as usize)).unwrap();
+                    let opts = SendOptions::new()
+                        .offset(off)
+                        .tag(i as u64)
+                        .entry(i as u32 % ENTRIES);
+                    loop {
+                        match t.send(&ticket, &opts, Data::Gather(&[src.span(off, len)])) {
+                            Ok(_) => break,
+                            Err(SendError::Full) => std::thread::sleep(Duration::from_micros(50)),
+                            Err(e) => panic!("send {i}: {e}"),
+                        }
+                    }
+                    produced += len;
+                }
+                assert!(t.wait_idle(WAIT), "every message left");
+            })
+        };
+        // Packets are striped over rails, so messages may complete in any order; the
+        // sender's window moves over the prefix of messages checked so far.
+        let mut q = nodes[1].queue(0).unwrap();
+        let mut done = vec![false; schedule.len()];
+        let (mut prefix, mut checked, mut out_of_order) = (0usize, 0u64, 0u64);
+        for k in 0..schedule.len() {
+            let n = q
+                .wait(WAIT)
+                .unwrap()
+                .unwrap_or_else(|| panic!("{k} of {} messages arrived", schedule.len()));
+            let i = n.word as usize;
+            assert!(
+                i < schedule.len() && !done[i],
+                "message {i}: unknown or notified twice"
+            );
+            out_of_order += u64::from(i != prefix);
+            let (off, len) = schedule[i];
+            let got = ring.read_vec(off, len as usize).unwrap();
+            assert_eq!(
+                checksum(&got),
+                checksum(&pattern(i as u64, len as usize)),
+                "message {i} ({len} bytes) corrupted"
+            );
+            done[i] = true;
+            while prefix < done.len() && done[prefix] {
+                checked += schedule[prefix].1;
+                prefix += 1;
+            }
+            // Release: pairs with the sender's Acquire loads of `consumed` and
+            // `consumed_msgs`.
+            consumed.store(checked, Ordering::Release);
+            consumed_msgs.store(prefix as u64, Ordering::Release);
+        }
+        eprintln!(
+            "1 GiB in {} messages, {out_of_order} completed out of order",
+            schedule.len()
+        );
+        sender.join().unwrap();
+        assert_eq!(checked, TOTAL);
+        let json = nodes[1].stats().unwrap();
+        assert_eq!(
+            field(&json, "\"engine\"", "queue_overflows"),
+            Some(0),
+            "{json}"
+        );
+    }
+
+    // 7. SIGKILL node 3's engine in the middle of traffic: nodes 1 and 2 see it down
+    // within the heartbeat bound and keep working; restarted, it is a new incarnation
+    // and traffic resumes.
+    {
+        let old_incarnation = wait_peer(&nodes[1], 3, true, Duration::from_secs(1));
+        let (_a, _m, to_three) = inbox(&nodes[3], 1 << 20, 1, W);
+        let stale = to_three.ticket_all().unwrap();
+        // Its own client of node 1 (nodes[0]), so the stream does not share a queue with
+        // the ping-pong below.
+        let (_b, _n, from_three) = inbox(&nodes[0], 1 << 20, 1, W);
+        let to_one = from_three.ticket_all().unwrap();
+        let streamer = {
+            let node = nodes[3].clone();
+            std::thread::spawn(move || {
+                let mut t = node.terminus(0).unwrap();
+                let payload = [3u8; 100];
+                // Sends until the engine is gone: the library then reports errors.
+                for i in 0..1_000_000u64 {
+                    match t.send(&to_one, &SendOptions::new().tag(i), Data::Inline(&payload)) {
+                        Ok(_) | Err(SendError::Full) => {
+                            std::thread::sleep(Duration::from_micros(100))
+                        }
+                        Err(_) => return i,
+                    }
+                }
+                u64::MAX
+            })
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        let killed = Instant::now();
+        net.kill(3);
+        wait_peer(
+            &nodes[1],
+            3,
+            false,
+            Duration::from_millis(PEER_TIMEOUT_MS * 5),
+        );
+        wait_peer(
+            &nodes[2],
+            3,
+            false,
+            Duration::from_millis(PEER_TIMEOUT_MS * 5),
+        );
+        eprintln!(
+            "node 3 seen down {} ms after SIGKILL",
+            killed.elapsed().as_millis()
+        );
+        ping_pong(&nodes[1], &nodes[2], 50);
+        // A send to the dead node fails with PeerDown.
+        let mut t = nodes[1].terminus(0).unwrap();
+        let h = t
+            .send(&stale, &SendOptions::new(), Data::Inline(b"anyone?"))
+            .unwrap();
+        assert_eq!(h.wait(WAIT), Status::Failed(RejectReason::PeerDown));
+        drop(t);
+        // Restart: a new incarnation rejoins.
+        net.start(3);
+        let new_incarnation = wait_peer(&nodes[1], 3, true, Duration::from_secs(30));
+        wait_peer(&nodes[2], 3, true, Duration::from_secs(30));
+        assert!(
+            new_incarnation > old_incarnation,
+            "{new_incarnation} after {old_incarnation}"
+        );
+        drop(streamer);
+        let three = net.connect(3);
+        ping_pong(&three, &nodes[1], 50);
+        // A ticket from the old incarnation is refused as stale.
+        let mut t = nodes[2].terminus(0).unwrap();
+        let h = t
+            .send(&stale, &SendOptions::new(), Data::Inline(b"old ticket"))
+            .unwrap();
+        assert_eq!(h.wait(WAIT), Status::Failed(RejectReason::StaleIncarnation));
+    }
+
+    // 8. A link goes down (node 2's veth on the bridge) and comes back.
+    {
+        let (_a, _m, slot) = inbox(&nodes[2], 4096, 1, W);
+        let to_two = slot.ticket_all().unwrap();
+        net.link(2, false);
+        wait_peer(
+            &nodes[1],
+            2,
+            false,
+            Duration::from_millis(PEER_TIMEOUT_MS * 5),
+        );
+        let mut t = nodes[1].terminus(0).unwrap();
+        let h = t
+            .send(&to_two, &SendOptions::new(), Data::Inline(b"link down"))
+            .unwrap();
+        assert_eq!(h.wait(WAIT), Status::Failed(RejectReason::PeerDown));
+        net.link(2, true);
+        wait_peer(&nodes[1], 2, true, Duration::from_secs(30));
+        ping_pong(&nodes[1], &nodes[2], 50);
+    }
+    for i in 1..=3 {
+        let log = net.log(i);
+        assert!(!log.contains("panicked"), "node {i} log: {log}");
+    }
+}
