@@ -344,9 +344,9 @@ fn three_hosts_in_network_namespaces() {
             }
         })
         .collect();
-    for i in 1..=3usize {
+    for (i, node) in nodes.iter().enumerate().skip(1) {
         for j in (1..=3u32).filter(|&j| j as usize != i) {
-            wait_peer(&nodes[i], j, true, Duration::from_secs(30));
+            wait_peer(node, j, true, Duration::from_secs(30));
         }
     }
 
