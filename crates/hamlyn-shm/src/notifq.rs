@@ -646,6 +646,58 @@ mod loom_tests {
         });
     }
 
+    /// Direct slots' group receive (DESIGN §2, §3): two depositors, say the engine and a
+    /// direct sender in another process, each write their part of a message, then add
+    /// their share to the entry's 32-bit accumulator, and the one whose add returns it to
+    /// 0 posts the notification. The consumer, woken by the post, must then see both
+    /// parts, including the one written by the depositor that did not post.
+    ///
+    /// This models `hamlyn_core::count_packet` as the engine (`ShmMem::fetch_add_u32`)
+    /// and the library's direct sender (`direct::Entries::add_u32_at`) run it: payload
+    /// first, then an AcqRel add, then `Producer::post`. With a Release-only or Relaxed
+    /// add, the non-posting depositor's payload would not happen-before the consumer's
+    /// read, and loom reports the race on its cell.
+    #[test]
+    fn loom_group_deposits_counted_then_notified() {
+        crate::loom_model(|| {
+            let l = NotifLayout::new(0, 2).expect("layout");
+            let acc_off = l.bytes();
+            let part = move |i: usize| acc_off + 8 + 8 * i;
+            let mem = Arc::new(LoomMemory::new(acc_off + 8 + 16));
+            let mut c = Consumer::attach(mem.clone(), l).expect("attach");
+            let shares = [1u32 << 31, 1u32 << 31];
+            let ts: Vec<_> = (0..2usize)
+                .map(|i| {
+                    let p = Producer::attach(mem.clone(), l).expect("attach");
+                    let mem = mem.clone();
+                    loom::thread::spawn(move || {
+                        assert!(mem.store_bytes(part(i), &[i as u8 + 1; 8]));
+                        let acc = mem.atomic_u32(acc_off).expect("accumulator");
+                        // AcqRel: as in the real depositors (see the test's doc).
+                        let old = acc.fetch_add(shares[i], Ordering::AcqRel);
+                        if old.wrapping_add(shares[i]) == 0 {
+                            p.post(&notif(7)).expect("room");
+                        }
+                    })
+                })
+                .collect();
+            let mut got = None;
+            while got.is_none() {
+                got = c.wait(0, None).expect("futex model");
+            }
+            assert_eq!(got.map(|e| e.word.get()), Some(7));
+            for i in 0..2 {
+                let mut b = [0u8; 8];
+                assert!(mem.load_bytes(part(i), &mut b));
+                assert_eq!(b, [i as u8 + 1; 8], "every part is in place");
+            }
+            for t in ts {
+                t.join().expect("depositor");
+            }
+            assert!(c.poll().is_none(), "one notification for the group");
+        });
+    }
+
     /// The queue's own sleep/wake: a consumer that waits (no spinning, no timeout) while a
     /// producer posts is always woken or finds the entry; a lost wakeup would deadlock the
     /// futex model.
