@@ -122,15 +122,16 @@ impl NotifyQueue {
             .map(|e| Notification::from_entry(&e)))
     }
 
-    /// Event-loop mode: asks the engine to make [`crate::Node::event_fd`] readable on its
-    /// next post to this queue. Returns `true` if a notification is already waiting: poll
+    /// Event-loop mode: asks the engine (and direct senders) to make
+    /// [`crate::Node::event_fd`] readable on its next post to this queue. Returns `true` if a notification is already waiting: poll
     /// it before going back to the event loop.
     pub fn arm(&self) -> bool {
         self.consumer.arm_eventfd()
     }
 
-    /// Notifications the engine could not post because the queue was full (never
-    /// overwritten; a slot's senders see their messages complete regardless).
+    /// Notifications the engine (or a direct sender, [`crate::DirectTarget`]) could not
+    /// post because the queue was full (never overwritten; a slot's senders see their
+    /// messages complete regardless).
     pub fn overflows(&self) -> u64 {
         self.consumer.overflows()
     }
