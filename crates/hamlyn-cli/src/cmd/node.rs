@@ -105,6 +105,10 @@ pub struct FabricArgs {
     /// A file of peers: one `ID@ADDR` or `ID ADDR` per line, `#` starts a comment.
     #[arg(long, value_name = "PATH")]
     pub peers_file: Option<PathBuf>,
+    /// Learn the cluster from the member listening on ADDR (any member; repeat for
+    /// fallbacks): every member it lists is asked too, so all of them learn this node.
+    #[arg(long = "join", value_name = "ADDR")]
+    pub join: Vec<SocketAddr>,
     /// TCP connections per peer; packets are striped across them.
     #[arg(long, value_name = "K", default_value_t = 2)]
     pub rails: usize,
@@ -168,8 +172,11 @@ impl NodeArgs {
     /// The TCP fabric these arguments ask for, if `--listen` was given.
     pub fn tcp(&self, incarnation: u32) -> Result<Option<TcpFabric>, String> {
         let Some(listen) = self.fabric.listen else {
-            if !self.fabric.peers.is_empty() || self.fabric.peers_file.is_some() {
-                return Err("--peer and --peers-file need --listen".into());
+            if !self.fabric.peers.is_empty()
+                || self.fabric.peers_file.is_some()
+                || !self.fabric.join.is_empty()
+            {
+                return Err("--peer, --peers-file and --join need --listen".into());
             }
             return Ok(None);
         };
@@ -185,9 +192,17 @@ impl NodeArgs {
             }
             c.peers.push((NodeId(p.node), p.addr));
         }
-        TcpFabric::new(c)
-            .map(Some)
-            .map_err(|e| format!("TCP fabric on {listen}: {e}"))
+        let mut fabric = TcpFabric::new(c).map_err(|e| format!("TCP fabric on {listen}: {e}"))?;
+        if !self.fabric.join.is_empty() {
+            // Members that dial back wait in the listen backlog until the engine polls.
+            fabric
+                .join(
+                    &self.fabric.join,
+                    Duration::from_millis(self.fabric.peer_timeout_ms),
+                )
+                .map_err(|e| format!("--join: {e}"))?;
+        }
+        Ok(Some(fabric))
     }
 }
 
@@ -260,6 +275,28 @@ mod tests {
         let peers = args.all_peers().unwrap();
         let _ = std::fs::remove_file(&dir);
         assert_eq!(peers.iter().map(|p| p.node).collect::<Vec<_>>(), vec![1, 2]);
+    }
+
+    #[test]
+    fn join_flags_parse_and_need_listen() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            node: NodeArgs,
+        }
+        let cli =
+            Cli::try_parse_from(["hamlyn", "--join", "10.0.0.2:7000", "--join", "[::1]:7001"])
+                .unwrap();
+        assert_eq!(
+            cli.node.fabric.join,
+            vec![
+                "10.0.0.2:7000".parse::<SocketAddr>().unwrap(),
+                "[::1]:7001".parse().unwrap()
+            ]
+        );
+        assert!(cli.node.tcp(1).unwrap_err().contains("need --listen"));
+        assert!(Cli::try_parse_from(["hamlyn", "--join", "nowhere"]).is_err());
     }
 
     #[test]

@@ -44,6 +44,9 @@ pub(crate) enum Phase {
     AwaitHello,
     /// Handshake done: the connection is a rail of its peer's session.
     Open,
+    /// A membership query was answered; nothing more is read, and the connection is
+    /// closed once the reply is flushed (acceptor).
+    Answered,
 }
 
 /// The packet whose payload is being received.

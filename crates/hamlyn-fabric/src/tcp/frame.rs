@@ -12,7 +12,11 @@
 //! report them with [`FrameDecoder::payload_read_direct`]. This is how the TCP fabric
 //! lands payloads in the sink's buffer without a copy.
 //!
-//! The connection handshake is also here ([`Hello`]), since it is pure encoding.
+//! The connection handshake is also here ([`Hello`]), since it is pure encoding, and so
+//! is the membership query a joining node sends ([`JoinQuery`], [`join_reply`],
+//! [`decode_members`]).
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use hamlyn_wire::{Header, NodeId, Op, SlotId, WireError, HEADER_LEN, MAX_META_LEN};
 
@@ -246,6 +250,8 @@ pub const MAX_RAILS: usize = 16;
 /// same rail with its own, echoing `session`, `rail` and `rails`. Field mapping:
 /// `src`/`dst` the two nodes, `word` the sender's incarnation, `key` the dialer's session
 /// number, `slot` the rail index, `offset` the number of rails in the session.
+/// A rail count of 0 is never a rail HELLO ([`Hello::from_header`] refuses it): it
+/// marks a membership query or reply ([`JoinQuery`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hello {
     /// The sending node.
@@ -283,6 +289,9 @@ pub enum HelloError {
     /// The incarnation does not fit 32 bits.
     #[error("incarnation {0:#x} does not fit 32 bits")]
     BadIncarnation(u64),
+    /// A join query's listen port does not fit 16 bits.
+    #[error("listen port {0} does not fit 16 bits")]
+    BadPort(u32),
 }
 
 impl Hello {
@@ -322,6 +331,169 @@ impl Hello {
             rails: rails as u32,
         })
     }
+}
+
+/// Most members one join reply may list (its payload is at most
+/// `MAX_JOIN_MEMBERS * JOIN_ENTRY_LEN` bytes).
+pub const MAX_JOIN_MEMBERS: usize = 1024;
+
+/// Bytes of one member in a join reply: node id (`u32` LE), port (`u16` LE), address
+/// family (`4` or `6`), one zero byte, then the IP address in 16 bytes (an IPv4 address
+/// in the first 4, the rest zero).
+pub const JOIN_ENTRY_LEN: usize = 24;
+
+/// The membership query a joining node sends on a fresh connection to a member's
+/// listener, instead of a rail HELLO.
+///
+/// It is an [`Op::Hello`] header with no body whose rail count (`offset`) is **0**, which
+/// no rail HELLO may have ([`Hello::from_header`] refuses it as [`HelloError::BadRail`]):
+/// `src` the joining node, `dst` 0 (ignored: the joiner does not know whom it dialed),
+/// `slot` the port the joiner listens on (0: do not add me, just answer), every other
+/// field 0. The member answers with one [`join_reply`] frame and closes the connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JoinQuery {
+    /// The joining node.
+    pub from: NodeId,
+    /// The port it listens on (its address is the connection's source address).
+    pub listen_port: u16,
+}
+
+impl JoinQuery {
+    /// Whether a header is a membership query or reply rather than a rail HELLO
+    /// (an `Op::Hello` with a rail count of 0).
+    pub fn is_join(h: &Header) -> bool {
+        h.op == Op::Hello && h.offset == 0
+    }
+
+    /// The header that carries this query.
+    pub fn to_header(&self) -> Header {
+        let mut h = Header::new(Op::Hello);
+        h.src = self.from;
+        h.slot = SlotId(u32::from(self.listen_port));
+        h
+    }
+
+    /// Reads a query out of a parsed header, checking its shape.
+    pub fn from_header(h: &Header) -> Result<JoinQuery, HelloError> {
+        if h.op != Op::Hello {
+            return Err(HelloError::NotHello(h.op));
+        }
+        if h.offset != 0 {
+            return Err(HelloError::BadRail {
+                rail: u64::from(h.slot.0),
+                rails: h.offset,
+            });
+        }
+        if h.meta_len != 0 || h.payload_len != 0 {
+            return Err(HelloError::HasBody);
+        }
+        let listen_port = u16::try_from(h.slot.0).map_err(|_| HelloError::BadPort(h.slot.0))?;
+        Ok(JoinQuery {
+            from: h.src,
+            listen_port,
+        })
+    }
+}
+
+/// The header and payload of a member's answer to a [`JoinQuery`]: an [`Op::Hello`] with
+/// a rail count of 0, `src` the member, `dst` the joiner, `word` the member's
+/// incarnation, `key` the number of members listed, and a payload of that many
+/// [`JOIN_ENTRY_LEN`]-byte entries, the answering member first. At most
+/// [`MAX_JOIN_MEMBERS`] are listed (the rest are dropped).
+pub fn join_reply(
+    from: NodeId,
+    to: NodeId,
+    incarnation: u32,
+    members: &[(NodeId, SocketAddr)],
+) -> (Header, Vec<u8>) {
+    let members = &members[..members.len().min(MAX_JOIN_MEMBERS)];
+    let mut payload = Vec::with_capacity(members.len() * JOIN_ENTRY_LEN);
+    for (node, addr) in members {
+        let mut e = [0u8; JOIN_ENTRY_LEN];
+        e[0..4].copy_from_slice(&node.0.to_le_bytes());
+        e[4..6].copy_from_slice(&addr.port().to_le_bytes());
+        match addr.ip() {
+            IpAddr::V4(ip) => {
+                e[6] = 4;
+                e[8..12].copy_from_slice(&ip.octets());
+            }
+            IpAddr::V6(ip) => {
+                e[6] = 6;
+                e[8..24].copy_from_slice(&ip.octets());
+            }
+        }
+        payload.extend_from_slice(&e);
+    }
+    let mut h = Header::new(Op::Hello);
+    h.src = from;
+    h.dst = to;
+    h.word = u64::from(incarnation);
+    h.key = members.len() as u64;
+    h.payload_len = payload.len() as u32;
+    (h, payload)
+}
+
+/// Why a join reply is not well formed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("bad join reply: {0}")]
+pub struct JoinReplyError(pub String);
+
+/// Checks a join reply's header (before its payload is read): its shape and that the
+/// payload length matches the member count, within [`MAX_JOIN_MEMBERS`].
+pub fn check_join_reply(h: &Header, me: NodeId) -> Result<usize, JoinReplyError> {
+    let bad = |s: String| Err(JoinReplyError(s));
+    if !JoinQuery::is_join(h) {
+        return bad(format!(
+            "{:?} with {} rails is not a join reply",
+            h.op, h.offset
+        ));
+    }
+    if h.dst != me {
+        return bad(format!("meant for {}, not {me}", h.dst));
+    }
+    if h.meta_len != 0 {
+        return bad("metadata".into());
+    }
+    let count = h.key;
+    if count == 0 || count > MAX_JOIN_MEMBERS as u64 {
+        return bad(format!("{count} members (1..={MAX_JOIN_MEMBERS})"));
+    }
+    if u64::from(h.payload_len) != count * JOIN_ENTRY_LEN as u64 {
+        return bad(format!(
+            "{} payload bytes for {count} members",
+            h.payload_len
+        ));
+    }
+    Ok(count as usize)
+}
+
+/// Decodes a join reply's payload (see [`join_reply`]).
+pub fn decode_members(payload: &[u8]) -> Result<Vec<(NodeId, SocketAddr)>, JoinReplyError> {
+    if payload.len() % JOIN_ENTRY_LEN != 0 || payload.len() > MAX_JOIN_MEMBERS * JOIN_ENTRY_LEN {
+        return Err(JoinReplyError(format!(
+            "{} payload bytes is not a member list",
+            payload.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(payload.len() / JOIN_ENTRY_LEN);
+    for e in payload.chunks_exact(JOIN_ENTRY_LEN) {
+        let node = NodeId(u32::from_le_bytes([e[0], e[1], e[2], e[3]]));
+        let port = u16::from_le_bytes([e[4], e[5]]);
+        let ip = match e[6] {
+            4 => IpAddr::V4(Ipv4Addr::new(e[8], e[9], e[10], e[11])),
+            6 => {
+                let mut o = [0u8; 16];
+                o.copy_from_slice(&e[8..24]);
+                IpAddr::V6(Ipv6Addr::from(o))
+            }
+            f => return Err(JoinReplyError(format!("address family {f}"))),
+        };
+        if port == 0 || ip.is_unspecified() {
+            return Err(JoinReplyError(format!("member {node} at {ip}:{port}")));
+        }
+        out.push((node, SocketAddr::new(ip, port)));
+    }
+    Ok(out)
 }
 
 /// The liveness beacon a fabric sends on an idle rail (an [`Op::Heartbeat`] header).
@@ -545,6 +717,51 @@ mod tests {
             Hello::from_header(&hb),
             Err(HelloError::NotHello(Op::Heartbeat))
         );
+    }
+
+    #[test]
+    fn join_query_and_reply_round_trip() {
+        let q = JoinQuery {
+            from: NodeId(7),
+            listen_port: 7000,
+        };
+        let h = q.to_header();
+        assert!(JoinQuery::is_join(&h));
+        assert_eq!(JoinQuery::from_header(&h), Ok(q));
+        // A rail HELLO refuses it, as before.
+        assert!(matches!(
+            Hello::from_header(&h),
+            Err(HelloError::BadRail { rails: 0, .. })
+        ));
+        let mut bad = h;
+        bad.slot = SlotId(70_000);
+        assert_eq!(
+            JoinQuery::from_header(&bad),
+            Err(HelloError::BadPort(70_000))
+        );
+        bad = h;
+        bad.payload_len = 3;
+        assert_eq!(JoinQuery::from_header(&bad), Err(HelloError::HasBody));
+
+        let members = vec![
+            (NodeId(2), "10.0.0.2:7000".parse().unwrap()),
+            (NodeId(1), "[fe80::1]:9".parse().unwrap()),
+        ];
+        let (rh, payload) = join_reply(NodeId(2), NodeId(7), 5, &members);
+        let rh = Header::parse(&rh.to_bytes()).unwrap();
+        assert_eq!(check_join_reply(&rh, NodeId(7)), Ok(2));
+        assert!(check_join_reply(&rh, NodeId(8)).is_err());
+        assert_eq!(decode_members(&payload), Ok(members));
+        let mut lying = rh;
+        lying.key = 3;
+        assert!(check_join_reply(&lying, NodeId(7)).is_err());
+        lying.key = MAX_JOIN_MEMBERS as u64 + 1;
+        lying.payload_len = (MAX_JOIN_MEMBERS + 1) as u32 * JOIN_ENTRY_LEN as u32;
+        assert!(check_join_reply(&lying, NodeId(7)).is_err());
+        let mut p = payload.clone();
+        p[6] = 5;
+        assert!(decode_members(&p).is_err());
+        assert!(decode_members(&payload[..30]).is_err());
     }
 
     /// Cuts `s` at the given (sorted, deduplicated) points.

@@ -6,8 +6,8 @@
 //! - **Who dials.** Of two nodes, the one with the lower id dials the higher one, each
 //!   rail separately; the higher one only accepts. There is never a duplicate connection
 //!   to resolve. A peer is configured statically ([`TcpConfig::peers`],
-//!   [`TcpFabric::add_peer`]) or, with [`TcpConfig::learn_peers`], learned when it dials
-//!   us.
+//!   [`TcpFabric::add_peer`]), learned from a membership query ("Joining" below), or,
+//!   with [`TcpConfig::learn_peers`], learned when it dials us.
 //! - **Sessions.** The dialer opens a *session*: `rails` connections at once
 //!   (non-blocking connects, `TCP_NODELAY` on every one). On each it sends a HELLO
 //!   ([`frame::Hello`]: an `Op::Hello` header with `src`/`dst`, `word` = incarnation,
@@ -28,6 +28,23 @@
 //!   [`TcpConfig::reconnect_interval`] until one comes up.
 //! - **Restarts.** A HELLO with a newer incarnation (or a newer session of the same
 //!   incarnation) replaces the current session: Down, then Up with the new incarnation.
+//! - **Joining.** A node that knows only one member's address learns the rest with
+//!   [`TcpFabric::join`] (`hamlyn node --join ADDR`). On a fresh connection to a member's
+//!   listener it sends a *membership query* instead of a rail HELLO
+//!   ([`frame::JoinQuery`]: an `Op::Hello` with a rail count of 0, which rail HELLOs
+//!   never have, carrying its node id and the port it listens on). The member answers
+//!   with one frame listing itself first and every peer whose address it knows
+//!   ([`frame::join_reply`]; for itself, when listening on a wildcard address, the
+//!   address the joiner dialed), closes the connection, and adds the joiner as a peer at
+//!   the connection's source address with the announced port (if it learns peers or
+//!   already knows the joiner; port 0 asks without being added). The joiner asks every
+//!   listed member in turn, so each one learns it, adds them all as peers, and sessions
+//!   come up by the rule above: whichever of two has the lower id dials. Queries touch
+//!   no session. A malformed query is closed as [`CloseReason::BadJoin`]; an answered one
+//!   is counted as [`CloseReason::JoinAnswered`]; the joiner's side ([`join`]) is
+//!   blocking with a timeout per step and refuses replies over
+//!   [`frame::MAX_JOIN_MEMBERS`] members. Peers learned only because they dialed us have
+//!   no known address and are not listed.
 //! - **Heartbeats.** On an up session, a rail that sent nothing for
 //!   [`TcpConfig::heartbeat_interval`] sends an `Op::Heartbeat` header; heartbeats are
 //!   consumed by the fabric, never shown to the sink. A rail that received nothing for
@@ -88,7 +105,7 @@ use mio::{Events, Interest, Poll, Token};
 
 use crate::fabric::{check_send, Fabric, FabricError, PacketSink, PeerEvent};
 use conn::{Conn, Phase, Role, Rx, RxCounts, RxCtx, RxStop};
-use frame::{heartbeat, Hello, MAX_RAILS};
+use frame::{heartbeat, join_reply, Hello, JoinQuery, MAX_JOIN_MEMBERS, MAX_RAILS};
 use tx::{write_gather, Pieces, TxQueue};
 
 pub use stats::{CloseCounts, CloseReason, PeerStats, RailStats, TcpStats};
@@ -172,6 +189,14 @@ pub enum TcpError {
     /// The configuration is not usable.
     #[error("bad configuration: {0}")]
     Config(&'static str),
+    /// A membership query ([`join`]) failed: no connection, a timeout, a bad reply.
+    #[error("join via {addr}: {reason}")]
+    Join {
+        /// The member queried.
+        addr: SocketAddr,
+        /// What went wrong.
+        reason: String,
+    },
 }
 
 /// Whether a peer can be reached, as the fabric last announced it.
@@ -363,6 +388,69 @@ impl TcpFabric {
         Ok(())
     }
 
+    /// Learns the cluster from its members: sends a membership query ([`join`]) to each
+    /// of `seeds`, then to every member the replies list that was not asked yet (so every
+    /// member learns this node), and adds every member as a peer. Sessions then come up
+    /// by the usual rule (the lower id dials). Blocks, up to `timeout` per member asked
+    /// (at most [`frame::MAX_JOIN_MEMBERS`] are asked); call it before the first
+    /// [`Fabric::poll`], while members that dial back wait in the listen backlog.
+    ///
+    /// Fails only if no seed answered; a listed member that does not answer is still
+    /// added (logged). Returns the members added.
+    pub fn join(
+        &mut self,
+        seeds: &[SocketAddr],
+        timeout: Duration,
+    ) -> Result<Vec<(NodeId, SocketAddr)>, TcpError> {
+        let me = self.config.node;
+        let port = self.local_addr.port();
+        let mut asked = std::collections::BTreeSet::new();
+        let mut found: BTreeMap<NodeId, SocketAddr> = BTreeMap::new();
+        let mut todo: VecDeque<(Option<NodeId>, SocketAddr)> =
+            seeds.iter().map(|&a| (None, a)).collect();
+        let mut seed_error = None;
+        let mut seed_answered = false;
+        while let Some((node, addr)) = todo.pop_front() {
+            if node.is_some_and(|n| asked.contains(&n)) {
+                continue;
+            }
+            if asked.len() >= MAX_JOIN_MEMBERS {
+                tracing::warn!(node = %me, "join: too many members, not asking the rest");
+                break;
+            }
+            match join(addr, me, port, timeout) {
+                Ok(members) => {
+                    seed_answered |= node.is_none();
+                    if let Some(&(n, _)) = members.first() {
+                        asked.insert(n);
+                    }
+                    for (n, a) in members {
+                        if n != me && found.len() < MAX_JOIN_MEMBERS && !found.contains_key(&n) {
+                            found.insert(n, a);
+                            todo.push_back((Some(n), a));
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(node = %me, %addr, error = %e, "join: member did not answer");
+                    if let Some(n) = node {
+                        asked.insert(n);
+                    } else {
+                        seed_error = Some(e);
+                    }
+                }
+            }
+        }
+        if !seed_answered {
+            return Err(seed_error.unwrap_or(TcpError::Config("--join needs an address")));
+        }
+        for (&n, &a) in &found {
+            self.add_peer(n, a)?;
+        }
+        tracing::info!(node = %me, members = found.len(), "join: learned the cluster");
+        Ok(found.into_iter().collect())
+    }
+
     /// The address the listener is bound to (with the real port if port 0 was asked).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
@@ -428,7 +516,7 @@ impl TcpFabric {
             || self.conns.iter().flatten().any(|c| {
                 c.rx.has_work()
                     && match c.phase {
-                        Phase::Connecting => false,
+                        Phase::Connecting | Phase::Answered => false,
                         Phase::AwaitHello | Phase::AwaitReply => true,
                         Phase::Open => c.peer.is_some_and(|p| {
                             self.peers
@@ -584,7 +672,7 @@ impl TcpFabric {
                         .conns
                         .iter()
                         .flatten()
-                        .filter(|c| c.phase == Phase::AwaitHello)
+                        .filter(|c| matches!(c.phase, Phase::AwaitHello | Phase::Answered))
                         .count();
                     if waiting >= self.config.max_handshakes {
                         tracing::warn!(node = %self.config.node, %addr, "tcp fabric: too many handshakes, refusing connection");
@@ -772,6 +860,9 @@ impl TcpFabric {
             return;
         };
         let role = conn.role;
+        if role == Role::Acceptor && JoinQuery::is_join(h) {
+            return self.on_join_query(i, h, now);
+        }
         let hello = match Hello::from_header(h) {
             Ok(x) => x,
             Err(e) => {
@@ -782,6 +873,72 @@ impl TcpFabric {
         match role {
             Role::Acceptor => self.on_dialer_hello(i, hello, now),
             Role::Dialer => self.on_reply_hello(i, hello, now),
+        }
+    }
+
+    /// Answers a membership query on accepted connection `i`: lists this node and every
+    /// peer with a known address, adds the joiner as a peer (its address is the
+    /// connection's source address with the announced port), and closes the connection
+    /// once the reply is flushed. Sessions are not touched.
+    fn on_join_query(&mut self, i: usize, h: &Header, now: Instant) {
+        let me = self.config.node;
+        let q = match JoinQuery::from_header(h) {
+            Ok(q) if q.from == me => {
+                return self.fail_conn(i, CloseReason::BadJoin, "join query from our own id", now)
+            }
+            Ok(q) => q,
+            Err(e) => {
+                let detail = e.to_string();
+                return self.fail_conn(i, CloseReason::BadJoin, &detail, now);
+            }
+        };
+        let Some(conn) = self.conn(i) else {
+            return;
+        };
+        let remote = conn.addr;
+        // Listening on a wildcard address: name ourselves by the address dialed.
+        let own = if self.local_addr.ip().is_unspecified() {
+            conn.stream.local_addr().map_or(self.local_addr, |a| {
+                SocketAddr::new(a.ip(), self.local_addr.port())
+            })
+        } else {
+            self.local_addr
+        };
+        let mut members = vec![(me, own)];
+        members.extend(
+            self.peers
+                .iter()
+                .filter(|&(&n, _)| n != q.from)
+                .filter_map(|(&n, p)| p.addr.map(|a| (n, a)))
+                .take(MAX_JOIN_MEMBERS - 1),
+        );
+        let known = self.peers.contains_key(&q.from);
+        if q.listen_port != 0 && (known || self.config.learn_peers) {
+            let addr = SocketAddr::new(remote.ip(), q.listen_port);
+            if self.add_peer(q.from, addr).is_ok() && !known {
+                if let Some(p) = self.peers.get_mut(&q.from) {
+                    p.since = Some(now);
+                }
+                tracing::info!(node = %me, peer = %q.from, %addr, "tcp fabric: learned peer from a join query");
+            }
+        }
+        tracing::debug!(node = %me, joiner = %q.from, %remote, members = members.len(), "tcp fabric: answering join query");
+        let (reply, payload) = join_reply(me, q.from, self.config.incarnation, &members);
+        let Some(conn) = self.conn_mut(i) else {
+            return;
+        };
+        conn.phase = Phase::Answered;
+        let hdr = reply.to_bytes();
+        conn.tx
+            .push(&Pieces::new([&hdr, &[], &[]], &[&payload[..]]), 0);
+        conn.last_tx = now;
+        match conn.tx.flush(&mut conn.stream) {
+            Ok(_) if conn.tx.is_empty() => self.close_conn(i, CloseReason::JoinAnswered),
+            Ok(_) => conn.writable = false,
+            Err(e) => {
+                let detail = e.to_string();
+                self.fail_conn(i, CloseReason::Io, &detail, now);
+            }
         }
     }
 
@@ -1000,6 +1157,8 @@ impl TcpFabric {
                 Ok(_) => {
                     if !conn.tx.is_empty() {
                         conn.writable = false;
+                    } else if conn.phase == Phase::Answered {
+                        self.close_conn(i, CloseReason::JoinAnswered);
                     }
                 }
                 Err(e) => {
@@ -1028,7 +1187,8 @@ impl TcpFabric {
                 let Some(mut conn) = self.conns.get_mut(i).and_then(Option::take) else {
                     break;
                 };
-                if conn.phase == Phase::Connecting || !conn.rx.has_work() {
+                if matches!(conn.phase, Phase::Connecting | Phase::Answered) || !conn.rx.has_work()
+                {
                     self.conns[i] = Some(conn);
                     break;
                 }
@@ -1150,10 +1310,11 @@ impl TcpFabric {
                 }
             }
         }
-        // Accepted connections that never said HELLO.
+        // Accepted connections that never said HELLO (or never took a join reply).
         for i in 0..self.conns.len() {
             let expired = self.conn(i).is_some_and(|c| {
-                c.phase == Phase::AwaitHello && now.nanos_since(c.opened) >= t.timeout
+                matches!(c.phase, Phase::AwaitHello | Phase::Answered)
+                    && now.nanos_since(c.opened) >= t.timeout
             });
             if expired {
                 self.fail_conn(i, CloseReason::HandshakeTimeout, "no HELLO in time", now);
@@ -1396,6 +1557,48 @@ const _: fn() = || {
     fn send<T: Send>() {}
     send::<TcpFabric>();
 };
+
+/// Sends one membership query ([`frame::JoinQuery`]) to the member listening on `addr`
+/// and returns the members it lists, itself first: `me` is the asking node, `listen_port`
+/// the port it listens on (the member adds it as a peer at the connection's source
+/// address with that port; 0 asks without being added). Blocking, with `timeout` for the
+/// connect and for each read and write; the reply is at most
+/// [`frame::MAX_JOIN_MEMBERS`] entries.
+pub fn join(
+    addr: SocketAddr,
+    me: NodeId,
+    listen_port: u16,
+    timeout: Duration,
+) -> Result<Vec<(NodeId, SocketAddr)>, TcpError> {
+    use std::io::{Read, Write};
+    let fail = |reason: String| TcpError::Join { addr, reason };
+    let io = |what: &str, e: io::Error| fail(format!("{what}: {e}"));
+    let timeout = timeout.max(Duration::from_millis(1));
+    let mut s =
+        std::net::TcpStream::connect_timeout(&addr, timeout).map_err(|e| io("connect", e))?;
+    s.set_read_timeout(Some(timeout))
+        .map_err(|e| io("socket", e))?;
+    s.set_write_timeout(Some(timeout))
+        .map_err(|e| io("socket", e))?;
+    let _ = s.set_nodelay(true);
+    let query = frame::JoinQuery {
+        from: me,
+        listen_port,
+    };
+    s.write_all(&query.to_header().to_bytes())
+        .map_err(|e| io("send", e))?;
+    let mut hdr = [0u8; HEADER_LEN];
+    s.read_exact(&mut hdr).map_err(|e| io("reply", e))?;
+    let h = Header::parse(&hdr).map_err(|e| fail(format!("reply header: {e}")))?;
+    frame::check_join_reply(&h, me).map_err(|e| fail(e.to_string()))?;
+    let mut payload = vec![0u8; h.payload_len as usize];
+    s.read_exact(&mut payload).map_err(|e| io("reply", e))?;
+    let members = frame::decode_members(&payload).map_err(|e| fail(e.to_string()))?;
+    if members.first().map(|m| m.0) != Some(h.src) {
+        return Err(fail(format!("{} does not list itself first", h.src)));
+    }
+    Ok(members)
+}
 
 /// A monotonic clock that gives the `now` the fabric wants: nanoseconds since it was
 /// made.

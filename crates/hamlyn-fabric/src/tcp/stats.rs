@@ -24,6 +24,9 @@ pub enum CloseReason {
     /// A HELLO is malformed (rails out of range, body, self-connection, rail count or
     /// session that does not match the rest of its session).
     BadHello,
+    /// A membership query (a HELLO with 0 rails, see [`crate::tcp::frame::JoinQuery`]) is
+    /// malformed: a body, a port beyond 16 bits, our own node id.
+    BadJoin,
     /// A HELLO names a node the fabric does not know, and learning peers is off.
     UnknownNode,
     /// A HELLO comes from, or is meant for, a node other than the one expected.
@@ -58,13 +61,15 @@ pub enum CloseReason {
     SessionEnded,
     /// A newer session (or incarnation) of the same peer replaced this one.
     Superseded,
+    /// A membership query was answered (the connection closes once the reply is sent).
+    JoinAnswered,
     /// This fabric was shut down.
     Shutdown,
 }
 
 impl CloseReason {
     /// Every reason, in declaration order.
-    pub const ALL: [CloseReason; 25] = [
+    pub const ALL: [CloseReason; 27] = [
         CloseReason::BadMagic,
         CloseReason::BadVersion,
         CloseReason::BadHeader,
@@ -72,6 +77,7 @@ impl CloseReason {
         CloseReason::Truncated,
         CloseReason::NoHello,
         CloseReason::BadHello,
+        CloseReason::BadJoin,
         CloseReason::UnknownNode,
         CloseReason::WrongNode,
         CloseReason::UnexpectedDialer,
@@ -89,6 +95,7 @@ impl CloseReason {
         CloseReason::PeerClosed,
         CloseReason::SessionEnded,
         CloseReason::Superseded,
+        CloseReason::JoinAnswered,
         CloseReason::Shutdown,
     ];
 
@@ -119,6 +126,7 @@ impl CloseReason {
                 self,
                 CloseReason::NoHello
                     | CloseReason::BadHello
+                    | CloseReason::BadJoin
                     | CloseReason::UnknownNode
                     | CloseReason::WrongNode
                     | CloseReason::UnexpectedDialer
