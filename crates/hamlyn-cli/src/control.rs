@@ -7,7 +7,6 @@ use std::time::Duration;
 use hamlyn_shm::fdpass::{recv_with_fds, send_with_fds, FdPassError};
 use hamlyn_wire::control::{Reply, Request, MAX_CONTROL_MSG};
 use hamlyn_wire::WireError;
-use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 
 /// Why the counters could not be fetched.
 #[derive(Debug, thiserror::Error)]
@@ -61,15 +60,13 @@ impl Control {
             path: path.to_path_buf(),
             source: e.into(),
         };
-        let addr = SocketAddrUnix::new(path).map_err(connect_err)?;
-        let sock = rustix::net::socket_with(
-            AddressFamily::UNIX,
-            SocketType::SEQPACKET,
-            SocketFlags::CLOEXEC,
-            None,
-        )
-        .map_err(connect_err)?;
-        rustix::net::connect(&sock, &addr).map_err(connect_err)?;
+        let sock = hamlyn_shm::fdpass::seqpacket_connect(path).map_err(|e| match e {
+            FdPassError::Sys { source, .. } => connect_err(source),
+            other => ControlError::Connect {
+                path: path.to_path_buf(),
+                source: std::io::Error::other(other.to_string()),
+            },
+        })?;
         rustix::net::sockopt::set_socket_timeout(
             &sock,
             rustix::net::sockopt::Timeout::Recv,

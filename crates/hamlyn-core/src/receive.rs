@@ -299,30 +299,46 @@ fn check_access<A: Areas>(
             8
         }
     };
-    let end = match h.offset.checked_add(len) {
+    let p = place(slot, id, h.offset, len, range, areas)?;
+    if access == Access::Atomic && p.offset % 8 != 0 {
+        return Err((Some(id), RejectReason::OutOfBounds));
+    }
+    Ok(p)
+}
+
+/// Where `len` bytes at `offset` of the slot land, if they lie in the slot, in the
+/// paranoid entry's range (when there is one) and in the area: the bounds part of every
+/// admission check.
+fn place<A: Areas>(
+    slot: &Slot,
+    id: SlotId,
+    offset: u64,
+    len: u64,
+    paranoid_range: Option<(u64, u64)>,
+    areas: &mut A,
+) -> Result<Placement, Refusal> {
+    let fail = |r| (Some(id), r);
+    let end = match offset.checked_add(len) {
         Some(e) if e <= slot.config.len => e,
         _ => return Err(fail(RejectReason::OutOfBounds)),
     };
-    if let Some((low, high)) = range {
-        if h.offset < low || end > high {
+    if let Some((low, high)) = paranoid_range {
+        if offset < low || end > high {
             return Err(fail(RejectReason::ParanoidBounds));
         }
     }
-    let offset = slot.config.base + h.offset;
-    if access == Access::Atomic && offset % 8 != 0 {
-        return Err(fail(RejectReason::OutOfBounds));
-    }
+    let at = slot.config.base + offset;
     let mem = areas
         .area(slot.config.area)
         .ok_or(fail(RejectReason::AreaGone))?;
-    if offset.checked_add(len).is_none_or(|e| e > mem.len()) {
+    if at.checked_add(len).is_none_or(|e| e > mem.len()) {
         return Err(fail(RejectReason::AreaGone));
     }
     let len = u32::try_from(len).map_err(|_| fail(RejectReason::OutOfBounds))?;
     Ok(Placement {
         slot: id,
         area: slot.config.area,
-        offset,
+        offset: at,
         len,
     })
 }
@@ -403,32 +419,14 @@ fn check<A: Areas>(
     if slot.inhibited {
         return Err(fail(RejectReason::Inhibited));
     }
-    let end = h.offset.checked_add(u64::from(h.payload_len));
-    let end = match end {
-        Some(e) if e <= slot.config.len => e,
-        _ => return Err(fail(RejectReason::OutOfBounds)),
-    };
-    if let Some((low, high)) = paranoid_range {
-        if h.offset < low || end > high {
-            return Err(fail(RejectReason::ParanoidBounds));
-        }
-    }
-    let offset = slot.config.base + h.offset;
-    let mem = areas
-        .area(slot.config.area)
-        .ok_or(fail(RejectReason::AreaGone))?;
-    if offset
-        .checked_add(u64::from(h.payload_len))
-        .is_none_or(|e| e > mem.len())
-    {
-        return Err(fail(RejectReason::AreaGone));
-    }
-    Ok(Placement {
-        slot: id,
-        area: slot.config.area,
-        offset,
-        len: h.payload_len,
-    })
+    place(
+        slot,
+        id,
+        h.offset,
+        u64::from(h.payload_len),
+        paranoid_range,
+        areas,
+    )
 }
 
 /// Deposits metadata and counts the packet; returns (message complete, notification).

@@ -66,7 +66,7 @@ impl Engine {
         if path.exists() {
             // A socket nobody answers on is stale: a previous engine died. A live one is
             // left alone and binding fails below.
-            if seqpacket_connect(&addr).is_err() {
+            if hamlyn_shm::fdpass::seqpacket_connect(&path).is_err() {
                 let _ = std::fs::remove_file(&path);
             }
         }
@@ -388,17 +388,6 @@ impl Engine {
             "client gone"
         );
     }
-}
-
-fn seqpacket_connect(addr: &SocketAddrUnix) -> Result<OwnedFd, Errno> {
-    let fd = rustix::net::socket_with(
-        AddressFamily::UNIX,
-        SocketType::SEQPACKET,
-        SocketFlags::CLOEXEC,
-        None,
-    )?;
-    rustix::net::connect(&fd, addr)?;
-    Ok(fd)
 }
 
 impl Drop for Engine {

@@ -94,6 +94,21 @@ pub fn seqpacket_pair() -> Result<(OwnedFd, OwnedFd), FdPassError> {
     .map_err(|e| sys("socketpair", e))
 }
 
+/// A close-on-exec `SOCK_SEQPACKET` socket connected to the Unix socket at `path` (an
+/// engine's control socket).
+pub fn seqpacket_connect(path: &std::path::Path) -> Result<OwnedFd, FdPassError> {
+    let addr = rustix::net::SocketAddrUnix::new(path).map_err(|e| sys("socket path", e))?;
+    let sock = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(|e| sys("socket", e))?;
+    rustix::net::connect(&sock, &addr).map_err(|e| sys("connect", e))?;
+    Ok(sock)
+}
+
 /// Sends `msg` with `fds` attached as one datagram. Blocks if the socket buffer is full.
 pub fn send_with_fds(
     sock: impl AsFd,

@@ -13,7 +13,6 @@ use std::time::Duration;
 use hamlyn_shm::fdpass::{recv_with_fds, send_with_fds, FdPassError};
 use hamlyn_wire::control::{ControlErrorCode, Reply, Request, MAX_CONTROL_MSG};
 use rustix::io::Errno;
-use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 
 use crate::error::Error;
 
@@ -29,19 +28,13 @@ impl Control {
     /// Connects to the engine's socket at `path`; replies slower than `timeout` break the
     /// connection.
     pub(crate) fn connect(path: &Path, timeout: Duration) -> Result<Control, Error> {
-        let connect_err = |e: Errno| Error::Connect {
+        let sock = hamlyn_shm::fdpass::seqpacket_connect(path).map_err(|e| Error::Connect {
             path: path.display().to_string(),
-            source: e.into(),
-        };
-        let addr = SocketAddrUnix::new(path).map_err(connect_err)?;
-        let sock = rustix::net::socket_with(
-            AddressFamily::UNIX,
-            SocketType::SEQPACKET,
-            SocketFlags::CLOEXEC,
-            None,
-        )
-        .map_err(connect_err)?;
-        rustix::net::connect(&sock, &addr).map_err(connect_err)?;
+            source: match e {
+                hamlyn_shm::fdpass::FdPassError::Sys { source, .. } => source.into(),
+                other => std::io::Error::other(other.to_string()),
+            },
+        })?;
         Control::from_socket(sock, timeout)
     }
 
