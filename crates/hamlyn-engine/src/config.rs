@@ -18,8 +18,8 @@ pub struct EngineConfig {
     /// Most idle turns spent spinning before the engine sleeps.
     pub spin_turns: u32,
     /// Longest time spent spinning idle before the engine sleeps (whichever of this and
-    /// `spin_turns` comes first: a turn that polls a fabric costs a system call, so a
-    /// count of turns alone would spin for milliseconds).
+    /// `spin_turns` comes first), so a slow turn (a debug build, a busy fabric) cannot
+    /// stretch the spin.
     pub spin: Duration,
     /// Longest sleep before the engine looks at its stop flag again.
     pub max_sleep: Duration,
@@ -44,7 +44,7 @@ impl EngineConfig {
             incarnation: 0,
             busy_poll: false,
             spin_turns: 20_000,
-            spin: Duration::from_micros(50),
+            spin: Duration::from_millis(1),
             max_sleep: Duration::from_millis(100),
             intra_mtu: 256 * 1024,
             remote_mtu: 64 * 1024,
