@@ -1,5 +1,6 @@
 //! The `hamlyn` binary as a user runs it: a real daemon process, `stat` against it, a
-//! clean stop on SIGTERM, and a (reduced) `bench --quick` writing its JSON report.
+//! clean stop on SIGTERM, and (reduced) `bench --quick` runs, through one engine and
+//! through two engines over TCP, writing their JSON reports.
 //!
 //! Every wait is bounded; the only processes signalled or killed are the ones a test
 //! started, by their pid.
@@ -183,38 +184,38 @@ fn stat_without_a_daemon_fails_with_a_clear_message() {
     assert!(err.contains("no engine at"), "{err}");
 }
 
-#[test]
-fn bench_quick_writes_the_json_report_and_prints_the_table() {
-    let dir = TempDir::new("bench");
+/// Runs `hamlyn bench --quick --smoke --json FILE` with `extra` arguments; returns the
+/// table printed and the parsed report.
+fn bench_smoke(name: &str, extra: &[&str]) -> (String, Value) {
+    let dir = TempDir::new(name);
     let report = dir.path("bench.json");
-    let out = run(
-        &[
-            "bench",
-            "--quick",
-            "--smoke",
-            "--json",
-            report.to_str().expect("utf-8 path"),
-        ],
-        Duration::from_secs(120),
-    );
+    let mut args = vec![
+        "bench",
+        "--quick",
+        "--smoke",
+        "--json",
+        report.to_str().expect("utf-8 path"),
+    ];
+    args.extend_from_slice(extra);
+    let out = run(&args, Duration::from_secs(120));
     let stdout = text(&out.stdout);
     assert!(
         out.status.success(),
-        "bench: {}\n{stdout}",
+        "bench {extra:?}: {}\n{stdout}",
         text(&out.stderr)
     );
-    for want in [
-        "floor",
-        "one-way latency",
-        "bandwidth",
-        "message rate",
-        "Hamlyn ÷ floor",
-    ] {
-        assert!(stdout.contains(want), "{want:?} missing from\n{stdout}");
-    }
-
     let v = json::parse(&std::fs::read_to_string(&report).expect("the report exists"))
         .expect("the report is JSON");
+    (stdout, v)
+}
+
+fn positive(x: Option<&Value>) -> bool {
+    x.and_then(Value::as_f64).is_some_and(|f| f > 0.0)
+}
+
+/// Checks the report's shape: the floor's common keys, and every result row of `mode`
+/// with positive figures where they apply and nulls elsewhere, in the documented order.
+fn check_report(v: &Value, mode: &str) {
     let top: Vec<&str> = v
         .as_object()
         .expect("an object")
@@ -223,7 +224,6 @@ fn bench_quick_writes_the_json_report_and_prints_the_table() {
         .collect();
     assert_eq!(top, ["floor", "results"]);
     let floor = v.get("floor").expect("floor");
-    let positive = |x: Option<&Value>| x.and_then(Value::as_f64).is_some_and(|f| f > 0.0);
     assert!(positive(floor.get("shm_pingpong_oneway_us")));
     let memcpy = floor.get("memcpy_gbps").expect("memcpy_gbps");
     for size in ["4096", "65536", "1048576", "4194304"] {
@@ -233,7 +233,7 @@ fn bench_quick_writes_the_json_report_and_prints_the_table() {
     let results = v.get("results").and_then(Value::as_array).expect("results");
     let mut seen = Vec::new();
     for r in results {
-        assert_eq!(r.get("mode").and_then(Value::as_str), Some("mediated"));
+        assert_eq!(r.get("mode").and_then(Value::as_str), Some(mode));
         let op = r.get("op").and_then(Value::as_str).expect("op");
         let size = r.get("size").and_then(Value::as_u64).expect("size");
         let (fields, nulls): (&[&str], &[&str]) = match op {
@@ -254,11 +254,100 @@ fn bench_quick_writes_the_json_report_and_prints_the_table() {
         }
         seen.push((op.to_string(), size));
     }
-    let expect: Vec<(String, u64)> = [8, 64, 512, 4096, 65536]
+    let expect: Vec<(String, u64)> = LATENCY_SIZES
         .map(|s| ("tagged_write".to_string(), s))
         .into_iter()
-        .chain([4096, 65536, 1 << 20, 4 << 20].map(|s| ("bandwidth".to_string(), s)))
+        .chain(BANDWIDTH_SIZES.map(|s| ("bandwidth".to_string(), s)))
         .chain([("msg_rate".to_string(), 8)])
         .collect();
     assert_eq!(seen, expect);
+}
+
+const LATENCY_SIZES: [u64; 5] = [8, 64, 512, 4096, 65536];
+const BANDWIDTH_SIZES: [u64; 4] = [4096, 65536, 1 << 20, 4 << 20];
+
+#[test]
+fn bench_quick_writes_the_json_report_and_prints_the_table() {
+    let (stdout, v) = bench_smoke("bench", &[]);
+    for want in [
+        "floor",
+        "one-way latency",
+        "bandwidth",
+        "message rate",
+        "Hamlyn ÷ floor",
+    ] {
+        assert!(stdout.contains(want), "{want:?} missing from\n{stdout}");
+    }
+    check_report(&v, "mediated");
+    let floor = v.get("floor").expect("floor");
+    assert_eq!(floor.get("tcp_floor"), None, "only with --fabric tcp");
+}
+
+#[test]
+fn bench_over_tcp_reports_tcp_rows_against_raw_tcp() {
+    let (stdout, v) = bench_smoke("bench-tcp", &["--fabric", "tcp", "--rails", "2"]);
+    for want in [
+        "over TCP loopback, 2 rails",
+        "one-way latency",
+        "bandwidth",
+        "message rate",
+        "raw TCP (p50)",
+        "Hamlyn ÷ raw TCP",
+    ] {
+        assert!(stdout.contains(want), "{want:?} missing from\n{stdout}");
+    }
+    check_report(&v, "tcp");
+    let tcp = v
+        .get("floor")
+        .and_then(|f| f.get("tcp_floor"))
+        .expect("floor.tcp_floor");
+    let pingpong = tcp.get("pingpong_oneway_us").expect("pingpong_oneway_us");
+    for size in LATENCY_SIZES {
+        let key = size.to_string();
+        assert!(positive(pingpong.get(&key)), "pingpong_oneway_us[{key}]");
+    }
+    for key in ["pingpong_blocking_oneway_us", "pingpong_spinning_oneway_us"] {
+        let by_size = tcp.get(key).expect(key);
+        for size in LATENCY_SIZES {
+            assert!(positive(by_size.get(&size.to_string())), "{key}[{size}]");
+        }
+    }
+    let stream = tcp.get("stream_gbps").expect("stream_gbps");
+    for size in BANDWIDTH_SIZES {
+        let key = size.to_string();
+        assert!(positive(stream.get(&key)), "stream_gbps[{key}]");
+    }
+    let rate = tcp.get("stream_msgs_per_s").expect("stream_msgs_per_s");
+    assert!(positive(rate.get("8")), "stream_msgs_per_s[8]");
+}
+
+#[test]
+fn bench_refuses_tcp_options_that_do_not_apply() {
+    let out = run(
+        &["bench", "--smoke", "--rails", "2"],
+        Duration::from_secs(20),
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("--fabric tcp"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = run(
+        &[
+            "bench",
+            "--smoke",
+            "--fabric",
+            "tcp",
+            "--socket",
+            "/nonexistent.sock",
+        ],
+        Duration::from_secs(20),
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("--socket"),
+        "{}",
+        text(&out.stderr)
+    );
 }

@@ -18,6 +18,9 @@ pub enum BenchError {
     /// The embedded engine could not start.
     #[error("engine: {0}")]
     Engine(#[from] hamlyn_engine::EngineError),
+    /// The TCP fabric could not be set up.
+    #[error("TCP fabric: {0}")]
+    Fabric(String),
     /// The floor's shared memory failed.
     #[error("shared memory: {0}")]
     Region(#[from] hamlyn_shm::region::RegionError),
@@ -52,12 +55,24 @@ pub enum BenchError {
         /// The failure.
         source: std::io::Error,
     },
+    /// A step of the run failed.
+    #[error("{0}: {1}")]
+    During(String, Box<BenchError>),
     /// An option does not make sense here.
     #[error("{0}")]
     Usage(&'static str),
 }
 
 impl BenchError {
+    /// `source`, happened during `step` (named once: an error that already names its
+    /// step is returned as it is).
+    pub fn during(step: String, source: BenchError) -> BenchError {
+        match source {
+            e @ BenchError::During(..) => e,
+            e => BenchError::During(step, Box::new(e)),
+        }
+    }
+
     /// An I/O failure while doing `op`.
     pub fn io(op: &'static str, source: impl Into<std::io::Error>) -> BenchError {
         BenchError::Io {

@@ -2,15 +2,26 @@
 //!
 //! ```text
 //! {"floor": {"shm_pingpong_oneway_us": F, "shm_pingpong_oneway_us_runs": [F, F],
-//!            "shm_relay_pingpong_oneway_us": F, "memcpy_gbps": {"4096": F, ...}},
-//!  "results": [{"mode": "mediated", "op": "tagged_write" | "bandwidth" | "msg_rate",
+//!            "shm_relay_pingpong_oneway_us": F, "memcpy_gbps": {"4096": F, ...},
+//!            "tcp_floor": {"pingpong_oneway_us": {"8": F, ...},
+//!                          "pingpong_blocking_oneway_us": {"8": F, ...},
+//!                          "pingpong_spinning_oneway_us": {"8": F, ...},
+//!                          "stream_gbps": {"4096": F, ...},
+//!                          "stream_msgs_per_s": {"8": F}}},
+//!  "results": [{"mode": "mediated" | "tcp", "op": "tagged_write" | "bandwidth" | "msg_rate",
 //!               "size": N, "p50_us": F, "p99_us": F, "gbps": F, "msgs_per_s": F}, ...]}
 //! ```
 //!
 //! Fields that do not apply to a result are `null`; `gbps` is 10^9 bytes per second. The
 //! floor's ping-pong is the lower of the runs before the engine started and after it
-//! stopped. (The loopback latency rows of the table are not part of this report.)
+//! stopped. `tcp_floor` (raw TCP between the two processes: ping-pong p50 one-way by
+//! message size with blocking and with spinning reads, and the lower of the two as
+//! `pingpong_oneway_us`; single-stream bandwidth by message size, and the message rate
+//! of a single stream of 8-byte messages) is there with
+//! `--fabric tcp` only, whose results have mode `"tcp"`. (The loopback latency rows of the table are not
+//! part of this report.)
 
+use super::plan::RATE_SIZE;
 use super::report::Report;
 use crate::json::{write_num, write_str};
 
@@ -28,19 +39,35 @@ pub fn to_json(r: &Report) -> String {
     }
     o.push_str("], \"shm_relay_pingpong_oneway_us\": ");
     write_num(&mut o, Some(r.floor.shm_relay_oneway_us));
-    o.push_str(", \"memcpy_gbps\": {");
-    for (i, (size, g)) in r.floor.memcpy_gbps.iter().enumerate() {
-        if i > 0 {
-            o.push_str(", ");
-        }
-        write_str(&mut o, &size.to_string());
-        o.push_str(": ");
-        write_num(&mut o, Some(*g));
+    o.push_str(", \"memcpy_gbps\": ");
+    write_by_size(&mut o, &r.floor.memcpy_gbps);
+    if let Some(tcp) = &r.floor.tcp {
+        o.push_str(",\n           \"tcp_floor\": {\"pingpong_oneway_us\": ");
+        let p50 = |v: &[(usize, f64, f64)]| -> Vec<(usize, f64)> {
+            v.iter().map(|&(s, p, _)| (s, p)).collect()
+        };
+        write_by_size(&mut o, &p50(&tcp.pingpong_us));
+        o.push_str(",\n                         \"pingpong_blocking_oneway_us\": ");
+        write_by_size(&mut o, &p50(&tcp.blocking_us));
+        o.push_str(",\n                         \"pingpong_spinning_oneway_us\": ");
+        write_by_size(&mut o, &p50(&tcp.spinning_us));
+        o.push_str(",\n                         \"stream_gbps\": ");
+        write_by_size(&mut o, &tcp.stream_gbps);
+        o.push_str(", \"stream_msgs_per_s\": ");
+        let rate: Vec<(usize, f64)> = tcp
+            .rate_msgs_per_s
+            .map(|r| (RATE_SIZE, r))
+            .into_iter()
+            .collect();
+        write_by_size(&mut o, &rate);
+        o.push('}');
     }
-    o.push_str("}},\n \"results\": [");
+    o.push_str("},\n \"results\": [");
     for (i, row) in r.rows.iter().enumerate() {
         o.push_str(if i > 0 { ",\n  " } else { "\n  " });
-        o.push_str("{\"mode\": \"mediated\", \"op\": ");
+        o.push_str("{\"mode\": ");
+        write_str(&mut o, r.mode.name());
+        o.push_str(", \"op\": ");
         write_str(&mut o, row.op.name());
         o.push_str(&format!(", \"size\": {}", row.size));
         for (key, v) in [
@@ -60,21 +87,37 @@ pub fn to_json(r: &Report) -> String {
     o
 }
 
+/// `{"SIZE": F, ...}`.
+fn write_by_size(o: &mut String, values: &[(usize, f64)]) {
+    o.push('{');
+    for (i, (size, v)) in values.iter().enumerate() {
+        if i > 0 {
+            o.push_str(", ");
+        }
+        write_str(o, &size.to_string());
+        o.push_str(": ");
+        write_num(o, Some(*v));
+    }
+    o.push('}');
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::report::{Floor, Row};
+    use crate::bench::report::{Floor, Mode, Row, TcpFloor};
     use crate::json::{parse, Value};
 
     #[test]
     fn report_json_parses_with_the_documented_keys() {
         let r = Report {
             setup: "test".into(),
+            mode: Mode::Mediated,
             floor: Floor {
                 shm_oneway_us: 0.13,
                 shm_runs_us: vec![0.13, 0.2],
                 shm_relay_oneway_us: 4.5,
                 memcpy_gbps: vec![(4096, 20.5), (1 << 20, 9.25)],
+                tcp: None,
             },
             rows: vec![
                 Row::latency(8, 1.5, 3.0),
@@ -105,6 +148,11 @@ mod tests {
         let m = floor.get("memcpy_gbps").unwrap();
         assert_eq!(m.get("4096").unwrap().as_f64(), Some(20.5));
         assert_eq!(m.get("1048576").unwrap().as_f64(), Some(9.25));
+        assert_eq!(
+            floor.get("tcp_floor"),
+            None,
+            "measured with --fabric tcp only"
+        );
         let res = v.get("results").unwrap().as_array().unwrap();
         assert_eq!(res.len(), 3);
         for row in res {
@@ -135,5 +183,61 @@ mod tests {
         assert_eq!(res[1].get("gbps").unwrap().as_f64(), Some(7.5));
         assert_eq!(res[1].get("p50_us"), Some(&Value::Null));
         assert_eq!(res[2].get("msgs_per_s").unwrap().as_f64(), Some(2.0e6));
+    }
+
+    #[test]
+    fn tcp_report_has_the_tcp_floor_and_tcp_rows() {
+        let r = Report {
+            setup: "test".into(),
+            mode: Mode::Tcp,
+            floor: Floor {
+                shm_oneway_us: 0.13,
+                shm_runs_us: vec![0.13],
+                shm_relay_oneway_us: 4.5,
+                memcpy_gbps: vec![(4096, 20.5)],
+                tcp: Some(TcpFloor {
+                    pingpong_us: vec![(8, 4.25, 9.0), (64, 4.5, 9.5)],
+                    blocking_us: vec![(8, 20.0, 30.0), (64, 4.5, 9.5)],
+                    spinning_us: vec![(8, 4.25, 9.0), (64, 5.0, 9.5)],
+                    stream_gbps: vec![(1 << 20, 3.5)],
+                    rate_msgs_per_s: Some(2.5e5),
+                }),
+            },
+            rows: vec![Row::latency(8, 5.0, 7.0), Row::bandwidth(1 << 20, 4.0)],
+            loopback: vec![],
+        };
+        let v = parse(&to_json(&r)).unwrap();
+        let floor = v.get("floor").unwrap();
+        let keys: Vec<&str> = floor
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, _)| k.as_str())
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "shm_pingpong_oneway_us",
+                "shm_pingpong_oneway_us_runs",
+                "shm_relay_pingpong_oneway_us",
+                "memcpy_gbps",
+                "tcp_floor"
+            ]
+        );
+        let tcp = floor.get("tcp_floor").unwrap();
+        let pp = tcp.get("pingpong_oneway_us").unwrap();
+        assert_eq!(pp.get("8").unwrap().as_f64(), Some(4.25));
+        assert_eq!(pp.get("64").unwrap().as_f64(), Some(4.5));
+        let b = tcp.get("pingpong_blocking_oneway_us").unwrap();
+        assert_eq!(b.get("8").unwrap().as_f64(), Some(20.0));
+        let sp = tcp.get("pingpong_spinning_oneway_us").unwrap();
+        assert_eq!(sp.get("64").unwrap().as_f64(), Some(5.0));
+        let st = tcp.get("stream_gbps").unwrap();
+        assert_eq!(st.get("1048576").unwrap().as_f64(), Some(3.5));
+        let rate = tcp.get("stream_msgs_per_s").unwrap();
+        assert_eq!(rate.get("8").unwrap().as_f64(), Some(2.5e5));
+        for row in v.get("results").unwrap().as_array().unwrap() {
+            assert_eq!(row.get("mode").unwrap().as_str(), Some("tcp"));
+        }
     }
 }

@@ -27,7 +27,7 @@ pub struct Latency {
 
 /// Runs `warmup` untimed rounds, then `iters` timed ones, and returns the percentiles of
 /// the round times divided by `hops` (2 for a round trip).
-fn timed_rounds(
+pub fn timed_rounds(
     warmup: u64,
     iters: u64,
     hops: u32,

@@ -12,6 +12,15 @@
 //! the engine, and memcpy), then one-way latency ([`latency`]: ping-pong, and
 //! a process sending to itself), bandwidth and message rate ([`bandwidth`]), and the
 //! ping-pong floor once more after the engine stopped.
+//!
+//! With `--fabric tcp` ([`tcp`]) the driver starts two engines instead, node 0 and node 1
+//! (both threads of the driver process), joined by the TCP fabric over loopback; the
+//! driver attaches to node 0 and the peer to node 1, so every message crosses both
+//! engines and TCP. The floor then also includes raw TCP between the same two processes
+//! (ping-pong with blocking and with spinning reads, and single streams at the bandwidth
+//! sizes and of 8-byte messages, all before the engines start), and the table holds
+//! every figure against raw TCP of the same size. The process sending to itself is left
+//! out there: it never leaves node 0. With `--pin` each node gets a CPU of its own.
 
 mod bandwidth;
 mod child;
@@ -25,12 +34,13 @@ mod pin;
 mod plan;
 mod progress;
 mod report;
+mod tcp;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Args;
-use hamlyn::NodeOptions;
+use clap::{Args, ValueEnum};
+use hamlyn::{NodeOptions, Ticket};
 use hamlyn_engine::{EngineConfig, EngineHandle};
 
 use crate::cmd::node::EngineArgs;
@@ -41,10 +51,23 @@ pub use error::BenchError;
 use floor::{memcpy_gbps, FloorShm};
 use plan::{median, Plan, BANDWIDTH_SIZES, LATENCY_SIZES, LOOPBACK_SIZES, RATE_SIZE};
 use progress::Progress;
-use report::{size_name, Floor, Report, Row};
+use report::{size_name, Floor, Mode, Report, Row, TcpFloor};
+use tcp::{RawTcp, TcpEngines, TcpSetup, Wait};
 
 /// Longest wait for one answer of the peer process.
 const ANSWER_WAIT: Duration = Duration::from_secs(60);
+
+/// Where the two processes' messages travel.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum FabricChoice {
+    /// Both processes on one engine (embedded, or the daemon of `--socket`).
+    #[default]
+    Local,
+    /// Two engines in this process, node 0 and node 1, joined by the TCP fabric over
+    /// loopback; this process on node 0, the peer process on node 1. Measured against
+    /// raw TCP between the two processes.
+    Tcp,
+}
 
 /// `hamlyn bench` arguments.
 #[derive(Debug, Args)]
@@ -61,13 +84,25 @@ pub struct BenchArgs {
     pub json: Option<PathBuf>,
     /// Pin threads to the first two allowed CPUs, A and B. The floor runs between A (this
     /// process) and B (the peer). The embedded engine's thread then gets B to itself, and
-    /// both processes share A (with a daemon, the peer stays on B).
+    /// both processes share A (with a daemon, the peer stays on B). With `--fabric tcp`,
+    /// each node gets a CPU: engine 0 and this process on A, engine 1 and the peer on B.
     #[arg(long)]
     pub pin: bool,
     /// Polls a waiting receiver spins through before it sleeps (default: the library's).
     #[arg(long, value_name = "POLLS")]
     pub spin: Option<u32>,
-    /// The embedded engine's settings.
+    /// The path measured: one engine (`local`), or two engines over TCP loopback (`tcp`).
+    #[arg(long, value_enum, default_value_t = FabricChoice::Local)]
+    pub fabric: FabricChoice,
+    /// With `--fabric tcp`: TCP connections per engine pair (default: the fabric's).
+    #[arg(long, value_name = "K")]
+    pub rails: Option<usize>,
+    /// With `--fabric tcp`: payload bytes per packet between the engines (default: the
+    /// engine's).
+    #[arg(long, value_name = "BYTES")]
+    pub remote_mtu: Option<u64>,
+    /// The embedded engine's settings (with `--fabric tcp`, both engines'; `--busy-poll`
+    /// then makes their TCP fabrics busy-poll too).
     #[command(flatten)]
     pub engine: EngineArgs,
     /// Tiny iteration counts, for the test suite (figures are rough).
@@ -99,14 +134,28 @@ fn setup_text(
     threads: usize,
     cpus: Option<(usize, usize)>,
 ) -> String {
-    let engine = match &args.socket {
-        Some(p) => format!("daemon at {}", p.display()),
-        None => format!(
-            "embedded engine, busy-poll {}",
-            if args.engine.busy_poll { "on" } else { "off" }
-        ),
+    let busy = if args.engine.busy_poll { "on" } else { "off" };
+    let engine = match (&args.socket, args.fabric) {
+        (Some(p), _) => format!("daemon at {}", p.display()),
+        (None, FabricChoice::Local) => format!("embedded engine, busy-poll {busy}"),
+        (None, FabricChoice::Tcp) => {
+            let setup = tcp_setup(args);
+            let mtu = args
+                .remote_mtu
+                .map_or(String::new(), |m| format!(", remote MTU {m} B"));
+            format!(
+                "two engines (threads of this process) over TCP loopback, {} rail{}{mtu}, \
+                 busy-poll {busy}",
+                setup.rails,
+                if setup.rails == 1 { "" } else { "s" }
+            )
+        }
     };
     let pin = match (cpus, &args.socket) {
+        (Some((a, b)), None) if args.fabric == FabricChoice::Tcp => format!(
+            ", pinned: node 0 (its engine and this process) on CPU {a}, node 1 (its engine \
+             and the peer) on CPU {b}"
+        ),
         (Some((a, b)), None) => format!(", pinned: engine on CPU {b}, both processes on {a}"),
         (Some((a, b)), Some(_)) => format!(", pinned: driver on CPU {a}, peer on {b}"),
         (None, _) => String::new(),
@@ -120,7 +169,38 @@ fn setup_text(
     )
 }
 
+/// The TCP mode's engine setup from the arguments.
+fn tcp_setup(args: &BenchArgs) -> TcpSetup {
+    let defaults = hamlyn_fabric::tcp::TcpConfig::new(
+        hamlyn_wire::NodeId(0),
+        std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+    );
+    TcpSetup {
+        rails: args.rails.unwrap_or(defaults.rails),
+        busy_poll: args.engine.busy_poll,
+        remote_mtu: args.remote_mtu,
+    }
+}
+
+/// Refuses options that do not go together.
+fn check_args(args: &BenchArgs) -> Result<(), BenchError> {
+    match args.fabric {
+        FabricChoice::Tcp if args.socket.is_some() => Err(BenchError::Usage(
+            "--fabric tcp starts its own two engines; --socket does not apply",
+        )),
+        FabricChoice::Local if args.rails.is_some() || args.remote_mtu.is_some() => Err(
+            BenchError::Usage("--rails and --remote-mtu apply to --fabric tcp only"),
+        ),
+        _ => Ok(()),
+    }
+}
+
 fn measure(args: &BenchArgs, plan: &Plan) -> Result<Report, BenchError> {
+    check_args(args)?;
+    let mode = match args.fabric {
+        FabricChoice::Local => Mode::Mediated,
+        FabricChoice::Tcp => Mode::Tcp,
+    };
     let engine_opts = &args.engine;
     if args.socket.is_some()
         && (engine_opts.busy_poll
@@ -149,7 +229,7 @@ fn measure(args: &BenchArgs, plan: &Plan) -> Result<Report, BenchError> {
     if let Some((a, _)) = cpus {
         pin::pin_to(a)?;
     }
-    let progress = Progress::new(plan.steps());
+    let progress = Progress::new(plan.steps(mode == Mode::Tcp));
     let mut peer = PeerProcess::spawn(&peer_args)?;
     tracing::debug!(pid = peer.id(), "bench peer started");
 
@@ -169,6 +249,10 @@ fn measure(args: &BenchArgs, plan: &Plan) -> Result<Report, BenchError> {
         ));
         progress.done();
     }
+    let tcp_floor = match mode {
+        Mode::Tcp => Some(raw_tcp_floor(&mut peer, plan, &progress)?),
+        Mode::Mediated => None,
+    };
 
     let (rows, loopback) = through_engine(args, plan, cpus, &mut peer, &progress)?;
 
@@ -184,15 +268,85 @@ fn measure(args: &BenchArgs, plan: &Plan) -> Result<Report, BenchError> {
     progress.finish();
     Ok(Report {
         setup: setup_text(args, plan, threads, cpus),
+        mode,
         floor: Floor {
             shm_oneway_us: before.min(after),
             shm_runs_us: vec![before, after],
             shm_relay_oneway_us: relayed,
             memcpy_gbps: memcpy,
+            tcp: tcp_floor,
         },
         rows,
         loopback,
     })
+}
+
+/// Raw TCP over loopback between the two processes, no engine running: ping-pong at the
+/// latency sizes, a single stream at the bandwidth sizes and of 8-byte messages, with the
+/// counts of the Hamlyn figures they are held against.
+fn raw_tcp_floor(
+    peer: &mut PeerProcess,
+    plan: &Plan,
+    progress: &Progress,
+) -> Result<TcpFloor, BenchError> {
+    let (listener, addr) = RawTcp::listen()?;
+    peer.send(&format!("tcp-connect {addr}"))?;
+    let mut tcp = RawTcp::accept(&listener)?;
+    peer.expect("ok", ANSWER_WAIT)?;
+    drop(listener);
+    let mut floor = TcpFloor::default();
+    for size in LATENCY_SIZES {
+        progress.start(format!("floor: raw TCP ping-pong {}", size_name(size)));
+        let mut best: Option<(usize, f64, f64)> = None;
+        for wait in Wait::ALL {
+            let rounds = plan.warmup + plan.latency_iters;
+            peer.send(&format!("tcp-pong {size} {rounds} {}", wait.word()))?;
+            let lat = tcp.ping(size, plan.warmup, plan.latency_iters, wait)?;
+            peer.expect("ok", ANSWER_WAIT)?;
+            let row = (size, lat.p50_us, lat.p99_us);
+            match wait {
+                Wait::Block => floor.blocking_us.push(row),
+                Wait::Spin => floor.spinning_us.push(row),
+            }
+            if best.is_none_or(|(_, p50, _)| lat.p50_us < p50) {
+                best = Some(row);
+            }
+        }
+        floor.pingpong_us.extend(best);
+        progress.done();
+    }
+    // The median of `plan.reps` raw streams of `count` messages of `size` bytes, after
+    // one of `warm`: GB/s.
+    let mut stream_median = |size: usize, warm: u64, count: u64| -> Result<f64, BenchError> {
+        let mut run = |count: u64| -> Result<f64, BenchError> {
+            peer.send(&format!("tcp-stream {size} {count}"))?;
+            let g = tcp.receive_stream(size, count)?;
+            peer.expect("ok", ANSWER_WAIT)?;
+            Ok(g)
+        };
+        run(warm)?;
+        let mut gbps = Vec::with_capacity(plan.reps);
+        for _ in 0..plan.reps {
+            gbps.push(run(count)?);
+        }
+        Ok(median(&gbps).unwrap_or(0.0))
+    };
+    for size in BANDWIDTH_SIZES {
+        progress.start(format!("floor: raw TCP stream {}", size_name(size)));
+        let g = stream_median(size, plan.bw_warm_count(size), plan.bw_count(size))?;
+        floor.stream_gbps.push((size, g));
+        progress.done();
+    }
+    {
+        progress.start(format!("floor: raw TCP stream {}", size_name(RATE_SIZE)));
+        let warm = (plan.rate_msgs / 10).max(2);
+        let g = stream_median(RATE_SIZE, warm, plan.rate_msgs)?;
+        floor.rate_msgs_per_s = Some(g * 1e9 / RATE_SIZE as f64);
+        progress.done();
+    }
+    peer.send("tcp-close")?;
+    peer.expect("ok", ANSWER_WAIT)?;
+    Ok(floor)
 }
 
 /// The shared-memory ping-pong between the two processes: one-way µs.
@@ -238,9 +392,41 @@ fn floor_pingpong_relayed(
     Ok(us)
 }
 
-/// Starts the engine (unless `--socket`), attaches both processes and measures latency,
-/// bandwidth and message rate through it; detaches and stops it. Returns the result rows
-/// and the loopback rows.
+/// The engines a run measures through.
+enum Engines {
+    /// The daemon of `--socket`: nothing to stop.
+    Daemon(PathBuf),
+    /// One engine thread in this process.
+    Local(EngineHandle),
+    /// Two engine threads joined over TCP: the driver on node 0, the peer on node 1.
+    Tcp(TcpEngines),
+}
+
+impl Engines {
+    /// Where the driver and the peer attach.
+    fn sockets(&self) -> (PathBuf, PathBuf) {
+        match self {
+            Engines::Daemon(p) => (p.clone(), p.clone()),
+            Engines::Local(e) => (e.socket_path().into(), e.socket_path().into()),
+            Engines::Tcp(t) => (
+                t.driver_side.socket_path().into(),
+                t.peer_side.socket_path().into(),
+            ),
+        }
+    }
+
+    fn stop(self) -> Result<(), BenchError> {
+        match self {
+            Engines::Daemon(_) => Ok(()),
+            Engines::Local(e) => Ok(e.stop()?),
+            Engines::Tcp(t) => t.stop(),
+        }
+    }
+}
+
+/// Starts the engine (unless `--socket`; two with `--fabric tcp`), attaches both
+/// processes and measures latency, bandwidth and message rate through it; detaches and
+/// stops it. Returns the result rows and the loopback rows.
 fn through_engine(
     args: &BenchArgs,
     plan: &Plan,
@@ -248,9 +434,12 @@ fn through_engine(
     peer: &mut PeerProcess,
     progress: &Progress,
 ) -> Result<(Vec<Row>, Vec<Row>), BenchError> {
-    let engine = match &args.socket {
-        Some(_) => None,
-        None => {
+    let engines = match (&args.socket, args.fabric) {
+        (Some(s), _) => Engines::Daemon(s.clone()),
+        (None, FabricChoice::Tcp) => {
+            Engines::Tcp(TcpEngines::start(&args.engine, &tcp_setup(args), cpus)?)
+        }
+        (None, FabricChoice::Local) => {
             if let Some((_, b)) = cpus {
                 // The engine thread inherits the affinity of the thread that starts it.
                 pin::pin_to(b)?;
@@ -261,65 +450,103 @@ fn through_engine(
                 peer.send(&format!("pin {a}"))?;
                 peer.expect("ok", ANSWER_WAIT)?;
             }
-            Some(e)
+            Engines::Local(e)
         }
     };
-    let socket = match (&args.socket, &engine) {
-        (Some(s), _) => s.clone(),
-        (None, Some(e)) => e.socket_path().to_path_buf(),
-        (None, None) => return Err(BenchError::Usage("no engine to connect to")),
-    };
+    let (socket, peer_socket) = engines.sockets();
     let mut ep = Endpoint::connect(&socket, args.spin)?;
-    peer.send(&format!("connect {}", socket.display()))?;
+    peer.send(&format!("connect {}", peer_socket.display()))?;
     let to_peer = hamlyn::seed::ticket_from_text(&peer.expect("ticket", ANSWER_WAIT)?)?;
     peer.send(&format!("peer {}", ep.ticket_text()?))?;
     peer.expect("ok", ANSWER_WAIT)?;
 
+    // Over TCP a message to itself never leaves node 0: nothing to compare.
+    let loopback_sizes: &[usize] = match engines {
+        Engines::Tcp(_) => &[],
+        _ => &LOOPBACK_SIZES,
+    };
+    let measured = measure_rows(plan, peer, &mut ep, &to_peer, loopback_sizes, progress);
+    if measured.is_err() {
+        // What the engines saw, for `--log debug`: where the messages stopped.
+        tracing::debug!(stats = ?tcp::engine_stats(&socket), "the driver's engine");
+        if peer_socket != socket {
+            tracing::debug!(stats = ?tcp::engine_stats(&peer_socket), "the peer's engine");
+        }
+    }
+    let measured = measured?;
+    peer.send("disconnect")?;
+    peer.expect("ok", ANSWER_WAIT)?;
+    drop(ep);
+    engines.stop()?;
+    Ok(measured)
+}
+
+/// Latency, loopback latency (at `loopback_sizes`), bandwidth and message rate between
+/// the attached driver (`ep`) and peer (`to_peer`). Returns the result rows and the
+/// loopback rows; an error names the step it happened in.
+fn measure_rows(
+    plan: &Plan,
+    peer: &mut PeerProcess,
+    ep: &mut Endpoint,
+    to_peer: &Ticket,
+    loopback_sizes: &[usize],
+    progress: &Progress,
+) -> Result<(Vec<Row>, Vec<Row>), BenchError> {
     let mut rows = Vec::new();
     for size in LATENCY_SIZES {
-        progress.start(format!("latency {}", size_name(size)));
-        peer.send(&format!("pong {size} {}", plan.warmup + plan.latency_iters))?;
-        let lat = latency::ping(&mut ep, &to_peer, size, plan.warmup, plan.latency_iters)?;
-        peer.expect("ok", ANSWER_WAIT)?;
+        let step = format!("latency {}", size_name(size));
+        progress.start(step.clone());
+        let lat = (|| {
+            peer.send(&format!("pong {size} {}", plan.warmup + plan.latency_iters))?;
+            let lat = latency::ping(ep, to_peer, size, plan.warmup, plan.latency_iters)?;
+            peer.expect("ok", ANSWER_WAIT)?;
+            Ok(lat)
+        })()
+        .map_err(|e| BenchError::during(step, e))?;
         rows.push(Row::latency(size, lat.p50_us, lat.p99_us));
         progress.done();
     }
     let mut loopback = Vec::new();
-    for size in LOOPBACK_SIZES {
-        progress.start(format!("latency {} to itself", size_name(size)));
-        let lat = latency::loopback(&mut ep, size, plan.warmup, plan.latency_iters)?;
+    for &size in loopback_sizes {
+        let step = format!("latency {} to itself", size_name(size));
+        progress.start(step.clone());
+        let lat = latency::loopback(ep, size, plan.warmup, plan.latency_iters)
+            .map_err(|e| BenchError::during(step, e))?;
         loopback.push(Row::latency(size, lat.p50_us, lat.p99_us));
         progress.done();
     }
 
     for size in BANDWIDTH_SIZES {
-        progress.start(format!("bandwidth {}", size_name(size)));
-        stream(peer, &mut ep, size, plan.bw_warm_count(size))?;
-        let mut gbps = Vec::with_capacity(plan.reps);
-        for _ in 0..plan.reps {
-            let s = stream(peer, &mut ep, size, plan.bw_count(size))?;
-            gbps.push(s.gbps(size));
-            progress.done();
-        }
+        let step = format!("bandwidth {}", size_name(size));
+        progress.start(step.clone());
+        let gbps = (|| {
+            stream(peer, ep, size, plan.bw_warm_count(size))?;
+            let mut gbps = Vec::with_capacity(plan.reps);
+            for _ in 0..plan.reps {
+                let s = stream(peer, ep, size, plan.bw_count(size))?;
+                gbps.push(s.gbps(size));
+                progress.done();
+            }
+            Ok(gbps)
+        })()
+        .map_err(|e| BenchError::during(step, e))?;
         rows.push(Row::bandwidth(size, median(&gbps).unwrap_or(0.0)));
     }
 
-    progress.start(format!("message rate {}", size_name(RATE_SIZE)));
-    stream(peer, &mut ep, RATE_SIZE, (plan.rate_msgs / 10).max(2))?;
-    let mut rates = Vec::with_capacity(plan.reps);
-    for _ in 0..plan.reps {
-        let s = stream(peer, &mut ep, RATE_SIZE, plan.rate_msgs)?;
-        rates.push(s.msgs_per_s());
-        progress.done();
-    }
+    let step = format!("message rate {}", size_name(RATE_SIZE));
+    progress.start(step.clone());
+    let rates = (|| {
+        stream(peer, ep, RATE_SIZE, (plan.rate_msgs / 10).max(2))?;
+        let mut rates = Vec::with_capacity(plan.reps);
+        for _ in 0..plan.reps {
+            let s = stream(peer, ep, RATE_SIZE, plan.rate_msgs)?;
+            rates.push(s.msgs_per_s());
+            progress.done();
+        }
+        Ok(rates)
+    })()
+    .map_err(|e| BenchError::during(step, e))?;
     rows.push(Row::rate(RATE_SIZE, median(&rates).unwrap_or(0.0)));
-
-    peer.send("disconnect")?;
-    peer.expect("ok", ANSWER_WAIT)?;
-    drop(ep);
-    if let Some(e) = engine {
-        e.stop()?;
-    }
     Ok((rows, loopback))
 }
 

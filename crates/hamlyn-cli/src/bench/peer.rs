@@ -11,6 +11,10 @@
 //! | `disconnect` | drops its endpoint (detaches from the engine) | `ok` |
 //! | `pong SIZE ROUNDS` | echoes ROUNDS messages of SIZE bytes | `ok` |
 //! | `stream SIZE COUNT` | sends COUNT messages of SIZE bytes as fast as it can | `ok` |
+//! | `tcp-connect ADDR` | opens the raw TCP floor's connection to the driver at ADDR | `ok` |
+//! | `tcp-pong SIZE ROUNDS WAIT` | echoes ROUNDS messages of SIZE bytes over that connection, reading with blocking calls (`block`) or spinning (`spin`) | `ok` |
+//! | `tcp-stream SIZE COUNT` | writes COUNT messages of SIZE bytes to it | `ok` |
+//! | `tcp-close` | closes it | `ok` |
 //! | `quit` (or end of input) | exits | — |
 //!
 //! Any failure is answered `error MESSAGE`, and the process exits with status 1.
@@ -27,6 +31,7 @@ use super::error::BenchError;
 use super::floor::FloorShm;
 use super::latency::pong;
 use super::pin::pin_to;
+use super::tcp::{RawTcp, Wait};
 
 /// `hamlyn bench-peer` arguments.
 #[derive(Debug, Args)]
@@ -43,6 +48,7 @@ pub struct PeerArgs {
 struct State {
     endpoint: Option<Endpoint>,
     driver: Option<Ticket>,
+    tcp: Option<RawTcp>,
 }
 
 /// What a command asks of the loop.
@@ -145,6 +151,31 @@ fn obey(
             } else {
                 send_stream(ep, to, size, count)?;
             }
+            say(out, "ok")?;
+        }
+        Some("tcp-connect") => {
+            let addr = arg(words.next(), line)?;
+            state.tcp = Some(RawTcp::connect(addr)?);
+            say(out, "ok")?;
+        }
+        Some(cmd @ ("tcp-pong" | "tcp-stream")) => {
+            let size: usize = arg(words.next(), line)?;
+            let count: u64 = arg(words.next(), line)?;
+            let Some(tcp) = state.tcp.as_mut() else {
+                return Err(BenchError::Peer(
+                    "`tcp-connect` must come before `tcp-pong` and `tcp-stream`".into(),
+                ));
+            };
+            if cmd == "tcp-pong" {
+                let wait = words.next().and_then(Wait::from_word).ok_or_else(missing)?;
+                tcp.pong(size, count, wait)?;
+            } else {
+                tcp.send_stream(size, count)?;
+            }
+            say(out, "ok")?;
+        }
+        Some("tcp-close") => {
+            state.tcp = None;
             say(out, "ok")?;
         }
         Some("quit") => return Ok(Next::Quit),

@@ -117,12 +117,17 @@ impl Plan {
         (self.bw_warm_bytes / size as u64).clamp(2, self.bw_msgs.1)
     }
 
-    /// Steps the progress bar counts.
-    pub fn steps(&self) -> u64 {
+    /// Steps the progress bar counts (`tcp`: with the raw TCP floor, without the
+    /// loopback rows).
+    pub fn steps(&self, tcp: bool) -> u64 {
         let floor = 3 + BANDWIDTH_SIZES.len();
-        let measured =
-            LATENCY_SIZES.len() + LOOPBACK_SIZES.len() + (BANDWIDTH_SIZES.len() + 1) * self.reps;
-        (floor + measured) as u64
+        let (tcp_floor, loopback) = if tcp {
+            (LATENCY_SIZES.len() + BANDWIDTH_SIZES.len() + 1, 0)
+        } else {
+            (0, LOOPBACK_SIZES.len())
+        };
+        let measured = LATENCY_SIZES.len() + loopback + (BANDWIDTH_SIZES.len() + 1) * self.reps;
+        (floor + tcp_floor + measured) as u64
     }
 }
 
@@ -154,6 +159,7 @@ mod tests {
         assert_eq!(q.bw_count(4096), 20_000, "clamped to the most");
         assert_eq!(q.bw_count(4 << 20), 32);
         assert_eq!(q.bw_count(1 << 20), 128);
-        assert!(Plan::smoke().steps() > 0);
+        let s = Plan::smoke();
+        assert!(s.steps(true) > s.steps(false));
     }
 }

@@ -18,6 +18,42 @@ pub struct Floor {
     pub shm_relay_oneway_us: f64,
     /// Single-threaded memcpy bandwidth by size, GB/s.
     pub memcpy_gbps: Vec<(usize, f64)>,
+    /// Raw TCP between the two processes (measured with `--fabric tcp` only).
+    pub tcp: Option<TcpFloor>,
+}
+
+/// The floor of the TCP mode: raw TCP over loopback between the two processes.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TcpFloor {
+    /// Ping-pong one-way latency by size: (size, p50 µs, p99 µs), the better (lower p50)
+    /// of the blocking and the spinning ping-pong.
+    pub pingpong_us: Vec<(usize, f64, f64)>,
+    /// The ping-pong with blocking reads.
+    pub blocking_us: Vec<(usize, f64, f64)>,
+    /// The ping-pong with spinning non-blocking reads.
+    pub spinning_us: Vec<(usize, f64, f64)>,
+    /// Single-stream bandwidth by message size, GB/s.
+    pub stream_gbps: Vec<(usize, f64)>,
+    /// Messages per second of a single stream of 8-byte messages (one write each).
+    pub rate_msgs_per_s: Option<f64>,
+}
+
+impl TcpFloor {
+    /// Ping-pong (p50, p99) one-way µs for `size`.
+    pub fn pingpong(&self, size: usize) -> Option<(f64, f64)> {
+        self.pingpong_us
+            .iter()
+            .find(|(s, ..)| *s == size)
+            .map(|&(_, p50, p99)| (p50, p99))
+    }
+
+    /// Stream bandwidth for `size`.
+    pub fn stream(&self, size: usize) -> Option<f64> {
+        self.stream_gbps
+            .iter()
+            .find(|(s, _)| *s == size)
+            .map(|(_, g)| *g)
+    }
 }
 
 impl Floor {
@@ -27,6 +63,25 @@ impl Floor {
             .iter()
             .find(|(s, _)| *s == size)
             .map(|(_, g)| *g)
+    }
+}
+
+/// Which path the figures were measured on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Two processes on one engine: every byte goes through it.
+    Mediated,
+    /// Two processes on two engines joined by the TCP fabric over loopback.
+    Tcp,
+}
+
+impl Mode {
+    /// The name used in the JSON report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Mediated => "mediated",
+            Mode::Tcp => "tcp",
+        }
     }
 }
 
@@ -112,9 +167,11 @@ impl Row {
 pub struct Report {
     /// How it was run (for the heading).
     pub setup: String,
+    /// The path measured.
+    pub mode: Mode,
     /// The floor.
     pub floor: Floor,
-    /// The Hamlyn figures ("mediated": through the engine).
+    /// The Hamlyn figures (through the engine, or the two engines).
     pub rows: Vec<Row>,
     /// One-way latency of messages a process sends to itself (one hop through the engine,
     /// two busy threads): shown in the table, not part of the JSON report.
@@ -138,13 +195,112 @@ fn us(v: f64) -> String {
     }
 }
 
+fn msg_rate(v: f64) -> String {
+    format!("{:.2} M msg/s", v / 1e6)
+}
+
 fn ratio(v: f64) -> String {
     format!("{v:.2}×")
+}
+
+fn align_right(t: &mut Table, columns: usize) {
+    for i in 1..columns {
+        if let Some(c) = t.column_mut(i) {
+            c.set_cell_alignment(CellAlignment::Right);
+        }
+    }
 }
 
 impl Report {
     /// The results as a table (Markdown-compatible), with a heading.
     pub fn render(&self) -> String {
+        match (self.mode, &self.floor.tcp) {
+            (Mode::Tcp, Some(tcp)) => self.render_tcp(tcp),
+            _ => self.render_mediated(),
+        }
+    }
+
+    /// The TCP mode's table: each figure against raw TCP of the same size.
+    fn render_tcp(&self, tcp: &TcpFloor) -> String {
+        let f = &self.floor;
+        let mut t = Table::new();
+        t.load_style(presets::ASCII_MARKDOWN);
+        t.set_header(vec![
+            "figure",
+            "size",
+            "Hamlyn (p50)",
+            "Hamlyn p99",
+            "raw TCP (p50)",
+            "raw TCP p99",
+            "Hamlyn ÷ raw TCP",
+        ]);
+        let dash = || "-".to_string();
+        for r in &self.rows {
+            let size = size_name(r.size);
+            let row = match r.op {
+                Op::TaggedWrite => {
+                    let p50 = r.p50_us.unwrap_or(f64::NAN);
+                    let raw = tcp.pingpong(r.size);
+                    vec![
+                        "one-way latency".into(),
+                        size,
+                        us(p50),
+                        r.p99_us.map_or_else(dash, us),
+                        raw.map_or_else(dash, |(p, _)| us(p)),
+                        raw.map_or_else(dash, |(_, p)| us(p)),
+                        raw.map_or_else(dash, |(p, _)| ratio(p50 / p)),
+                    ]
+                }
+                Op::Bandwidth => {
+                    let g = r.gbps.unwrap_or(f64::NAN);
+                    let raw = tcp.stream(r.size);
+                    vec![
+                        "bandwidth".into(),
+                        size,
+                        format!("{g:.2} GB/s"),
+                        dash(),
+                        raw.map_or_else(dash, |m| format!("{m:.2} GB/s")),
+                        dash(),
+                        raw.map_or_else(dash, |m| ratio(g / m)),
+                    ]
+                }
+                Op::MsgRate => {
+                    let m = r.msgs_per_s.unwrap_or(f64::NAN);
+                    let raw = tcp.rate_msgs_per_s;
+                    vec![
+                        "message rate".into(),
+                        size,
+                        msg_rate(m),
+                        dash(),
+                        raw.map_or_else(dash, msg_rate),
+                        dash(),
+                        raw.map_or_else(dash, |raw| ratio(m / raw)),
+                    ]
+                }
+            };
+            t.add_row(row);
+        }
+        align_right(&mut t, 7);
+        let by_size = |v: &[(usize, f64, f64)]| {
+            v.iter()
+                .map(|&(s, p50, _)| format!("{} {}", size_name(s), us(p50).trim_end_matches(" µs")))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        format!(
+            "hamlyn bench: {}\nfloor: raw TCP loopback between the two processes (TCP_NODELAY), \
+             measured before the engines started; ping-pong one-way p50 µs, blocking {}; \
+             spinning {} (the raw TCP columns: the lower of the two); shared-memory \
+             ping-pong one-way {}\n\n{t}\n",
+            self.setup,
+            by_size(&tcp.blocking_us),
+            by_size(&tcp.spinning_us),
+            us(f.shm_oneway_us),
+        )
+    }
+
+    /// The mediated mode's table: each figure against the shared-memory floor.
+    fn render_mediated(&self) -> String {
         let f = &self.floor;
         let mut t = Table::new();
         t.load_style(presets::ASCII_MARKDOWN);
@@ -215,11 +371,7 @@ impl Report {
             };
             t.add_row(row);
         }
-        for i in 1..7 {
-            if let Some(c) = t.column_mut(i) {
-                c.set_cell_alignment(CellAlignment::Right);
-            }
-        }
+        align_right(&mut t, 7);
         let memcpy: Vec<String> = BANDWIDTH_SIZES
             .iter()
             .filter_map(|&s| f.memcpy(s).map(|g| format!("{} {g:.2}", size_name(s))))
@@ -245,11 +397,13 @@ mod tests {
     fn table_shows_figures_and_ratios() {
         let r = Report {
             setup: "test".into(),
+            mode: Mode::Mediated,
             floor: Floor {
                 shm_oneway_us: 0.2,
                 shm_runs_us: vec![0.2, 0.3],
                 shm_relay_oneway_us: 0.25,
                 memcpy_gbps: vec![(4096, 10.0)],
+                tcp: None,
             },
             rows: vec![
                 Row::latency(8, 0.5, 1.25),
@@ -275,5 +429,50 @@ mod tests {
         assert_eq!(size_name(4 << 20), "4 MiB");
         assert_eq!(size_name(65536), "64 KiB");
         assert_eq!(size_name(100), "100 B");
+    }
+
+    #[test]
+    fn tcp_table_compares_with_raw_tcp() {
+        let r = Report {
+            setup: "tcp test".into(),
+            mode: Mode::Tcp,
+            floor: Floor {
+                shm_oneway_us: 0.2,
+                shm_runs_us: vec![0.2],
+                shm_relay_oneway_us: 0.25,
+                memcpy_gbps: vec![(4096, 10.0)],
+                tcp: Some(TcpFloor {
+                    pingpong_us: vec![(8, 4.0, 8.0)],
+                    blocking_us: vec![(8, 30.0, 60.0)],
+                    spinning_us: vec![(8, 4.0, 8.0)],
+                    stream_gbps: vec![(1 << 20, 2.0)],
+                    rate_msgs_per_s: Some(1e6),
+                }),
+            },
+            rows: vec![
+                Row::latency(8, 5.0, 9.0),
+                Row::bandwidth(1 << 20, 3.0),
+                Row::bandwidth(4096, 1.0),
+                Row::rate(8, 2.5e5),
+            ],
+            loopback: vec![],
+        };
+        let out = r.render();
+        for want in [
+            "raw TCP (p50)",
+            "Hamlyn ÷ raw TCP",
+            "4.00 µs",
+            "8.00 µs",
+            "1.25×",
+            "2.00 GB/s",
+            "1.50×",
+            "0.25 M msg/s",
+            "1.00 M msg/s",
+            "0.25×",
+            "blocking 8 B 30.0",
+            "spinning 8 B 4.00",
+        ] {
+            assert!(out.contains(want), "{want:?} missing from\n{out}");
+        }
     }
 }

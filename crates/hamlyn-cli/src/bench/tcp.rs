@@ -1,0 +1,484 @@
+//! `hamlyn bench --fabric tcp`: two engines joined by the TCP fabric over loopback, and
+//! the floor for that path, raw TCP between the same two processes.
+//!
+//! - [`TcpEngines`]: engine 0 and engine 1, each a thread of the driver process with its
+//!   own [`TcpFabric`] on an ephemeral 127.0.0.1 port ([`tcp_cluster`]; node 0, the
+//!   lower id, dials node 1 on every rail). The driver attaches to engine 0 and the peer
+//!   process to engine 1, so every message crosses both engines and a TCP connection.
+//! - The raw TCP floor ([`RawTcp`]): the driver listens, the peer connects
+//!   (`TCP_NODELAY` on both ends), and over that one connection:
+//!   - ping-pong: the driver writes `size` bytes and reads `size` back; the peer reads
+//!     them and writes them back. Each round trip is timed into the same histogram as
+//!     Hamlyn's; one-way = RTT / 2. Measured twice: with blocking reads (each side sleeps
+//!     in the kernel until its data arrives) and with spinning non-blocking reads (each
+//!     side polls `read` until it has its data: no sleep, no wake-up, but a core each).
+//!     On a virtual machine an idle vCPU halts, and waking a sleeping reader can cost
+//!     tens of microseconds; spinning shows what TCP itself costs.
+//!   - stream: the peer writes `count` messages of `size` bytes (one `write_all` each), the
+//!     driver reads them with reads of up to 1 MiB and divides the bytes after the first
+//!     read by the time from the first read to the last, as Hamlyn's stream counts the
+//!     messages after the first notification.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use hamlyn::{Node, NodeOptions};
+use hamlyn_engine::{EngineConfig, EngineHandle};
+use hamlyn_fabric::tcp::{tcp_cluster, TcpConfig};
+use hamlyn_wire::NodeId;
+
+use super::error::BenchError;
+use super::latency::{timed_rounds, Latency};
+use super::pin::pin_to;
+use crate::cmd::node::EngineArgs;
+use crate::json::{parse, Value};
+
+/// Longest wait for a connection, a byte, or the engines to see each other.
+pub const TCP_WAIT: Duration = Duration::from_secs(20);
+/// Bytes asked of one read of the raw stream.
+pub const STREAM_READ: usize = 1 << 20;
+/// The two engines' incarnation (fresh fabrics on fresh ports each run).
+const INCARNATION: u32 = 1;
+
+/// How the two engines are set up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TcpSetup {
+    /// Connections per peer session (node 0 dials with this many).
+    pub rails: usize,
+    /// Busy-poll both the engines and their fabrics.
+    pub busy_poll: bool,
+    /// Payload bytes per packet between the engines (`None`: the engine's default).
+    pub remote_mtu: Option<u64>,
+}
+
+/// Engine 0 and engine 1, threads of this process, joined over TCP loopback.
+#[derive(Debug)]
+pub struct TcpEngines {
+    /// Node 0 (the driver attaches here).
+    pub driver_side: EngineHandle,
+    /// Node 1 (the peer process attaches here).
+    pub peer_side: EngineHandle,
+}
+
+impl TcpEngines {
+    /// Starts both engines with `engine`'s settings (busy-poll from `setup`) and waits
+    /// until each sees the other up. With `cpus` (A, B), engine 0 is pinned to A and
+    /// engine 1 to B, and the calling thread is left on A.
+    pub fn start(
+        engine: &EngineArgs,
+        setup: &TcpSetup,
+        cpus: Option<(usize, usize)>,
+    ) -> Result<TcpEngines, BenchError> {
+        let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+        let mut cfg = TcpConfig::new(NodeId(0), loopback);
+        cfg.rails = setup.rails;
+        cfg.busy_poll = setup.busy_poll;
+        cfg.incarnation = INCARNATION;
+        let mut fabrics = tcp_cluster(2, &cfg)
+            .map_err(|e| BenchError::Fabric(e.to_string()))?
+            .into_iter();
+        let (Some(f0), Some(f1)) = (fabrics.next(), fabrics.next()) else {
+            return Err(BenchError::Fabric("tcp_cluster made fewer than two".into()));
+        };
+        let start = |node: u32, fabric| {
+            let mut c = engine.apply(EngineConfig::embedded());
+            c.node = node;
+            c.incarnation = INCARNATION;
+            c.busy_poll = setup.busy_poll;
+            if let Some(mtu) = setup.remote_mtu {
+                c.remote_mtu = mtu;
+            }
+            EngineHandle::start_with_fabric(c, Some(Box::new(fabric)))
+        };
+        // An engine thread inherits the affinity of the thread that starts it.
+        if let Some((a, _)) = cpus {
+            pin_to(a)?;
+        }
+        let driver_side = start(0, f0)?;
+        if let Some((_, b)) = cpus {
+            pin_to(b)?;
+        }
+        let peer_side = start(1, f1);
+        if let Some((a, _)) = cpus {
+            pin_to(a)?;
+        }
+        let engines = TcpEngines {
+            driver_side,
+            peer_side: peer_side?,
+        };
+        wait_peer_up(engines.driver_side.socket_path(), 1)?;
+        wait_peer_up(engines.peer_side.socket_path(), 0)?;
+        Ok(engines)
+    }
+
+    /// Stops both engines at once (one stopping first would see the other's connections
+    /// close, and log the peer down).
+    pub fn stop(self) -> Result<(), BenchError> {
+        let TcpEngines {
+            driver_side,
+            peer_side,
+        } = self;
+        let (a, b) = std::thread::scope(|s| {
+            let other = s.spawn(move || peer_side.stop());
+            let a = driver_side.stop();
+            (a, other.join())
+        });
+        a?;
+        b.unwrap_or_else(|_| Err(hamlyn_engine::EngineError::Shm("stopping panicked".into())))?;
+        Ok(())
+    }
+}
+
+/// A small connection to the engine at `socket`, for its counters.
+fn observer(socket: &Path) -> Result<Node, BenchError> {
+    Ok(Node::connect_with(
+        socket,
+        NodeOptions {
+            termini: 1,
+            queues: 1,
+            queue_cap: 64,
+            ..NodeOptions::default()
+        },
+    )?)
+}
+
+/// The counters of the engine at `socket`, as JSON (for diagnosing a stuck run).
+pub fn engine_stats(socket: &Path) -> Result<String, BenchError> {
+    Ok(observer(socket)?.stats()?)
+}
+
+/// Waits until the engine at `socket` reports node `peer` up (sends before that fail
+/// with `PeerDown`).
+fn wait_peer_up(socket: &Path, peer: u32) -> Result<(), BenchError> {
+    let node = observer(socket)?;
+    let deadline = Instant::now() + TCP_WAIT;
+    loop {
+        if peer_is_up(&node.stats()?, peer) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(BenchError::Timeout(
+                TCP_WAIT,
+                "the engines to connect over TCP",
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Whether the engine's stats JSON lists node `peer` as up.
+fn peer_is_up(stats: &str, peer: u32) -> bool {
+    let Ok(v) = parse(stats) else {
+        return false;
+    };
+    v.get("peers")
+        .and_then(Value::as_array)
+        .unwrap_or_default()
+        .iter()
+        .any(|p| {
+            p.get("node").and_then(Value::as_u64) == Some(u64::from(peer))
+                && p.get("up") == Some(&Value::Bool(true))
+        })
+}
+
+/// How a raw TCP ping-pong side waits for the other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Blocking reads: the thread sleeps in the kernel until data arrives.
+    Block,
+    /// Non-blocking reads retried in a loop: the thread never sleeps (each side needs a
+    /// core).
+    Spin,
+}
+
+impl Wait {
+    /// Both, in the order measured.
+    pub const ALL: [Wait; 2] = [Wait::Block, Wait::Spin];
+
+    /// The word used in the peer's command.
+    pub fn word(self) -> &'static str {
+        match self {
+            Wait::Block => "block",
+            Wait::Spin => "spin",
+        }
+    }
+
+    /// The mode a command word names.
+    pub fn from_word(w: &str) -> Option<Wait> {
+        Wait::ALL.into_iter().find(|m| m.word() == w)
+    }
+}
+
+/// One side of the raw TCP connection between the two processes.
+#[derive(Debug)]
+pub struct RawTcp {
+    stream: TcpStream,
+}
+
+impl RawTcp {
+    /// Driver: a listener on an ephemeral loopback port.
+    pub fn listen() -> Result<(TcpListener, SocketAddr), BenchError> {
+        let l = TcpListener::bind(("127.0.0.1", 0))
+            .map_err(|e| BenchError::io("listening for the raw TCP floor", e))?;
+        let addr = l
+            .local_addr()
+            .map_err(|e| BenchError::io("raw TCP floor address", e))?;
+        Ok((l, addr))
+    }
+
+    /// Driver: accepts the peer's connection, waiting at most [`TCP_WAIT`].
+    pub fn accept(listener: &TcpListener) -> Result<RawTcp, BenchError> {
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| BenchError::io("raw TCP floor listener", e))?;
+        let deadline = Instant::now() + TCP_WAIT;
+        loop {
+            match listener.accept() {
+                Ok((s, _)) => return RawTcp::new(s),
+                Err(e) if e.kind() == ErrorKind::WouldBlock && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    return Err(BenchError::Timeout(TCP_WAIT, "the raw TCP connection"));
+                }
+                Err(e) => return Err(BenchError::io("accepting the raw TCP connection", e)),
+            }
+        }
+    }
+
+    /// Peer: connects to the driver's listener.
+    pub fn connect(addr: SocketAddr) -> Result<RawTcp, BenchError> {
+        let s = TcpStream::connect_timeout(&addr, TCP_WAIT)
+            .map_err(|e| BenchError::io("connecting the raw TCP floor", e))?;
+        RawTcp::new(s)
+    }
+
+    /// Blocking, Nagle off, every wait bounded by [`TCP_WAIT`].
+    fn new(stream: TcpStream) -> Result<RawTcp, BenchError> {
+        let set = |r: std::io::Result<()>| r.map_err(|e| BenchError::io("raw TCP socket", e));
+        set(stream.set_nonblocking(false))?;
+        set(stream.set_nodelay(true))?;
+        set(stream.set_read_timeout(Some(TCP_WAIT)))?;
+        set(stream.set_write_timeout(Some(TCP_WAIT)))?;
+        Ok(RawTcp { stream })
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> Result<(), BenchError> {
+        self.stream
+            .write_all(buf)
+            .map_err(|e| BenchError::io("raw TCP write", e))
+    }
+
+    fn read_exact(&mut self, buf: &mut [u8]) -> Result<(), BenchError> {
+        self.stream
+            .read_exact(buf)
+            .map_err(|e| BenchError::io("raw TCP read", e))
+    }
+
+    /// Blocking (`Wait::Block`) or not (`Wait::Spin`).
+    fn set_wait(&mut self, wait: Wait) -> Result<(), BenchError> {
+        self.stream
+            .set_nonblocking(wait == Wait::Spin)
+            .map_err(|e| BenchError::io("raw TCP socket", e))
+    }
+
+    /// Moves all of `buf` with `op` (a read or a write), spinning on `WouldBlock`;
+    /// gives up after [`TCP_WAIT`] without progress.
+    fn spin_all(
+        &mut self,
+        len: usize,
+        what: &'static str,
+        mut op: impl FnMut(&mut TcpStream, usize) -> std::io::Result<usize>,
+    ) -> Result<(), BenchError> {
+        let mut done = 0;
+        let mut spins: u32 = 0;
+        let mut deadline = None;
+        while done < len {
+            match op(&mut self.stream, done) {
+                Ok(0) => {
+                    return Err(BenchError::Peer(format!(
+                        "closed the raw TCP connection ({what})"
+                    )))
+                }
+                Ok(n) => {
+                    done += n;
+                    deadline = None;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    std::hint::spin_loop();
+                    spins = spins.wrapping_add(1);
+                    if spins % (1 << 16) == 0 {
+                        let d = *deadline.get_or_insert_with(|| Instant::now() + TCP_WAIT);
+                        if Instant::now() > d {
+                            return Err(BenchError::Timeout(TCP_WAIT, "the raw TCP peer"));
+                        }
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(BenchError::io(what, e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends `buf` whole, waiting as `wait` says.
+    fn send_msg(&mut self, buf: &[u8], wait: Wait) -> Result<(), BenchError> {
+        match wait {
+            Wait::Block => self.write_all(buf),
+            Wait::Spin => self.spin_all(buf.len(), "raw TCP write", |s, at| s.write(&buf[at..])),
+        }
+    }
+
+    /// Fills `buf`, waiting as `wait` says.
+    fn recv_msg(&mut self, buf: &mut [u8], wait: Wait) -> Result<(), BenchError> {
+        match wait {
+            Wait::Block => self.read_exact(buf),
+            Wait::Spin => self.spin_all(buf.len(), "raw TCP read", |s, at| s.read(&mut buf[at..])),
+        }
+    }
+
+    /// Driver: `warmup` untimed round trips of `size` bytes, then `iters` timed ones
+    /// (the peer runs [`RawTcp::pong`] for `warmup + iters`), both sides waiting as
+    /// `wait` says. One-way = RTT / 2.
+    pub fn ping(
+        &mut self,
+        size: usize,
+        warmup: u64,
+        iters: u64,
+        wait: Wait,
+    ) -> Result<Latency, BenchError> {
+        let mut out = vec![0x5Au8; size];
+        let mut back = vec![0u8; size];
+        self.set_wait(wait)?;
+        let lat = timed_rounds(warmup, iters, 2, |r| {
+            stamp(&mut out, r);
+            self.send_msg(&out, wait)?;
+            self.recv_msg(&mut back, wait)?;
+            if read_stamp(&back) != read_stamp(&out) {
+                return Err(BenchError::Unexpected(format!(
+                    "raw TCP echo out of step in round {r}"
+                )));
+            }
+            Ok(())
+        });
+        self.set_wait(Wait::Block)?;
+        lat
+    }
+
+    /// Peer: echoes `rounds` messages of `size` bytes, waiting as `wait` says.
+    pub fn pong(&mut self, size: usize, rounds: u64, wait: Wait) -> Result<(), BenchError> {
+        let mut buf = vec![0u8; size];
+        self.set_wait(wait)?;
+        for _ in 0..rounds {
+            self.recv_msg(&mut buf, wait)?;
+            self.send_msg(&buf, wait)?;
+        }
+        self.set_wait(Wait::Block)
+    }
+
+    /// Peer: writes `count` messages of `size` bytes, one `write_all` each.
+    pub fn send_stream(&mut self, size: usize, count: u64) -> Result<(), BenchError> {
+        let buf: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+        for _ in 0..count {
+            self.write_all(&buf)?;
+        }
+        Ok(())
+    }
+
+    /// Driver: reads `count` messages of `size` bytes and returns GB/s (10^9 bytes/s) of
+    /// the bytes after the first read, from the first read to the last.
+    pub fn receive_stream(&mut self, size: usize, count: u64) -> Result<f64, BenchError> {
+        let total = size as u64 * count;
+        let mut buf = vec![0u8; STREAM_READ];
+        let mut got = 0u64;
+        let mut first: Option<(Instant, u64)> = None;
+        let mut last = Instant::now();
+        while got < total {
+            let want = usize::try_from(total - got).map_or(buf.len(), |w| w.min(buf.len()));
+            let n = match self.stream.read(&mut buf[..want]) {
+                Ok(0) => {
+                    return Err(BenchError::Peer("closed the raw TCP stream early".into()));
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(BenchError::io("raw TCP stream read", e)),
+            };
+            got += n as u64;
+            last = Instant::now();
+            first.get_or_insert((last, n as u64));
+        }
+        Ok(match first {
+            Some((t0, n0)) => (got - n0) as f64 / (last - t0).as_secs_f64().max(1e-9) / 1e9,
+            None => 0.0,
+        })
+    }
+}
+
+/// Writes the round number into the first bytes of `buf` (as many as fit).
+fn stamp(buf: &mut [u8], round: u64) {
+    let b = round.to_le_bytes();
+    let n = buf.len().min(b.len());
+    buf[..n].copy_from_slice(&b[..n]);
+}
+
+/// The round number [`stamp`] wrote.
+fn read_stamp(buf: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = buf.len().min(8);
+    b[..n].copy_from_slice(&buf[..n]);
+    u64::from_le_bytes(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_ping_pong_and_stream_over_loopback() {
+        let (l, addr) = RawTcp::listen().unwrap();
+        let peer = std::thread::spawn(move || {
+            let mut p = RawTcp::connect(addr).unwrap();
+            p.pong(64, 30, Wait::Block).unwrap();
+            p.pong(70_000, 30, Wait::Spin).unwrap();
+            p.send_stream(4096, 300).unwrap();
+        });
+        let mut d = RawTcp::accept(&l).unwrap();
+        let lat = d.ping(64, 10, 20, Wait::Block).unwrap();
+        assert!(lat.p50_us > 0.0 && lat.p99_us >= lat.p50_us);
+        let lat = d.ping(70_000, 10, 20, Wait::Spin).unwrap();
+        assert!(lat.p50_us > 0.0 && lat.p99_us >= lat.p50_us);
+        let gbps = d.receive_stream(4096, 300).unwrap();
+        assert!(gbps >= 0.0);
+        peer.join().unwrap();
+    }
+
+    #[test]
+    fn stats_json_says_whether_a_peer_is_up() {
+        let up = r#"{"node":0,"peers":[{"node":1,"up":true,"incarnation":1}]}"#;
+        let down = r#"{"node":0,"peers":[{"node":1,"up":false,"incarnation":1}]}"#;
+        assert!(peer_is_up(up, 1));
+        assert!(!peer_is_up(up, 2));
+        assert!(!peer_is_up(down, 1));
+        assert!(!peer_is_up("not json", 1));
+    }
+
+    #[test]
+    fn wait_words_round_trip() {
+        for w in Wait::ALL {
+            assert_eq!(Wait::from_word(w.word()), Some(w));
+        }
+        assert_eq!(Wait::from_word("nap"), None);
+    }
+
+    #[test]
+    fn stamps_fit_any_size() {
+        let mut b = [0u8; 3];
+        stamp(&mut b, 0x0102_0304);
+        assert_eq!(read_stamp(&b), 0x02_0304);
+        let mut b = [0u8; 16];
+        stamp(&mut b, u64::MAX - 1);
+        assert_eq!(read_stamp(&b), u64::MAX - 1);
+    }
+}
