@@ -312,10 +312,15 @@ fn bench_over_tcp_reports_tcp_rows_against_raw_tcp() {
             assert!(positive(by_size.get(&size.to_string())), "{key}[{size}]");
         }
     }
-    let stream = tcp.get("stream_gbps").expect("stream_gbps");
-    for size in BANDWIDTH_SIZES {
-        let key = size.to_string();
-        assert!(positive(stream.get(&key)), "stream_gbps[{key}]");
+    for key in [
+        "stream_gbps",
+        "stream_blocking_gbps",
+        "stream_spinning_gbps",
+    ] {
+        let by_size = tcp.get(key).expect(key);
+        for size in BANDWIDTH_SIZES {
+            assert!(positive(by_size.get(&size.to_string())), "{key}[{size}]");
+        }
     }
     let rate = tcp.get("stream_msgs_per_s").expect("stream_msgs_per_s");
     assert!(positive(rate.get("8")), "stream_msgs_per_s[8]");

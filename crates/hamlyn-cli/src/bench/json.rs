@@ -7,6 +7,8 @@
 //!                          "pingpong_blocking_oneway_us": {"8": F, ...},
 //!                          "pingpong_spinning_oneway_us": {"8": F, ...},
 //!                          "stream_gbps": {"4096": F, ...},
+//!                          "stream_blocking_gbps": {"4096": F, ...},
+//!                          "stream_spinning_gbps": {"4096": F, ...},
 //!                          "stream_msgs_per_s": {"8": F}}},
 //!  "results": [{"mode": "mediated" | "tcp", "op": "tagged_write" | "bandwidth" | "msg_rate",
 //!               "size": N, "p50_us": F, "p99_us": F, "gbps": F, "msgs_per_s": F}, ...]}
@@ -16,8 +18,9 @@
 //! floor's ping-pong is the lower of the runs before the engine started and after it
 //! stopped. `tcp_floor` (raw TCP between the two processes: ping-pong p50 one-way by
 //! message size with blocking and with spinning reads, and the lower of the two as
-//! `pingpong_oneway_us`; single-stream bandwidth by message size, and the message rate
-//! of a single stream of 8-byte messages) is there with
+//! `pingpong_oneway_us`; single-stream bandwidth by message size, blocking and spinning,
+//! and the better of the two as `stream_gbps`; the message rate of a single stream of
+//! 8-byte messages, the better of the two) is there with
 //! `--fabric tcp` only, whose results have mode `"tcp"`. (The loopback latency rows of the table are not
 //! part of this report.)
 
@@ -53,7 +56,11 @@ pub fn to_json(r: &Report) -> String {
         write_by_size(&mut o, &p50(&tcp.spinning_us));
         o.push_str(",\n                         \"stream_gbps\": ");
         write_by_size(&mut o, &tcp.stream_gbps);
-        o.push_str(", \"stream_msgs_per_s\": ");
+        o.push_str(",\n                         \"stream_blocking_gbps\": ");
+        write_by_size(&mut o, &tcp.stream_blocking_gbps);
+        o.push_str(",\n                         \"stream_spinning_gbps\": ");
+        write_by_size(&mut o, &tcp.stream_spinning_gbps);
+        o.push_str(",\n                         \"stream_msgs_per_s\": ");
         let rate: Vec<(usize, f64)> = tcp
             .rate_msgs_per_s
             .map(|r| (RATE_SIZE, r))
@@ -200,6 +207,8 @@ mod tests {
                     blocking_us: vec![(8, 20.0, 30.0), (64, 4.5, 9.5)],
                     spinning_us: vec![(8, 4.25, 9.0), (64, 5.0, 9.5)],
                     stream_gbps: vec![(1 << 20, 3.5)],
+                    stream_blocking_gbps: vec![(1 << 20, 3.5)],
+                    stream_spinning_gbps: vec![(1 << 20, 3.0)],
                     rate_msgs_per_s: Some(2.5e5),
                 }),
             },
@@ -234,6 +243,8 @@ mod tests {
         assert_eq!(sp.get("64").unwrap().as_f64(), Some(5.0));
         let st = tcp.get("stream_gbps").unwrap();
         assert_eq!(st.get("1048576").unwrap().as_f64(), Some(3.5));
+        let sb = tcp.get("stream_spinning_gbps").unwrap();
+        assert_eq!(sb.get("1048576").unwrap().as_f64(), Some(3.0));
         let rate = tcp.get("stream_msgs_per_s").unwrap();
         assert_eq!(rate.get("8").unwrap().as_f64(), Some(2.5e5));
         for row in v.get("results").unwrap().as_array().unwrap() {

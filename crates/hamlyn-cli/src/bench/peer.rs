@@ -13,7 +13,7 @@
 //! | `stream SIZE COUNT` | sends COUNT messages of SIZE bytes as fast as it can | `ok` |
 //! | `tcp-connect ADDR` | opens the raw TCP floor's connection to the driver at ADDR | `ok` |
 //! | `tcp-pong SIZE ROUNDS WAIT` | echoes ROUNDS messages of SIZE bytes over that connection, reading with blocking calls (`block`) or spinning (`spin`) | `ok` |
-//! | `tcp-stream SIZE COUNT` | writes COUNT messages of SIZE bytes to it | `ok` |
+//! | `tcp-stream SIZE COUNT WAIT` | writes COUNT messages of SIZE bytes to it, blocking or spinning | `ok` |
 //! | `tcp-close` | closes it | `ok` |
 //! | `quit` (or end of input) | exits | — |
 //!
@@ -166,11 +166,11 @@ fn obey(
                     "`tcp-connect` must come before `tcp-pong` and `tcp-stream`".into(),
                 ));
             };
+            let wait = words.next().and_then(Wait::from_word).ok_or_else(missing)?;
             if cmd == "tcp-pong" {
-                let wait = words.next().and_then(Wait::from_word).ok_or_else(missing)?;
                 tcp.pong(size, count, wait)?;
             } else {
-                tcp.send_stream(size, count)?;
+                tcp.send_stream(size, count, wait)?;
             }
             say(out, "ok")?;
         }

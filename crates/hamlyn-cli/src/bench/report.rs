@@ -32,9 +32,15 @@ pub struct TcpFloor {
     pub blocking_us: Vec<(usize, f64, f64)>,
     /// The ping-pong with spinning non-blocking reads.
     pub spinning_us: Vec<(usize, f64, f64)>,
-    /// Single-stream bandwidth by message size, GB/s.
+    /// Single-stream bandwidth by message size, GB/s: the better of the blocking and the
+    /// spinning stream.
     pub stream_gbps: Vec<(usize, f64)>,
-    /// Messages per second of a single stream of 8-byte messages (one write each).
+    /// The stream with blocking reads and writes.
+    pub stream_blocking_gbps: Vec<(usize, f64)>,
+    /// The stream with spinning non-blocking reads and writes.
+    pub stream_spinning_gbps: Vec<(usize, f64)>,
+    /// Messages per second of a single stream of 8-byte messages (one write each), the
+    /// better of blocking and spinning.
     pub rate_msgs_per_s: Option<f64>,
 }
 
@@ -188,10 +194,15 @@ pub fn size_name(size: usize) -> String {
 }
 
 fn us(v: f64) -> String {
+    format!("{} µs", number(v))
+}
+
+/// Two decimals below 10, one above.
+fn number(v: f64) -> String {
     if v < 10.0 {
-        format!("{v:.2} µs")
+        format!("{v:.2}")
     } else {
-        format!("{v:.1} µs")
+        format!("{v:.1}")
     }
 }
 
@@ -281,20 +292,29 @@ impl Report {
             t.add_row(row);
         }
         align_right(&mut t, 7);
-        let by_size = |v: &[(usize, f64, f64)]| {
+        let us_by_size = |v: &[(usize, f64, f64)]| {
             v.iter()
-                .map(|&(s, p50, _)| format!("{} {}", size_name(s), us(p50).trim_end_matches(" µs")))
+                .map(|&(s, p50, _)| format!("{} {}", size_name(s), number(p50)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let gbps_by_size = |v: &[(usize, f64)]| {
+            v.iter()
+                .map(|&(s, g)| format!("{} {g:.2}", size_name(s)))
                 .collect::<Vec<_>>()
                 .join(", ")
         };
         format!(
             "hamlyn bench: {}\nfloor: raw TCP loopback between the two processes (TCP_NODELAY), \
-             measured before the engines started; ping-pong one-way p50 µs, blocking {}; \
-             spinning {} (the raw TCP columns: the lower of the two); shared-memory \
-             ping-pong one-way {}\n\n{t}\n",
+             measured before the engines started; the raw TCP columns hold the better of \
+             blocking and spinning calls\n  ping-pong one-way p50 µs, blocking: {}; \
+             spinning: {}\n  single stream GB/s, blocking: {}; spinning: {}\n  \
+             shared-memory ping-pong one-way {}\n\n{t}\n",
             self.setup,
-            by_size(&tcp.blocking_us),
-            by_size(&tcp.spinning_us),
+            us_by_size(&tcp.blocking_us),
+            us_by_size(&tcp.spinning_us),
+            gbps_by_size(&tcp.stream_blocking_gbps),
+            gbps_by_size(&tcp.stream_spinning_gbps),
             us(f.shm_oneway_us),
         )
     }
@@ -446,6 +466,8 @@ mod tests {
                     blocking_us: vec![(8, 30.0, 60.0)],
                     spinning_us: vec![(8, 4.0, 8.0)],
                     stream_gbps: vec![(1 << 20, 2.0)],
+                    stream_blocking_gbps: vec![(1 << 20, 1.5)],
+                    stream_spinning_gbps: vec![(1 << 20, 2.0)],
                     rate_msgs_per_s: Some(1e6),
                 }),
             },
@@ -469,8 +491,9 @@ mod tests {
             "0.25 M msg/s",
             "1.00 M msg/s",
             "0.25×",
-            "blocking 8 B 30.0",
-            "spinning 8 B 4.00",
+            "blocking: 8 B 30.0",
+            "spinning: 8 B 4.00",
+            "blocking: 1 MiB 1.50",
         ] {
             assert!(out.contains(want), "{want:?} missing from\n{out}");
         }

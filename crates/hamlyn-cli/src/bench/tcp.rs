@@ -14,10 +14,12 @@
 //!     side polls `read` until it has its data: no sleep, no wake-up, but a core each).
 //!     On a virtual machine an idle vCPU halts, and waking a sleeping reader can cost
 //!     tens of microseconds; spinning shows what TCP itself costs.
-//!   - stream: the peer writes `count` messages of `size` bytes (one `write_all` each), the
-//!     driver reads them with reads of up to 1 MiB and divides the bytes after the first
-//!     read by the time from the first read to the last, as Hamlyn's stream counts the
-//!     messages after the first notification.
+//!   - stream: the peer writes `count` messages of `size` bytes (one `write` each, as far
+//!     as the socket takes it), the driver reads them with reads of up to 1 MiB and
+//!     divides the bytes after the first read by the time from the first read to the
+//!     last, as Hamlyn's stream counts the messages after the first notification. Also
+//!     measured twice, blocking and spinning: a blocked writer or reader pays the same
+//!     wake-ups.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -265,18 +267,6 @@ impl RawTcp {
         Ok(RawTcp { stream })
     }
 
-    fn write_all(&mut self, buf: &[u8]) -> Result<(), BenchError> {
-        self.stream
-            .write_all(buf)
-            .map_err(|e| BenchError::io("raw TCP write", e))
-    }
-
-    fn read_exact(&mut self, buf: &mut [u8]) -> Result<(), BenchError> {
-        self.stream
-            .read_exact(buf)
-            .map_err(|e| BenchError::io("raw TCP read", e))
-    }
-
     /// Blocking (`Wait::Block`) or not (`Wait::Spin`).
     fn set_wait(&mut self, wait: Wait) -> Result<(), BenchError> {
         self.stream
@@ -284,29 +274,22 @@ impl RawTcp {
             .map_err(|e| BenchError::io("raw TCP socket", e))
     }
 
-    /// Moves all of `buf` with `op` (a read or a write), spinning on `WouldBlock`;
-    /// gives up after [`TCP_WAIT`] without progress.
-    fn spin_all(
+    /// Runs `op` (one read or write) until it does not fail with `WouldBlock` or
+    /// `Interrupted`, spinning in between; gives up after [`TCP_WAIT`]. A blocking
+    /// socket's `WouldBlock` is its time limit running out.
+    fn retry(
         &mut self,
-        len: usize,
+        wait: Wait,
         what: &'static str,
-        mut op: impl FnMut(&mut TcpStream, usize) -> std::io::Result<usize>,
-    ) -> Result<(), BenchError> {
-        let mut done = 0;
+        mut op: impl FnMut(&mut TcpStream) -> std::io::Result<usize>,
+    ) -> Result<usize, BenchError> {
         let mut spins: u32 = 0;
         let mut deadline = None;
-        while done < len {
-            match op(&mut self.stream, done) {
-                Ok(0) => {
-                    return Err(BenchError::Peer(format!(
-                        "closed the raw TCP connection ({what})"
-                    )))
-                }
-                Ok(n) => {
-                    done += n;
-                    deadline = None;
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+        loop {
+            match op(&mut self.stream) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock && wait == Wait::Spin => {
                     std::hint::spin_loop();
                     spins = spins.wrapping_add(1);
                     if spins % (1 << 16) == 0 {
@@ -316,8 +299,32 @@ impl RawTcp {
                         }
                     }
                 }
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    return Err(BenchError::Timeout(TCP_WAIT, "the raw TCP peer"));
+                }
                 Err(e) => return Err(BenchError::io(what, e)),
+            }
+        }
+    }
+
+    /// Moves all `len` bytes with `op` (reads or writes from the offset given), waiting as
+    /// `wait` says.
+    fn move_all(
+        &mut self,
+        len: usize,
+        wait: Wait,
+        what: &'static str,
+        mut op: impl FnMut(&mut TcpStream, usize) -> std::io::Result<usize>,
+    ) -> Result<(), BenchError> {
+        let mut done = 0;
+        while done < len {
+            match self.retry(wait, what, |s| op(s, done))? {
+                0 => {
+                    return Err(BenchError::Peer(format!(
+                        "closed the raw TCP connection ({what})"
+                    )))
+                }
+                n => done += n,
             }
         }
         Ok(())
@@ -325,18 +332,16 @@ impl RawTcp {
 
     /// Sends `buf` whole, waiting as `wait` says.
     fn send_msg(&mut self, buf: &[u8], wait: Wait) -> Result<(), BenchError> {
-        match wait {
-            Wait::Block => self.write_all(buf),
-            Wait::Spin => self.spin_all(buf.len(), "raw TCP write", |s, at| s.write(&buf[at..])),
-        }
+        self.move_all(buf.len(), wait, "raw TCP write", |s, at| {
+            s.write(&buf[at..])
+        })
     }
 
     /// Fills `buf`, waiting as `wait` says.
     fn recv_msg(&mut self, buf: &mut [u8], wait: Wait) -> Result<(), BenchError> {
-        match wait {
-            Wait::Block => self.read_exact(buf),
-            Wait::Spin => self.spin_all(buf.len(), "raw TCP read", |s, at| s.read(&mut buf[at..])),
-        }
+        self.move_all(buf.len(), wait, "raw TCP read", |s, at| {
+            s.read(&mut buf[at..])
+        })
     }
 
     /// Driver: `warmup` untimed round trips of `size` bytes, then `iters` timed ones
@@ -378,37 +383,43 @@ impl RawTcp {
         self.set_wait(Wait::Block)
     }
 
-    /// Peer: writes `count` messages of `size` bytes, one `write_all` each.
-    pub fn send_stream(&mut self, size: usize, count: u64) -> Result<(), BenchError> {
+    /// Peer: writes `count` messages of `size` bytes, each with as few writes as the
+    /// socket takes it in, waiting as `wait` says.
+    pub fn send_stream(&mut self, size: usize, count: u64, wait: Wait) -> Result<(), BenchError> {
         let buf: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+        self.set_wait(wait)?;
         for _ in 0..count {
-            self.write_all(&buf)?;
+            self.send_msg(&buf, wait)?;
         }
-        Ok(())
+        self.set_wait(Wait::Block)
     }
 
-    /// Driver: reads `count` messages of `size` bytes and returns GB/s (10^9 bytes/s) of
-    /// the bytes after the first read, from the first read to the last.
-    pub fn receive_stream(&mut self, size: usize, count: u64) -> Result<f64, BenchError> {
+    /// Driver: reads `count` messages of `size` bytes with reads of up to
+    /// [`STREAM_READ`], waiting as `wait` says, and returns GB/s (10^9 bytes/s) of the
+    /// bytes after the first read, from the first read to the last.
+    pub fn receive_stream(
+        &mut self,
+        size: usize,
+        count: u64,
+        wait: Wait,
+    ) -> Result<f64, BenchError> {
         let total = size as u64 * count;
         let mut buf = vec![0u8; STREAM_READ];
         let mut got = 0u64;
         let mut first: Option<(Instant, u64)> = None;
         let mut last = Instant::now();
+        self.set_wait(wait)?;
         while got < total {
             let want = usize::try_from(total - got).map_or(buf.len(), |w| w.min(buf.len()));
-            let n = match self.stream.read(&mut buf[..want]) {
-                Ok(0) => {
-                    return Err(BenchError::Peer("closed the raw TCP stream early".into()));
-                }
-                Ok(n) => n,
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => return Err(BenchError::io("raw TCP stream read", e)),
-            };
+            let n = self.retry(wait, "raw TCP stream read", |s| s.read(&mut buf[..want]))?;
+            if n == 0 {
+                return Err(BenchError::Peer("closed the raw TCP stream early".into()));
+            }
             got += n as u64;
             last = Instant::now();
             first.get_or_insert((last, n as u64));
         }
+        self.set_wait(Wait::Block)?;
         Ok(match first {
             Some((t0, n0)) => (got - n0) as f64 / (last - t0).as_secs_f64().max(1e-9) / 1e9,
             None => 0.0,
@@ -442,15 +453,16 @@ mod tests {
             let mut p = RawTcp::connect(addr).unwrap();
             p.pong(64, 30, Wait::Block).unwrap();
             p.pong(70_000, 30, Wait::Spin).unwrap();
-            p.send_stream(4096, 300).unwrap();
+            p.send_stream(4096, 300, Wait::Block).unwrap();
+            p.send_stream(100_000, 30, Wait::Spin).unwrap();
         });
         let mut d = RawTcp::accept(&l).unwrap();
         let lat = d.ping(64, 10, 20, Wait::Block).unwrap();
         assert!(lat.p50_us > 0.0 && lat.p99_us >= lat.p50_us);
         let lat = d.ping(70_000, 10, 20, Wait::Spin).unwrap();
         assert!(lat.p50_us > 0.0 && lat.p99_us >= lat.p50_us);
-        let gbps = d.receive_stream(4096, 300).unwrap();
-        assert!(gbps >= 0.0);
+        assert!(d.receive_stream(4096, 300, Wait::Block).unwrap() >= 0.0);
+        assert!(d.receive_stream(100_000, 30, Wait::Spin).unwrap() >= 0.0);
         peer.join().unwrap();
     }
 
