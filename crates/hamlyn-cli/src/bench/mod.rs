@@ -26,14 +26,18 @@ mod bandwidth;
 mod child;
 mod endpoint;
 mod error;
+mod fairness;
 mod floor;
 mod json;
 mod latency;
 pub mod peer;
+mod peers;
 mod pin;
 mod plan;
+mod plot;
 mod progress;
 mod report;
+mod scaling;
 mod tcp;
 
 use std::path::PathBuf;
