@@ -61,6 +61,9 @@ pub enum BenchError {
     /// An option does not make sense here.
     #[error("{0}")]
     Usage(&'static str),
+    /// A thread of the benchmark panicked (named by the text).
+    #[error("{0} panicked")]
+    Panicked(&'static str),
 }
 
 impl BenchError {
