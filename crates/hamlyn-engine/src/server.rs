@@ -38,6 +38,8 @@ const FIRST_CLIENT: usize = 3;
 const FABRIC_IDLE_EVERY: u32 = 32;
 /// Busy turns between two looks at the control sockets.
 const IO_EVERY: u32 = 256;
+/// Idle turns between two looks at the clock while spinning before a sleep.
+const CLOCK_EVERY: u32 = 16;
 
 /// A running engine: its state, its control socket and its poller.
 #[derive(Debug)]
@@ -170,13 +172,18 @@ impl Engine {
                 }
                 continue;
             }
-            if idle == 0 {
+            let busy_poll = self.state.cfg.busy_poll;
+            if idle == 0 && !busy_poll {
                 idle_since = std::time::Instant::now();
             }
             idle = idle.saturating_add(1);
-            let spinning =
-                idle < self.state.cfg.spin_turns && idle_since.elapsed() < self.state.cfg.spin;
-            if self.state.cfg.busy_poll || spinning {
+            // A busy-polling engine never sleeps, so it never reads the clock; one that
+            // spins before it sleeps reads it every CLOCK_EVERY-th idle turn only (reading
+            // the clock costs more than an idle turn, and would delay the next request).
+            let spinning = busy_poll
+                || (idle < self.state.cfg.spin_turns
+                    && (idle % CLOCK_EVERY != 0 || idle_since.elapsed() < self.state.cfg.spin));
+            if spinning {
                 if idle % IO_EVERY == 0 {
                     self.poll_io(Some(Duration::ZERO))?;
                 }
