@@ -21,7 +21,7 @@ use hamlyn_wire::{Flags, NodeId, Op, RequestId, SlotId};
 use crate::areas::AreaTable;
 use crate::config::EngineConfig;
 use crate::port::{InFlight, Port};
-use crate::sched::{Scheduler, TerminusKey};
+use crate::sched::{Scheduler, TerminusKey, PRIORITY_LEVELS};
 use crate::source::{Piece, Source};
 use crate::stats::EngineCounters;
 
@@ -101,9 +101,24 @@ impl EngineState {
 
     /// One scheduling turn over every open terminus; whether any had work.
     pub fn turn(&mut self) -> bool {
-        let mut sched = std::mem::take(&mut self.sched);
-        let mut busy = sched.turn(|key| self.serve(key));
-        self.sched = sched;
+        // The scheduler's order (`Scheduler::turn`), walked by index so that `serve` can
+        // borrow the whole state: no copy of the scheduler per turn.
+        let mut busy = false;
+        for level in 0..PRIORITY_LEVELS {
+            let n = self.sched.level_len(level);
+            if n == 0 {
+                continue;
+            }
+            for i in 0..n {
+                if let Some(key) = self.sched.nth(level, i) {
+                    busy |= self.serve(key);
+                }
+            }
+            self.sched.rotate(level);
+            if busy {
+                break;
+            }
+        }
         if !self.replies.is_empty() {
             busy |= self.serve_replies();
         }
@@ -113,25 +128,37 @@ impl EngineState {
         busy
     }
 
-    /// Sends at most one packet of terminus `key`; whether it had work.
+    /// Sends at most one packet of terminus `key`; whether it had work. A request ends
+    /// on the turn of its last packet (or of its refusal): a single-packet message is
+    /// taken, delivered and completed in one turn.
     fn serve(&mut self, (cid, t): TerminusKey) -> bool {
         let t = usize::from(t);
         let Some(mut cur) = self.take_current(cid, t) else {
             return false;
         };
         let next = if cur.failed.is_none() {
-            cur.seg.as_mut().and_then(Iterator::next)
+            cur.pending
+                .take()
+                .or_else(|| cur.seg.as_mut().and_then(Iterator::next))
         } else {
             None
         };
-        match next {
-            Some(seg) => {
-                if let Err(reason) = self.deliver(cid, &cur.req, &seg) {
-                    cur.failed = Some(reason);
-                }
-                self.put_current(cid, t, cur);
-            }
-            _ => self.finish(cid, t, cur),
+        let Some(seg) = next else {
+            self.finish(cid, t, cur);
+            return true;
+        };
+        match self.deliver(cid, &cur.req, &seg) {
+            Ok(true) => {}
+            // The fabric is full: this packet goes first on a later turn.
+            Ok(false) => cur.pending = Some(seg),
+            Err(reason) => cur.failed = Some(reason),
+        }
+        let more = cur.failed.is_none()
+            && (cur.pending.is_some() || cur.seg.as_ref().is_some_and(|s| s.len() > 0));
+        if more {
+            self.put_current(cid, t, cur);
+        } else {
+            self.finish(cid, t, cur);
         }
         true
     }
@@ -143,8 +170,9 @@ impl EngineState {
         let remote_mtu = self.cfg.remote_mtu;
         let port = port_mut(&mut self.clients, cid)?;
         let term = port.termini.get_mut(t)?;
-        if let Some(cur) = term.current.take() {
-            return Some(cur);
+        // Tested first: `take` on an empty `Option<InFlight>` would still copy all of it.
+        if term.current.is_some() {
+            return term.current.take();
         }
         if term.broken {
             return None;

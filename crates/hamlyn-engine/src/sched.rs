@@ -59,23 +59,73 @@ impl Scheduler {
     /// terminus once in rotating order, calling `serve` (which sends at most one packet
     /// and says whether the terminus had work). A lower level is visited only if no
     /// terminus of a higher level had work. Returns whether anything had work.
+    ///
+    /// The engine walks the same order itself with [`Scheduler::level_len`],
+    /// [`Scheduler::nth`] and [`Scheduler::rotate`], so that its `serve` may borrow the
+    /// whole engine state.
     pub fn turn(&mut self, mut serve: impl FnMut(TerminusKey) -> bool) -> bool {
-        for (level, keys) in self.levels.iter().enumerate() {
-            let n = keys.len();
+        for level in 0..PRIORITY_LEVELS {
+            let n = self.level_len(level);
             if n == 0 {
                 continue;
             }
-            let start = self.cursor[level] % n;
             let mut busy = false;
             for i in 0..n {
-                busy |= serve(keys[(start + i) % n]);
+                if let Some(key) = self.nth(level, i) {
+                    busy |= serve(key);
+                }
             }
-            self.cursor[level] = (start + 1) % n;
+            self.rotate(level);
             if busy {
                 return true;
             }
         }
         false
+    }
+
+    /// Termini at priority `level` (0 for a level that does not exist).
+    #[inline]
+    pub fn level_len(&self, level: usize) -> usize {
+        self.levels.get(level).map_or(0, Vec::len)
+    }
+
+    /// The `i`-th terminus of `level` in this turn's order (which starts at the level's
+    /// cursor and wraps around).
+    #[inline]
+    pub fn nth(&self, level: usize, i: usize) -> Option<TerminusKey> {
+        let keys = self.levels.get(level)?;
+        let n = keys.len();
+        if i >= n {
+            return None;
+        }
+        let start = self.start(level, n);
+        let at = start + i;
+        keys.get(if at >= n { at - n } else { at }).copied()
+    }
+
+    /// Moves the start of `level`'s order on by one, so no terminus is always first.
+    #[inline]
+    pub fn rotate(&mut self, level: usize) {
+        let n = self.level_len(level);
+        if n == 0 {
+            return;
+        }
+        let next = self.start(level, n) + 1;
+        if let Some(c) = self.cursor.get_mut(level) {
+            *c = if next == n { 0 } else { next };
+        }
+    }
+
+    /// Where `level`'s order starts (its cursor, kept below `n` as termini come and go);
+    /// `n` is not 0.
+    #[inline]
+    fn start(&self, level: usize, n: usize) -> usize {
+        let c = self.cursor.get(level).copied().unwrap_or(0);
+        if c < n {
+            c
+        } else {
+            c % n.max(1)
+        }
     }
 }
 

@@ -22,7 +22,9 @@ each function named below (the sum over all of its callers; none of them is recu
   (2 for engines that finish a request on the turn after its last packet, 1 since they
   finish it on the same turn). The run loop around the turns (`Engine::run`: stop flag,
   idle counting) is printed separately as "loop", from the same subtraction over the
-  whole engine thread, and is 0 when it does nothing per message.
+  whole engine thread, less its looks at the control sockets (`Engine::poll_io`, an
+  `epoll_wait` every 256 turns, whose rate differs a little between phases); it is
+  about 0 when the loop does nothing per message.
 """
 
 import re
@@ -73,6 +75,14 @@ def find(incl, pattern):
 
 RUN = r"^hamlyn_engine::server::Engine::run$"
 TURN = r"^hamlyn_engine::engine::EngineState::turn$"
+POLL_IO = r"^hamlyn_engine::server::Engine::poll_io$"
+
+
+def loop_ir(incl):
+    """The engine thread's instructions, less its looks at the control sockets."""
+    _, run = find(incl, RUN)
+    _, io = find(incl, POLL_IO)
+    return run - io
 
 
 def main():
@@ -81,7 +91,7 @@ def main():
     busy = int(sys.argv[3]) if len(sys.argv) > 3 else 1
     idle = parse(prefix + ".2")
     idle_turns, idle_turn_ir = find(idle, TURN)
-    _, idle_run = find(idle, RUN)
+    idle_run = loop_ir(idle)
     per_turn = idle_turn_ir / idle_turns
     per_loop = idle_run / idle_turns
     print(
@@ -100,7 +110,7 @@ def main():
             _, drop = find(incl, r"drop_in_place<hamlyn::terminus::SendHandle>$")
             send += drop
             turns, turn_ir = find(incl, TURN)
-            _, run = find(incl, RUN)
+            run = loop_ir(incl)
             idle_turns_here = turns - busy * n
             engine = (turn_ir - idle_turns_here * per_turn) / n
             loop = (run - idle_turns_here * per_loop) / n - engine
