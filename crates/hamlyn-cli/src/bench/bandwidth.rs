@@ -6,9 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use hamlyn::Ticket;
-
-use super::endpoint::{check_sent, Endpoint, META_ENTRIES};
+use super::endpoint::{check_sent, Endpoint, Remote, Via, META_ENTRIES};
 use super::error::BenchError;
 
 /// What the receiver saw of one stream.
@@ -32,17 +30,21 @@ impl Stream {
     }
 }
 
-/// Peer: sends `count` messages of `size` bytes to `to`, tags counting up, metadata
-/// entries in turn; waits until the last one is sent.
+/// Peer: sends `count` messages of `size` bytes to `to`'s inbox, tags counting up,
+/// metadata entries in turn; waits until the last one is sent.
 pub fn send_stream(
     ep: &mut Endpoint,
-    to: &Ticket,
+    to: &Remote,
+    via: Via,
     size: usize,
     count: u64,
 ) -> Result<(), BenchError> {
     let mut last = None;
     for i in 0..count {
-        last = Some(ep.send(to, size, i, (i % u64::from(META_ENTRIES)) as u32)?);
+        let entry = (i % u64::from(META_ENTRIES)) as u32;
+        if let Some(h) = ep.send(to, via, size, i, entry, false)? {
+            last = Some(h);
+        }
     }
     if let Some(h) = last {
         check_sent(&h)?;

@@ -10,9 +10,25 @@
 //!                          "stream_blocking_gbps": {"4096": F, ...},
 //!                          "stream_spinning_gbps": {"4096": F, ...},
 //!                          "stream_msgs_per_s": {"8": F}}},
-//!  "results": [{"mode": "mediated" | "tcp", "op": "tagged_write" | "bandwidth" | "msg_rate",
-//!               "size": N, "p50_us": F, "p99_us": F, "gbps": F, "msgs_per_s": F}, ...]}
+//!  "results": [{"mode": "direct" | "mediated" | "tcp",
+//!               "op": "tagged_write" | "polled_write" | "datagram" | "read" | "fetch_add"
+//!                     | "bandwidth" | "msg_rate",
+//!               "size": N, "p50_us": F, "p99_us": F, "p999_us": F, "gbps": F,
+//!               "msgs_per_s": F}, ...],
+//!  "loopback": [ same shape ],
+//!  "fairness": [{"termini": N, "size": N, "per_terminus_gbps": [F, ...], "total_gbps": F,
+//!                "jain": F, "overflows": N, "starved": [N, ...]}, ...],
+//!  "scaling": {"points": [{"ports": N, "slots": N, "p50_us": F, "p99_us": F}, ...],
+//!              "notes": [S, ...]} | null,
+//!  "peers": {"results": [{"peer": "ucx-shm" | "ucx-tcp" | "sockperf", "test": S, "size": N,
+//!                         "p50_us": F, "p99_us": F, "gbps": F, "msgs_per_s": F}, ...],
+//!            "missing": [S, ...],
+//!            "ratios": [{"mode": S, "op": S, "size": N, "peer": S, "hamlyn": F,
+//!                        "theirs": F, "ahead": B}, ...]} | null,
+//!  "targets": [{"goal": S, "figure": S, "met": B}, ...]}
 //! ```
+//!
+//! Latencies are one-way except `read` and `fetch_add`, which are whole round trips.
 //!
 //! Fields that do not apply to a result are `null`; `gbps` is 10^9 bytes per second. The
 //! floor's ping-pong is the lower of the runs before the engine started and after it
@@ -21,11 +37,10 @@
 //! `pingpong_oneway_us`; single-stream bandwidth by message size, blocking and spinning,
 //! and the better of the two as `stream_gbps`; the message rate of a single stream of
 //! 8-byte messages, the better of the two) is there with
-//! `--fabric tcp` only, whose results have mode `"tcp"`. (The loopback latency rows of the table are not
-//! part of this report.)
+//! the tcp mode only.
 
 use super::plan::RATE_SIZE;
-use super::report::Report;
+use super::report::{Report, Row};
 use crate::json::{write_num, write_str};
 
 /// The report as JSON text (one result per line, for people reading the file too).
@@ -69,29 +84,160 @@ pub fn to_json(r: &Report) -> String {
         write_by_size(&mut o, &rate);
         o.push('}');
     }
-    o.push_str("},\n \"results\": [");
-    for (i, row) in r.rows.iter().enumerate() {
+    o.push_str("},\n \"results\": ");
+    write_rows(&mut o, &r.rows);
+    o.push_str(",\n \"loopback\": ");
+    write_rows(&mut o, &r.loopback);
+    o.push_str(",\n \"fairness\": ");
+    o.push('[');
+    for (i, f) in r.fairness.iter().enumerate() {
+        if i > 0 {
+            o.push_str(", ");
+        }
+        {
+            o.push_str(&format!(
+                "{{\"termini\": {}, \"size\": {}, \"per_terminus_gbps\": [",
+                f.termini, f.size
+            ));
+            for (i, g) in f.per_terminus_gbps.iter().enumerate() {
+                if i > 0 {
+                    o.push_str(", ");
+                }
+                write_num(&mut o, Some(*g));
+            }
+            o.push_str("], \"total_gbps\": ");
+            write_num(&mut o, Some(f.total_gbps));
+            o.push_str(", \"jain\": ");
+            write_num(&mut o, Some(f.jain));
+            o.push_str(&format!(
+                ", \"overflows\": {}, \"starved\": {:?}}}",
+                f.overflows, f.starved
+            ));
+        }
+    }
+    o.push(']');
+    o.push_str(",\n \"scaling\": ");
+    match &r.scaling {
+        None => o.push_str("null"),
+        Some(sc) => {
+            o.push_str("{\"points\": [");
+            for (i, p) in sc.points.iter().enumerate() {
+                o.push_str(if i > 0 { ",\n   " } else { "\n   " });
+                o.push_str(&format!(
+                    "{{\"ports\": {}, \"slots\": {}, \"p50_us\": ",
+                    p.ports, p.slots
+                ));
+                write_num(&mut o, Some(p.p50_us));
+                o.push_str(", \"p99_us\": ");
+                write_num(&mut o, Some(p.p99_us));
+                o.push('}');
+            }
+            o.push_str("], \"notes\": ");
+            write_strs(&mut o, &sc.notes);
+            o.push('}');
+        }
+    }
+    o.push_str(",\n \"peers\": ");
+    match &r.peers {
+        None => o.push_str("null"),
+        Some(p) => {
+            o.push_str("{\"results\": [");
+            for (i, x) in p.results.iter().enumerate() {
+                o.push_str(if i > 0 { ",\n   " } else { "\n   " });
+                o.push_str("{\"peer\": ");
+                write_str(&mut o, x.kind.name());
+                o.push_str(", \"test\": ");
+                write_str(&mut o, x.test);
+                o.push_str(&format!(", \"size\": {}", x.size));
+                write_fields(
+                    &mut o,
+                    &[
+                        ("p50_us", x.p50_us),
+                        ("p99_us", x.p99_us),
+                        ("gbps", x.gbps),
+                        ("msgs_per_s", x.msgs_per_s),
+                    ],
+                );
+                o.push('}');
+            }
+            o.push_str("],\n  \"missing\": ");
+            write_strs(&mut o, &p.missing);
+            o.push_str(",\n  \"ratios\": [");
+            for (i, x) in r.peer_ratios(p).iter().enumerate() {
+                o.push_str(if i > 0 { ",\n   " } else { "\n   " });
+                o.push_str("{\"mode\": ");
+                write_str(&mut o, x.mode.name());
+                o.push_str(", \"op\": ");
+                write_str(&mut o, x.op.name());
+                o.push_str(&format!(", \"size\": {}, \"peer\": ", x.size));
+                write_str(&mut o, &x.peer);
+                write_fields(
+                    &mut o,
+                    &[("hamlyn", Some(x.hamlyn)), ("theirs", Some(x.theirs))],
+                );
+                o.push_str(&format!(", \"ahead\": {}}}", x.ahead));
+            }
+            o.push_str("]}");
+        }
+    }
+    o.push_str(",\n \"targets\": [");
+    for (i, t) in r.targets().iter().enumerate() {
+        o.push_str(if i > 0 { ",\n  " } else { "\n  " });
+        o.push_str("{\"goal\": ");
+        write_str(&mut o, &t.goal);
+        o.push_str(", \"figure\": ");
+        write_str(&mut o, &t.figure);
+        o.push_str(&format!(", \"met\": {}}}", t.met));
+    }
+    o.push_str("]}\n");
+    o
+}
+
+/// `[{"mode": ..., "op": ..., "size": N, "p50_us": F, ...}, ...]`, one row per line.
+fn write_rows(o: &mut String, rows: &[Row]) {
+    o.push('[');
+    for (i, row) in rows.iter().enumerate() {
         o.push_str(if i > 0 { ",\n  " } else { "\n  " });
         o.push_str("{\"mode\": ");
-        write_str(&mut o, r.mode.name());
+        write_str(o, row.mode.name());
         o.push_str(", \"op\": ");
-        write_str(&mut o, row.op.name());
+        write_str(o, row.op.name());
         o.push_str(&format!(", \"size\": {}", row.size));
-        for (key, v) in [
-            ("p50_us", row.p50_us),
-            ("p99_us", row.p99_us),
-            ("gbps", row.gbps),
-            ("msgs_per_s", row.msgs_per_s),
-        ] {
-            o.push_str(", ");
-            write_str(&mut o, key);
-            o.push_str(": ");
-            write_num(&mut o, v);
-        }
+        write_fields(
+            o,
+            &[
+                ("p50_us", row.p50_us),
+                ("p99_us", row.p99_us),
+                ("p999_us", row.p999_us),
+                ("gbps", row.gbps),
+                ("msgs_per_s", row.msgs_per_s),
+            ],
+        );
         o.push('}');
     }
-    o.push_str("\n]}\n");
-    o
+    o.push(']');
+}
+
+/// `, "KEY": F` for each field (`null` when absent).
+fn write_fields(o: &mut String, fields: &[(&str, Option<f64>)]) {
+    for (key, v) in fields {
+        o.push_str(", ");
+        write_str(o, key);
+        o.push_str(": ");
+        write_num(o, *v);
+    }
+}
+
+/// `["S", ...]`.
+fn write_strs(o: &mut String, v: &[String]) {
+    o.push('[');
+    for (i, s) in v.iter().enumerate() {
+        if i > 0 {
+            o.push_str(", ");
+        }
+        write_str(o, s);
+    }
+    o.push(']');
 }
 
 /// `{"SIZE": F, ...}`.
@@ -111,14 +257,16 @@ fn write_by_size(o: &mut String, values: &[(usize, f64)]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::report::{Floor, Mode, Row, TcpFloor};
+    use crate::bench::fairness::Fairness;
+    use crate::bench::latency::Latency;
+    use crate::bench::report::{Floor, Mode, Op, Row, TcpFloor};
+    use crate::bench::scaling::{Scaling, ScalingPoint};
     use crate::json::{parse, Value};
 
     #[test]
     fn report_json_parses_with_the_documented_keys() {
         let r = Report {
             setup: "test".into(),
-            mode: Mode::Mediated,
             floor: Floor {
                 shm_oneway_us: 0.13,
                 shm_runs_us: vec![0.13, 0.2],
@@ -127,11 +275,48 @@ mod tests {
                 tcp: None,
             },
             rows: vec![
-                Row::latency(8, 1.5, 3.0),
-                Row::bandwidth(1 << 20, 7.5),
-                Row::rate(8, 2.0e6),
+                Row::latency(
+                    Mode::Mediated,
+                    Op::TaggedWrite,
+                    8,
+                    &Latency {
+                        p50_us: 1.5,
+                        p99_us: 3.0,
+                        p999_us: 3.0,
+                    },
+                ),
+                Row::bandwidth(Mode::Mediated, 1 << 20, 7.5),
+                Row::rate(Mode::Mediated, 8, 2.0e6),
             ],
-            loopback: vec![Row::latency(8, 1.0, 2.0)],
+            loopback: vec![Row::latency(
+                Mode::Mediated,
+                Op::TaggedWrite,
+                8,
+                &Latency {
+                    p50_us: 1.0,
+                    p99_us: 2.0,
+                    p999_us: 2.0,
+                },
+            )],
+            fairness: vec![Fairness {
+                termini: 2,
+                size: 4096,
+                per_terminus_gbps: vec![1.0, 3.0],
+                total_gbps: 4.0,
+                jain: 0.8,
+                overflows: 0,
+                starved: vec![0, 2],
+            }],
+            scaling: Some(Scaling {
+                points: vec![ScalingPoint {
+                    ports: 4,
+                    slots: 0,
+                    p50_us: 2.5,
+                    p99_us: 3.0,
+                }],
+                notes: vec!["a \"quoted\" note".into()],
+            }),
+            peers: None,
         };
         let v = parse(&to_json(&r)).unwrap();
         let top: Vec<&str> = v
@@ -140,7 +325,31 @@ mod tests {
             .iter()
             .map(|(k, _)| k.as_str())
             .collect();
-        assert_eq!(top, ["floor", "results"]);
+        assert_eq!(
+            top,
+            ["floor", "results", "loopback", "fairness", "scaling", "peers", "targets"]
+        );
+        let f = &v.get("fairness").unwrap().as_array().unwrap()[0];
+        assert_eq!(f.get("jain").unwrap().as_f64(), Some(0.8));
+        assert_eq!(
+            f.get("per_terminus_gbps")
+                .unwrap()
+                .as_array()
+                .unwrap()
+                .len(),
+            2
+        );
+        let sc = v.get("scaling").unwrap();
+        let p = &sc.get("points").unwrap().as_array().unwrap()[0];
+        assert_eq!(p.get("ports").unwrap().as_u64(), Some(4));
+        assert_eq!(p.get("p50_us").unwrap().as_f64(), Some(2.5));
+        assert_eq!(
+            sc.get("notes").unwrap().as_array().unwrap()[0].as_str(),
+            Some("a \"quoted\" note")
+        );
+        assert_eq!(v.get("peers"), Some(&Value::Null));
+        let lb = v.get("loopback").unwrap().as_array().unwrap();
+        assert_eq!(lb[0].get("p50_us").unwrap().as_f64(), Some(1.0));
         let floor = v.get("floor").unwrap();
         assert_eq!(
             floor.get("shm_pingpong_oneway_us").unwrap().as_f64(),
@@ -158,7 +367,7 @@ mod tests {
         assert_eq!(
             floor.get("tcp_floor"),
             None,
-            "measured with --fabric tcp only"
+            "measured with the tcp mode only"
         );
         let res = v.get("results").unwrap().as_array().unwrap();
         assert_eq!(res.len(), 3);
@@ -177,6 +386,7 @@ mod tests {
                     "size",
                     "p50_us",
                     "p99_us",
+                    "p999_us",
                     "gbps",
                     "msgs_per_s"
                 ]
@@ -196,7 +406,6 @@ mod tests {
     fn tcp_report_has_the_tcp_floor_and_tcp_rows() {
         let r = Report {
             setup: "test".into(),
-            mode: Mode::Tcp,
             floor: Floor {
                 shm_oneway_us: 0.13,
                 shm_runs_us: vec![0.13],
@@ -212,8 +421,23 @@ mod tests {
                     rate_msgs_per_s: Some(2.5e5),
                 }),
             },
-            rows: vec![Row::latency(8, 5.0, 7.0), Row::bandwidth(1 << 20, 4.0)],
+            rows: vec![
+                Row::latency(
+                    Mode::Tcp,
+                    Op::TaggedWrite,
+                    8,
+                    &Latency {
+                        p50_us: 5.0,
+                        p99_us: 7.0,
+                        p999_us: 7.0,
+                    },
+                ),
+                Row::bandwidth(Mode::Tcp, 1 << 20, 4.0),
+            ],
             loopback: vec![],
+            fairness: vec![],
+            scaling: None,
+            peers: None,
         };
         let v = parse(&to_json(&r)).unwrap();
         let floor = v.get("floor").unwrap();

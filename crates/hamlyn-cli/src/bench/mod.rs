@@ -1,28 +1,30 @@
-//! `hamlyn bench`: latency, bandwidth and message rate through the engine between two
-//! processes, next to the floor measured in the same run (DESIGN §8).
+//! `hamlyn bench`: latency, bandwidth and message rate between two processes, on every
+//! path (direct, mediated, TCP), next to the floor measured in the same run (DESIGN §8).
 //!
 //! Two processes: this one (the driver) and a second copy of this executable
 //! (`hamlyn bench-peer`, [`peer`]), driven by one-line commands over its standard input
-//! and output, through which the tickets travel as seed text. Without `--socket` the
-//! driver starts an engine thread in its own process and both connect to it; with
-//! `--socket` both connect to that daemon.
+//! and output, through which the tickets travel as seed text.
 //!
 //! In order: the floor (a shared-memory cache-line ping-pong between the two processes,
-//! before any engine runs, directly and through a relay thread that stands in for
-//! the engine, and memcpy), then one-way latency ([`latency`]: ping-pong, and
-//! a process sending to itself), bandwidth and message rate ([`bandwidth`]), and the
-//! ping-pong floor once more after the engine stopped.
+//! before any engine runs, directly and through a relay thread that stands in for the
+//! engine; memcpy; with the TCP mode, raw TCP between the two processes), then the modes:
 //!
-//! With `--fabric tcp` ([`tcp`]) the driver starts two engines instead, node 0 and node 1
-//! (both threads of the driver process), joined by the TCP fabric over loopback; the
-//! driver attaches to node 0 and the peer to node 1, so every message crosses both
-//! engines and TCP. The floor then also includes raw TCP between the same two processes
-//! (ping-pong and single streams at the bandwidth sizes and of 8-byte messages, each
-//! with blocking and with spinning calls, all before the engines start), and the table
-//! holds every figure against the better raw TCP figure of the same size. The process sending to itself is left
-//! out there: it never leaves node 0. With `--pin` each node gets a CPU of its own.
+//! - `direct` and `mediated` on one engine (embedded in this process, or the daemon of
+//!   `--socket`): latency of tagged writes, polled writes and datagrams ([`latency`]),
+//!   directly deposited or through the engine, remote reads and fetch-adds (mediated
+//!   only: the engine executes them), a process sending to itself, bandwidth and message
+//!   rate ([`bandwidth`]); then fairness ([`fairness`]) and scaling ([`scaling`]) on the
+//!   same engine;
+//! - `tcp`: two engines in this process, node 0 and node 1, joined by the TCP fabric over
+//!   loopback ([`tcp`]); the driver attaches to node 0 and the peer to node 1, so every
+//!   message crosses both engines and TCP; the same operations as mediated;
+//!
+//! then, with `--peers`, UCX and sockperf on the same machine ([`peers`]), and the
+//! ping-pong floor once more. `--json` writes every figure, `--plot` draws them
+//! ([`plot`]).
 
 mod bandwidth;
+mod charts;
 mod child;
 mod endpoint;
 mod error;
@@ -40,78 +42,115 @@ mod report;
 mod scaling;
 mod tcp;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use hamlyn::{NodeOptions, Ticket};
+use hamlyn::NodeOptions;
 use hamlyn_engine::{EngineConfig, EngineHandle};
 
 use crate::cmd::node::EngineArgs;
 use bandwidth::{receive_stream, Stream};
 use child::PeerProcess;
-use endpoint::Endpoint;
+use endpoint::{Endpoint, Remote, Tickets, Via};
 pub use error::BenchError;
 use floor::{memcpy_gbps, FloorShm};
+use latency::{Exchange, PingPong};
 use plan::{median, Plan, BANDWIDTH_SIZES, LATENCY_SIZES, LOOPBACK_SIZES, RATE_SIZE};
 use progress::Progress;
-use report::{size_name, Floor, Mode, Report, Row, TcpFloor};
+use report::{size_name, Floor, Mode, Op, Report, Row, TcpFloor};
 use tcp::{RawTcp, TcpEngines, TcpSetup, Wait};
+
+/// Competing termini of the fairness measurement.
+const FAIRNESS_TERMINI: usize = 4;
+/// Message sizes of the fairness measurement: one the engine moves faster than four
+/// sender threads on two cores can refill their rings, and one it does not.
+const FAIRNESS_SIZES: [usize; 2] = [64 * 1024, 1 << 20];
 
 /// Longest wait for one answer of the peer process.
 const ANSWER_WAIT: Duration = Duration::from_secs(60);
 
-/// Where the two processes' messages travel.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
-pub enum FabricChoice {
-    /// Both processes on one engine (embedded, or the daemon of `--socket`).
-    #[default]
-    Local,
-    /// Two engines in this process, node 0 and node 1, joined by the TCP fabric over
-    /// loopback; this process on node 0, the peer process on node 1. Measured against
-    /// raw TCP between the two processes.
+/// A mode on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ModeChoice {
+    /// The sender deposits into the receiver's slot by itself (`danger_direct`).
+    Direct,
+    /// Through one engine.
+    Mediated,
+    /// Through two engines joined by the TCP fabric over loopback.
     Tcp,
+}
+
+impl From<ModeChoice> for Mode {
+    fn from(m: ModeChoice) -> Mode {
+        match m {
+            ModeChoice::Direct => Mode::Direct,
+            ModeChoice::Mediated => Mode::Mediated,
+            ModeChoice::Tcp => Mode::Tcp,
+        }
+    }
 }
 
 /// `hamlyn bench` arguments.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Connect both processes to the daemon at this control socket instead of starting an
-    /// engine in this process (the engine options below then do not apply).
+    /// engine in this process, for the direct and mediated modes (the engine options
+    /// below then do not apply to them).
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
-    /// A short run (a few seconds): about 2,000 round trips per size instead of 20,000.
+    /// A short run (seconds): about 2,000 round trips per size instead of 20,000.
     #[arg(long)]
     pub quick: bool,
+    /// The paths measured, comma-separated.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "direct,mediated,tcp"
+    )]
+    pub modes: Vec<ModeChoice>,
+    /// Also run UCX (`ucx_perftest`, shm and tcp) and sockperf on this machine, and show
+    /// Hamlyn ÷ peer ratios (`bench/peers.sh` installs them).
+    #[arg(long)]
+    pub peers: bool,
+    /// Skip the fairness and scaling measurements.
+    #[arg(long)]
+    pub no_extras: bool,
     /// Also write the results as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Write SVG plots of latency and bandwidth against message size into DIR.
+    #[arg(long, value_name = "DIR")]
+    pub plot: Option<PathBuf>,
     /// Pin threads to the first two allowed CPUs, A and B. The floor runs between A (this
-    /// process) and B (the peer). The embedded engine's thread then gets B to itself, and
-    /// both processes share A (with a daemon, the peer stays on B). With `--fabric tcp`,
-    /// each node gets a CPU: engine 0 and this process on A, engine 1 and the peer on B.
+    /// process) and B (the peer). On one engine, its thread gets B to itself and both
+    /// processes share A (with a daemon, the peer stays on B). Over TCP, each node gets a
+    /// CPU: engine 0 and this process on A, engine 1 and the peer on B.
     #[arg(long)]
     pub pin: bool,
     /// Polls a waiting receiver spins through before it sleeps (default: the library's).
     #[arg(long, value_name = "POLLS")]
     pub spin: Option<u32>,
-    /// The path measured: one engine (`local`), or two engines over TCP loopback (`tcp`).
-    #[arg(long, value_enum, default_value_t = FabricChoice::Local)]
-    pub fabric: FabricChoice,
-    /// With `--fabric tcp`: TCP connections per engine pair (default: the fabric's).
+    /// TCP mode: connections per engine pair (default: the fabric's).
     #[arg(long, value_name = "K")]
     pub rails: Option<usize>,
-    /// With `--fabric tcp`: payload bytes per packet between the engines (default: the
-    /// engine's).
+    /// TCP mode: payload bytes per packet between the engines (default: the engine's).
     #[arg(long, value_name = "BYTES")]
     pub remote_mtu: Option<u64>,
-    /// The embedded engine's settings (with `--fabric tcp`, both engines'; `--busy-poll`
-    /// then makes their TCP fabrics busy-poll too).
+    /// The embedded engines' settings (`--busy-poll` also makes the TCP fabrics
+    /// busy-poll).
     #[command(flatten)]
     pub engine: EngineArgs,
     /// Tiny iteration counts, for the test suite (figures are rough).
     #[arg(long, hide = true)]
     pub smoke: bool,
+}
+
+impl BenchArgs {
+    fn has(&self, mode: Mode) -> bool {
+        self.modes.iter().any(|&m| Mode::from(m) == mode)
+    }
 }
 
 /// Runs the benchmark and prints (and perhaps writes) the report.
@@ -129,6 +168,11 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
             source,
         })?;
     }
+    if let Some(dir) = &args.plot {
+        for file in charts::write(dir, &report)? {
+            println!("plot: {}", file.display());
+        }
+    }
     Ok(())
 }
 
@@ -139,37 +183,42 @@ fn setup_text(
     cpus: Option<(usize, usize)>,
 ) -> String {
     let busy = if args.engine.busy_poll { "on" } else { "off" };
-    let engine = match (&args.socket, args.fabric) {
-        (Some(p), _) => format!("daemon at {}", p.display()),
-        (None, FabricChoice::Local) => format!("embedded engine, busy-poll {busy}"),
-        (None, FabricChoice::Tcp) => {
-            let setup = tcp_setup(args);
-            let mtu = args
-                .remote_mtu
-                .map_or(String::new(), |m| format!(", remote MTU {m} B"));
-            format!(
-                "two engines (threads of this process) over TCP loopback, {} rail{}{mtu}, \
-                 busy-poll {busy}",
-                setup.rails,
-                if setup.rails == 1 { "" } else { "s" }
-            )
-        }
-    };
-    let pin = match (cpus, &args.socket) {
-        (Some((a, b)), None) if args.fabric == FabricChoice::Tcp => format!(
-            ", pinned: node 0 (its engine and this process) on CPU {a}, node 1 (its engine \
-             and the peer) on CPU {b}"
+    let modes: Vec<&str> = args.modes.iter().map(|&m| Mode::from(m).name()).collect();
+    let mut engines = Vec::new();
+    if args.has(Mode::Direct) || args.has(Mode::Mediated) {
+        engines.push(match &args.socket {
+            Some(p) => format!("direct/mediated through the daemon at {}", p.display()),
+            None => format!("direct/mediated on an embedded engine, busy-poll {busy}"),
+        });
+    }
+    if args.has(Mode::Tcp) {
+        let setup = tcp_setup(args);
+        let mtu = args
+            .remote_mtu
+            .map_or(String::new(), |m| format!(", remote MTU {m} B"));
+        engines.push(format!(
+            "tcp: two engines (threads of this process) over TCP loopback, {} rail{}{mtu}, \
+             busy-poll {busy}",
+            setup.rails,
+            if setup.rails == 1 { "" } else { "s" }
+        ));
+    }
+    let pin = match cpus {
+        Some((a, b)) => format!(
+            ", pinned: on one engine, the engine on CPU {b} and both processes on {a}; over \
+             TCP, node 0 (engine and this process) on {a}, node 1 on {b}"
         ),
-        (Some((a, b)), None) => format!(", pinned: engine on CPU {b}, both processes on {a}"),
-        (Some((a, b)), Some(_)) => format!(", pinned: driver on CPU {a}, peer on {b}"),
-        (None, _) => String::new(),
+        None => String::new(),
     };
     let spin = args
         .spin
         .map_or(String::new(), |s| format!(", receivers spin {s} polls"));
     format!(
-        "{} run, {engine}, {} round trips per size, {threads} CPUs{pin}{spin}",
-        plan.name, plan.latency_iters
+        "{} run, modes {}; {}; {} round trips per size up to 64 KiB, {threads} CPUs{pin}{spin}",
+        plan.name,
+        modes.join(", "),
+        engines.join("; "),
+        plan.latency_iters
     )
 }
 
@@ -188,28 +237,49 @@ fn tcp_setup(args: &BenchArgs) -> TcpSetup {
 
 /// Refuses options that do not go together.
 fn check_args(args: &BenchArgs) -> Result<(), BenchError> {
-    match args.fabric {
-        FabricChoice::Tcp if args.socket.is_some() => Err(BenchError::Usage(
-            "--fabric tcp starts its own two engines; --socket does not apply",
-        )),
-        FabricChoice::Local if args.rails.is_some() || args.remote_mtu.is_some() => Err(
-            BenchError::Usage("--rails and --remote-mtu apply to --fabric tcp only"),
-        ),
-        _ => Ok(()),
+    if args.modes.is_empty() {
+        return Err(BenchError::Usage("--modes names no mode"));
     }
+    if !args.has(Mode::Tcp) && (args.rails.is_some() || args.remote_mtu.is_some()) {
+        return Err(BenchError::Usage(
+            "--rails and --remote-mtu apply to the tcp mode only",
+        ));
+    }
+    Ok(())
+}
+
+/// Steps the progress bar counts.
+fn steps(args: &BenchArgs, plan: &Plan) -> u64 {
+    let mut n = 3 + BANDWIDTH_SIZES.len();
+    let streams = (BANDWIDTH_SIZES.len() + 1) * plan.reps;
+    let rma = LATENCY_SIZES.len() + 1;
+    if args.has(Mode::Tcp) {
+        n += LATENCY_SIZES.len() + BANDWIDTH_SIZES.len() + 1;
+        n += 3 * LATENCY_SIZES.len() + rma + streams;
+    }
+    if args.has(Mode::Direct) {
+        n += 3 * LATENCY_SIZES.len() + streams;
+    }
+    if args.has(Mode::Mediated) {
+        n += 3 * LATENCY_SIZES.len() + rma + LOOPBACK_SIZES.len() + streams;
+        if !args.no_extras {
+            n += FAIRNESS_SIZES.len() + scaling::PORT_POINTS.len() + scaling::SLOT_POINTS.len();
+        }
+    }
+    if args.peers {
+        n += 1;
+    }
+    n as u64
 }
 
 fn measure(args: &BenchArgs, plan: &Plan) -> Result<Report, BenchError> {
     check_args(args)?;
-    let mode = match args.fabric {
-        FabricChoice::Local => Mode::Mediated,
-        FabricChoice::Tcp => Mode::Tcp,
-    };
     let engine_opts = &args.engine;
     if args.socket.is_some()
         && (engine_opts.busy_poll
             || engine_opts.spin_turns.is_some()
             || engine_opts.intra_mtu.is_some())
+        && !args.has(Mode::Tcp)
     {
         tracing::warn!("--socket given: the daemon's own engine settings apply, not these");
     }
@@ -233,7 +303,7 @@ fn measure(args: &BenchArgs, plan: &Plan) -> Result<Report, BenchError> {
     if let Some((a, _)) = cpus {
         pin::pin_to(a)?;
     }
-    let progress = Progress::new(plan.steps(mode == Mode::Tcp));
+    let progress = Progress::new(steps(args, plan));
     let mut peer = PeerProcess::spawn(&peer_args)?;
     tracing::debug!(pid = peer.id(), "bench peer started");
 
@@ -253,16 +323,37 @@ fn measure(args: &BenchArgs, plan: &Plan) -> Result<Report, BenchError> {
         ));
         progress.done();
     }
-    let tcp_floor = match mode {
-        Mode::Tcp => Some(raw_tcp_floor(&mut peer, plan, &progress)?),
-        Mode::Mediated => None,
+    let tcp_floor = if args.has(Mode::Tcp) {
+        Some(raw_tcp_floor(&mut peer, plan, &progress)?)
+    } else {
+        None
     };
 
-    let (rows, loopback) = through_engine(args, plan, cpus, &mut peer, &progress)?;
+    let mut measured = Measured::default();
+    if args.has(Mode::Direct) || args.has(Mode::Mediated) {
+        one_engine(args, plan, cpus, &mut peer, &progress, &mut measured)?;
+    }
+    if args.has(Mode::Tcp) {
+        two_engines(args, plan, cpus, &mut peer, &progress, &mut measured)?;
+    }
+    let peers = if args.peers {
+        progress.start("peers: UCX and sockperf");
+        let p = peers::measure(
+            &LATENCY_SIZES,
+            &BANDWIDTH_SIZES,
+            RATE_SIZE,
+            !matches!(plan.name, "full"),
+            &progress,
+        );
+        progress.done();
+        Some(p)
+    } else {
+        None
+    };
 
-    // The floor again, the engine stopped: the vCPUs may have moved meanwhile.
+    // The floor again, the engines stopped: the vCPUs may have moved meanwhile.
     progress.start("floor: shared-memory ping-pong again");
-    if let (Some((_, b)), None) = (cpus, &args.socket) {
+    if let Some((_, b)) = cpus {
         peer.send(&format!("pin {b}"))?;
         peer.expect("ok", ANSWER_WAIT)?;
     }
@@ -272,7 +363,6 @@ fn measure(args: &BenchArgs, plan: &Plan) -> Result<Report, BenchError> {
     progress.finish();
     Ok(Report {
         setup: setup_text(args, plan, threads, cpus),
-        mode,
         floor: Floor {
             shm_oneway_us: before.min(after),
             shm_runs_us: vec![before, after],
@@ -280,9 +370,21 @@ fn measure(args: &BenchArgs, plan: &Plan) -> Result<Report, BenchError> {
             memcpy_gbps: memcpy,
             tcp: tcp_floor,
         },
-        rows,
-        loopback,
+        rows: measured.rows,
+        loopback: measured.loopback,
+        fairness: measured.fairness,
+        scaling: measured.scaling,
+        peers,
     })
+}
+
+/// What the engine phases measured.
+#[derive(Debug, Default)]
+struct Measured {
+    rows: Vec<Row>,
+    loopback: Vec<Row>,
+    fairness: Vec<fairness::Fairness>,
+    scaling: Option<scaling::Scaling>,
 }
 
 /// Raw TCP over loopback between the two processes, no engine running: ping-pong at the
@@ -302,10 +404,14 @@ fn raw_tcp_floor(
     for size in LATENCY_SIZES {
         progress.start(format!("floor: raw TCP ping-pong {}", size_name(size)));
         let mut best: Option<(usize, f64, f64)> = None;
+        let (warmup, iters) = plan.latency_counts(size);
         for wait in Wait::ALL {
-            let rounds = plan.warmup + plan.latency_iters;
-            peer.send(&format!("tcp-pong {size} {rounds} {}", wait.word()))?;
-            let lat = tcp.ping(size, plan.warmup, plan.latency_iters, wait)?;
+            peer.send(&format!(
+                "tcp-pong {size} {} {}",
+                warmup + iters,
+                wait.word()
+            ))?;
+            let lat = tcp.ping(size, warmup, iters, wait)?;
             peer.expect("ok", ANSWER_WAIT)?;
             let row = (size, lat.p50_us, lat.p99_us);
             match wait {
@@ -434,22 +540,66 @@ impl Engines {
     }
 }
 
-/// Starts the engine (unless `--socket`; two with `--fabric tcp`), attaches both
-/// processes and measures latency, bandwidth and message rate through it; detaches and
-/// stops it. Returns the result rows and the loopback rows.
-fn through_engine(
+/// Both processes attached to `engines` (the driver at the first socket, the peer at
+/// the second), each knowing the other's tickets.
+struct Attached {
+    engines: Engines,
+    ep: Endpoint,
+    to_peer: Remote,
+}
+
+impl Attached {
+    fn new(
+        engines: Engines,
+        args: &BenchArgs,
+        peer: &mut PeerProcess,
+    ) -> Result<Attached, BenchError> {
+        let (socket, peer_socket) = engines.sockets();
+        let ep = Endpoint::connect(&socket, args.spin)?;
+        peer.send(&format!("connect {}", peer_socket.display()))?;
+        let answer = peer.expect("tickets", ANSWER_WAIT)?;
+        let to_peer = Remote::new(Tickets::from_words(answer.split_whitespace())?);
+        peer.send(&format!("peer {}", ep.tickets()?.to_text()?))?;
+        peer.expect("ok", ANSWER_WAIT)?;
+        Ok(Attached {
+            engines,
+            ep,
+            to_peer,
+        })
+    }
+
+    /// Logs what the engines saw (for `--log debug`: where the messages stopped).
+    fn log_stats(&self) {
+        let (socket, peer_socket) = self.engines.sockets();
+        tracing::debug!(stats = ?tcp::engine_stats(&socket), "the driver's engine");
+        if peer_socket != socket {
+            tracing::debug!(stats = ?tcp::engine_stats(&peer_socket), "the peer's engine");
+        }
+    }
+
+    /// Detaches both processes and stops the engines.
+    fn finish(self, peer: &mut PeerProcess) -> Result<(), BenchError> {
+        peer.send("disconnect")?;
+        peer.expect("ok", ANSWER_WAIT)?;
+        drop(self.ep);
+        drop(self.to_peer);
+        self.engines.stop()
+    }
+}
+
+/// The direct and mediated modes on one engine (embedded, or the daemon of `--socket`),
+/// then fairness and scaling on it.
+fn one_engine(
     args: &BenchArgs,
     plan: &Plan,
     cpus: Option<(usize, usize)>,
     peer: &mut PeerProcess,
     progress: &Progress,
-) -> Result<(Vec<Row>, Vec<Row>), BenchError> {
-    let engines = match (&args.socket, args.fabric) {
-        (Some(s), _) => Engines::Daemon(s.clone()),
-        (None, FabricChoice::Tcp) => {
-            Engines::Tcp(TcpEngines::start(&args.engine, &tcp_setup(args), cpus)?)
-        }
-        (None, FabricChoice::Local) => {
+    out: &mut Measured,
+) -> Result<(), BenchError> {
+    let engines = match &args.socket {
+        Some(s) => Engines::Daemon(s.clone()),
+        None => {
             if let Some((_, b)) = cpus {
                 // The engine thread inherits the affinity of the thread that starts it.
                 pin::pin_to(b)?;
@@ -463,111 +613,216 @@ fn through_engine(
             Engines::Local(e)
         }
     };
-    let (socket, peer_socket) = engines.sockets();
-    let mut ep = Endpoint::connect(&socket, args.spin)?;
-    peer.send(&format!("connect {}", peer_socket.display()))?;
-    let to_peer = hamlyn::seed::ticket_from_text(&peer.expect("ticket", ANSWER_WAIT)?)?;
-    peer.send(&format!("peer {}", ep.ticket_text()?))?;
-    peer.expect("ok", ANSWER_WAIT)?;
-
-    // Over TCP a message to itself never leaves node 0: nothing to compare.
-    let loopback_sizes: &[usize] = match engines {
-        Engines::Tcp(_) => &[],
-        _ => &LOOPBACK_SIZES,
-    };
-    let measured = measure_rows(plan, peer, &mut ep, &to_peer, loopback_sizes, progress);
-    if measured.is_err() {
-        // What the engines saw, for `--log debug`: where the messages stopped.
-        tracing::debug!(stats = ?tcp::engine_stats(&socket), "the driver's engine");
-        if peer_socket != socket {
-            tracing::debug!(stats = ?tcp::engine_stats(&peer_socket), "the peer's engine");
+    let mut at = Attached::new(engines, args, peer)?;
+    let result = (|| -> Result<(), BenchError> {
+        if args.has(Mode::Direct) {
+            at.ep.open_direct(&mut at.to_peer)?;
+            peer.send("open-direct")?;
+            peer.expect("ok", ANSWER_WAIT)?;
+            measure_mode(Mode::Direct, plan, peer, &mut at, progress, out)?;
         }
+        if args.has(Mode::Mediated) {
+            measure_mode(Mode::Mediated, plan, peer, &mut at, progress, out)?;
+            for &size in &LOOPBACK_SIZES {
+                let step = format!("mediated: latency {} to itself", size_name(size));
+                progress.start(step.clone());
+                let (warmup, iters) = plan.latency_counts(size);
+                let lat = latency::loopback(&mut at.ep, size, warmup, iters)
+                    .map_err(|e| BenchError::during(step, e))?;
+                out.loopback
+                    .push(Row::latency(Mode::Mediated, Op::TaggedWrite, size, &lat));
+                progress.done();
+            }
+            if !args.no_extras {
+                let (socket, _) = at.engines.sockets();
+                extras(&socket, plan, args, peer, &mut at, progress, out)?;
+            }
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        at.log_stats();
     }
-    let measured = measured?;
-    peer.send("disconnect")?;
-    peer.expect("ok", ANSWER_WAIT)?;
-    drop(ep);
-    engines.stop()?;
-    Ok(measured)
+    result?;
+    at.finish(peer)
 }
 
-/// Latency, loopback latency (at `loopback_sizes`), bandwidth and message rate between
-/// the attached driver (`ep`) and peer (`to_peer`). Returns the result rows and the
-/// loopback rows; an error names the step it happened in.
-fn measure_rows(
+/// Fairness and scaling on the engine at `socket`.
+fn extras(
+    socket: &Path,
     plan: &Plan,
+    args: &BenchArgs,
     peer: &mut PeerProcess,
-    ep: &mut Endpoint,
-    to_peer: &Ticket,
-    loopback_sizes: &[usize],
+    at: &mut Attached,
     progress: &Progress,
-) -> Result<(Vec<Row>, Vec<Row>), BenchError> {
-    let mut rows = Vec::new();
-    for size in LATENCY_SIZES {
-        let step = format!("latency {}", size_name(size));
+    out: &mut Measured,
+) -> Result<(), BenchError> {
+    let window = match plan.name {
+        "full" => Duration::from_secs(2),
+        "quick" => Duration::from_millis(500),
+        _ => Duration::from_millis(100),
+    };
+    for size in FAIRNESS_SIZES {
+        let step = format!("fairness: {FAIRNESS_TERMINI} termini, {}", size_name(size));
         progress.start(step.clone());
-        let lat = (|| {
-            peer.send(&format!("pong {size} {}", plan.warmup + plan.latency_iters))?;
-            let lat = latency::ping(ep, to_peer, size, plan.warmup, plan.latency_iters)?;
-            peer.expect("ok", ANSWER_WAIT)?;
-            Ok(lat)
-        })()
-        .map_err(|e| BenchError::during(step, e))?;
-        rows.push(Row::latency(size, lat.p50_us, lat.p99_us));
+        out.fairness.push(
+            fairness::measure(socket, FAIRNESS_TERMINI, size, window, args.spin)
+                .map_err(|e| BenchError::during(step, e))?,
+        );
         progress.done();
     }
-    let mut loopback = Vec::new();
-    for &size in loopback_sizes {
-        let step = format!("latency {} to itself", size_name(size));
-        progress.start(step.clone());
-        let lat = latency::loopback(ep, size, plan.warmup, plan.latency_iters)
+    let (warmup, iters) = plan.latency_counts(8);
+    out.scaling = Some(
+        scaling::measure(
+            socket,
+            &mut at.ep,
+            peer,
+            &at.to_peer,
+            warmup,
+            iters.min(5_000),
+            progress,
+        )
+        .map_err(|e| BenchError::during("scaling: ports and slots".into(), e))?,
+    );
+    Ok(())
+}
+
+/// The TCP mode: two engines joined over loopback.
+fn two_engines(
+    args: &BenchArgs,
+    plan: &Plan,
+    cpus: Option<(usize, usize)>,
+    peer: &mut PeerProcess,
+    progress: &Progress,
+    out: &mut Measured,
+) -> Result<(), BenchError> {
+    if let Some((_, b)) = cpus {
+        peer.send(&format!("pin {b}"))?;
+        peer.expect("ok", ANSWER_WAIT)?;
+    }
+    let engines = Engines::Tcp(TcpEngines::start(&args.engine, &tcp_setup(args), cpus)?);
+    let mut at = Attached::new(engines, args, peer)?;
+    let result = measure_mode(Mode::Tcp, plan, peer, &mut at, progress, out);
+    if result.is_err() {
+        at.log_stats();
+    }
+    result?;
+    at.finish(peer)
+}
+
+/// Every operation of `mode` between the attached driver and peer: ping-pongs at every
+/// latency size, reads and fetch-adds (not direct: the engine executes them), bandwidth
+/// and message rate. An error names the step it happened in.
+fn measure_mode(
+    mode: Mode,
+    plan: &Plan,
+    peer: &mut PeerProcess,
+    at: &mut Attached,
+    progress: &Progress,
+    out: &mut Measured,
+) -> Result<(), BenchError> {
+    let via = match mode {
+        Mode::Direct => Via::Direct,
+        Mode::Mediated | Mode::Tcp => Via::Mediated,
+    };
+    let (ep, to) = (&mut at.ep, &at.to_peer);
+    let mut series: u32 = 0;
+    for exchange in Exchange::ALL {
+        let op = match exchange {
+            Exchange::Tagged => Op::TaggedWrite,
+            Exchange::Polled => Op::PolledWrite,
+            Exchange::Datagram => Op::Datagram,
+        };
+        for size in LATENCY_SIZES {
+            let step = format!("{}: {} {}", mode.name(), op.label(), size_name(size));
+            progress.start(step.clone());
+            series += 1;
+            let how = PingPong {
+                via,
+                exchange,
+                size,
+                series,
+            };
+            let (warmup, iters) = plan.latency_counts(size);
+            let lat = (|| {
+                peer.send(&format!(
+                    "pong {} {} {size} {} {series}",
+                    via.word(),
+                    exchange.word(),
+                    warmup + iters
+                ))?;
+                let lat = latency::ping(ep, to, how, warmup, iters)?;
+                peer.expect("ok", ANSWER_WAIT)?;
+                Ok(lat)
+            })()
             .map_err(|e| BenchError::during(step, e))?;
-        loopback.push(Row::latency(size, lat.p50_us, lat.p99_us));
+            out.rows.push(Row::latency(mode, op, size, &lat));
+            progress.done();
+        }
+    }
+    if mode != Mode::Direct {
+        for size in LATENCY_SIZES {
+            let step = format!("{}: read {}", mode.name(), size_name(size));
+            progress.start(step.clone());
+            let (warmup, iters) = plan.latency_counts(size);
+            let lat = latency::read(ep, to, size, warmup, iters)
+                .map_err(|e| BenchError::during(step, e))?;
+            out.rows.push(Row::latency(mode, Op::Read, size, &lat));
+            progress.done();
+        }
+        let step = format!("{}: fetch-add", mode.name());
+        progress.start(step.clone());
+        let lat = latency::fetch_add(ep, to, plan.warmup, plan.latency_iters)
+            .map_err(|e| BenchError::during(step, e))?;
+        out.rows.push(Row::latency(mode, Op::FetchAdd, 8, &lat));
         progress.done();
     }
 
     for size in BANDWIDTH_SIZES {
-        let step = format!("bandwidth {}", size_name(size));
+        let step = format!("{}: bandwidth {}", mode.name(), size_name(size));
         progress.start(step.clone());
         let gbps = (|| {
-            stream(peer, ep, size, plan.bw_warm_count(size))?;
+            stream(peer, ep, via, size, plan.bw_warm_count(size))?;
             let mut gbps = Vec::with_capacity(plan.reps);
             for _ in 0..plan.reps {
-                let s = stream(peer, ep, size, plan.bw_count(size))?;
+                let s = stream(peer, ep, via, size, plan.bw_count(size))?;
                 gbps.push(s.gbps(size));
                 progress.done();
             }
             Ok(gbps)
         })()
         .map_err(|e| BenchError::during(step, e))?;
-        rows.push(Row::bandwidth(size, median(&gbps).unwrap_or(0.0)));
+        out.rows
+            .push(Row::bandwidth(mode, size, median(&gbps).unwrap_or(0.0)));
     }
 
-    let step = format!("message rate {}", size_name(RATE_SIZE));
+    let step = format!("{}: message rate {}", mode.name(), size_name(RATE_SIZE));
     progress.start(step.clone());
     let rates = (|| {
-        stream(peer, ep, RATE_SIZE, (plan.rate_msgs / 10).max(2))?;
+        stream(peer, ep, via, RATE_SIZE, (plan.rate_msgs / 10).max(2))?;
         let mut rates = Vec::with_capacity(plan.reps);
         for _ in 0..plan.reps {
-            let s = stream(peer, ep, RATE_SIZE, plan.rate_msgs)?;
+            let s = stream(peer, ep, via, RATE_SIZE, plan.rate_msgs)?;
             rates.push(s.msgs_per_s());
             progress.done();
         }
         Ok(rates)
     })()
     .map_err(|e| BenchError::during(step, e))?;
-    rows.push(Row::rate(RATE_SIZE, median(&rates).unwrap_or(0.0)));
-    Ok((rows, loopback))
+    out.rows
+        .push(Row::rate(mode, RATE_SIZE, median(&rates).unwrap_or(0.0)));
+    Ok(())
 }
 
 /// Has the peer stream `count` messages of `size` bytes and times their arrival.
 fn stream(
     peer: &mut PeerProcess,
     ep: &mut Endpoint,
+    via: Via,
     size: usize,
     count: u64,
 ) -> Result<Stream, BenchError> {
-    peer.send(&format!("stream {size} {count}"))?;
+    peer.send(&format!("stream {} {size} {count}", via.word()))?;
     let s = receive_stream(ep, count)?;
     peer.expect("ok", ANSWER_WAIT)?;
     Ok(s)

@@ -4,13 +4,14 @@
 //! | command | does | answer |
 //! |---|---|---|
 //! | `floor PATH` | maps the floor memfd at PATH, echoes until told to stop | `floor-ready`, then `ok ROUNDS` |
-//! | `connect SOCKET` | attaches (SOCKET is the rest of the line) to the engine and sets up its endpoint | `ticket SEED` (its inbox) |
-//! | `peer SEED` | learns the driver's inbox ticket | `ok` |
+//! | `connect SOCKET` | attaches (SOCKET is the rest of the line) to the engine and sets up its endpoint | `tickets INBOX POLLED RMA` (seeds) |
+//! | `peer INBOX POLLED RMA` | learns the driver's tickets | `ok` |
+//! | `open-direct` | maps the driver's inbox and polled slot for direct deposits | `ok` |
 //! | `floor-relay PATH SPIN` | echoes through the driver's relay, waiting as a Hamlyn receiver does | `floor-ready`, then `ok ROUNDS` |
 //! | `pin CPU` | pins its thread to CPU | `ok` |
 //! | `disconnect` | drops its endpoint (detaches from the engine) | `ok` |
-//! | `pong SIZE ROUNDS` | echoes ROUNDS messages of SIZE bytes | `ok` |
-//! | `stream SIZE COUNT` | sends COUNT messages of SIZE bytes as fast as it can | `ok` |
+//! | `pong VIA EXCHANGE SIZE ROUNDS SERIES` | answers ROUNDS rounds of a ping-pong of SIZE-byte messages (VIA `mediated` or `direct`; EXCHANGE `tagged`, `datagram` or `polled`; SERIES numbers the polled flags) | `ok` |
+//! | `stream VIA SIZE COUNT` | sends COUNT messages of SIZE bytes as fast as it can | `ok` |
 //! | `tcp-connect ADDR` | opens the raw TCP floor's connection to the driver at ADDR | `ok` |
 //! | `tcp-pong SIZE ROUNDS WAIT` | echoes ROUNDS messages of SIZE bytes over that connection, reading with blocking calls (`block`) or spinning (`spin`) | `ok` |
 //! | `tcp-stream SIZE COUNT WAIT` | writes COUNT messages of SIZE bytes to it, blocking or spinning | `ok` |
@@ -23,13 +24,12 @@ use std::io::{BufRead, Write};
 use std::path::Path;
 
 use clap::Args;
-use hamlyn::Ticket;
 
 use super::bandwidth::send_stream;
-use super::endpoint::Endpoint;
+use super::endpoint::{Endpoint, Remote, Tickets, Via};
 use super::error::BenchError;
 use super::floor::FloorShm;
-use super::latency::pong;
+use super::latency::{pong, Exchange, PingPong};
 use super::pin::pin_to;
 use super::tcp::{RawTcp, Wait};
 
@@ -47,7 +47,7 @@ pub struct PeerArgs {
 #[derive(Debug, Default)]
 struct State {
     endpoint: Option<Endpoint>,
-    driver: Option<Ticket>,
+    driver: Option<Remote>,
     tcp: Option<RawTcp>,
 }
 
@@ -113,9 +113,9 @@ fn obey(
                 return Err(missing());
             }
             let ep = Endpoint::connect(Path::new(socket), args.spin)?;
-            let seed = ep.ticket_text()?;
+            let seeds = ep.tickets()?.to_text()?;
             state.endpoint = Some(ep);
-            say(out, &format!("ticket {seed}"))?;
+            say(out, &format!("tickets {seeds}"))?;
         }
         Some("floor-relay") => {
             let shm = FloorShm::open(words.next().ok_or_else(missing)?)?;
@@ -134,22 +134,40 @@ fn obey(
             say(out, "ok")?;
         }
         Some("peer") => {
-            let seed = words.next().ok_or_else(missing)?;
-            state.driver = Some(hamlyn::seed::ticket_from_text(seed)?);
+            state.driver = Some(Remote::new(Tickets::from_words(words)?));
             say(out, "ok")?;
         }
-        Some(cmd @ ("pong" | "stream")) => {
-            let size: usize = arg(words.next(), line)?;
-            let count: u64 = arg(words.next(), line)?;
-            let (Some(ep), Some(to)) = (state.endpoint.as_mut(), state.driver.as_ref()) else {
-                return Err(BenchError::Peer(
-                    "`connect` and `peer` must come before `pong` and `stream`".into(),
-                ));
+        Some(cmd @ ("pong" | "stream" | "open-direct")) => {
+            let (Some(ep), Some(to)) = (state.endpoint.as_mut(), state.driver.as_mut()) else {
+                return Err(BenchError::Peer(format!(
+                    "`connect` and `peer` must come before `{cmd}`"
+                )));
             };
+            if cmd == "open-direct" {
+                ep.open_direct(to)?;
+                say(out, "ok")?;
+                return Ok(Next::Continue);
+            }
+            let via = words.next().and_then(Via::from_word).ok_or_else(missing)?;
             if cmd == "pong" {
-                pong(ep, to, size, count)?;
+                let exchange = words
+                    .next()
+                    .and_then(Exchange::from_word)
+                    .ok_or_else(missing)?;
+                let size: usize = arg(words.next(), line)?;
+                let rounds: u64 = arg(words.next(), line)?;
+                let series: u32 = arg(words.next(), line)?;
+                let how = PingPong {
+                    via,
+                    exchange,
+                    size,
+                    series,
+                };
+                pong(ep, to, how, rounds)?;
             } else {
-                send_stream(ep, to, size, count)?;
+                let size: usize = arg(words.next(), line)?;
+                let count: u64 = arg(words.next(), line)?;
+                send_stream(ep, to, via, size, count)?;
             }
             say(out, "ok")?;
         }

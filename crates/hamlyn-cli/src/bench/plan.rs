@@ -1,12 +1,12 @@
 //! How much each figure is measured: iteration counts for `--quick`, the full run, and the
 //! test suite's smoke run.
 
-/// Message sizes of the latency ping-pong.
-pub const LATENCY_SIZES: [usize; 5] = [8, 64, 512, 4096, 64 * 1024];
+/// Message sizes of the latency ping-pongs and reads.
+pub const LATENCY_SIZES: [usize; 7] = [8, 64, 512, 4096, 64 * 1024, 1 << 20, 4 << 20];
 /// Message sizes of the loopback latency (a process sending to itself).
 pub const LOOPBACK_SIZES: [usize; 1] = [8];
 /// Message sizes of the bandwidth stream (and of the memcpy floor).
-pub const BANDWIDTH_SIZES: [usize; 4] = [4096, 64 * 1024, 1 << 20, 4 << 20];
+pub const BANDWIDTH_SIZES: [usize; 6] = [64, 512, 4096, 64 * 1024, 1 << 20, 4 << 20];
 /// Message size of the message-rate stream.
 pub const RATE_SIZE: usize = 8;
 
@@ -107,6 +107,16 @@ impl Plan {
         }
     }
 
+    /// Untimed and timed rounds of a latency measurement of `size`-byte messages: the
+    /// plan's counts up to 64 KiB, fewer above in proportion to the size (at least 20
+    /// timed rounds), so that a 4 MiB ping-pong does not take minutes.
+    pub fn latency_counts(&self, size: usize) -> (u64, u64) {
+        let scale = (size as u64 / (64 * 1024)).max(1);
+        let iters = (self.latency_iters / scale).max(self.latency_iters.min(20));
+        let warmup = (self.warmup / scale).max(self.warmup.min(5));
+        (warmup, iters)
+    }
+
     /// Messages per bandwidth repetition for `size`-byte messages.
     pub fn bw_count(&self, size: usize) -> u64 {
         (self.bw_bytes / size as u64).clamp(self.bw_msgs.0, self.bw_msgs.1)
@@ -115,19 +125,6 @@ impl Plan {
     /// Untimed messages streamed before `size`'s repetitions.
     pub fn bw_warm_count(&self, size: usize) -> u64 {
         (self.bw_warm_bytes / size as u64).clamp(2, self.bw_msgs.1)
-    }
-
-    /// Steps the progress bar counts (`tcp`: with the raw TCP floor, without the
-    /// loopback rows).
-    pub fn steps(&self, tcp: bool) -> u64 {
-        let floor = 3 + BANDWIDTH_SIZES.len();
-        let (tcp_floor, loopback) = if tcp {
-            (LATENCY_SIZES.len() + BANDWIDTH_SIZES.len() + 1, 0)
-        } else {
-            (0, LOOPBACK_SIZES.len())
-        };
-        let measured = LATENCY_SIZES.len() + loopback + (BANDWIDTH_SIZES.len() + 1) * self.reps;
-        (floor + tcp_floor + measured) as u64
     }
 }
 
@@ -159,7 +156,15 @@ mod tests {
         assert_eq!(q.bw_count(4096), 20_000, "clamped to the most");
         assert_eq!(q.bw_count(4 << 20), 32);
         assert_eq!(q.bw_count(1 << 20), 128);
+        let f = Plan::full();
+        assert_eq!(f.latency_counts(8), (2_000, 20_000));
+        assert_eq!(f.latency_counts(64 * 1024), (2_000, 20_000));
+        assert_eq!(f.latency_counts(4 << 20), (31, 312));
         let s = Plan::smoke();
-        assert!(s.steps(true) > s.steps(false));
+        assert_eq!(
+            s.latency_counts(4 << 20),
+            (5, 20),
+            "never fewer than 20 timed rounds"
+        );
     }
 }

@@ -2,7 +2,10 @@
 
 use comfy_table::{presets, CellAlignment, Table};
 
-use super::plan::BANDWIDTH_SIZES;
+use super::fairness::Fairness;
+use super::latency::Latency;
+use super::peers::{PeerKind, Peers};
+use super::scaling::Scaling;
 
 /// The floor measured in the same run.
 #[derive(Clone, Debug, PartialEq)]
@@ -73,8 +76,11 @@ impl Floor {
 }
 
 /// Which path the figures were measured on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Mode {
+    /// Two processes on one node, the sender depositing into the receiver's mapped slot
+    /// by itself (`danger_direct`): no engine on the way.
+    Direct,
     /// Two processes on one engine: every byte goes through it.
     Mediated,
     /// Two processes on two engines joined by the TCP fabric over loopback.
@@ -82,9 +88,13 @@ pub enum Mode {
 }
 
 impl Mode {
-    /// The name used in the JSON report.
+    /// Every mode, in the order of the tables.
+    pub const ALL: [Mode; 3] = [Mode::Direct, Mode::Mediated, Mode::Tcp];
+
+    /// The name used in the JSON report and on the command line.
     pub fn name(self) -> &'static str {
         match self {
+            Mode::Direct => "direct",
             Mode::Mediated => "mediated",
             Mode::Tcp => "tcp",
         }
@@ -92,10 +102,20 @@ impl Mode {
 }
 
 /// What a result row measures.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Op {
     /// One-way latency of a tagged write with notification (ping-pong RTT / 2).
     TaggedWrite,
+    /// One-way latency of a write without notification, noticed by polling its last
+    /// bytes (ping-pong RTT / 2).
+    PolledWrite,
+    /// One-way latency of a datagram: a write with notification and 16 bytes of user
+    /// metadata the receiver reads (ping-pong RTT / 2).
+    Datagram,
+    /// Remote read: request to answer, a full round trip.
+    Read,
+    /// Remote fetch-and-add: request to old value, a full round trip.
+    FetchAdd,
     /// Streaming bandwidth.
     Bandwidth,
     /// Streaming message rate.
@@ -103,27 +123,68 @@ pub enum Op {
 }
 
 impl Op {
+    /// The latency operations, in the order of the tables.
+    pub const LATENCY: [Op; 5] = [
+        Op::TaggedWrite,
+        Op::PolledWrite,
+        Op::Datagram,
+        Op::Read,
+        Op::FetchAdd,
+    ];
+
     /// The name used in the JSON report.
     pub fn name(self) -> &'static str {
         match self {
             Op::TaggedWrite => "tagged_write",
+            Op::PolledWrite => "polled_write",
+            Op::Datagram => "datagram",
+            Op::Read => "read",
+            Op::FetchAdd => "fetch_add",
             Op::Bandwidth => "bandwidth",
             Op::MsgRate => "msg_rate",
         }
+    }
+
+    /// The name in the tables.
+    pub fn label(self) -> &'static str {
+        match self {
+            Op::TaggedWrite => "tagged write",
+            Op::PolledWrite => "write, polled",
+            Op::Datagram => "datagram",
+            Op::Read => "read (RTT)",
+            Op::FetchAdd => "fetch-add (RTT)",
+            Op::Bandwidth => "bandwidth",
+            Op::MsgRate => "message rate",
+        }
+    }
+
+    /// Whether the figure is a full round trip (not halved): its floor is twice the
+    /// one-way floor.
+    pub fn is_round_trip(self) -> bool {
+        matches!(self, Op::Read | Op::FetchAdd)
+    }
+
+    /// Whether the figure is a latency.
+    pub fn is_latency(self) -> bool {
+        Op::LATENCY.contains(&self)
     }
 }
 
 /// One measured figure (fields that do not apply are `None`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Row {
+    /// The path.
+    pub mode: Mode,
     /// What was measured.
     pub op: Op,
     /// Message size in bytes.
     pub size: usize,
-    /// Median one-way latency, µs.
+    /// Median latency, µs (one-way, or the round trip for reads and atomics).
     pub p50_us: Option<f64>,
-    /// 99th-percentile one-way latency, µs.
+    /// 99th-percentile latency, µs.
     pub p99_us: Option<f64>,
+    /// 99.9th-percentile latency, µs.
+    pub p999_us: Option<f64>,
     /// Bandwidth, GB/s (10^9 bytes/s).
     pub gbps: Option<f64>,
     /// Messages per second.
@@ -132,36 +193,42 @@ pub struct Row {
 
 impl Row {
     /// A latency row.
-    pub fn latency(size: usize, p50_us: f64, p99_us: f64) -> Row {
+    pub fn latency(mode: Mode, op: Op, size: usize, lat: &Latency) -> Row {
         Row {
-            op: Op::TaggedWrite,
+            mode,
+            op,
             size,
-            p50_us: Some(p50_us),
-            p99_us: Some(p99_us),
+            p50_us: Some(lat.p50_us),
+            p99_us: Some(lat.p99_us),
+            p999_us: Some(lat.p999_us),
             gbps: None,
             msgs_per_s: None,
         }
     }
 
     /// A bandwidth row.
-    pub fn bandwidth(size: usize, gbps: f64) -> Row {
+    pub fn bandwidth(mode: Mode, size: usize, gbps: f64) -> Row {
         Row {
+            mode,
             op: Op::Bandwidth,
             size,
             p50_us: None,
             p99_us: None,
+            p999_us: None,
             gbps: Some(gbps),
             msgs_per_s: None,
         }
     }
 
     /// A message-rate row.
-    pub fn rate(size: usize, msgs_per_s: f64) -> Row {
+    pub fn rate(mode: Mode, size: usize, msgs_per_s: f64) -> Row {
         Row {
+            mode,
             op: Op::MsgRate,
             size,
             p50_us: None,
             p99_us: None,
+            p999_us: None,
             gbps: None,
             msgs_per_s: Some(msgs_per_s),
         }
@@ -173,15 +240,193 @@ impl Row {
 pub struct Report {
     /// How it was run (for the heading).
     pub setup: String,
-    /// The path measured.
-    pub mode: Mode,
     /// The floor.
     pub floor: Floor,
-    /// The Hamlyn figures (through the engine, or the two engines).
+    /// The Hamlyn figures, every mode.
     pub rows: Vec<Row>,
     /// One-way latency of messages a process sends to itself (one hop through the engine,
-    /// two busy threads): shown in the table, not part of the JSON report.
+    /// two busy threads).
     pub loopback: Vec<Row>,
+    /// Termini competing for one receiver (mediated, on the one engine), by size.
+    pub fairness: Vec<Fairness>,
+    /// Latency while idle ports and slots exist (mediated, on the one engine).
+    pub scaling: Option<Scaling>,
+    /// UCX and sockperf, run on this machine in the same run (`--peers`).
+    pub peers: Option<Peers>,
+}
+
+impl Report {
+    /// The row of `mode`, `op`, `size`, if measured.
+    pub fn find(&self, mode: Mode, op: Op, size: usize) -> Option<&Row> {
+        self.rows
+            .iter()
+            .find(|r| r.mode == mode && r.op == op && r.size == size)
+    }
+
+    /// The floor a latency figure of `mode`/`op`/`size` is held against: the
+    /// shared-memory ping-pong on one node, raw TCP of the same size over TCP; twice that
+    /// for a round trip.
+    pub fn latency_floor(&self, mode: Mode, op: Op, size: usize) -> Option<f64> {
+        let one_way = match mode {
+            Mode::Direct | Mode::Mediated => Some(self.floor.shm_oneway_us),
+            Mode::Tcp => self.floor.tcp.as_ref()?.pingpong(size).map(|(p50, _)| p50),
+        }?;
+        Some(if op.is_round_trip() {
+            2.0 * one_way
+        } else {
+            one_way
+        })
+    }
+
+    /// The floor a bandwidth figure of `mode` and `size` is held against: memcpy on one
+    /// node, one raw TCP stream over TCP.
+    pub fn bandwidth_floor(&self, mode: Mode, size: usize) -> Option<f64> {
+        match mode {
+            Mode::Direct | Mode::Mediated => self.floor.memcpy(size),
+            Mode::Tcp => self.floor.tcp.as_ref()?.stream(size),
+        }
+    }
+}
+
+/// One Hamlyn figure over the peer figure that measures the same thing.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PeerRatio {
+    /// Hamlyn's mode.
+    pub mode: Mode,
+    /// Hamlyn's operation.
+    pub op: Op,
+    /// Message size.
+    pub size: usize,
+    /// The peer and its test, e.g. `ucx-shm tag_lat`.
+    pub peer: String,
+    /// Hamlyn's figure (p50 µs, GB/s or messages per second).
+    pub hamlyn: f64,
+    /// The peer's, in the same unit.
+    pub theirs: f64,
+    /// Whether Hamlyn is ahead (lower latency, or higher bandwidth or rate).
+    pub ahead: bool,
+}
+
+/// A goal of DESIGN §8 and how this run did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Target {
+    /// The goal.
+    pub goal: String,
+    /// The figure that decides it.
+    pub figure: String,
+    /// Whether it is met.
+    pub met: bool,
+}
+
+/// The Hamlyn figures (mode, operation) a peer's test measures the same way.
+fn counterparts(kind: PeerKind, test: &str) -> &'static [(Mode, Op)] {
+    const LOCAL_TAG: &[(Mode, Op)] = &[
+        (Mode::Direct, Op::TaggedWrite),
+        (Mode::Mediated, Op::TaggedWrite),
+    ];
+    const LOCAL_AM: &[(Mode, Op)] = &[(Mode::Direct, Op::Datagram), (Mode::Mediated, Op::Datagram)];
+    const LOCAL_PUT: &[(Mode, Op)] = &[
+        (Mode::Direct, Op::PolledWrite),
+        (Mode::Mediated, Op::PolledWrite),
+    ];
+    const LOCAL_BW: &[(Mode, Op)] = &[
+        (Mode::Direct, Op::Bandwidth),
+        (Mode::Mediated, Op::Bandwidth),
+    ];
+    // A stream of messages: bandwidth at the bandwidth sizes, the message rate at 8 B.
+    const LOCAL_STREAM: &[(Mode, Op)] = &[
+        (Mode::Direct, Op::Bandwidth),
+        (Mode::Mediated, Op::Bandwidth),
+        (Mode::Direct, Op::MsgRate),
+        (Mode::Mediated, Op::MsgRate),
+    ];
+    match (kind, test) {
+        (PeerKind::UcxShm, "tag_lat") => LOCAL_TAG,
+        (PeerKind::UcxShm, "am_lat") => LOCAL_AM,
+        (PeerKind::UcxShm, "put_lat") => LOCAL_PUT,
+        (PeerKind::UcxShm, "put_bw") => LOCAL_BW,
+        (PeerKind::UcxShm, "tag_bw" | "am_bw") => LOCAL_STREAM,
+        (PeerKind::UcxTcp, "tag_lat") => &[(Mode::Tcp, Op::TaggedWrite)],
+        (PeerKind::UcxTcp, "am_lat") => &[(Mode::Tcp, Op::Datagram)],
+        (PeerKind::UcxTcp, "put_lat") => &[(Mode::Tcp, Op::PolledWrite)],
+        (PeerKind::UcxTcp, "put_bw") => &[(Mode::Tcp, Op::Bandwidth)],
+        (PeerKind::UcxTcp, "tag_bw" | "am_bw") => {
+            &[(Mode::Tcp, Op::Bandwidth), (Mode::Tcp, Op::MsgRate)]
+        }
+        (PeerKind::Sockperf, "pingpong") => &[(Mode::Tcp, Op::TaggedWrite)],
+        (PeerKind::Sockperf, "throughput") => {
+            &[(Mode::Tcp, Op::Bandwidth), (Mode::Tcp, Op::MsgRate)]
+        }
+        _ => &[],
+    }
+}
+
+/// The fairness figures as text.
+fn fairness_text(f: &Fairness) -> String {
+    let shares: Vec<String> = f
+        .per_terminus_gbps
+        .iter()
+        .map(|g| format!("{g:.3}"))
+        .collect();
+    let starved: u64 = f.starved.iter().sum();
+    let starved = if starved > 0 {
+        format!(
+            "; a sender found its terminus drained {} times (it was off the CPU while the \
+             engine emptied its ring: {:?})",
+            starved, f.starved
+        )
+    } else {
+        String::new()
+    };
+    let lost = if f.overflows > 0 {
+        format!(
+            "; {} notifications lost to a full queue (not counted above)",
+            f.overflows
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "\nFairness: {} termini (each of its own port) streaming {} messages to one \
+         receiver: GB/s each {}, total {:.3}; Jain's index {:.3}{lost}{starved}\n",
+        f.termini,
+        size_name(f.size),
+        shares.join(", "),
+        f.total_gbps,
+        f.jain
+    )
+}
+
+/// The scaling points as a table.
+fn scaling_text(sc: &Scaling) -> String {
+    let mut t = Table::new();
+    t.load_style(presets::ASCII_MARKDOWN);
+    t.set_header(vec!["idle ports", "idle slots", "p50", "p99"]);
+    for p in &sc.points {
+        t.add_row(vec![
+            p.ports.to_string(),
+            p.slots.to_string(),
+            us(p.p50_us),
+            us(p.p99_us),
+        ]);
+    }
+    align_right(&mut t, 4);
+    let mut out = format!(
+        "\nScaling: one-way latency of the 8 B mediated tagged write while idle ports (each \
+         with a terminus and a queue) and idle slots exist on the engine\n\n{t}\n"
+    );
+    for n in &sc.notes {
+        out.push_str(&format!("note: {n}\n"));
+    }
+    out
+}
+
+/// The largest p50 of the scaling points over the smallest.
+fn scaling_spread(sc: &Scaling) -> Option<f64> {
+    let p50s = sc.points.iter().map(|p| p.p50_us);
+    let lo = p50s.clone().fold(f64::INFINITY, f64::min);
+    let hi = p50s.fold(0.0, f64::max);
+    (lo.is_finite() && lo > 0.0).then(|| hi / lo)
 }
 
 /// `8 B`, `4 KiB`, `1 MiB`.
@@ -223,244 +468,457 @@ fn align_right(t: &mut Table, columns: usize) {
 }
 
 impl Report {
-    /// The results as a table (Markdown-compatible), with a heading.
+    /// The results as tables (Markdown-compatible), with a heading.
     pub fn render(&self) -> String {
-        match (self.mode, &self.floor.tcp) {
-            (Mode::Tcp, Some(tcp)) => self.render_tcp(tcp),
-            _ => self.render_mediated(),
+        let mut out = format!("hamlyn bench: {}\n{}\n", self.setup, self.floor_text());
+        if self.rows.iter().any(|r| r.op.is_latency()) {
+            out.push_str(
+                "\nLatency, µs: one-way (ping-pong round trip / 2), reads and fetch-adds a \
+                 whole round trip. Floor: the shared-memory ping-pong on one node, raw TCP of \
+                 the same size over TCP (twice that for a round trip).\n\n",
+            );
+            out.push_str(&self.latency_table().to_string());
+            out.push('\n');
         }
+        if self.rows.iter().any(|r| !r.op.is_latency()) {
+            out.push_str(
+                "\nBandwidth and message rate (streams, one sender). Floor: memcpy on one \
+                 node, one raw TCP stream over TCP.\n\n",
+            );
+            out.push_str(&self.stream_table().to_string());
+            out.push('\n');
+        }
+        if !self.loopback.is_empty() {
+            out.push_str(
+                "\nOne-way, a process sending to itself (one hop through the engine, two busy \
+                 threads: the engine has a core of its own).\n\n",
+            );
+            out.push_str(&self.loopback_table().to_string());
+            out.push('\n');
+        }
+        for f in &self.fairness {
+            out.push_str(&fairness_text(f));
+        }
+        if let Some(sc) = &self.scaling {
+            out.push_str(&scaling_text(sc));
+        }
+        if let Some(p) = &self.peers {
+            out.push_str(&self.peers_text(p));
+        }
+        out.push_str(&self.targets_text());
+        out
     }
 
-    /// The TCP mode's table: each figure against raw TCP of the same size.
-    fn render_tcp(&self, tcp: &TcpFloor) -> String {
-        let f = &self.floor;
+    /// Hamlyn ÷ peer for every pair of figures that measure the same thing.
+    pub fn peer_ratios(&self, peers: &Peers) -> Vec<PeerRatio> {
+        let mut out = Vec::new();
+        for p in &peers.results {
+            for &(mode, op) in counterparts(p.kind, p.test) {
+                let Some(row) = self.find(mode, op, p.size) else {
+                    continue;
+                };
+                let pair = if op.is_latency() {
+                    row.p50_us.zip(p.p50_us)
+                } else if op == Op::MsgRate {
+                    row.msgs_per_s.zip(p.msgs_per_s)
+                } else {
+                    row.gbps.zip(p.gbps)
+                };
+                if let Some((h, v)) = pair {
+                    out.push(PeerRatio {
+                        mode,
+                        op,
+                        size: p.size,
+                        peer: format!("{} {}", p.kind.name(), p.test),
+                        hamlyn: h,
+                        theirs: v,
+                        // Latency: lower is better; bandwidth and rate: higher.
+                        ahead: if op.is_latency() { h <= v } else { h >= v },
+                    });
+                }
+            }
+        }
+        out.sort_by_key(|r| (r.op, r.size, r.mode));
+        out
+    }
+
+    fn peers_text(&self, peers: &Peers) -> String {
         let mut t = Table::new();
         t.load_style(presets::ASCII_MARKDOWN);
         t.set_header(vec![
-            "figure",
+            "op",
             "size",
-            "Hamlyn (p50)",
-            "Hamlyn p99",
-            "raw TCP (p50)",
-            "raw TCP p99",
-            "Hamlyn ÷ raw TCP",
+            "mode",
+            "Hamlyn",
+            "peer",
+            "peer's",
+            "Hamlyn ÷ peer",
+            "ahead",
         ]);
-        let dash = || "-".to_string();
-        for r in &self.rows {
-            let size = size_name(r.size);
-            let row = match r.op {
-                Op::TaggedWrite => {
-                    let p50 = r.p50_us.unwrap_or(f64::NAN);
-                    let raw = tcp.pingpong(r.size);
-                    vec![
-                        "one-way latency".into(),
-                        size,
-                        us(p50),
-                        r.p99_us.map_or_else(dash, us),
-                        raw.map_or_else(dash, |(p, _)| us(p)),
-                        raw.map_or_else(dash, |(_, p)| us(p)),
-                        raw.map_or_else(dash, |(p, _)| ratio(p50 / p)),
-                    ]
-                }
-                Op::Bandwidth => {
-                    let g = r.gbps.unwrap_or(f64::NAN);
-                    let raw = tcp.stream(r.size);
-                    vec![
-                        "bandwidth".into(),
-                        size,
-                        format!("{g:.2} GB/s"),
-                        dash(),
-                        raw.map_or_else(dash, |m| format!("{m:.2} GB/s")),
-                        dash(),
-                        raw.map_or_else(dash, |m| ratio(g / m)),
-                    ]
-                }
-                Op::MsgRate => {
-                    let m = r.msgs_per_s.unwrap_or(f64::NAN);
-                    let raw = tcp.rate_msgs_per_s;
-                    vec![
-                        "message rate".into(),
-                        size,
-                        msg_rate(m),
-                        dash(),
-                        raw.map_or_else(dash, msg_rate),
-                        dash(),
-                        raw.map_or_else(dash, |raw| ratio(m / raw)),
-                    ]
-                }
-            };
-            t.add_row(row);
+        let fmt = |op: Op, v: f64| match op {
+            Op::MsgRate => msg_rate(v),
+            Op::Bandwidth => format!("{v:.2} GB/s"),
+            _ => us(v),
+        };
+        let ratios = self.peer_ratios(peers);
+        for r in &ratios {
+            t.add_row(vec![
+                r.op.label().to_string(),
+                size_name(r.size),
+                r.mode.name().to_string(),
+                fmt(r.op, r.hamlyn),
+                r.peer.clone(),
+                fmt(r.op, r.theirs),
+                ratio(r.hamlyn / r.theirs),
+                if r.ahead { "yes" } else { "no" }.to_string(),
+            ]);
         }
-        align_right(&mut t, 7);
-        let us_by_size = |v: &[(usize, f64, f64)]| {
-            v.iter()
-                .map(|&(s, p50, _)| format!("{} {}", size_name(s), number(p50)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let gbps_by_size = |v: &[(usize, f64)]| {
-            v.iter()
-                .map(|&(s, g)| format!("{} {g:.2}", size_name(s)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        format!(
-            "hamlyn bench: {}\nfloor: raw TCP loopback between the two processes (TCP_NODELAY), \
-             measured before the engines started; the raw TCP columns hold the better of \
-             blocking and spinning calls\n  ping-pong one-way p50 µs, blocking: {}; \
-             spinning: {}\n  single stream GB/s, blocking: {}; spinning: {}\n  \
-             shared-memory ping-pong one-way {}\n\n{t}\n",
-            self.setup,
-            us_by_size(&tcp.blocking_us),
-            us_by_size(&tcp.spinning_us),
-            gbps_by_size(&tcp.stream_blocking_gbps),
-            gbps_by_size(&tcp.stream_spinning_gbps),
-            us(f.shm_oneway_us),
-        )
+        align_right(&mut t, 8);
+        let mut out = String::from(
+            "\nPeers, run on this machine in the same run: Hamlyn ÷ peer for the figures that \
+             measure the same thing (latency: lower is ahead; bandwidth and rate: higher).\n\n",
+        );
+        if ratios.is_empty() {
+            out.push_str("(no figure to compare)\n");
+        } else {
+            out.push_str(&t.to_string());
+            out.push('\n');
+        }
+        for m in &peers.missing {
+            out.push_str(&format!("not measured: {m}\n"));
+        }
+        for n in &peers.notes {
+            out.push_str(&format!("note: {n}\n"));
+        }
+        out
     }
 
-    /// The mediated mode's table: each figure against the shared-memory floor.
-    fn render_mediated(&self) -> String {
+    /// DESIGN §8's goals, each with the figure of this run and whether it is met.
+    pub fn targets(&self) -> Vec<Target> {
+        let mut out = Vec::new();
         let f = &self.floor;
+        let p50 = |m: Mode, op: Op, size: usize| self.find(m, op, size).and_then(|r| r.p50_us);
+        let mut push = |goal: &str, figure: Option<(f64, String)>, met: fn(f64) -> bool| {
+            if let Some((v, text)) = figure {
+                out.push(Target {
+                    goal: goal.to_string(),
+                    figure: text,
+                    met: met(v),
+                });
+            }
+        };
+        push(
+            "direct 8 B tagged write ≤ 1.3× the shared-memory floor",
+            p50(Mode::Direct, Op::TaggedWrite, 8)
+                .map(|v| (v / f.shm_oneway_us, ratio(v / f.shm_oneway_us))),
+            |r| r <= 1.3,
+        );
+        let engine_core = self
+            .loopback
+            .iter()
+            .find(|r| r.size == 8)
+            .and_then(|r| r.p50_us);
+        push(
+            "mediated 8 B ≤ 3× the floor when the engine has a core (to itself)",
+            engine_core.map(|v| (v / f.shm_oneway_us, ratio(v / f.shm_oneway_us))),
+            |r| r <= 3.0,
+        );
+        let raw = f.tcp.as_ref().and_then(|t| t.pingpong(8)).map(|(p, _)| p);
+        push(
+            "TCP 8 B one-way ≤ 1.1× raw TCP",
+            p50(Mode::Tcp, Op::TaggedWrite, 8)
+                .zip(raw)
+                .map(|(v, raw)| (v / raw, ratio(v / raw))),
+            |r| r <= 1.1,
+        );
+        let stream = f.tcp.as_ref().and_then(|t| t.stream(1 << 20));
+        push(
+            "TCP 1 MiB bandwidth ≥ one raw TCP stream",
+            self.find(Mode::Tcp, Op::Bandwidth, 1 << 20)
+                .and_then(|r| r.gbps)
+                .zip(stream)
+                .map(|(v, raw)| (v / raw, ratio(v / raw))),
+            |r| r >= 1.0,
+        );
+        if let Some(sc) = &self.scaling {
+            push(
+                "latency flat (within 10%) across the scaling range",
+                scaling_spread(sc).map(|s| (s, format!("largest p50 ÷ smallest {}", ratio(s)))),
+                |r| r <= 1.1,
+            );
+        }
+        for fair in &self.fairness {
+            push(
+                &format!(
+                    "Jain's index ≥ 0.95 over {} competing termini, {}",
+                    fair.termini,
+                    size_name(fair.size)
+                ),
+                Some((fair.jain, format!("{:.3}", fair.jain))),
+                |j| j >= 0.95,
+            );
+        }
+        if let Some(p) = &self.peers {
+            let ratios = self.peer_ratios(p);
+            let mut pick = |goal: &str, mode: Mode, op: Op, size: usize, peer: &str| {
+                if let Some(r) = ratios
+                    .iter()
+                    .find(|r| r.mode == mode && r.op == op && r.size == size && r.peer == peer)
+                {
+                    out.push(Target {
+                        goal: goal.to_string(),
+                        figure: format!("{} ({})", ratio(r.hamlyn / r.theirs), r.peer),
+                        met: r.ahead,
+                    });
+                }
+            };
+            pick(
+                "direct 8 B ahead of UCX shm am_lat",
+                Mode::Direct,
+                Op::Datagram,
+                8,
+                "ucx-shm am_lat",
+            );
+            pick(
+                "direct 8 B tagged write ahead of UCX shm tag_lat",
+                Mode::Direct,
+                Op::TaggedWrite,
+                8,
+                "ucx-shm tag_lat",
+            );
+            pick(
+                "1 MiB intra-node bandwidth ≥ UCX put_bw (direct)",
+                Mode::Direct,
+                Op::Bandwidth,
+                1 << 20,
+                "ucx-shm put_bw",
+            );
+            pick(
+                "1 MiB intra-node bandwidth ≥ UCX put_bw (mediated)",
+                Mode::Mediated,
+                Op::Bandwidth,
+                1 << 20,
+                "ucx-shm put_bw",
+            );
+            pick(
+                "TCP 8 B ahead of UCX tcp tag_lat",
+                Mode::Tcp,
+                Op::TaggedWrite,
+                8,
+                "ucx-tcp tag_lat",
+            );
+            pick(
+                "8 B message rate ≥ UCX shm tag_bw (direct)",
+                Mode::Direct,
+                Op::MsgRate,
+                8,
+                "ucx-shm tag_bw",
+            );
+            pick(
+                "8 B message rate ≥ UCX shm tag_bw (mediated)",
+                Mode::Mediated,
+                Op::MsgRate,
+                8,
+                "ucx-shm tag_bw",
+            );
+        }
+        out
+    }
+
+    fn targets_text(&self) -> String {
+        let targets = self.targets();
+        if targets.is_empty() {
+            return String::new();
+        }
         let mut t = Table::new();
         t.load_style(presets::ASCII_MARKDOWN);
-        t.set_header(vec![
-            "figure",
-            "size",
-            "Hamlyn (p50)",
-            "Hamlyn p99",
-            "floor",
-            "Hamlyn ÷ floor",
-            "÷ relay floor",
-        ]);
-        let loopback = self.loopback.iter().map(|r| (r, true));
-        let mut rows: Vec<(&Row, bool)> = self.rows.iter().map(|r| (r, false)).collect();
-        let after_latency = rows
-            .iter()
-            .rposition(|(r, _)| r.op == Op::TaggedWrite)
-            .map_or(0, |i| i + 1);
-        rows.splice(after_latency..after_latency, loopback);
-        for (r, is_loopback) in rows {
-            let size = size_name(r.size);
-            let dash = || "-".to_string();
-            let row = match r.op {
-                Op::TaggedWrite => {
-                    let p50 = r.p50_us.unwrap_or(f64::NAN);
-                    vec![
-                        if is_loopback {
-                            "one-way, to itself".into()
-                        } else {
-                            "one-way latency".into()
-                        },
-                        size,
-                        us(p50),
-                        r.p99_us.map_or_else(dash, us),
-                        us(f.shm_oneway_us),
-                        ratio(p50 / f.shm_oneway_us),
-                        // The relay floor has three parties; a process sending to
-                        // itself is two, so only the direct floor compares.
-                        if is_loopback {
-                            dash()
-                        } else {
-                            ratio(p50 / f.shm_relay_oneway_us)
-                        },
-                    ]
-                }
-                Op::Bandwidth => {
-                    let g = r.gbps.unwrap_or(f64::NAN);
-                    let m = f.memcpy(r.size);
-                    vec![
-                        "bandwidth".into(),
-                        size,
-                        format!("{g:.2} GB/s"),
-                        dash(),
-                        m.map_or_else(dash, |m| format!("{m:.2} GB/s memcpy")),
-                        m.map_or_else(dash, |m| ratio(g / m)),
-                        dash(),
-                    ]
-                }
-                Op::MsgRate => vec![
-                    "message rate".into(),
-                    size,
-                    format!("{:.2} M msg/s", r.msgs_per_s.unwrap_or(f64::NAN) / 1e6),
-                    dash(),
-                    dash(),
-                    dash(),
-                    dash(),
-                ],
-            };
-            t.add_row(row);
+        t.set_header(vec!["goal (DESIGN §8)", "this run", "met"]);
+        for g in &targets {
+            t.add_row(vec![
+                g.goal.clone(),
+                g.figure.clone(),
+                if g.met { "yes" } else { "NO" }.to_string(),
+            ]);
         }
-        align_right(&mut t, 7);
-        let memcpy: Vec<String> = BANDWIDTH_SIZES
+        format!("\nTargets\n\n{t}\n")
+    }
+
+    /// The floor as text: the shared-memory ping-pong, the relay, memcpy, raw TCP.
+    fn floor_text(&self) -> String {
+        let f = &self.floor;
+        let memcpy: Vec<String> = f
+            .memcpy_gbps
             .iter()
-            .filter_map(|&s| f.memcpy(s).map(|g| format!("{} {g:.2}", size_name(s))))
+            .map(|&(s, g)| format!("{} {g:.2}", size_name(s)))
             .collect();
         let runs: Vec<String> = f.shm_runs_us.iter().map(|&v| us(v)).collect();
-        format!(
-            "hamlyn bench: {}\nfloor: shared-memory ping-pong one-way {} (before, after: {}); \
-             through a relay thread {}; memcpy GB/s: {}\n\n{t}\n",
-            self.setup,
+        let mut text = format!(
+            "floor: shared-memory ping-pong one-way {} (before, after: {}); through a relay \
+             thread {}; memcpy GB/s: {}",
             us(f.shm_oneway_us),
             runs.join(", "),
             us(f.shm_relay_oneway_us),
             memcpy.join(", ")
-        )
+        );
+        if let Some(tcp) = &f.tcp {
+            let us_by_size = |v: &[(usize, f64, f64)]| {
+                v.iter()
+                    .map(|&(s, p50, _)| format!("{} {}", size_name(s), number(p50)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let gbps_by_size = |v: &[(usize, f64)]| {
+                v.iter()
+                    .map(|&(s, g)| format!("{} {g:.2}", size_name(s)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            text.push_str(&format!(
+                "\nraw TCP loopback between the two processes (TCP_NODELAY), before the engines \
+                 started; the floor is the better of blocking and spinning calls\n  ping-pong \
+                 one-way p50 µs, blocking: {}; spinning: {}\n  single stream GB/s, blocking: \
+                 {}; spinning: {}; 8 B messages: {}",
+                us_by_size(&tcp.blocking_us),
+                us_by_size(&tcp.spinning_us),
+                gbps_by_size(&tcp.stream_blocking_gbps),
+                gbps_by_size(&tcp.stream_spinning_gbps),
+                tcp.rate_msgs_per_s.map_or_else(|| "-".into(), msg_rate),
+            ));
+        }
+        text
+    }
+
+    /// Latency rows, every mode of an operation and size together.
+    fn latency_table(&self) -> Table {
+        let mut t = Table::new();
+        t.load_style(presets::ASCII_MARKDOWN);
+        t.set_header(vec![
+            "op",
+            "size",
+            "mode",
+            "p50",
+            "p99",
+            "p99.9",
+            "floor",
+            "÷ floor",
+            "÷ relay floor",
+        ]);
+        let mut rows: Vec<&Row> = self.rows.iter().filter(|r| r.op.is_latency()).collect();
+        rows.sort_by_key(|r| (r.op, r.size, r.mode));
+        let dash = || "-".to_string();
+        for r in rows {
+            let p50 = r.p50_us.unwrap_or(f64::NAN);
+            let floor = self.latency_floor(r.mode, r.op, r.size);
+            let relay = match (r.mode, r.op.is_round_trip()) {
+                (Mode::Mediated, false) => ratio(p50 / self.floor.shm_relay_oneway_us),
+                (Mode::Mediated, true) => ratio(p50 / (2.0 * self.floor.shm_relay_oneway_us)),
+                _ => dash(),
+            };
+            t.add_row(vec![
+                r.op.label().to_string(),
+                size_name(r.size),
+                r.mode.name().to_string(),
+                us(p50),
+                r.p99_us.map_or_else(dash, us),
+                r.p999_us.map_or_else(dash, us),
+                floor.map_or_else(dash, us),
+                floor.map_or_else(dash, |f| ratio(p50 / f)),
+                relay,
+            ]);
+        }
+        align_right(&mut t, 9);
+        t
+    }
+
+    /// Bandwidth and message-rate rows.
+    fn stream_table(&self) -> Table {
+        let mut t = Table::new();
+        t.load_style(presets::ASCII_MARKDOWN);
+        t.set_header(vec!["op", "size", "mode", "Hamlyn", "floor", "÷ floor"]);
+        let mut rows: Vec<&Row> = self.rows.iter().filter(|r| !r.op.is_latency()).collect();
+        rows.sort_by_key(|r| (r.op, r.size, r.mode));
+        let dash = || "-".to_string();
+        for r in rows {
+            let (figure, floor, ratio_to_floor) = if r.op == Op::MsgRate {
+                let m = r.msgs_per_s.unwrap_or(f64::NAN);
+                let floor = match r.mode {
+                    Mode::Tcp => self.floor.tcp.as_ref().and_then(|t| t.rate_msgs_per_s),
+                    _ => None,
+                };
+                (
+                    msg_rate(m),
+                    floor.map_or_else(dash, |f| format!("{} raw TCP", msg_rate(f))),
+                    floor.map_or_else(dash, |f| ratio(m / f)),
+                )
+            } else {
+                let g = r.gbps.unwrap_or(f64::NAN);
+                let floor = self.bandwidth_floor(r.mode, r.size);
+                let what = if r.mode == Mode::Tcp {
+                    "raw TCP"
+                } else {
+                    "memcpy"
+                };
+                (
+                    format!("{g:.2} GB/s"),
+                    floor.map_or_else(dash, |f| format!("{f:.2} GB/s {what}")),
+                    floor.map_or_else(dash, |f| ratio(g / f)),
+                )
+            };
+            t.add_row(vec![
+                r.op.label().to_string(),
+                size_name(r.size),
+                r.mode.name().to_string(),
+                figure,
+                floor,
+                ratio_to_floor,
+            ]);
+        }
+        align_right(&mut t, 6);
+        t
+    }
+
+    /// The loopback rows against the shared-memory floor.
+    fn loopback_table(&self) -> Table {
+        let mut t = Table::new();
+        t.load_style(presets::ASCII_MARKDOWN);
+        t.set_header(vec!["size", "mode", "p50", "p99", "p99.9", "÷ floor"]);
+        let dash = || "-".to_string();
+        for r in &self.loopback {
+            let p50 = r.p50_us.unwrap_or(f64::NAN);
+            t.add_row(vec![
+                size_name(r.size),
+                r.mode.name().to_string(),
+                us(p50),
+                r.p99_us.map_or_else(dash, us),
+                r.p999_us.map_or_else(dash, us),
+                ratio(p50 / self.floor.shm_oneway_us),
+            ]);
+        }
+        align_right(&mut t, 6);
+        t
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::peers::PeerResult;
 
-    #[test]
-    fn table_shows_figures_and_ratios() {
-        let r = Report {
+    fn lat(p50: f64) -> Latency {
+        Latency {
+            p50_us: p50,
+            p99_us: 2.0 * p50,
+            p999_us: 4.0 * p50,
+        }
+    }
+
+    fn report() -> Report {
+        Report {
             setup: "test".into(),
-            mode: Mode::Mediated,
             floor: Floor {
                 shm_oneway_us: 0.2,
                 shm_runs_us: vec![0.2, 0.3],
                 shm_relay_oneway_us: 0.25,
-                memcpy_gbps: vec![(4096, 10.0)],
-                tcp: None,
-            },
-            rows: vec![
-                Row::latency(8, 0.5, 1.25),
-                Row::bandwidth(4096, 5.0),
-                Row::rate(8, 2.5e6),
-            ],
-            loopback: vec![Row::latency(8, 0.4, 0.8)],
-        };
-        let out = r.render();
-        for want in [
-            "0.50 µs",
-            "1.25 µs",
-            "2.50×",
-            "5.00 GB/s",
-            "10.00 GB/s memcpy",
-            "0.50×",
-            "2.50 M msg/s",
-            "4 KiB",
-            "8 B",
-        ] {
-            assert!(out.contains(want), "{want:?} missing from\n{out}");
-        }
-        assert_eq!(size_name(4 << 20), "4 MiB");
-        assert_eq!(size_name(65536), "64 KiB");
-        assert_eq!(size_name(100), "100 B");
-    }
-
-    #[test]
-    fn tcp_table_compares_with_raw_tcp() {
-        let r = Report {
-            setup: "tcp test".into(),
-            mode: Mode::Tcp,
-            floor: Floor {
-                shm_oneway_us: 0.2,
-                shm_runs_us: vec![0.2],
-                shm_relay_oneway_us: 0.25,
-                memcpy_gbps: vec![(4096, 10.0)],
+                memcpy_gbps: vec![(4096, 10.0), (1 << 20, 8.0)],
                 tcp: Some(TcpFloor {
                     pingpong_us: vec![(8, 4.0, 8.0)],
                     blocking_us: vec![(8, 30.0, 60.0)],
@@ -472,30 +930,126 @@ mod tests {
                 }),
             },
             rows: vec![
-                Row::latency(8, 5.0, 9.0),
-                Row::bandwidth(1 << 20, 3.0),
-                Row::bandwidth(4096, 1.0),
-                Row::rate(8, 2.5e5),
+                Row::latency(Mode::Direct, Op::TaggedWrite, 8, &lat(0.25)),
+                Row::latency(Mode::Mediated, Op::TaggedWrite, 8, &lat(0.5)),
+                Row::latency(Mode::Mediated, Op::Read, 8, &lat(1.0)),
+                Row::latency(Mode::Tcp, Op::TaggedWrite, 8, &lat(5.0)),
+                Row::bandwidth(Mode::Mediated, 4096, 5.0),
+                Row::bandwidth(Mode::Tcp, 1 << 20, 3.0),
+                Row::rate(Mode::Mediated, 8, 2.5e6),
+                Row::rate(Mode::Tcp, 8, 2.5e5),
             ],
-            loopback: vec![],
-        };
-        let out = r.render();
+            loopback: vec![Row::latency(Mode::Mediated, Op::TaggedWrite, 8, &lat(0.4))],
+            fairness: vec![],
+            scaling: None,
+            peers: None,
+        }
+    }
+
+    #[test]
+    fn tables_show_figures_and_ratios_against_the_right_floor() {
+        let out = report().render();
         for want in [
-            "raw TCP (p50)",
-            "Hamlyn ÷ raw TCP",
-            "4.00 µs",
-            "8.00 µs",
+            "| tagged write |  8 B |   direct | 0.25 µs |",
+            "0.50 µs",
+            "1.00 µs",
+            "2.00 µs",
+            // Mediated 8 B: 0.5 / 0.2; relay 0.5 / 0.25.
+            "2.50×",
+            "2.00×",
+            // A read is a round trip: its floor is twice the one-way floor.
+            "0.40 µs",
+            // TCP: 5.0 / raw TCP 4.0.
             "1.25×",
-            "2.00 GB/s",
+            "5.00 GB/s",
+            "10.00 GB/s memcpy",
+            "2.00 GB/s raw TCP",
             "1.50×",
-            "0.25 M msg/s",
-            "1.00 M msg/s",
-            "0.25×",
+            "2.50 M msg/s",
+            "1.00 M msg/s raw TCP",
             "blocking: 8 B 30.0",
             "spinning: 8 B 4.00",
             "blocking: 1 MiB 1.50",
+            "Targets",
         ] {
             assert!(out.contains(want), "{want:?} missing from\n{out}");
         }
+        assert_eq!(size_name(4 << 20), "4 MiB");
+        assert_eq!(size_name(65536), "64 KiB");
+        assert_eq!(size_name(100), "100 B");
+    }
+
+    #[test]
+    fn targets_say_met_or_not_by_the_ratio() {
+        let r = report();
+        let t = r.targets();
+        let get = |prefix: &str| {
+            t.iter()
+                .find(|t| t.goal.starts_with(prefix))
+                .unwrap_or_else(|| panic!("{prefix} missing from {t:?}"))
+        };
+        // Direct 0.25 / 0.2 = 1.25 ≤ 1.3.
+        assert!(get("direct 8 B tagged write").met);
+        // Loopback 0.4 / 0.2 = 2 ≤ 3.
+        assert!(get("mediated 8 B").met);
+        // TCP 5 / 4 = 1.25 > 1.1.
+        assert!(!get("TCP 8 B one-way").met);
+        // TCP 3 GB/s ≥ 2 GB/s.
+        assert!(get("TCP 1 MiB bandwidth").met);
+    }
+
+    #[test]
+    fn peer_ratios_pair_the_same_measurements() {
+        let mut r = report();
+        let result =
+            |kind, test, size, p50: Option<f64>, gbps: Option<f64>, rate: Option<f64>| PeerResult {
+                kind,
+                test,
+                size,
+                actual_size: size,
+                p50_us: p50,
+                p99_us: None,
+                mean_us: None,
+                detail: String::new(),
+                gbps,
+                msgs_per_s: rate,
+            };
+        r.peers = Some(Peers {
+            results: vec![
+                result(PeerKind::UcxShm, "tag_lat", 8, Some(0.3), None, None),
+                result(PeerKind::UcxShm, "tag_bw", 8, None, Some(0.05), Some(5e6)),
+                result(PeerKind::UcxTcp, "tag_lat", 8, Some(4.5), None, None),
+                result(PeerKind::Sockperf, "pingpong", 64, Some(4.0), None, None),
+            ],
+            missing: vec!["sockperf: not installed".into()],
+            notes: vec![],
+        });
+        let ratios = r.peer_ratios(r.peers.as_ref().expect("peers"));
+        let find = |mode, op, peer: &str| {
+            ratios
+                .iter()
+                .find(|x| x.mode == mode && x.op == op && x.peer == peer)
+                .unwrap_or_else(|| panic!("{mode:?} {op:?} {peer} missing from {ratios:?}"))
+        };
+        let d = find(Mode::Direct, Op::TaggedWrite, "ucx-shm tag_lat");
+        assert_eq!((d.hamlyn, d.theirs, d.ahead), (0.25, 0.3, true));
+        let m = find(Mode::Mediated, Op::TaggedWrite, "ucx-shm tag_lat");
+        assert!(!m.ahead, "0.5 µs is behind 0.3 µs");
+        let rate = find(Mode::Mediated, Op::MsgRate, "ucx-shm tag_bw");
+        assert_eq!((rate.hamlyn, rate.theirs, rate.ahead), (2.5e6, 5e6, false));
+        let t = find(Mode::Tcp, Op::TaggedWrite, "ucx-tcp tag_lat");
+        assert!(!t.ahead, "5.0 µs is behind 4.5 µs: {t:?}");
+        // Nothing measured by Hamlyn at 64 B: no pair.
+        assert!(ratios.iter().all(|x| x.peer != "sockperf pingpong"));
+        let out = r.render();
+        assert!(out.contains("ucx-shm tag_lat"), "{out}");
+        assert!(
+            out.contains("not measured: sockperf: not installed"),
+            "{out}"
+        );
+        assert!(r
+            .targets()
+            .iter()
+            .any(|t| t.goal.contains("UCX shm tag_lat") && t.met));
     }
 }
