@@ -20,6 +20,7 @@
 //! 1 s), so its runs overlap: the next client connects while the last one sleeps, and only
 //! one measures at a time; it runs at a few sizes only.
 
+use std::collections::HashMap;
 use std::io::Read;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -120,7 +121,7 @@ pub fn measure(
 ) -> Peers {
     let mut peers = Peers::default();
     let (lat, bw) = if quick {
-        (first(sizes_lat), last(sizes_bw))
+        (first(sizes_lat), key_bw(sizes_bw).into_iter().collect())
     } else {
         (sizes_lat.to_vec(), sizes_bw.to_vec())
     };
@@ -168,8 +169,13 @@ fn first(sizes: &[usize]) -> Vec<usize> {
     sizes.iter().copied().min().into_iter().collect()
 }
 
-fn last(sizes: &[usize]) -> Vec<usize> {
-    sizes.iter().copied().max().into_iter().collect()
+/// The bandwidth size DESIGN §8 names (1 MiB), else the largest.
+fn key_bw(sizes: &[usize]) -> Option<usize> {
+    if sizes.contains(&(1 << 20)) {
+        Some(1 << 20)
+    } else {
+        sizes.iter().copied().max()
+    }
 }
 
 /// `name` found in a directory of `PATH`.
@@ -501,6 +507,19 @@ const AM_BW: UcxTest = UcxTest {
     pingpong: false,
 };
 
+/// What one UCX test has learnt across its sizes.
+#[derive(Debug, Default)]
+struct TestState {
+    /// Index into [`LAYOUTS`] of the layout that last worked.
+    layout: usize,
+    /// The size run last.
+    last_size: usize,
+    /// Every layout refused this size (and so every larger one).
+    refused_from: Option<usize>,
+    /// The test failed: not run again.
+    dead: bool,
+}
+
 /// UCT data layouts, tried in this order until UCX accepts one.
 const LAYOUTS: [&str; 3] = ["short", "bcopy", "zcopy"];
 
@@ -520,72 +539,80 @@ struct Ucx<'a> {
 }
 
 impl Ucx<'_> {
+    /// Runs every test at every size, the figures DESIGN §8 names first (each test at
+    /// its first size: the smallest latency size, 1 MiB or the largest bandwidth size, the
+    /// message rate), then the other sizes, so that a busy machine that runs out of time
+    /// leaves out the less important ones.
     fn run_all(&mut self, lat: &[usize], bw: &[usize], rate_size: usize) {
-        for test in LAT_TESTS {
-            self.run_sizes(test, lat);
-        }
-        for test in BW_TESTS {
-            self.run_sizes(test, bw);
-        }
-        // The message rate: tag_bw (unless already measured at that size) and am_bw.
-        if !bw.contains(&rate_size) {
-            self.run_sizes(BW_TESTS[1], &[rate_size]);
-        }
-        self.run_sizes(AM_BW, &[rate_size]);
-    }
-
-    /// Runs `test` at each size in increasing order; stops at a failure, or when every
-    /// layout is refused (larger sizes would be refused too).
-    fn run_sizes(&mut self, test: UcxTest, sizes: &[usize]) {
-        let mut sizes = sizes.to_vec();
-        sizes.sort_unstable();
-        sizes.dedup();
-        let kind = self.kind.name();
-        let mut layout = 0;
-        for (i, &size) in sizes.iter().enumerate() {
+        let jobs = ucx_jobs(lat, bw, rate_size);
+        let mut states: HashMap<&'static str, TestState> = HashMap::new();
+        for (i, &(test, size)) in jobs.iter().enumerate() {
             if Instant::now() >= self.stop_at {
+                let left: Vec<String> = jobs
+                    .get(i..)
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|(t, s)| format!("{} {}", t.name, size_text(*s)))
+                    .collect();
                 self.peers.missing.push(format!(
-                    "{kind} {} at {}: left out, UCX ran past its time limit (a busy machine?)",
-                    test.name,
-                    sizes_text(sizes.get(i..).unwrap_or_default())
+                    "{}: left out, UCX ran past its time limit (a busy machine?): {}",
+                    self.kind.name(),
+                    left.join(", ")
                 ));
                 return;
             }
-            self.progress
-                .start(format!("peers: {kind} {} {}", test.name, size_text(size)));
-            let outcome = loop {
-                let chosen = test.uct.then(|| LAYOUTS.get(layout).copied()).flatten();
-                if test.uct && chosen.is_none() {
-                    break Err(UcxFailure::Refused("every layout refused".into()));
-                }
-                match self.run_one(test, size, chosen) {
-                    Err(UcxFailure::Refused(why)) if test.uct && layout + 1 < LAYOUTS.len() => {
-                        tracing::debug!("{kind} {} {size} B {chosen:?} refused: {why}", test.name);
-                        layout += 1;
-                    }
-                    other => break other,
-                }
+            self.run_size(test, size, states.entry(test.name).or_default());
+        }
+    }
+
+    /// Runs `test` at `size`, moving to the next layout when UCX refuses one; records a
+    /// failure, or a size that every layout refuses (and skips the larger sizes then).
+    fn run_size(&mut self, test: UcxTest, size: usize, state: &mut TestState) {
+        let kind = self.kind.name();
+        if state.dead {
+            return;
+        }
+        if state.refused_from.is_some_and(|r| size >= r) {
+            return;
+        }
+        // Refusals grow with the size: a smaller size starts again at `short`.
+        if size < state.last_size {
+            state.layout = 0;
+        }
+        state.last_size = size;
+        self.progress
+            .start(format!("peers: {kind} {} {}", test.name, size_text(size)));
+        let outcome = loop {
+            let layout = if test.uct {
+                LAYOUTS.get(state.layout).copied()
+            } else {
+                None
             };
-            match outcome {
-                Ok(result) => self.peers.results.push(result),
-                Err(failure) => {
-                    let (verb, why) = match failure {
-                        UcxFailure::Refused(why) => ("refused", why),
-                        UcxFailure::Failed(why) => ("failed", why),
-                    };
-                    let rest = sizes.get(i + 1..).unwrap_or_default();
-                    let skipped = if rest.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" (not run at {})", sizes_text(rest))
-                    };
-                    self.peers.missing.push(format!(
-                        "{kind} {} at {}: {verb}: {why}{skipped}",
-                        test.name,
-                        size_text(size)
-                    ));
-                    return;
+            match self.run_one(test, size, layout) {
+                Err(UcxFailure::Refused(why)) if test.uct && state.layout + 1 < LAYOUTS.len() => {
+                    tracing::debug!("{kind} {} {size} B {layout:?} refused: {why}", test.name);
+                    state.layout += 1;
                 }
+                other => break other,
+            }
+        };
+        match outcome {
+            Ok(result) => self.peers.results.push(result),
+            Err(UcxFailure::Refused(why)) => {
+                state.refused_from = Some(size);
+                self.peers.missing.push(format!(
+                    "{kind} {} from {} up: refused: {why}",
+                    test.name,
+                    size_text(size)
+                ));
+            }
+            Err(UcxFailure::Failed(why)) => {
+                state.dead = true;
+                self.peers.missing.push(format!(
+                    "{kind} {} at {}: failed: {why} (not run at other sizes)",
+                    test.name,
+                    size_text(size)
+                ));
             }
         }
     }
@@ -625,7 +652,7 @@ impl Ucx<'_> {
         let expected = guess * (iters + warmup) as f64;
         // Ten times what it should take, but not long past the transport's time limit.
         let limit = (Duration::from_secs(5) + Duration::from_secs_f64(expected.min(1e3) * 10.0))
-            .min(self.stop_at.saturating_duration_since(Instant::now()) + Duration::from_secs(3));
+            .min(self.stop_at.saturating_duration_since(Instant::now()) + Duration::from_secs(1));
         let started = Instant::now();
         let client = Proc::spawn(cmd, "ucx_perftest").map_err(UcxFailure::Failed)?;
         let (status, text) = client.finish(started + limit);
@@ -634,7 +661,8 @@ impl Ucx<'_> {
         let (_, server_text) = server.finish(Instant::now() + Duration::from_millis(500));
         let Some(status) = status else {
             return Err(UcxFailure::Failed(format!(
-                "no result within {limit:?}, stopped"
+                "no result within {:.1} s, stopped (a busy machine?)",
+                limit.as_secs_f64()
             )));
         };
         if !status.success() {
@@ -702,6 +730,42 @@ impl Ucx<'_> {
         }
         cmd
     }
+}
+
+/// The UCX runs, in order: each test at its first size (the smallest latency size, 1 MiB
+/// or the largest bandwidth size), the message rate (tag_bw and am_bw at `rate_size`),
+/// then every other size, each once.
+fn ucx_jobs(lat: &[usize], bw: &[usize], rate_size: usize) -> Vec<(UcxTest, usize)> {
+    let sorted = |sizes: &[usize]| {
+        let mut v = sizes.to_vec();
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    let (lat, bw) = (sorted(lat), sorted(bw));
+    let mut jobs: Vec<(UcxTest, usize)> = Vec::new();
+    if let Some(&s) = lat.first() {
+        jobs.extend(LAT_TESTS.iter().map(|&t| (t, s)));
+    }
+    if let Some(s) = key_bw(&bw) {
+        jobs.extend(BW_TESTS.iter().map(|&t| (t, s)));
+    }
+    // The message rate: tag_bw (unless measured at that size anyway) and am_bw.
+    jobs.push((BW_TESTS[1], rate_size));
+    jobs.push((AM_BW, rate_size));
+    for test in LAT_TESTS {
+        jobs.extend(lat.iter().map(|&s| (test, s)));
+    }
+    for test in BW_TESTS {
+        jobs.extend(bw.iter().map(|&s| (test, s)));
+    }
+    let mut seen = Vec::new();
+    jobs.retain(|&(t, s)| {
+        let new = !seen.contains(&(t.name, s));
+        seen.push((t.name, s));
+        new
+    });
+    jobs
 }
 
 /// Rough seconds per iteration (a round trip for ping-pongs), to size the runs.
@@ -1275,6 +1339,32 @@ sockperf: ERROR: Can`t connect socket (errno=111 Connection refused)
         assert_eq!(jobs.len(), 1);
         let (jobs, _) = sockperf_jobs(&[], &[], 8, true);
         assert!(jobs.is_empty());
+    }
+
+    #[test]
+    fn ucx_order() {
+        let lat = [4096, 8, 64];
+        let bw = [64, 4 << 20, 1 << 20];
+        let jobs: Vec<(&str, usize)> = ucx_jobs(&lat, &bw, 8)
+            .iter()
+            .map(|(t, s)| (t.name, *s))
+            .collect();
+        let first = [
+            ("am_lat", 8),
+            ("tag_lat", 8),
+            ("put_lat", 8),
+            ("put_bw", 1 << 20),
+            ("tag_bw", 1 << 20),
+            ("tag_bw", 8),
+            ("am_bw", 8),
+            ("am_lat", 64),
+            ("am_lat", 4096),
+            ("tag_lat", 64),
+        ];
+        assert_eq!(jobs.get(..first.len()), Some(&first[..]));
+        assert_eq!(jobs.len(), 3 * 3 + 2 * 3 + 2);
+        assert_eq!(jobs.last(), Some(&("tag_bw", 4 << 20)));
+        assert!(ucx_jobs(&[], &[], 8).len() == 2);
     }
 
     #[test]
