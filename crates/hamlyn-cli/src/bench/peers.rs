@@ -413,22 +413,36 @@ fn parse_ucx_final(text: &str) -> Result<UcxFinal, String> {
                 error_line(text)
             )
         })?;
-    let fields: Vec<&str> = line.split_whitespace().collect();
+    parse_ucx_row(line).map_err(|e| format!("ucx_perftest's \"Final:\" line: {e}"))
+}
+
+/// Parses the last progress line of `ucx_perftest`'s table (`[thread 0]` and the same
+/// eight numbers as `Final:`, the overall ones so far; printed every second), for a run
+/// stopped before its end.
+fn parse_ucx_progress(text: &str) -> Result<UcxFinal, String> {
+    let line = text
+        .lines()
+        .filter_map(|l| {
+            let rest = l.trim_start().strip_prefix("[thread")?;
+            rest.split_once(']').map(|(_, row)| row)
+        })
+        .next_back()
+        .ok_or("no progress line in ucx_perftest's output")?;
+    parse_ucx_row(line).map_err(|e| format!("ucx_perftest's progress line: {e}"))
+}
+
+/// The eight numbers of a row of `ucx_perftest`'s table: iterations, latency (percentile,
+/// average, overall), bandwidth (average, overall), message rate (average, overall).
+fn parse_ucx_row(row: &str) -> Result<UcxFinal, String> {
+    let fields: Vec<&str> = row.split_whitespace().collect();
     if fields.len() != 8 {
-        return Err(format!(
-            "ucx_perftest's \"Final:\" line has {} fields, not 8: {line:?}",
-            fields.len()
-        ));
+        return Err(format!("{} fields, not 8: {row:?}", fields.len()));
     }
     let mut v = [0.0f64; 8];
     for (slot, field) in v.iter_mut().zip(&fields) {
         *slot = match field.replace(',', "").parse::<f64>() {
             Ok(x) if x.is_finite() && x >= 0.0 => x,
-            _ => {
-                return Err(format!(
-                    "ucx_perftest's \"Final:\" line: bad number {field:?}"
-                ))
-            }
+            _ => return Err(format!("bad number {field:?}")),
         };
     }
     let [iterations, lat_typical_us, _, lat_overall_us, _, bw_overall_mib, _, msgrate_overall] = v;
@@ -659,22 +673,28 @@ impl Ucx<'_> {
         let took = started.elapsed().as_secs_f64();
         // The server ends with the test; a little grace, then it is killed.
         let (_, server_text) = server.finish(Instant::now() + Duration::from_millis(500));
-        let Some(status) = status else {
-            return Err(UcxFailure::Failed(format!(
-                "no result within {:.1} s, stopped (a busy machine?)",
-                limit.as_secs_f64()
-            )));
+        let (fin, stopped) = match status {
+            // Stopped at its time limit: the figures so far, if it printed any.
+            None => match parse_ucx_progress(&text) {
+                Ok(fin) => (fin, true),
+                Err(_) => {
+                    return Err(UcxFailure::Failed(format!(
+                        "no result within {:.1} s, stopped (a busy machine?)",
+                        limit.as_secs_f64()
+                    )))
+                }
+            },
+            Some(status) if !status.success() => {
+                let all = format!("{text}\n{server_text}");
+                let why = error_line(&all);
+                return Err(if ucx_refused(&all) {
+                    UcxFailure::Refused(why)
+                } else {
+                    UcxFailure::Failed(format!("{why} ({status})"))
+                });
+            }
+            Some(_) => (parse_ucx_final(&text).map_err(UcxFailure::Failed)?, false),
         };
-        if !status.success() {
-            let all = format!("{text}\n{server_text}");
-            let why = error_line(&all);
-            return Err(if ucx_refused(&all) {
-                UcxFailure::Refused(why)
-            } else {
-                UcxFailure::Failed(format!("{why} ({status})"))
-            });
-        }
-        let fin = parse_ucx_final(&text).map_err(UcxFailure::Failed)?;
         // The time per iteration as UCX measured it (without its start and connection).
         let per_iter = if test.pingpong {
             2.0 * fin.lat_overall_us * 1e-6
@@ -706,7 +726,14 @@ impl Ucx<'_> {
             mean_us: None,
             gbps: None,
             msgs_per_s: None,
-            detail: format!("{api}, {} iterations", fin.iterations),
+            detail: if stopped {
+                format!(
+                    "{api}, stopped at its time limit after {} of {iters} iterations",
+                    fin.iterations
+                )
+            } else {
+                format!("{api}, {} iterations", fin.iterations)
+            },
         };
         if test.pingpong {
             result.p50_us = Some(fin.lat_typical_us);
@@ -1264,6 +1291,28 @@ sockperf: ERROR: Can`t connect socket (errno=111 Connection refused)
             "Message size (4096) is larger than max supported (100)"
         );
         assert!(!ucx_refused(UCX_TAG_LAT));
+    }
+
+    /// Progress lines of `ucx_perftest 127.0.0.1 -t tag_lat -s 8 -n 20000000` on a busy
+    /// machine (printed every second).
+    const UCX_PROGRESS: &str = "\
+|    Stage     | # iterations | 50.0%ile | average | overall |  average |  overall |  average  |  overall  |
++--------------+--------------+----------+---------+---------+----------+----------+-----------+-----------+
+[thread 0]            198688      0.186     2.575     2.575        2.96       2.96      388317      388317
+[thread 0]            198775      0.191  5724.167     5.079        0.00       1.50         175      196872
+[thread 0]            521672      0.186     1.574     3.864        4.85       1.97      635444      258809
+";
+
+    #[test]
+    fn ucx_progress_of_a_stopped_run() {
+        let f = parse_ucx_progress(UCX_PROGRESS).unwrap();
+        assert_eq!(f.iterations, 521_672);
+        assert_eq!(f.lat_typical_us, 0.186);
+        assert_eq!(f.lat_overall_us, 3.864);
+        assert_eq!(f.msgrate_overall, 258_809.0);
+        assert!(parse_ucx_progress(UCX_TAG_LAT).is_err());
+        assert!(parse_ucx_progress("[thread 0] 1 2 3").is_err());
+        assert!(parse_ucx_progress("[thread 0 1 2 3 4 5 6 7 8").is_err());
     }
 
     #[test]
