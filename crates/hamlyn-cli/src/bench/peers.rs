@@ -110,8 +110,10 @@ pub struct Peers {
 
 /// Measures the peers: UCX latency tests at `sizes_lat`, bandwidth tests at `sizes_bw`,
 /// message rate at `rate_size`; sockperf at a few of those sizes. About 15 s, or 5 s
-/// with `quick` (fewer sizes and iterations). Names what runs on `progress` but counts no
-/// step (the caller counts the peers as one).
+/// with `quick` (fewer sizes and iterations), on an idle machine; on a busy one UCX stops
+/// after 8.5 s per transport (3 s quick) and records what it left out, so at most some
+/// 27 s (9 s quick). Names what runs on `progress` but counts no step (the caller counts
+/// the peers as one).
 pub fn measure(
     sizes_lat: &[usize],
     sizes_bw: &[usize],
