@@ -32,8 +32,8 @@ pub const AREA_LEN: u64 = 4 << 20;
 pub const META_ENTRIES: u32 = 64;
 /// Longest wait for one notification before the run is declared stuck.
 pub const WAIT: Duration = Duration::from_secs(10);
-/// Polls of a polled write's flag before the poller starts yielding its core between
-/// polls.
+/// Polls of a polled write's flag before a poller waiting on the engine starts yielding
+/// its core between polls.
 const POLL_SPINS: u32 = 200;
 /// Bytes of user metadata a datagram carries.
 pub const DATAGRAM_META: usize = 16;
@@ -317,8 +317,17 @@ impl Endpoint {
     }
 
     /// Spins until the last bytes of a `size`-byte polled write of round `round` of
-    /// `series` are in this side's polled slot.
-    pub fn wait_polled(&self, size: usize, series: u32, round: u64) -> Result<(), BenchError> {
+    /// `series` are in this side's polled slot. Through the engine (`via` mediated), the
+    /// poller yields its core between polls after a while: the engine must run to carry
+    /// the message, and two pollers and an engine do not fit on two cores. A direct
+    /// deposit needs no third party: the poller only spins.
+    pub fn wait_polled(
+        &self,
+        via: Via,
+        size: usize,
+        series: u32,
+        round: u64,
+    ) -> Result<(), BenchError> {
         let want = flag(series, round).to_le_bytes();
         let n = size.min(8);
         let at = size.saturating_sub(8) as u64;
@@ -338,7 +347,7 @@ impl Endpoint {
             if spins % 4096 == 0 && Instant::now() > deadline {
                 return Err(BenchError::Timeout(WAIT, "a polled write"));
             }
-            if spins > POLL_SPINS {
+            if via == Via::Mediated && spins > POLL_SPINS {
                 // Two processes polling and an engine on two cores: without giving the
                 // core up, the engine (which must carry the message) waits for a
                 // time slice, milliseconds.

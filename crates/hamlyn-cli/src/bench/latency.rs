@@ -123,7 +123,9 @@ impl Side<'_> {
 
     fn receive(&mut self, round: u64) -> Result<(), BenchError> {
         let tag = match self.exchange {
-            Exchange::Polled => return self.ep.wait_polled(self.size, self.series, round),
+            Exchange::Polled => {
+                return self.ep.wait_polled(self.via, self.size, self.series, round)
+            }
             Exchange::Tagged => self.ep.next_message()?.word,
             Exchange::Datagram => {
                 let n = self.ep.next_message()?;
