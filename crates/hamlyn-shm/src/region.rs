@@ -236,6 +236,7 @@ impl ShmRegion {
     }
 
     /// Bytes mapped.
+    #[inline]
     pub fn len(&self) -> usize {
         self.len
     }
@@ -250,6 +251,7 @@ impl ShmRegion {
         self.fd.as_fd()
     }
 
+    #[inline]
     fn check(&self, off: usize, len: usize) -> Result<(), RegionError> {
         match off.checked_add(len) {
             Some(end) if end <= self.len => Ok(()),
@@ -266,6 +268,7 @@ impl ShmRegion {
         }
     }
 
+    #[inline]
     fn check_atomic(&self, off: usize, size: usize) -> Result<*mut u8, RegionError> {
         self.check(off, size)?;
         // The address's alignment, not the offset's: a region made by `from_fd_range`
@@ -279,6 +282,7 @@ impl ShmRegion {
     }
 
     /// Copies `dst.len()` bytes at `off` out of the region.
+    #[inline]
     pub fn read(&self, off: usize, dst: &mut [u8]) -> Result<(), RegionError> {
         self.check(off, dst.len())?;
         // SAFETY: the source range is inside the live mapping (checked) and cannot overlap
@@ -291,6 +295,7 @@ impl ShmRegion {
     }
 
     /// Copies `src` into the region at `off`.
+    #[inline]
     pub fn write(&self, off: usize, src: &[u8]) -> Result<(), RegionError> {
         self.check(off, src.len())?;
         // SAFETY: the destination range is inside the live, writable mapping (checked) and
@@ -333,6 +338,7 @@ impl ShmRegion {
     }
 
     /// The 32-bit atomic at `off` (bounds- and alignment-checked).
+    #[inline]
     pub fn atomic_u32(&self, off: usize) -> Result<&AtomicU32, RegionError> {
         let p = self.check_atomic(off, 4)?;
         // SAFETY: `p` is 4-aligned and inside the mapping, which lives as long as `&self`.
@@ -342,6 +348,7 @@ impl ShmRegion {
     }
 
     /// The 64-bit atomic at `off` (bounds- and alignment-checked).
+    #[inline]
     pub fn atomic_u64(&self, off: usize) -> Result<&AtomicU64, RegionError> {
         let p = self.check_atomic(off, 8)?;
         // SAFETY: as in `atomic_u32`, with 8-byte alignment checked.
@@ -350,6 +357,7 @@ impl ShmRegion {
 
     /// Atomically adds `val` to the 32-bit word at `off` (wrapping), returning the old
     /// value. The packet accumulator update is one of these.
+    #[inline]
     pub fn fetch_add_u32(&self, off: usize, val: u32, order: Ordering) -> Result<u32, RegionError> {
         Ok(self.atomic_u32(off)?.fetch_add(val, order))
     }
@@ -420,6 +428,7 @@ impl Drop for ShmRegion {
 }
 
 impl RingMemory for ShmRegion {
+    #[inline]
     fn len(&self) -> usize {
         self.len
     }
