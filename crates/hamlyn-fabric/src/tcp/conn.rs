@@ -7,7 +7,11 @@
 //! straight into the sink's payload buffer (with one vectored read that also fetches the
 //! following headers into the staging buffer), so large payloads are never copied; only
 //! payload bytes that happened to arrive in the same read as their header are copied out
-//! of the staging buffer. It is generic over [`Read`] and tested with scripted readers.
+//! of the staging buffer. A read that returns less than it asked for drained the socket:
+//! the pump stops there instead of paying a system call to hear `WouldBlock`, and the
+//! poller's next (edge-triggered) readiness event says when more bytes arrive; once the
+//! poller reported the peer's end of stream or an error, reads go on until they say so.
+//! It is generic over [`Read`] and tested with scripted readers.
 
 use std::collections::VecDeque;
 use std::io::{self, IoSliceMut, Read};
@@ -123,8 +127,12 @@ pub(crate) struct Rx {
     start: usize,
     end: usize,
     landing: RxLanding,
-    /// The socket may have bytes (set by readiness events, cleared on `WouldBlock`).
+    /// The socket may have bytes (set by readiness events, cleared on `WouldBlock` or a
+    /// short read).
     pub(crate) ready: bool,
+    /// The poller reported the read side closed or an error: read until a read says so
+    /// (a short read no longer means "drained, wait for the next event").
+    pub(crate) closing: bool,
     /// Set whenever bytes arrive.
     pub(crate) got_bytes: bool,
 }
@@ -138,6 +146,7 @@ impl Rx {
             end: 0,
             landing: RxLanding::Idle,
             ready: true,
+            closing: false,
             got_bytes: false,
         }
     }
@@ -159,9 +168,13 @@ impl Rx {
             if let Some(stop) = self.decode_staged(sink, ctx) {
                 return stop;
             }
-            // Everything staged is consumed: read more.
+            // Everything staged is consumed: read more, if the socket may have any.
             self.start = 0;
             self.end = 0;
+            if !self.ready {
+                return RxStop::Idle;
+            }
+            let mut asked = self.staging.len();
             let read = match (self.decoder.payload_remaining(), &self.landing) {
                 (Some((at, left)), RxLanding::Accept { header, .. }) if left > 0 => {
                     let header = *header;
@@ -170,6 +183,7 @@ impl Rx {
                         return self.sink_error(&header, buf.len());
                     }
                     let direct = &mut buf[at as usize..];
+                    asked += direct.len();
                     let mut iov = [
                         IoSliceMut::new(direct),
                         IoSliceMut::new(&mut self.staging[..]),
@@ -190,7 +204,12 @@ impl Rx {
                         Err(e) => frame_close(e),
                     };
                 }
-                Ok(_) => self.got_bytes = true,
+                Ok(n) => {
+                    self.got_bytes = true;
+                    if n < asked && !self.closing {
+                        self.ready = false;
+                    }
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.ready = false;
                     return RxStop::Idle;
@@ -379,11 +398,42 @@ mod tests {
     use hamlyn_wire::{Flags, RequestId};
 
     /// A reader that returns the scripted chunks one per call, then `WouldBlock`
-    /// (or end of stream if `eof`).
+    /// (or end of stream if `eof`). Each chunk stands for bytes that arrived at once,
+    /// so a read that takes a whole chunk drains the socket, as a short read does.
     struct Script {
         chunks: VecDeque<Vec<u8>>,
         eof: bool,
         reads: usize,
+    }
+
+    impl Script {
+        /// What the edge-triggered poller would report to `rx` next: readiness when
+        /// a chunk is waiting, readiness and the read side closed when only the end of
+        /// stream is; false when nothing would be reported.
+        fn event(&self, rx: &mut Rx) -> bool {
+            if !self.chunks.is_empty() || self.eof {
+                rx.ready = true;
+                rx.closing |= self.chunks.is_empty() && self.eof;
+                return true;
+            }
+            false
+        }
+    }
+
+    /// Pumps like the fabric: after an `Idle` pump, the poller's next event (if the
+    /// script has more) makes the connection ready again.
+    fn pump_events(
+        rx: &mut Rx,
+        s: &mut Script,
+        sink: &mut dyn PacketSink,
+        ctx: &mut RxCtx<'_>,
+    ) -> RxStop {
+        loop {
+            let stop = rx.pump(s, sink, ctx);
+            if stop != RxStop::Idle || rx.ready || !s.event(rx) {
+                return stop;
+            }
+        }
     }
 
     impl Read for Script {
@@ -478,7 +528,7 @@ mod tests {
             budget: &mut budget,
             counts: &mut counts,
         };
-        let stop = rx.pump(s, sink, &mut ctx);
+        let stop = pump_events(rx, s, sink, &mut ctx);
         (stop, counts)
     }
 
@@ -516,6 +566,80 @@ mod tests {
             "{} reads for {n_chunks} chunks",
             s.reads
         );
+    }
+
+    #[test]
+    fn a_short_read_ends_the_pump_without_asking_again() {
+        let pkts: Vec<_> = (0..40).map(|i| pkt(i, 2, 8)).collect();
+        let mut bytes = Vec::new();
+        for (h, m, p) in &pkts {
+            bytes.extend(h.to_packet(m, p).unwrap());
+        }
+        let (first, second) = bytes.split_at(bytes.len() / 2 + 7);
+        let mut s = Script {
+            chunks: VecDeque::from([first.to_vec(), second.to_vec()]),
+            eof: true,
+            reads: 0,
+        };
+        let mut rx = Rx::new(1000);
+        let mut sink = Sink::default();
+        let mut events = VecDeque::new();
+        let (mut budget, mut counts) = (100, RxCounts::default());
+        let mut ctx = RxCtx {
+            me: NodeId(2),
+            peer: Some(NodeId(1)),
+            handshake: false,
+            deliver: true,
+            events: &mut events,
+            budget: &mut budget,
+            counts: &mut counts,
+        };
+        // One read, short: the socket is drained until the poller says otherwise.
+        assert_eq!(rx.pump(&mut s, &mut sink, &mut ctx), RxStop::Idle);
+        assert_eq!(s.reads, 1);
+        assert!(!rx.has_work());
+        assert_eq!(sink.done.len(), 20, "every whole packet of the first read");
+        // The next event: the rest, read once.
+        assert!(s.event(&mut rx));
+        assert_eq!(rx.pump(&mut s, &mut sink, &mut ctx), RxStop::Idle);
+        assert_eq!((s.reads, sink.done.len()), (2, 40));
+        // The poller reports the end of stream: reads go on until one says so.
+        assert!(s.event(&mut rx) && rx.closing);
+        assert!(matches!(
+            rx.pump(&mut s, &mut sink, &mut ctx),
+            RxStop::Close(CloseReason::PeerClosed, _)
+        ));
+        assert_eq!(sink.done, pkts);
+    }
+
+    #[test]
+    fn closing_reads_past_short_reads_to_the_end() {
+        let (h, m, p) = pkt(0, 0, 5);
+        let bytes = h.to_packet(&m, &p).unwrap();
+        let mut s = Script {
+            chunks: VecDeque::from([bytes[..30].to_vec(), bytes[30..].to_vec()]),
+            eof: true,
+            reads: 0,
+        };
+        let mut rx = Rx::new(1000);
+        rx.closing = true;
+        let mut sink = Sink::default();
+        let mut events = VecDeque::new();
+        let (mut budget, mut counts) = (100, RxCounts::default());
+        let mut ctx = RxCtx {
+            me: NodeId(2),
+            peer: Some(NodeId(1)),
+            handshake: false,
+            deliver: true,
+            events: &mut events,
+            budget: &mut budget,
+            counts: &mut counts,
+        };
+        assert!(matches!(
+            rx.pump(&mut s, &mut sink, &mut ctx),
+            RxStop::Close(CloseReason::PeerClosed, _)
+        ));
+        assert_eq!((s.reads, sink.done.len()), (3, 1));
     }
 
     #[test]

@@ -62,12 +62,28 @@
 //! drops. A send to a peer that has not come up yet is `Full` (try later); to a peer
 //! announced Down, `PeerDown`.
 //!
-//! [`Fabric::poll`] reads each ready rail: a frame's header and metadata are validated
-//! ([`frame::FrameDecoder`]: `Header::parse`, payload at most [`TcpConfig::max_payload`])
-//! and shown to the sink; an accepted payload is read straight into
-//! [`PacketSink::payload_buf`] (across several polls if needed), a discarded one is read
-//! into a scratch buffer and dropped. Any frame error closes that connection (and its
-//! session) with a logged reason; other connections are untouched.
+//! **Small packets in a stream are held.** An engine sends one packet per terminus per
+//! turn and polls between turns; a `writev` per 8-byte message would cost a system call
+//! on this side and a wake-up and a read on the other, each several times what the
+//! message itself costs. So while the caller streams (it sent packets between its last
+//! two polls, or already since the last one), a packet of at most 8 KiB is copied into
+//! the queue of the rail already holding some (small packets do not alternate rails)
+//! and *held*; the held bytes go out in one write when the stream pauses (a poll with
+//! no send since the one before), when they reach 64 KiB, when the first of them has
+//! waited [`TcpConfig::hold`], with the next packet written at once (a large one, in the
+//! same gather write), or before [`TcpFabric::wait`] sleeps. A lone packet (a
+//! ping-pong, a request) is never held. While streaming, the poller is asked at most
+//! once per quarter of the hold time rather than on every poll.
+//!
+//! [`Fabric::poll`] reads each ready rail into a 64 KiB staging buffer: a frame's header
+//! and metadata are validated ([`frame::FrameDecoder`]: `Header::parse`, payload at most
+//! [`TcpConfig::max_payload`]) and shown to the sink; payload bytes that came in the same
+//! read are copied to [`PacketSink::payload_buf`], and the rest of a large payload is
+//! read straight into it (across several polls if needed); a discarded one is read into
+//! a scratch buffer and dropped. A read shorter than asked means the socket is drained:
+//! the rail waits for the poller's next event instead of reading again to hear
+//! `WouldBlock`. Any frame error closes that connection (and its session) with a logged
+//! reason; other connections are untouched.
 //!
 //! # Driving it from an engine
 //!
@@ -106,7 +122,7 @@ use mio::{Events, Interest, Poll, Token};
 use crate::fabric::{check_send, Fabric, FabricError, PacketSink, PeerEvent};
 use conn::{Conn, Phase, Role, Rx, RxCounts, RxCtx, RxStop};
 use frame::{heartbeat, join_reply, Hello, JoinQuery, MAX_JOIN_MEMBERS, MAX_RAILS};
-use tx::{write_gather, Pieces, TxQueue};
+use tx::{Pieces, TxQueue, HOLD_PACKET};
 
 pub use stats::{CloseCounts, CloseReason, PeerStats, RailStats, TcpStats};
 
@@ -142,6 +158,10 @@ pub struct TcpConfig {
     pub max_queued_bytes: usize,
     /// Largest payload accepted from the wire; a longer one closes the connection.
     pub max_payload: u32,
+    /// Longest time a small packet is held back to share one write with the packets
+    /// that follow it while the caller keeps sending ([`Duration::ZERO`]: every packet
+    /// is written when it is sent, and the poller is asked on every poll).
+    pub hold: Duration,
     /// Accept HELLOs from nodes not in `peers` (lower ids only) and learn them.
     pub learn_peers: bool,
     /// Most accepted connections waiting for their HELLO at once; more are closed.
@@ -151,7 +171,8 @@ pub struct TcpConfig {
 impl TcpConfig {
     /// A configuration with defaults: incarnation 1, no peers, 2 rails, no busy poll,
     /// heartbeat every 500 ms, peer timeout 3 s, reconnect every 250 ms, 4 MiB queued
-    /// per peer, 16 MiB payloads, learning peers, 64 pending handshakes.
+    /// per peer, 16 MiB payloads, small packets held up to 20 µs, learning peers, 64
+    /// pending handshakes.
     pub fn new(node: NodeId, listen: SocketAddr) -> TcpConfig {
         TcpConfig {
             node,
@@ -165,6 +186,7 @@ impl TcpConfig {
             reconnect_interval: Duration::from_millis(250),
             max_queued_bytes: 4 << 20,
             max_payload: 16 << 20,
+            hold: Duration::from_micros(20),
             learn_peers: true,
             max_handshakes: 64,
         }
@@ -280,6 +302,8 @@ struct Timing {
     timeout: u64,
     reconnect: u64,
     tick: u64,
+    /// Longest hold of a small packet (0: never held).
+    hold: u64,
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -302,6 +326,13 @@ pub struct TcpFabric {
     next_tick: Instant,
     polls: u64,
     rx_cursor: usize,
+    /// Packets sent since the last poll.
+    sends_since_poll: u64,
+    /// The caller sent packets between its last two polls: it is streaming, so small
+    /// packets are held to share writes.
+    streaming: bool,
+    /// While streaming, the poller is not asked again before this time.
+    next_ask: Instant,
     shut: bool,
     stats: TcpStats,
 }
@@ -349,6 +380,7 @@ impl TcpFabric {
             timeout: nanos(config.peer_timeout),
             reconnect,
             tick: (heartbeat.min(reconnect) / 4).max(1_000_000),
+            hold: nanos(config.hold),
         };
         let mut fabric = TcpFabric {
             timing,
@@ -364,6 +396,9 @@ impl TcpFabric {
             next_tick: Instant(0),
             polls: 0,
             rx_cursor: 0,
+            sends_since_poll: 0,
+            streaming: false,
+            next_ask: Instant(0),
             shut: false,
             stats: TcpStats::default(),
             config: config.clone(),
@@ -482,17 +517,27 @@ impl TcpFabric {
     }
 
     /// When the fabric next needs a poll for its timers (heartbeats, timeouts,
-    /// reconnects), whatever the sockets do. An engine that sleeps must wake by then.
+    /// reconnects, the end of a hold), whatever the sockets do. An engine that sleeps
+    /// must wake by then.
     pub fn next_timer(&self) -> Instant {
-        self.next_tick
+        // Packets held to share a write must not wait past their hold time either.
+        let held = self
+            .conns
+            .iter()
+            .flatten()
+            .filter_map(|c| c.tx.held_since());
+        held.map(|t| t.plus_nanos(self.timing.hold))
+            .fold(self.next_tick, std::cmp::min)
     }
 
-    /// Blocks until a socket of the fabric is ready, `max` passes or the fabric's next
-    /// timer is due ([`TcpFabric::next_timer`], measured from `now`), without delivering
-    /// anything (the next [`Fabric::poll`] does). Returns at once if the last poll left
+    /// Writes held packets, then blocks until a socket of the fabric is ready, `max`
+    /// passes or the fabric's next timer is due ([`TcpFabric::next_timer`], measured
+    /// from `now`), without delivering anything (the next [`Fabric::poll`] does). Returns at once if the last poll left
     /// work behind (its budget ran out) or peer events wait. Interrupted waits return
     /// early; other poller errors are returned.
     pub fn wait(&mut self, now: Instant, max: Duration) -> io::Result<()> {
+        // Going to sleep ends a stream: nothing stays held.
+        self.flush_all(now, false);
         let until_timer = Duration::from_nanos(self.next_tick.nanos_since(now));
         let timeout = if self.has_pending_work() {
             Duration::ZERO
@@ -655,6 +700,9 @@ impl TcpFabric {
             if let Some(Some(conn)) = self.conns.get_mut(i) {
                 if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
                     conn.rx.ready = true;
+                }
+                if ev.is_read_closed() || ev.is_error() {
+                    conn.rx.closing = true;
                 }
                 if ev.is_writable() || ev.is_write_closed() || ev.is_error() {
                     conn.writable = true;
@@ -1145,12 +1193,24 @@ impl TcpFabric {
 
     // ---- the poll pieces ---------------------------------------------------------------
 
-    fn flush_all(&mut self, now: Instant) {
+    /// Writes what every writable rail queued. Held packets stay held while
+    /// `keep_holding` (the caller is streaming) unless they have waited for the hold
+    /// time.
+    fn flush_all(&mut self, now: Instant, keep_holding: bool) {
+        let hold = self.timing.hold;
         for i in 0..self.conns.len() {
             let Some(conn) = self.conn_mut(i) else {
                 continue;
             };
             if conn.phase == Phase::Connecting || !conn.writable || conn.tx.is_empty() {
+                continue;
+            }
+            if keep_holding
+                && conn
+                    .tx
+                    .held_since()
+                    .is_some_and(|t| now.nanos_since(t) < hold)
+            {
                 continue;
             }
             match conn.tx.flush(&mut conn.stream) {
@@ -1329,6 +1389,13 @@ impl TcpFabric {
     }
 
     /// Sends one packet on a rail of an up peer.
+    ///
+    /// A small packet sent while the caller streams (it sent since its last poll, or
+    /// between its last two polls) is held in the rail's queue to share a write with the
+    /// next ones, on the rail already holding some, so that small packets do not
+    /// alternate rails; [`TcpFabric::flush_all`] writes it when the stream pauses, or
+    /// after [`TcpConfig::hold`]. Any other packet is written at once, behind what the
+    /// rail holds, in one gather write.
     fn send_on_rail(
         &mut self,
         now: Instant,
@@ -1339,6 +1406,10 @@ impl TcpFabric {
         pkt_len: usize,
     ) -> Result<(), FabricError> {
         let max_queued = self.config.max_queued_bytes;
+        let hold = (self.timing.hold > 0
+            && pkt_len <= HOLD_PACKET
+            && (self.streaming || self.sends_since_poll > 0))
+            .then_some(now);
         let Some(peer) = self.peers.get_mut(&node) else {
             return Err(FabricError::NoRoute(node));
         };
@@ -1346,23 +1417,28 @@ impl TcpFabric {
             peer.stats.refused_down += 1;
             return Err(FabricError::PeerDown(node));
         };
-        // Pick a rail: round robin among rails with nothing queued, else the least queued.
+        // Pick a rail: for a packet to hold, the rail holding packets already; else round
+        // robin among rails with nothing queued, else the least queued.
         let n = session.rails.len();
         let mut queued = 0;
         let mut best: Option<(usize, usize)> = None; // (queued, rail)
         let mut empty = None;
+        let mut holding = None;
         for k in 0..n {
             let rail = (peer.rr + k) % n;
-            let Some(q) = session.rails[rail]
+            let Some(c) = session.rails[rail]
                 .and_then(|i| self.conns.get(i))
                 .and_then(Option::as_ref)
-                .map(|c| c.tx.len())
             else {
                 continue;
             };
+            let q = c.tx.len();
             queued += q;
             if q == 0 && empty.is_none() {
                 empty = Some(rail);
+            }
+            if holding.is_none() && c.writable && c.tx.held_since().is_some() {
+                holding = Some(rail);
             }
             if best.is_none_or(|(bq, _)| q < bq) {
                 best = Some((q, rail));
@@ -1372,44 +1448,44 @@ impl TcpFabric {
             peer.stats.refused_full += 1;
             return Err(FabricError::Full);
         }
-        let Some(rail) = empty.or(best.map(|(_, r)| r)) else {
+        let pick = if hold.is_some() {
+            holding.or(empty)
+        } else {
+            empty
+        };
+        let Some(rail) = pick.or(best.map(|(_, r)| r)) else {
             return Err(FabricError::PeerDown(node));
         };
         let Some(i) = session.rails[rail] else {
             return Err(FabricError::PeerDown(node));
         };
-        peer.rr = rail + 1;
+        if holding != Some(rail) {
+            peer.rr = rail + 1;
+        }
         let Some(conn) = self.conns.get_mut(i).and_then(Option::as_mut) else {
             return Err(FabricError::PeerDown(node));
         };
         let hdr = header.to_bytes();
-        let pieces = Pieces::new([&hdr, meta, &[]], payload);
-        let mut result = Ok(0);
-        if conn.writable && !conn.tx.is_empty() {
-            result = conn.tx.flush(&mut conn.stream);
-        }
-        if result.is_ok() && conn.tx.is_empty() {
-            result = write_gather(&mut conn.stream, &pieces, 0);
-            let written = *result.as_ref().unwrap_or(&0);
-            if result.is_ok() && written < pkt_len {
-                conn.tx.push(&pieces, written);
-                conn.writable = false;
-                peer.stats.bytes_queued += (pkt_len - written) as u64;
+        match conn
+            .tx
+            .send(&mut conn.stream, [&hdr, meta], payload, conn.writable, hold)
+        {
+            Ok(sent) => {
+                conn.writable = sent.writable;
+                peer.stats.bytes_queued += sent.queued as u64;
+                peer.stats.packets_held += u64::from(sent.held);
             }
-        } else if result.is_ok() {
-            conn.writable = false;
-            conn.tx.push(&pieces, 0);
-            peer.stats.bytes_queued += pkt_len as u64;
-        }
-        if let Err(e) = result {
-            let detail = e.to_string();
-            self.fail_conn(i, CloseReason::Io, &detail, now);
-            if let Some(p) = self.peers.get_mut(&node) {
-                p.stats.refused_down += 1;
+            Err(e) => {
+                let detail = e.to_string();
+                self.fail_conn(i, CloseReason::Io, &detail, now);
+                if let Some(p) = self.peers.get_mut(&node) {
+                    p.stats.refused_down += 1;
+                }
+                return Err(FabricError::PeerDown(node));
             }
-            return Err(FabricError::PeerDown(node));
         }
         conn.last_tx = now;
+        self.sends_since_poll += 1;
         peer.stats.packets_sent += 1;
         peer.stats.bytes_sent += pkt_len as u64;
         let r = peer.stats.rail(rail);
@@ -1429,7 +1505,7 @@ impl Fabric for TcpFabric {
     }
 
     fn next_timer(&self) -> Option<Instant> {
-        Some(self.next_tick)
+        Some(TcpFabric::next_timer(self))
     }
 
     fn stats_json(&self) -> Option<String> {
@@ -1505,9 +1581,26 @@ impl Fabric for TcpFabric {
             return Err(FabricError::LocalDown);
         }
         self.polls += 1;
-        let ask_poller = !self.config.busy_poll
-            || self.polls % BUSY_POLL_EVENTS_EVERY == 1
-            || self.conns.iter().flatten().any(|c| c.phase != Phase::Open);
+        // The caller sent since its last poll: if it did between the two before as well,
+        // it streams, and small packets stay held (see `flush_all`).
+        let sent = self.sends_since_poll > 0;
+        let keep_holding = sent && self.streaming;
+        self.streaming = sent;
+        self.sends_since_poll = 0;
+        let handshakes = self.conns.iter().flatten().any(|c| c.phase != Phase::Open);
+        let ask_poller = if self.config.busy_poll {
+            self.polls % BUSY_POLL_EVENTS_EVERY == 1 || handshakes
+        } else {
+            // While the caller streams, its polls come once per packet: one system call
+            // for the poller each time would cost as much as the packets' writes. Ask at
+            // most once per quarter of the hold time then (bytes already staged are
+            // read regardless).
+            let ask = !sent || handshakes || self.timing.hold == 0 || now >= self.next_ask;
+            if ask && sent {
+                self.next_ask = now.plus_nanos(self.timing.hold / 4);
+            }
+            ask
+        };
         if ask_poller {
             match self.poll.poll(&mut self.events, Some(Duration::ZERO)) {
                 Ok(()) => self.note_events(),
@@ -1528,7 +1621,7 @@ impl Fabric for TcpFabric {
         }
         self.accept_all(now);
         self.finish_connects(now);
-        self.flush_all(now);
+        self.flush_all(now, keep_holding);
         let mut left = budget;
         let received = self.receive(now, sink, &mut left);
         self.timers(now);

@@ -222,6 +222,9 @@ pub struct PeerStats {
     /// Bytes that had to be copied into a rail's queue because the kernel did not take
     /// them at once (the rest went straight from the caller's slices).
     pub bytes_queued: u64,
+    /// Small packets held to share one write with the packets after them (sent while
+    /// the caller streamed; see [`crate::tcp::TcpConfig::hold`]).
+    pub packets_held: u64,
     /// Times the peer came up (announced with `PeerEvent::Up`).
     pub ups: u64,
     /// Times it went down (announced with `PeerEvent::Down`).

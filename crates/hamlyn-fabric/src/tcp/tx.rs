@@ -1,16 +1,29 @@
-//! The sending half of a rail: gather writes straight from the caller's slices, and a
-//! bounded queue for only what the kernel did not take.
+//! The sending half of a rail: gather writes straight from the caller's slices, a
+//! bounded queue for what the kernel did not take, and small packets held back to share
+//! one write.
 //!
 //! [`write_gather`] hands as many pieces as fit in one `writev` to the socket and keeps
 //! going until everything is written or the socket would block; it never copies.
 //! [`TxQueue`] keeps the unwritten tail of packets (copied once) until the socket is
-//! writable again. Both are generic over [`Write`] so they are tested with scripted
-//! writers.
+//! writable again, and the small packets the fabric chose to *hold*: while its caller
+//! streams packets (one per engine turn), a `writev` per packet would cost a system
+//! call, and a wake-up of the receiver, per few dozen bytes; held packets go out
+//! together in one write ([`TxQueue::send`], [`TxQueue::flush`]). Both are generic over
+//! [`Write`] so they are tested with scripted writers.
 
 use std::io::{self, IoSlice, Write};
 
+use hamlyn_core::Instant;
+
 /// Most slices handed to one `writev` (well below every IOV_MAX).
 const MAX_IOV: usize = 64;
+
+/// Packets (header, metadata and payload) up to this many bytes may be held to share a
+/// write; longer ones are written straight from the caller's memory.
+pub(crate) const HOLD_PACKET: usize = 8 << 10;
+
+/// Held bytes at which a rail writes them at once, however the caller goes on.
+pub(crate) const HOLD_BYTES: usize = 64 << 10;
 
 /// The bytes of one packet (or queued bytes followed by a packet) as gather pieces:
 /// up to three fixed pieces, then the payload slices.
@@ -33,7 +46,7 @@ impl<'a> Pieces<'a> {
     /// Total bytes.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.iter().map(<[u8]>::len).sum()
+        packet_len(self)
     }
 
     /// Appends every byte from offset `skip` on to `out`.
@@ -89,11 +102,27 @@ pub(crate) fn write_gather<W: Write>(
     }
 }
 
-/// Bytes accepted for sending that the socket has not taken yet.
+/// Bytes accepted for sending that the socket has not taken yet: held by choice (small
+/// packets waiting to share a write, [`TxQueue::held_since`]) or left over by a write
+/// the socket did not take whole.
 #[derive(Debug, Default)]
 pub(crate) struct TxQueue {
     buf: Vec<u8>,
     head: usize,
+    /// When the first held packet was queued; `None` if nothing is held (the queue is
+    /// empty, or waits for the socket).
+    held: Option<Instant>,
+}
+
+/// What [`TxQueue::send`] did with a packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Sent {
+    /// The socket may take more bytes (false: it would block; wait for writability).
+    pub(crate) writable: bool,
+    /// Bytes of the packet copied into the queue because the socket did not take them.
+    pub(crate) queued: usize,
+    /// The packet is held, to go out with the next ones.
+    pub(crate) held: bool,
 }
 
 impl TxQueue {
@@ -112,9 +141,85 @@ impl TxQueue {
         &self.buf[self.head..]
     }
 
+    /// Since when packets are held (`None`: nothing held).
+    pub(crate) fn held_since(&self) -> Option<Instant> {
+        self.held
+    }
+
     /// Queues the bytes of `pieces` from offset `skip` on (a copy).
     pub(crate) fn push(&mut self, pieces: &Pieces<'_>, skip: usize) {
         pieces.copy_from(skip, &mut self.buf);
+    }
+
+    /// Hands one packet (`head` pieces, then `payload`) to the rail, behind whatever
+    /// waits in the queue.
+    ///
+    /// - `writable` false (the socket would block): the packet is queued (a copy).
+    /// - `hold` is `Some(now)` and the packet is at most [`HOLD_PACKET`] bytes: it is
+    ///   queued and held, unless that makes [`HOLD_BYTES`], when everything is written.
+    /// - Otherwise the queued bytes and the packet go out in one gather write, the
+    ///   payload straight from the caller's slices; what the socket does not take is
+    ///   queued.
+    pub(crate) fn send<W: Write>(
+        &mut self,
+        w: &mut W,
+        head: [&[u8]; 2],
+        payload: &[&[u8]],
+        writable: bool,
+        hold: Option<Instant>,
+    ) -> io::Result<Sent> {
+        let packet = Pieces::new([head[0], head[1], &[]], payload);
+        if !writable {
+            let before = self.len();
+            self.push(&packet, 0);
+            return Ok(Sent {
+                writable: false,
+                queued: self.len() - before,
+                held: false,
+            });
+        }
+        let before = self.len();
+        if let Some(now) = hold {
+            self.push(&packet, 0);
+            let len = self.len() - before;
+            if len <= HOLD_PACKET {
+                if self.len() < HOLD_BYTES {
+                    self.held.get_or_insert(now);
+                    return Ok(Sent {
+                        writable: true,
+                        queued: 0,
+                        held: true,
+                    });
+                }
+                self.flush(w)?;
+                return Ok(Sent {
+                    writable: self.is_empty(),
+                    queued: 0,
+                    held: false,
+                });
+            }
+            // Too long to hold: take it back and write it from the caller's memory.
+            self.buf.truncate(self.buf.len() - len);
+        }
+        self.held = None;
+        let queued = self.len();
+        let all = Pieces::new([self.bytes(), head[0], head[1]], payload);
+        let n = write_gather(w, &all, 0)?;
+        let len = queued + packet_len(&packet);
+        if n >= queued {
+            self.consume(queued);
+            if n < len {
+                self.push(&packet, n - queued);
+            }
+        } else {
+            self.consume(n);
+            self.push(&packet, 0);
+        }
+        Ok(Sent {
+            writable: n == len,
+            queued: len - n.max(queued),
+            held: false,
+        })
     }
 
     /// Marks `n` waiting bytes as written.
@@ -129,9 +234,10 @@ impl TxQueue {
         }
     }
 
-    /// Writes waiting bytes until none are left or the writer would block; returns the
-    /// bytes written.
+    /// Writes waiting bytes (held ones too) until none are left or the writer would
+    /// block; returns the bytes written. Nothing is held afterwards.
     pub(crate) fn flush<W: Write>(&mut self, w: &mut W) -> io::Result<usize> {
+        self.held = None;
         if self.is_empty() {
             return Ok(0);
         }
@@ -144,7 +250,12 @@ impl TxQueue {
     pub(crate) fn clear(&mut self) {
         self.buf = Vec::new();
         self.head = 0;
+        self.held = None;
     }
+}
+
+fn packet_len(p: &Pieces<'_>) -> usize {
+    p.iter().map(<[u8]>::len).sum()
 }
 
 #[cfg(test)]
@@ -238,7 +349,119 @@ pub(crate) mod tests {
         assert!(write_gather(&mut w, &p, 0).is_err());
     }
 
+    #[test]
+    fn held_packets_share_one_write() {
+        let mut w = Scripted::new(usize::MAX, usize::MAX);
+        let mut q = TxQueue::default();
+        let now = Instant(5);
+        for i in 0..10u8 {
+            let s = q.send(&mut w, [b"HDR", &[i]], &[b"payload"], true, Some(now));
+            assert_eq!(
+                s.unwrap(),
+                Sent {
+                    writable: true,
+                    queued: 0,
+                    held: true
+                }
+            );
+        }
+        assert_eq!((w.calls, q.held_since()), (0, Some(now)));
+        // A packet written at once takes the held ones with it: one write.
+        let big = vec![7u8; HOLD_PACKET];
+        let s = q.send(&mut w, [b"HDR", b""], &[&big], true, Some(now));
+        assert_eq!((s.unwrap().held, w.calls, q.len()), (false, 1, 0));
+        assert_eq!(q.held_since(), None);
+        assert_eq!(w.got.len(), 10 * 11 + 3 + HOLD_PACKET);
+    }
+
+    #[test]
+    fn holding_stops_at_hold_bytes() {
+        let mut w = Scripted::new(usize::MAX, usize::MAX);
+        let mut q = TxQueue::default();
+        let p = vec![1u8; 1000];
+        let mut sends = 0;
+        while w.calls == 0 {
+            q.send(&mut w, [b"", b""], &[&p], true, Some(Instant(0)))
+                .unwrap();
+            sends += 1;
+        }
+        assert_eq!(sends, HOLD_BYTES.div_ceil(1000));
+        assert!(q.is_empty() && q.held_since().is_none());
+    }
+
+    /// One step of [`sends_and_flushes_keep_the_stream`].
+    #[derive(Clone, Debug)]
+    enum Step {
+        /// A packet of this many payload bytes, held or not.
+        Send(usize, bool),
+        /// The socket takes this many more bytes (then would block).
+        Room(usize),
+        /// A poll's flush.
+        Flush,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            4 => (0usize..3 * HOLD_PACKET / 2, any::<bool>()).prop_map(|(l, h)| Step::Send(l, h)),
+            1 => (0usize..200_000).prop_map(Step::Room),
+            1 => Just(Step::Flush),
+        ]
+    }
+
     proptest! {
+        /// Whatever is held, written at once, queued or flushed, and however much the
+        /// socket takes, the bytes it gets are the packets in order, nothing held is
+        /// written before a flush or a write-through, and a flush with room leaves
+        /// nothing behind.
+        #[test]
+        fn sends_and_flushes_keep_the_stream(
+            steps in proptest::collection::vec(step(), 1..60),
+        ) {
+            let mut w = Scripted::new(usize::MAX, 0);
+            let mut q = TxQueue::default();
+            let mut writable = true;
+            let mut whole = Vec::new();
+            for (k, st) in steps.iter().enumerate() {
+                match *st {
+                    Step::Send(len, hold) => {
+                        let hdr = [k as u8; 3];
+                        let payload: Vec<u8> = (0..len).map(|j| (j + k) as u8).collect();
+                        whole.extend_from_slice(&hdr);
+                        whole.extend_from_slice(&payload);
+                        let before = w.got.len();
+                        let hold = hold.then_some(Instant(k as u64));
+                        let s = q
+                            .send(&mut w, [&hdr, b""], &[&payload], writable, hold)
+                            .unwrap();
+                        if s.held {
+                            prop_assert!(writable && len + 3 <= HOLD_PACKET);
+                            prop_assert_eq!(w.got.len(), before, "held: nothing written");
+                            prop_assert!(q.held_since().is_some());
+                        }
+                        writable = s.writable;
+                    }
+                    Step::Room(n) => {
+                        w.room = w.room.saturating_add(n);
+                        writable = true;
+                    }
+                    Step::Flush => {
+                        if writable {
+                            q.flush(&mut w).unwrap();
+                            writable = q.is_empty();
+                            prop_assert!(q.held_since().is_none());
+                        }
+                    }
+                }
+                let mut seen = w.got.clone();
+                seen.extend_from_slice(q.bytes());
+                prop_assert_eq!(&seen, &whole, "written + queued is the stream");
+            }
+            w.room = usize::MAX;
+            q.flush(&mut w).unwrap();
+            prop_assert!(q.is_empty());
+            prop_assert_eq!(w.got, whole);
+        }
+
         /// Whatever the writer takes, what it got plus what was queued is the packet, in
         /// order, and flushing the queue later completes it.
         #[test]
