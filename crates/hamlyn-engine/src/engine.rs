@@ -9,9 +9,8 @@ use std::sync::Arc;
 
 use hamlyn_core::{
     AreaId, Areas, Instant, Interface, Memory, Notification, Placement, QueueId, RejectReason,
-    Segment, SendSpec,
+    Segment, Segmenter, SendSpec,
 };
-use hamlyn_shm::spsc::PopError;
 use hamlyn_shm::wake::EventFd;
 use hamlyn_wire::request::{
     send_flags, Completion, Payload, RequestOp, SendRequest, MAX_GATHER, REQUEST_LEN,
@@ -20,7 +19,7 @@ use hamlyn_wire::{Flags, NodeId, Op, RequestId, SlotId};
 
 use crate::areas::AreaTable;
 use crate::config::EngineConfig;
-use crate::port::{InFlight, Port};
+use crate::port::{InFlight, Port, TerminusState};
 use crate::sched::{Scheduler, TerminusKey, PRIORITY_LEVELS};
 use crate::source::{Piece, Source};
 use crate::stats::EngineCounters;
@@ -130,89 +129,84 @@ impl EngineState {
 
     /// Sends at most one packet of terminus `key`; whether it had work. A request ends
     /// on the turn of its last packet (or of its refusal): a single-packet message is
-    /// taken, delivered and completed in one turn.
+    /// taken, delivered and completed in one turn, without ever being stored as an
+    /// [`InFlight`] (which only multi-packet requests, and the rare request that must
+    /// wait for room for its error completion, become).
     fn serve(&mut self, (cid, t): TerminusKey) -> bool {
         let t = usize::from(t);
-        let Some(mut cur) = self.take_current(cid, t) else {
+        let Some(term) = port_mut(&mut self.clients, cid).and_then(|p| p.termini.get_mut(t)) else {
             return false;
         };
-        let next = if cur.failed.is_none() {
-            cur.pending
-                .take()
-                .or_else(|| cur.seg.as_mut().and_then(Iterator::next))
-        } else {
-            None
-        };
-        let Some(seg) = next else {
-            self.finish(cid, t, cur);
+        // Tested first: `take` on an empty `Option<InFlight>` would still copy all of it.
+        if term.current.is_some() {
+            if let Some(cur) = term.current.take() {
+                self.continue_request(cid, t, cur);
+            }
             return true;
-        };
-        match self.deliver(cid, &cur.req, &seg) {
-            Ok(true) => {}
-            // The fabric is full: this packet goes first on a later turn.
-            Ok(false) => cur.pending = Some(seg),
-            Err(reason) => cur.failed = Some(reason),
         }
-        let more = cur.failed.is_none()
-            && (cur.pending.is_some() || cur.seg.as_ref().is_some_and(|s| s.len() > 0));
-        if more {
-            self.put_current(cid, t, cur);
-        } else {
-            self.finish(cid, t, cur);
+        if term.broken {
+            return false;
+        }
+        let Some(ring) = term.ring.as_mut() else {
+            return false;
+        };
+        // An empty ring is the common case of an idle turn: no buffer to prepare then.
+        match ring.has_next() {
+            Ok(true) => {}
+            Ok(false) => return false,
+            Err(_) => {
+                ring_corrupt(&mut self.counters, term, cid, t);
+                return false;
+            }
+        }
+        let mut buf = [0u8; REQUEST_LEN];
+        match ring.pop(&mut buf) {
+            Ok(true) => {}
+            Ok(false) => return false,
+            Err(_) => {
+                ring_corrupt(&mut self.counters, term, cid, t);
+                return false;
+            }
+        }
+        // A request we cannot read still finishes, with an error naming its slot of the
+        // ring (the client's own count of pushes).
+        let ring_seq = term.finished as u32;
+        self.counters.requests += 1;
+        match self.open_request(cid, t, &buf, ring_seq) {
+            Ok((req, seg)) => self.first_packet(cid, t, &req, seg),
+            Err((seq, reason)) => {
+                if !self.end_request(cid, t, seq, Some(reason)) {
+                    self.put_current(cid, t, failed_request(seq, reason));
+                }
+            }
         }
         true
     }
 
-    /// The terminus's request in flight, taking the next one from its ring if needed.
-    fn take_current(&mut self, cid: u32, t: usize) -> Option<InFlight> {
-        let node = self.iface.node();
-        let mtu = self.cfg.intra_mtu;
-        let remote_mtu = self.cfg.remote_mtu;
-        let port = port_mut(&mut self.clients, cid)?;
-        let term = port.termini.get_mut(t)?;
-        // Tested first: `take` on an empty `Option<InFlight>` would still copy all of it.
-        if term.current.is_some() {
-            return term.current.take();
-        }
-        if term.broken {
-            return None;
-        }
-        let ring = term.ring.as_mut()?;
-        let mut buf = [0u8; REQUEST_LEN];
-        match ring.pop(&mut buf) {
-            Ok(true) => {}
-            Ok(false) => return None,
-            Err(PopError::Corrupt { .. }) | Err(_) => {
-                term.broken = true;
-                self.counters.corrupt_rings += 1;
-                tracing::warn!(
-                    client = cid,
-                    terminus = t,
-                    "terminus ring corrupt; no longer served"
-                );
-                return None;
-            }
-        }
-        self.counters.requests += 1;
-        let req = match SendRequest::decode(&buf) {
-            Ok(r) => r,
-            Err(_) => {
-                self.counters.bad_requests += 1;
-                // A request we cannot read still finishes, with an error naming its slot
-                // of the ring (the client's own count of pushes).
-                let seq = term.finished as u32;
-                return Some(failed_request(seq, RejectReason::Malformed));
-            }
+    /// Decodes and checks a request copied out of terminus `t`'s ring and segments it;
+    /// on refusal, the sequence number to report and why.
+    fn open_request(
+        &mut self,
+        cid: u32,
+        t: usize,
+        buf: &[u8; REQUEST_LEN],
+        ring_seq: u32,
+    ) -> Result<(SendRequest, Segmenter), (u32, RejectReason)> {
+        let Ok(req) = SendRequest::decode(buf) else {
+            self.counters.bad_requests += 1;
+            return Err((ring_seq, RejectReason::Malformed));
         };
+        let node = self.iface.node();
         if req.incarnation != 0
             && self
                 .incarnation_of(req.dst_node)
                 .is_some_and(|i| i != req.incarnation)
         {
             self.counters.bad_requests += 1;
-            return Some(failed_request(req.seq, RejectReason::StaleIncarnation));
+            return Err((req.seq, RejectReason::StaleIncarnation));
         }
         let fast = req.is_fast();
+        let len = req.len();
         let spec = SendSpec {
             src: node,
             dst: NodeId(req.dst_node),
@@ -220,7 +214,7 @@ impl EngineState {
             key: req.key,
             meta_index: req.meta_index,
             offset: req.offset,
-            len: req.len(),
+            len,
             meta: req.metadata(),
             y: req.y,
             max_packets: None,
@@ -234,28 +228,82 @@ impl EngineState {
         };
         // Packets to other nodes are smaller, so they stripe across rails.
         let mtu = if req.dst_node == node.0 {
-            mtu
+            self.cfg.intra_mtu
         } else {
-            remote_mtu
+            self.cfg.remote_mtu
         };
         // Fast messages must be one packet whatever the packet size.
-        let mtu = if fast { mtu.max(req.len()).max(1) } else { mtu };
+        let mtu = if fast { mtu.max(len).max(1) } else { mtu };
         let op = match req.op {
             RequestOp::Write => Op::Write,
             RequestOp::Read => Op::ReadReq,
             RequestOp::Atomic => Op::AtomicReq,
         };
-        match spec.segment(mtu).map(|s| s.with_op(op)) {
-            Ok(seg) => Some(InFlight {
-                req,
-                seg: Some(seg),
-                pending: None,
-                failed: None,
-            }),
+        match spec.segment(mtu) {
+            Ok(seg) => Ok((req, seg.with_op(op))),
             Err(_) => {
                 self.counters.bad_requests += 1;
-                Some(failed_request(req.seq, RejectReason::Malformed))
+                Err((req.seq, RejectReason::Malformed))
             }
+        }
+    }
+
+    /// Sends the first packet of a request just taken from the ring. A request that
+    /// needs nothing more ends here; one with packets left (or waiting for the fabric,
+    /// or for room for its error completion) is kept in flight.
+    fn first_packet(&mut self, cid: u32, t: usize, req: &SendRequest, mut seg: Segmenter) {
+        let mut cur_pending = None;
+        let mut failed = None;
+        if let Some(first) = seg.next() {
+            match self.deliver(cid, req, &first) {
+                Ok(true) => {}
+                // The fabric is full: this packet goes first on a later turn.
+                Ok(false) => cur_pending = Some(first),
+                Err(reason) => failed = Some(reason),
+            }
+        }
+        let more = failed.is_none() && (cur_pending.is_some() || seg.len() > 0);
+        if !more && self.end_request(cid, t, req.seq, failed) {
+            return;
+        }
+        self.put_current(
+            cid,
+            t,
+            InFlight {
+                req: *req,
+                seg: Some(seg),
+                pending: cur_pending,
+                failed,
+            },
+        );
+    }
+
+    /// Sends the next packet of a request in flight, or ends it.
+    #[cold]
+    fn continue_request(&mut self, cid: u32, t: usize, mut cur: InFlight) {
+        let next = if cur.failed.is_none() {
+            cur.pending
+                .take()
+                .or_else(|| cur.seg.as_mut().and_then(Iterator::next))
+        } else {
+            None
+        };
+        if let Some(seg) = next {
+            match self.deliver(cid, &cur.req, &seg) {
+                Ok(true) => {}
+                // The fabric is full: this packet goes first on a later turn.
+                Ok(false) => cur.pending = Some(seg),
+                Err(reason) => cur.failed = Some(reason),
+            }
+            let more = cur.failed.is_none()
+                && (cur.pending.is_some() || cur.seg.as_ref().is_some_and(|s| s.len() > 0));
+            if more {
+                self.put_current(cid, t, cur);
+                return;
+            }
+        }
+        if !self.end_request(cid, t, cur.req.seq, cur.failed) {
+            self.put_current(cid, t, cur);
         }
     }
 
@@ -269,29 +317,28 @@ impl EngineState {
         }
     }
 
-    /// Ends a request: an error completion if it failed, then the completion word. If the
-    /// error ring is full the request stays in flight (back-pressure, nothing dropped).
-    fn finish(&mut self, cid: u32, t: usize, cur: InFlight) {
+    /// Ends request `seq` of terminus `t`: an error completion if it failed, then the
+    /// completion word. `false` if the error ring is full: the caller keeps the request
+    /// in flight and tries again on a later turn (back-pressure, nothing dropped).
+    fn end_request(&mut self, cid: u32, t: usize, seq: u32, failed: Option<RejectReason>) -> bool {
         let Some(port) = port_mut(&mut self.clients, cid) else {
-            return;
+            return true;
         };
-        if let Some(reason) = cur.failed {
+        if let Some(reason) = failed {
             let c = Completion {
-                seq: cur.req.seq,
+                seq,
                 status: u16::from(reason.code()),
                 terminus: t as u16,
                 value: 0,
             };
             if port.errors.try_push(&c.encode()).is_err() {
-                if let Some(term) = port.termini.get_mut(t) {
-                    term.current = Some(cur);
-                }
-                return;
+                return false;
             }
             self.counters.error_completions += 1;
         }
         port.finish(t);
         self.counters.completed += 1;
+        true
     }
 
     /// Delivers one packet of a client's request: intra-node, admit, copy, commit,
@@ -432,6 +479,18 @@ pub fn post(clients: &mut [Option<Client>], counters: &mut EngineCounters, n: No
         Some(Err(_)) => counters.queue_overflows += 1,
         None => counters.orphan_notifications += 1,
     }
+}
+
+/// A client wrote impossible indices into terminus `t`'s ring: it is no longer served.
+#[cold]
+fn ring_corrupt(counters: &mut EngineCounters, term: &mut TerminusState, cid: u32, t: usize) {
+    term.broken = true;
+    counters.corrupt_rings += 1;
+    tracing::warn!(
+        client = cid,
+        terminus = t,
+        "terminus ring corrupt; no longer served"
+    );
 }
 
 /// A request that fails before its first packet: no packets, one error completion.

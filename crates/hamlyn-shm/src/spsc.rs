@@ -393,6 +393,18 @@ impl<M: RingMemory> Consumer<M> {
         Ok(self.len()? == 0)
     }
 
+    /// Whether [`Consumer::pop`] would return an entry now: the cached producer index
+    /// when it already says so, else a fresh read (as [`Consumer::len`], whose Acquire
+    /// load the next `pop` then relies on). Lets a poller of an empty ring skip
+    /// preparing a buffer for `pop`.
+    #[inline]
+    pub fn has_next(&mut self) -> Result<bool, PopError> {
+        if self.cons != self.prod_cache {
+            return Ok(true);
+        }
+        Ok(self.len()? != 0)
+    }
+
     fn index(&self, off: usize) -> Result<&AtomicU64, PopError> {
         match self.mem.atomic_u64(off) {
             Some(a) => Ok(a),
