@@ -358,6 +358,18 @@ fn read_entry<A: Areas>(
     Ok((off, entry))
 }
 
+/// Where entry `index` of the slot's metadata lies, if it exists and lies inside its
+/// area: the refusals of [`read_entry`] (`BadMetaIndex`, `AreaGone`) without reading it.
+fn entry_in_place<A: Areas>(areas: &mut A, slot: &Slot, index: u32) -> Result<u64, RejectReason> {
+    let meta = slot.config.meta.ok_or(RejectReason::BadMetaIndex)?;
+    let off = meta.entry_offset(index).ok_or(RejectReason::BadMetaIndex)?;
+    let mem = areas.area(meta.area).ok_or(RejectReason::AreaGone)?;
+    match off.checked_add(hamlyn_wire::META_ENTRY_LEN as u64) {
+        Some(end) if end <= mem.len() => Ok(off),
+        _ => Err(RejectReason::AreaGone),
+    }
+}
+
 /// The admission checks, in an order that reveals nothing to a sender without the key.
 fn check<A: Areas>(
     node: NodeId,
@@ -396,8 +408,12 @@ fn check<A: Areas>(
         if h.is_fast() {
             return Err(fail(RejectReason::BadMode));
         }
-        let (_, entry) = read_entry(areas, slot, h.meta_index).map_err(fail)?;
-        if slot.config.mode.is_paranoid() {
+        if !slot.config.mode.is_paranoid() {
+            // A slot-keyed mode needs nothing from the entry now, only that it exists
+            // (commit writes it): checked without reading its 128 bytes.
+            entry_in_place(areas, slot, h.meta_index).map_err(fail)?;
+        } else {
+            let (_, entry) = read_entry(areas, slot, h.meta_index).map_err(fail)?;
             if h.key != entry.paranoid_key.get() {
                 return Err(fail(RejectReason::ParanoidKey));
             }

@@ -128,32 +128,8 @@ impl<'a> SendSpec<'a> {
 
     /// Segments the message into packets of at most `mtu` payload bytes.
     pub fn segment(&self, mtu: u64) -> Result<Segmenter, SegmentError> {
-        if mtu == 0 || mtu > u64::from(u32::MAX) {
-            return Err(SegmentError::BadMtu(mtu));
-        }
-        if self.meta.len() > MAX_META_LEN {
-            return Err(SegmentError::MetaTooLong(self.meta.len()));
-        }
-        if self.offset.checked_add(self.len).is_none() {
-            // No range can hold it, and the packets' offsets would overflow.
-            return Err(SegmentError::OutsideTicket {
-                offset: self.offset,
-                end: u128::from(self.offset) + u128::from(self.len),
-            });
-        }
-        let packets = self.packet_count(mtu);
-        if let Some(budget) = self.max_packets {
-            if packets > budget {
-                return Err(SegmentError::TooManyPackets {
-                    need: packets,
-                    budget,
-                });
-            }
-        }
+        let packets = self.check(mtu)?;
         let fast = self.meta_index == FAST_META_INDEX;
-        if fast && (packets != 1 || !self.meta.is_empty()) {
-            return Err(SegmentError::FastTooBig);
-        }
         let mut base = Header::new(Op::Write);
         base.src = self.src;
         base.dst = self.dst;
@@ -186,6 +162,39 @@ impl<'a> SendSpec<'a> {
             packets,
             next: 0,
         })
+    }
+
+    /// The checks [`SendSpec::segment`] makes, without building the packets: on success,
+    /// how many packets of at most `mtu` payload bytes the message needs. (A sender that
+    /// only validates a send, as the library does before queueing it, calls this.)
+    pub fn check(&self, mtu: u64) -> Result<u64, SegmentError> {
+        if mtu == 0 || mtu > u64::from(u32::MAX) {
+            return Err(SegmentError::BadMtu(mtu));
+        }
+        if self.meta.len() > MAX_META_LEN {
+            return Err(SegmentError::MetaTooLong(self.meta.len()));
+        }
+        if self.offset.checked_add(self.len).is_none() {
+            // No range can hold it, and the packets' offsets would overflow.
+            return Err(SegmentError::OutsideTicket {
+                offset: self.offset,
+                end: u128::from(self.offset) + u128::from(self.len),
+            });
+        }
+        let packets = self.packet_count(mtu);
+        if let Some(budget) = self.max_packets {
+            if packets > budget {
+                return Err(SegmentError::TooManyPackets {
+                    need: packets,
+                    budget,
+                });
+            }
+        }
+        let fast = self.meta_index == FAST_META_INDEX;
+        if fast && (packets != 1 || !self.meta.is_empty()) {
+            return Err(SegmentError::FastTooBig);
+        }
+        Ok(packets)
     }
 }
 

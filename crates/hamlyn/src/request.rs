@@ -155,7 +155,8 @@ pub(crate) fn plan<'a>(
     )?;
     spec.notify = opts.notify;
     spec.wake = opts.wake;
-    spec.segment(BUDGET_PACKET_BYTES)?;
+    // The checks of segmentation, without building the packets.
+    spec.check(BUDGET_PACKET_BYTES)?;
     Ok(spec)
 }
 
