@@ -532,9 +532,9 @@ impl TcpFabric {
 
     /// Writes held packets, then blocks until a socket of the fabric is ready, `max`
     /// passes or the fabric's next timer is due ([`TcpFabric::next_timer`], measured
-    /// from `now`), without delivering anything (the next [`Fabric::poll`] does). Returns at once if the last poll left
-    /// work behind (its budget ran out) or peer events wait. Interrupted waits return
-    /// early; other poller errors are returned.
+    /// from `now`), without delivering anything (the next [`Fabric::poll`] does).
+    /// Returns at once if the last poll left work behind (its budget ran out) or peer
+    /// events wait. Interrupted waits return early; other poller errors are returned.
     pub fn wait(&mut self, now: Instant, max: Duration) -> io::Result<()> {
         // Going to sleep ends a stream: nothing stays held.
         self.flush_all(now, false);
