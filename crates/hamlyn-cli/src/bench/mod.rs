@@ -635,7 +635,7 @@ fn one_engine(
             }
             if !args.no_extras {
                 let (socket, _) = at.engines.sockets();
-                extras(&socket, plan, args, peer, &mut at, progress, out)?;
+                extras(&socket, plan, args, &mut at, progress, out)?;
             }
         }
         Ok(())
@@ -652,7 +652,6 @@ fn extras(
     socket: &Path,
     plan: &Plan,
     args: &BenchArgs,
-    peer: &mut PeerProcess,
     at: &mut Attached,
     progress: &Progress,
     out: &mut Measured,
@@ -673,16 +672,8 @@ fn extras(
     }
     let (warmup, iters) = plan.latency_counts(8);
     out.scaling = Some(
-        scaling::measure(
-            socket,
-            &mut at.ep,
-            peer,
-            &at.to_peer,
-            warmup,
-            iters.min(5_000),
-            progress,
-        )
-        .map_err(|e| BenchError::during("scaling: ports and slots".into(), e))?,
+        scaling::measure(socket, &mut at.ep, warmup, iters.min(5_000), progress)
+            .map_err(|e| BenchError::during("scaling: ports and slots".into(), e))?,
     );
     Ok(())
 }

@@ -412,8 +412,8 @@ fn scaling_text(sc: &Scaling) -> String {
     }
     align_right(&mut t, 4);
     let mut out = format!(
-        "\nScaling: one-way latency of the 8 B mediated tagged write while idle ports (each \
-         with a terminus and a queue) and idle slots exist on the engine\n\n{t}\n"
+        "\nScaling: one hop through the engine (8 B tagged write, a process to itself) while \
+         idle ports (each with a terminus and a queue) and idle slots exist on the engine\n\n{t}\n"
     );
     for n in &sc.notes {
         out.push_str(&format!("note: {n}\n"));
