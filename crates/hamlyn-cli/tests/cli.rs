@@ -217,7 +217,7 @@ const BANDWIDTH_SIZES: [u64; 6] = [64, 512, 4096, 65536, 1 << 20, 4 << 20];
 /// The (op, size) rows a mode must report, in the order measured.
 fn expected_rows(mode: &str) -> Vec<(String, u64)> {
     let mut rows = Vec::new();
-    for op in ["tagged_write", "polled_write", "datagram"] {
+    for op in ["polled_write", "tagged_write", "datagram"] {
         rows.extend(LATENCY_SIZES.map(|s| (op.to_string(), s)));
     }
     if mode != "direct" {

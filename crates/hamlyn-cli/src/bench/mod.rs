@@ -323,17 +323,16 @@ fn measure(args: &BenchArgs, plan: &Plan) -> Result<Report, BenchError> {
         ));
         progress.done();
     }
-    let tcp_floor = if args.has(Mode::Tcp) {
-        Some(raw_tcp_floor(&mut peer, plan, &progress)?)
-    } else {
-        None
-    };
-
     let mut measured = Measured::default();
     if args.has(Mode::Direct) || args.has(Mode::Mediated) {
         one_engine(args, plan, cpus, &mut peer, &progress, &mut measured)?;
     }
+    // Raw TCP just before the TCP engines start, not before the one engine: a blocking
+    // ping-pong leaves the two processes on one CPU (the kernel wakes a task where its
+    // waker runs), and the next measurement would pay for that placement.
+    let mut tcp_floor = None;
     if args.has(Mode::Tcp) {
+        tcp_floor = Some(raw_tcp_floor(&mut peer, plan, &progress)?);
         two_engines(args, plan, cpus, &mut peer, &progress, &mut measured)?;
     }
     let peers = if args.peers {
