@@ -67,6 +67,10 @@ pub struct EngineState {
     pub clients: Vec<Option<Client>>,
     /// Terminus scheduling.
     pub sched: Scheduler,
+    /// Turns taken (the scheduler staggers cold termini by it).
+    pub turns: u64,
+    /// The next turn looks at every terminus, cold ones too (set after a sleep).
+    pub look_at_all: bool,
     /// Slots destroyed because their owner died: packets to them fail with PeerDown.
     pub tombstones: HashSet<u32>,
     /// The doorbell clients poke when the engine sleeps.
@@ -102,6 +106,11 @@ impl EngineState {
     pub fn turn(&mut self) -> bool {
         // The scheduler's order (`Scheduler::turn`), walked by index so that `serve` can
         // borrow the whole state: no copy of the scheduler per turn.
+        // Cold termini are looked at on their share of the turns only (`sched`), every
+        // one on the first turn after a sleep.
+        let all = std::mem::take(&mut self.look_at_all);
+        self.turns = self.turns.wrapping_add(1);
+        let turn = self.turns;
         let mut busy = false;
         for level in 0..PRIORITY_LEVELS {
             let n = self.sched.level_len(level);
@@ -109,8 +118,16 @@ impl EngineState {
                 continue;
             }
             for i in 0..n {
+                let Some(place) = self.sched.place(level, i) else {
+                    continue;
+                };
+                if !self.sched.due(level, place, turn, all) {
+                    continue;
+                }
                 if let Some(key) = self.sched.nth(level, i) {
-                    busy |= self.serve(key);
+                    let had_work = self.serve(key);
+                    self.sched.record(level, place, had_work);
+                    busy |= had_work;
                 }
             }
             self.sched.rotate(level);

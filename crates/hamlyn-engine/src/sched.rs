@@ -3,17 +3,33 @@
 //!
 //! The scheduler knows termini only by an opaque key; the engine asks it for the order in
 //! which to visit termini this turn and tells it which ones had work.
+//!
+//! **Cold termini.** Looking at a terminus costs a read of its ring's index in the
+//! client's shared memory (a page of its own per port: with hundreds of ports, mostly TLB
+//! and cache misses). A terminus that has had no work for [`HOT_TURNS`] turns is *cold*
+//! and is looked at only every [`COLD_STRIDE`]-th turn (staggered, so each turn looks at
+//! a 1/`COLD_STRIDE` share of them); one that has work is hot again at once. A turn's
+//! cost then grows with the busy termini, not with every terminus that exists, and a
+//! cold terminus's first request waits at most `COLD_STRIDE` turns. After the engine
+//! slept, its first turn looks at every terminus ([`Scheduler::due`]'s `all`): a doorbell
+//! is not left waiting.
 
 /// Opaque terminus key: (client id, terminus index).
 pub type TerminusKey = (u32, u16);
 
 /// Priority levels: 0 is served first.
 pub const PRIORITY_LEVELS: usize = 4;
+/// Turns without work after which a terminus is cold.
+pub const HOT_TURNS: u32 = 1024;
+/// A cold terminus is looked at every this many turns.
+pub const COLD_STRIDE: u64 = 16;
 
 /// Round robin within priority levels.
 #[derive(Debug, Default)]
 pub struct Scheduler {
     levels: [Vec<TerminusKey>; PRIORITY_LEVELS],
+    /// Consecutive turns each terminus had no work, by its place in `levels`.
+    idle: [Vec<u32>; PRIORITY_LEVELS],
     /// Where the next turn starts in each level (rotates so no terminus is always first).
     cursor: [usize; PRIORITY_LEVELS],
 }
@@ -29,19 +45,34 @@ impl Scheduler {
         self.remove(key);
         let level = usize::from(priority).min(PRIORITY_LEVELS - 1);
         self.levels[level].push(key);
+        // A new terminus is hot: its first requests are usually on their way.
+        self.idle[level].push(0);
     }
 
     /// Removes a terminus.
     pub fn remove(&mut self, key: TerminusKey) {
-        for level in &mut self.levels {
-            level.retain(|k| *k != key);
-        }
+        self.remove_where(|k| k == key);
     }
 
     /// Removes every terminus of a client.
     pub fn remove_client(&mut self, client: u32) {
-        for level in &mut self.levels {
-            level.retain(|k| k.0 != client);
+        self.remove_where(|k| k.0 == client);
+    }
+
+    /// Removes the termini `gone` says, with their idle counts.
+    fn remove_where(&mut self, gone: impl Fn(TerminusKey) -> bool) {
+        for (keys, idle) in self.levels.iter_mut().zip(self.idle.iter_mut()) {
+            let mut i = 0;
+            while i < keys.len() {
+                if gone(keys[i]) {
+                    keys.remove(i);
+                    if i < idle.len() {
+                        idle.remove(i);
+                    }
+                } else {
+                    i += 1;
+                }
+            }
         }
     }
 
@@ -62,7 +93,8 @@ impl Scheduler {
     ///
     /// The engine walks the same order itself with [`Scheduler::level_len`],
     /// [`Scheduler::nth`] and [`Scheduler::rotate`], so that its `serve` may borrow the
-    /// whole engine state.
+    /// whole engine state, and skips cold termini ([`Scheduler::due`]); this reference
+    /// order visits every terminus.
     pub fn turn(&mut self, mut serve: impl FnMut(TerminusKey) -> bool) -> bool {
         for level in 0..PRIORITY_LEVELS {
             let n = self.level_len(level);
@@ -93,14 +125,41 @@ impl Scheduler {
     /// cursor and wraps around).
     #[inline]
     pub fn nth(&self, level: usize, i: usize) -> Option<TerminusKey> {
-        let keys = self.levels.get(level)?;
-        let n = keys.len();
+        let at = self.place(level, i)?;
+        self.levels.get(level)?.get(at).copied()
+    }
+
+    /// Where the `i`-th terminus of `level` in this turn's order sits in the level.
+    #[inline]
+    pub fn place(&self, level: usize, i: usize) -> Option<usize> {
+        let n = self.levels.get(level)?.len();
         if i >= n {
             return None;
         }
-        let start = self.start(level, n);
-        let at = start + i;
-        keys.get(if at >= n { at - n } else { at }).copied()
+        let at = self.start(level, n) + i;
+        Some(if at >= n { at - n } else { at })
+    }
+
+    /// Whether the terminus at `place` of `level` is to be looked at on turn `turn`: when
+    /// it is hot, when `all` (the first turn after a sleep), or on its share of the cold
+    /// turns.
+    #[inline]
+    pub fn due(&self, level: usize, place: usize, turn: u64, all: bool) -> bool {
+        let idle = self
+            .idle
+            .get(level)
+            .and_then(|v| v.get(place))
+            .copied()
+            .unwrap_or(0);
+        all || idle < HOT_TURNS || (turn.wrapping_add(place as u64)) % COLD_STRIDE == 0
+    }
+
+    /// Records whether the terminus at `place` of `level` had work when looked at.
+    #[inline]
+    pub fn record(&mut self, level: usize, place: usize, busy: bool) {
+        if let Some(idle) = self.idle.get_mut(level).and_then(|v| v.get_mut(place)) {
+            *idle = if busy { 0 } else { idle.saturating_add(1) };
+        }
     }
 
     /// Moves the start of `level`'s order on by one, so no terminus is always first.
@@ -159,6 +218,46 @@ mod tests {
         first.sort();
         first.dedup();
         assert_eq!(first.len(), 3, "the first terminus served rotates");
+    }
+
+    #[test]
+    fn an_idle_terminus_turns_cold_and_hot_again() {
+        let mut s = Scheduler::new();
+        s.add((1, 0), 0);
+        s.add((2, 0), 0);
+        let place = |s: &Scheduler, key: TerminusKey| {
+            (0..2)
+                .find(|&i| s.nth(0, i) == Some(key))
+                .and_then(|i| s.place(0, i))
+                .expect("scheduled")
+        };
+        let p = place(&s, (1, 0));
+        for turn in 0..u64::from(HOT_TURNS) {
+            assert!(s.due(0, p, turn, false), "hot while it idled {turn} turns");
+            s.record(0, p, false);
+        }
+        // Cold now: looked at on one turn in COLD_STRIDE, and on every turn after a sleep.
+        let due: Vec<u64> = (0..2 * COLD_STRIDE)
+            .filter(|&t| s.due(0, p, t, false))
+            .collect();
+        assert_eq!(due.len(), 2, "{due:?}");
+        assert!((0..2 * COLD_STRIDE).all(|t| s.due(0, p, t, true)));
+        // The other terminus, never idle, is untouched.
+        let q = place(&s, (2, 0));
+        assert!((0..2 * COLD_STRIDE).all(|t| s.due(0, q, t, false)));
+        // Work makes it hot at once.
+        s.record(0, p, true);
+        assert!((0..2 * COLD_STRIDE).all(|t| s.due(0, p, t, false)));
+        // Removing a terminus keeps the counts with their termini.
+        for _ in 0..HOT_TURNS {
+            s.record(0, q, false);
+        }
+        s.remove((1, 0));
+        let q = place(&s, (2, 0));
+        assert_eq!(
+            (0..COLD_STRIDE).filter(|&t| s.due(0, q, t, false)).count(),
+            1
+        );
     }
 
     #[test]

@@ -116,6 +116,8 @@ impl Engine {
             areas: AreaTable::default(),
             clients: Vec::new(),
             sched: Scheduler::new(),
+            turns: 0,
+            look_at_all: false,
             tombstones: HashSet::new(),
             doorbell,
             stop,
@@ -203,6 +205,8 @@ impl Engine {
                 .min(self.state.cfg.max_sleep);
             self.poll_io(Some(sleep))?;
             self.disarm_doorbells();
+            // Whoever rang may be a cold terminus: look at every one next turn.
+            self.state.look_at_all = true;
             idle = 0;
         }
         tracing::info!("engine stopping");
