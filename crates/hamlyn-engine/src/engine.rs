@@ -124,7 +124,7 @@ impl EngineState {
                 if !self.sched.due(level, place, turn, all) {
                     continue;
                 }
-                if let Some(key) = self.sched.nth(level, i) {
+                if let Some(key) = self.sched.at(level, place) {
                     let had_work = self.serve(key);
                     self.sched.record(level, place, had_work);
                     busy |= had_work;

@@ -125,8 +125,13 @@ impl Scheduler {
     /// cursor and wraps around).
     #[inline]
     pub fn nth(&self, level: usize, i: usize) -> Option<TerminusKey> {
-        let at = self.place(level, i)?;
-        self.levels.get(level)?.get(at).copied()
+        self.at(level, self.place(level, i)?)
+    }
+
+    /// The terminus at `place` of `level` (a place from [`Scheduler::place`]).
+    #[inline]
+    pub fn at(&self, level: usize, place: usize) -> Option<TerminusKey> {
+        self.levels.get(level)?.get(place).copied()
     }
 
     /// Where the `i`-th terminus of `level` in this turn's order sits in the level.

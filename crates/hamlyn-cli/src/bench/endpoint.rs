@@ -336,9 +336,10 @@ impl Endpoint {
         let mut spins: u32 = 0;
         loop {
             self.polled_area.read(at, &mut got[..n])?;
-            // Pairs with the depositor's writes of the message: once its last bytes are
-            // seen, the rest of what the measurement needs (nothing more) is there. The
-            // fence also keeps the compiler from hoisting the read out of the loop.
+            // No Release partner, by design: a polled write's flag is plain data (as in
+            // UCX put_lat), and only its own bytes are waited for. The fence keeps the
+            // compiler from hoisting the read out of the loop and orders what this side
+            // does next after seeing the flag.
             std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
             if got[..n] == want[..n] {
                 return Ok(());

@@ -89,51 +89,33 @@ pub fn to_json(r: &Report) -> String {
     o.push_str(",\n \"loopback\": ");
     write_rows(&mut o, &r.loopback);
     o.push_str(",\n \"fairness\": ");
-    o.push('[');
-    for (i, f) in r.fairness.iter().enumerate() {
-        if i > 0 {
-            o.push_str(", ");
-        }
-        {
-            o.push_str(&format!(
-                "{{\"termini\": {}, \"size\": {}, \"per_terminus_gbps\": [",
-                f.termini, f.size
-            ));
-            for (i, g) in f.per_terminus_gbps.iter().enumerate() {
-                if i > 0 {
-                    o.push_str(", ");
-                }
-                write_num(&mut o, Some(*g));
-            }
-            o.push_str("], \"total_gbps\": ");
-            write_num(&mut o, Some(f.total_gbps));
-            o.push_str(", \"jain\": ");
-            write_num(&mut o, Some(f.jain));
-            o.push_str(&format!(
-                ", \"overflows\": {}, \"starved\": {:?}}}",
-                f.overflows, f.starved
-            ));
-        }
-    }
-    o.push(']');
+    write_list(&mut o, ", ", &r.fairness, |o, f| {
+        o.push_str(&format!(
+            "{{\"termini\": {}, \"size\": {}, \"per_terminus_gbps\": ",
+            f.termini, f.size
+        ));
+        write_list(o, ", ", &f.per_terminus_gbps, |o, g| write_num(o, Some(*g)));
+        write_fields(
+            o,
+            &[("total_gbps", Some(f.total_gbps)), ("jain", Some(f.jain))],
+        );
+        o.push_str(&format!(
+            ", \"overflows\": {}, \"starved\": {:?}}}",
+            f.overflows, f.starved
+        ));
+    });
     o.push_str(",\n \"scaling\": ");
     match &r.scaling {
         None => o.push_str("null"),
         Some(sc) => {
-            o.push_str("{\"points\": [");
-            for (i, p) in sc.points.iter().enumerate() {
-                o.push_str(if i > 0 { ",\n   " } else { "\n   " });
-                o.push_str(&format!(
-                    "{{\"ports\": {}, \"slots\": {}, \"p50_us\": ",
-                    p.ports, p.slots
-                ));
-                write_num(&mut o, Some(p.p50_us));
-                o.push_str(", \"p99_us\": ");
-                write_num(&mut o, Some(p.p99_us));
+            o.push_str("{\"points\": ");
+            write_list(&mut o, ",\n   ", &sc.points, |o, p| {
+                o.push_str(&format!("{{\"ports\": {}, \"slots\": {}", p.ports, p.slots));
+                write_fields(o, &[("p50_us", Some(p.p50_us)), ("p99_us", Some(p.p99_us))]);
                 o.push('}');
-            }
-            o.push_str("], \"notes\": ");
-            write_strs(&mut o, &sc.notes);
+            });
+            o.push_str(", \"notes\": ");
+            write_list(&mut o, ", ", &sc.notes, |o, n| write_str(o, n));
             o.push('}');
         }
     }
@@ -141,16 +123,15 @@ pub fn to_json(r: &Report) -> String {
     match &r.peers {
         None => o.push_str("null"),
         Some(p) => {
-            o.push_str("{\"results\": [");
-            for (i, x) in p.results.iter().enumerate() {
-                o.push_str(if i > 0 { ",\n   " } else { "\n   " });
+            o.push_str("{\"results\": ");
+            write_list(&mut o, ",\n   ", &p.results, |o, x| {
                 o.push_str("{\"peer\": ");
-                write_str(&mut o, x.kind.name());
+                write_str(o, x.kind.name());
                 o.push_str(", \"test\": ");
-                write_str(&mut o, x.test);
+                write_str(o, x.test);
                 o.push_str(&format!(", \"size\": {}", x.size));
                 write_fields(
-                    &mut o,
+                    o,
                     &[
                         ("p50_us", x.p50_us),
                         ("p99_us", x.p99_us),
@@ -159,45 +140,38 @@ pub fn to_json(r: &Report) -> String {
                     ],
                 );
                 o.push('}');
-            }
-            o.push_str("],\n  \"missing\": ");
-            write_strs(&mut o, &p.missing);
-            o.push_str(",\n  \"ratios\": [");
-            for (i, x) in r.peer_ratios(p).iter().enumerate() {
-                o.push_str(if i > 0 { ",\n   " } else { "\n   " });
+            });
+            o.push_str(",\n  \"missing\": ");
+            write_list(&mut o, ", ", &p.missing, |o, m| write_str(o, m));
+            o.push_str(",\n  \"ratios\": ");
+            write_list(&mut o, ",\n   ", &r.peer_ratios(p), |o, x| {
                 o.push_str("{\"mode\": ");
-                write_str(&mut o, x.mode.name());
+                write_str(o, x.mode.name());
                 o.push_str(", \"op\": ");
-                write_str(&mut o, x.op.name());
+                write_str(o, x.op.name());
                 o.push_str(&format!(", \"size\": {}, \"peer\": ", x.size));
-                write_str(&mut o, &x.peer);
-                write_fields(
-                    &mut o,
-                    &[("hamlyn", Some(x.hamlyn)), ("theirs", Some(x.theirs))],
-                );
+                write_str(o, &x.peer);
+                write_fields(o, &[("hamlyn", Some(x.hamlyn)), ("theirs", Some(x.theirs))]);
                 o.push_str(&format!(", \"ahead\": {}}}", x.ahead));
-            }
-            o.push_str("]}");
+            });
+            o.push('}');
         }
     }
-    o.push_str(",\n \"targets\": [");
-    for (i, t) in r.targets().iter().enumerate() {
-        o.push_str(if i > 0 { ",\n  " } else { "\n  " });
+    o.push_str(",\n \"targets\": ");
+    write_list(&mut o, ",\n  ", &r.targets(), |o, t| {
         o.push_str("{\"goal\": ");
-        write_str(&mut o, &t.goal);
+        write_str(o, &t.goal);
         o.push_str(", \"figure\": ");
-        write_str(&mut o, &t.figure);
+        write_str(o, &t.figure);
         o.push_str(&format!(", \"met\": {}}}", t.met));
-    }
-    o.push_str("]}\n");
+    });
+    o.push_str("}\n");
     o
 }
 
 /// `[{"mode": ..., "op": ..., "size": N, "p50_us": F, ...}, ...]`, one row per line.
 fn write_rows(o: &mut String, rows: &[Row]) {
-    o.push('[');
-    for (i, row) in rows.iter().enumerate() {
-        o.push_str(if i > 0 { ",\n  " } else { "\n  " });
+    write_list(o, ",\n  ", rows, |o, row| {
         o.push_str("{\"mode\": ");
         write_str(o, row.mode.name());
         o.push_str(", \"op\": ");
@@ -214,6 +188,23 @@ fn write_rows(o: &mut String, rows: &[Row]) {
             ],
         );
         o.push('}');
+    });
+}
+
+/// `[A, B, ...]`: each item written by `each`, separated by `sep` (a separator with a
+/// line break also starts the first item on a line of its own).
+fn write_list<T>(o: &mut String, sep: &str, items: &[T], mut each: impl FnMut(&mut String, &T)) {
+    o.push('[');
+    let first = sep.trim_start_matches(',');
+    for (i, item) in items.iter().enumerate() {
+        o.push_str(if i > 0 {
+            sep
+        } else if first.starts_with('\n') {
+            first
+        } else {
+            ""
+        });
+        each(o, item);
     }
     o.push(']');
 }
@@ -226,18 +217,6 @@ fn write_fields(o: &mut String, fields: &[(&str, Option<f64>)]) {
         o.push_str(": ");
         write_num(o, *v);
     }
-}
-
-/// `["S", ...]`.
-fn write_strs(o: &mut String, v: &[String]) {
-    o.push('[');
-    for (i, s) in v.iter().enumerate() {
-        if i > 0 {
-            o.push_str(", ");
-        }
-        write_str(o, s);
-    }
-    o.push(']');
 }
 
 /// `{"SIZE": F, ...}`.

@@ -768,40 +768,59 @@ fn measure_mode(
         progress.done();
     }
 
+    let mut streams = Streams {
+        peer,
+        ep,
+        via,
+        reps: plan.reps,
+        progress,
+    };
     for size in BANDWIDTH_SIZES {
         let step = format!("{}: bandwidth {}", mode.name(), size_name(size));
-        progress.start(step.clone());
-        let gbps = (|| {
-            stream(peer, ep, via, size, plan.bw_warm_count(size))?;
-            let mut gbps = Vec::with_capacity(plan.reps);
-            for _ in 0..plan.reps {
-                let s = stream(peer, ep, via, size, plan.bw_count(size))?;
-                gbps.push(s.gbps(size));
-                progress.done();
+        let (warm, count) = (plan.bw_warm_count(size), plan.bw_count(size));
+        let gbps = streams.median(step, size, warm, count, |s| s.gbps(size))?;
+        out.rows.push(Row::bandwidth(mode, size, gbps));
+    }
+    let step = format!("{}: message rate {}", mode.name(), size_name(RATE_SIZE));
+    let warm = (plan.rate_msgs / 10).max(2);
+    let rate = streams.median(step, RATE_SIZE, warm, plan.rate_msgs, Stream::msgs_per_s)?;
+    out.rows.push(Row::rate(mode, RATE_SIZE, rate));
+    Ok(())
+}
+
+/// Streams from the peer to the driver, repeated for a median.
+struct Streams<'a> {
+    peer: &'a mut PeerProcess,
+    ep: &'a mut Endpoint,
+    via: Via,
+    reps: usize,
+    progress: &'a Progress,
+}
+
+impl Streams<'_> {
+    /// One untimed stream of `warm` messages of `size` bytes, then `reps` of `count`:
+    /// the median of `figure` over them (a progress step each). An error names `step`.
+    fn median(
+        &mut self,
+        step: String,
+        size: usize,
+        warm: u64,
+        count: u64,
+        figure: impl Fn(&Stream) -> f64,
+    ) -> Result<f64, BenchError> {
+        self.progress.start(step.clone());
+        let figures = (|| {
+            stream(self.peer, self.ep, self.via, size, warm)?;
+            let mut figures = Vec::with_capacity(self.reps);
+            for _ in 0..self.reps {
+                figures.push(figure(&stream(self.peer, self.ep, self.via, size, count)?));
+                self.progress.done();
             }
-            Ok(gbps)
+            Ok(figures)
         })()
         .map_err(|e| BenchError::during(step, e))?;
-        out.rows
-            .push(Row::bandwidth(mode, size, median(&gbps).unwrap_or(0.0)));
+        Ok(median(&figures).unwrap_or(0.0))
     }
-
-    let step = format!("{}: message rate {}", mode.name(), size_name(RATE_SIZE));
-    progress.start(step.clone());
-    let rates = (|| {
-        stream(peer, ep, via, RATE_SIZE, (plan.rate_msgs / 10).max(2))?;
-        let mut rates = Vec::with_capacity(plan.reps);
-        for _ in 0..plan.reps {
-            let s = stream(peer, ep, via, RATE_SIZE, plan.rate_msgs)?;
-            rates.push(s.msgs_per_s());
-            progress.done();
-        }
-        Ok(rates)
-    })()
-    .map_err(|e| BenchError::during(step, e))?;
-    out.rows
-        .push(Row::rate(mode, RATE_SIZE, median(&rates).unwrap_or(0.0)));
-    Ok(())
 }
 
 /// Has the peer stream `count` messages of `size` bytes and times their arrival.
