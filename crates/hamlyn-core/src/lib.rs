@@ -20,8 +20,8 @@ pub mod time;
 
 pub use memory::{AreaId, Areas, EntryMemory, Memory, OutOfRange, VecAreas};
 pub use receive::{
-    count_packet, notification_entry, Access, Interface, InterfaceStats, Notification, Placement,
-    QueueId,
+    count_packet, notification_entry, Access, Committed, Interface, InterfaceStats, Notification,
+    Placement, QueueId,
 };
 pub use reject::{Reject, RejectCounts, RejectReason};
 pub use segment::{Segment, SegmentError, Segmenter, SendSpec};

@@ -44,6 +44,19 @@ pub struct Notification {
     pub wake: bool,
 }
 
+/// What committing one packet completed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "a completed message may carry a notification to post"]
+pub struct Committed {
+    /// The packet finished its message (or its whole group): the accumulator returned to
+    /// zero, or the packet was a message of its own. Whoever tracked the message's
+    /// contributors can forget them now.
+    pub message_done: bool,
+    /// The notification to post, if the message is done, the sender asked for one and
+    /// the slot has a queue.
+    pub notification: Option<Notification>,
+}
+
 /// Counters of one interface.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct InterfaceStats {
@@ -133,14 +146,14 @@ impl Interface {
     }
 
     /// Finishes an admitted packet whose payload is in place: deposits the metadata,
-    /// counts the packet and, when its message is complete, returns the notification to
-    /// post (if the sender asked for one and the slot has a queue).
+    /// counts the packet and says what it completed: whether its message is done, and
+    /// the notification to post (if the sender asked for one and the slot has a queue).
     pub fn commit<A: Areas>(
         &mut self,
         h: &Header,
         meta: &[u8],
         areas: &mut A,
-    ) -> Result<Option<Notification>, Reject> {
+    ) -> Result<Committed, Reject> {
         let Some(slot) = self.slots.get_mut(h.slot) else {
             return Err(self.reject(h, None, RejectReason::UnknownSlot));
         };
@@ -150,7 +163,10 @@ impl Interface {
                 self.stats.bytes += u64::from(h.payload_len);
                 self.stats.messages += u64::from(complete);
                 self.stats.notifications += u64::from(notif.is_some());
-                Ok(notif)
+                Ok(Committed {
+                    message_done: complete,
+                    notification: notif,
+                })
             }
             Err(reason) => Err(self.reject(h, Some(h.slot), reason)),
         }
@@ -173,7 +189,7 @@ impl Interface {
         if !matches!(written, Some(Ok(()))) {
             return Err(self.reject(h, Some(p.slot), RejectReason::AreaGone));
         }
-        self.commit(h, meta, areas)
+        self.commit(h, meta, areas).map(|c| c.notification)
     }
 
     /// Parses a whole packet and receives it.

@@ -138,7 +138,7 @@ pub fn deliver(
             mem.slice_mut(p.offset, payload.len())
                 .expect("admitted range is inside the area")
                 .copy_from_slice(payload);
-            iface.commit(h, meta, areas)
+            iface.commit(h, meta, areas).map(|c| c.notification)
         }
         Path::Bytes => {
             let pkt = h.to_packet(meta, payload).expect("packet builds");
