@@ -4,7 +4,8 @@
 //! its protection checks, the [`receive`] decision for each arriving packet (reject with a
 //! reason, or where to deposit it, how to count it and whether to notify), [`segment`]ation
 //! of a send into packet headers with packet-counting deltas, and [`nack`]s that tell a
-//! sender why a packet was refused. Areas are reached through the small [`memory`] trait,
+//! sender why a packet was refused, and the [`peers`] a node knows (and which partly received
+//! messages a lost peer breaks). Areas are reached through the small [`memory`] trait,
 //! so the engine backs them with shared memory and tests with plain buffers.
 //!
 //! No threads, clocks, syscalls or randomness: time ([`Instant`]) and keys are passed in.
@@ -12,6 +13,7 @@
 
 pub mod memory;
 pub mod nack;
+pub mod peers;
 pub mod receive;
 pub mod reject;
 pub mod segment;
@@ -23,6 +25,7 @@ pub use receive::{
     count_packet, notification_entry, Access, Committed, Interface, InterfaceStats, Notification,
     Placement, QueueId,
 };
+pub use peers::{peer_down_notification, PartialMessage, PeerState, PeerTable};
 pub use reject::{Reject, RejectCounts, RejectReason};
 pub use segment::{Segment, SegmentError, Segmenter, SendSpec};
 pub use slot::{MetaRange, OwnerId, Slot, SlotConfig, SlotError, SlotMode, SlotPerms, SlotTable};

@@ -9,7 +9,7 @@ use hamlyn_shm::sync::Ordering;
 
 /// An area's memory as the core sees it.
 #[derive(Debug, Clone)]
-pub struct ShmMem(pub Arc<ShmRegion>);
+pub(crate) struct ShmMem(pub Arc<ShmRegion>);
 
 fn oor(offset: u64, len: usize) -> OutOfRange {
     OutOfRange {
@@ -83,23 +83,23 @@ impl Memory for ShmMem {
 
 /// One registered area.
 #[derive(Debug)]
-pub struct AreaEntry {
+pub(crate) struct AreaEntry {
     /// Its memory.
-    pub mem: ShmMem,
+    pub(crate) mem: ShmMem,
     /// The client that registered it.
-    pub owner: u32,
+    pub(crate) owner: u32,
 }
 
 /// Every registered area of this engine, by id.
 #[derive(Debug, Default)]
-pub struct AreaTable {
+pub(crate) struct AreaTable {
     areas: Vec<Option<AreaEntry>>,
     free: Vec<u32>,
 }
 
 impl AreaTable {
     /// Registers a region for `owner`.
-    pub fn register(&mut self, owner: u32, region: ShmRegion) -> AreaId {
+    pub(crate) fn register(&mut self, owner: u32, region: ShmRegion) -> AreaId {
         let entry = AreaEntry {
             mem: ShmMem(Arc::new(region)),
             owner,
@@ -117,17 +117,17 @@ impl AreaTable {
     }
 
     /// The area, if registered.
-    pub fn get(&self, id: AreaId) -> Option<&AreaEntry> {
+    pub(crate) fn get(&self, id: AreaId) -> Option<&AreaEntry> {
         self.areas.get(id.0 as usize).and_then(Option::as_ref)
     }
 
     /// The area's region if `owner` registered it.
-    pub fn owned(&self, owner: u32, id: AreaId) -> Option<&Arc<ShmRegion>> {
+    pub(crate) fn owned(&self, owner: u32, id: AreaId) -> Option<&Arc<ShmRegion>> {
         self.get(id).filter(|e| e.owner == owner).map(|e| &e.mem.0)
     }
 
     /// Unregisters one area of `owner`.
-    pub fn unregister(&mut self, owner: u32, id: AreaId) -> bool {
+    pub(crate) fn unregister(&mut self, owner: u32, id: AreaId) -> bool {
         match self.areas.get_mut(id.0 as usize) {
             Some(slot @ Some(_)) if slot.as_ref().is_some_and(|e| e.owner == owner) => {
                 *slot = None;
@@ -139,7 +139,7 @@ impl AreaTable {
     }
 
     /// Unregisters every area of `owner` (the client is gone).
-    pub fn remove_owner(&mut self, owner: u32) -> usize {
+    pub(crate) fn remove_owner(&mut self, owner: u32) -> usize {
         let mut n = 0;
         for (i, slot) in self.areas.iter_mut().enumerate() {
             if slot.as_ref().is_some_and(|e| e.owner == owner) {
@@ -152,12 +152,12 @@ impl AreaTable {
     }
 
     /// Number of registered areas.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.areas.iter().filter(|a| a.is_some()).count()
     }
 
     /// Whether no area is registered.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }

@@ -19,18 +19,20 @@ use hamlyn_wire::control::{
 use hamlyn_wire::entry::META_ENTRY_LEN;
 use hamlyn_wire::SlotId;
 
-use crate::engine::{queue_id, queue_parts, EngineState};
+use crate::clients::{queue_id, queue_parts};
+use crate::engine::EngineState;
+use crate::stats::stats_json;
 use crate::port::{Port, TerminusState};
 
 /// Entries per terminus ring (≥ 63 usable, seed 000 §2.3).
-pub const RING_CAP: u32 = 64;
+pub(crate) const RING_CAP: u32 = 64;
 /// Entries in a port's error ring.
-pub const ERR_CAP: u32 = 1024;
+pub(crate) const ERR_CAP: u32 = 1024;
 /// Largest area the engine will map.
-pub const MAX_AREA: u64 = 1 << 40;
+pub(crate) const MAX_AREA: u64 = 1 << 40;
 
 /// A reply and the descriptors that go with it.
-pub type Answer = (Reply, Vec<OwnedFd>);
+pub(crate) type Answer = (Reply, Vec<OwnedFd>);
 
 fn err(code: ControlErrorCode, message: impl Into<String>) -> Answer {
     (
@@ -83,7 +85,7 @@ fn direct_refusal(reason: RejectReason, tombstone: bool) -> Answer {
 }
 
 /// A fresh random key (never 0): keys are sparse 64-bit capabilities.
-pub fn random_key() -> u64 {
+pub(crate) fn random_key() -> u64 {
     let mut b = [0u8; 8];
     loop {
         if let Ok(8) = rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty()) {
@@ -101,11 +103,11 @@ fn dup(fd: impl AsFd) -> Result<OwnedFd, rustix::io::Errno> {
 
 impl EngineState {
     /// Handles one control request from client `cid`.
-    pub fn handle(&mut self, cid: u32, req: Request, fds: Vec<OwnedFd>) -> Answer {
-        let attached = self.client_mut(cid).is_some_and(|c| c.port.is_some());
+    pub(crate) fn handle(&mut self, cid: u32, req: Request, fds: Vec<OwnedFd>) -> Answer {
+        let attached = self.clients.get_mut(cid).is_some_and(|c| c.port.is_some());
         match req {
             Request::Stats => ok(Reply::Stats {
-                json: self.stats_json(),
+                json: stats_json(self),
             }),
             Request::Attach {
                 version,
@@ -128,12 +130,12 @@ impl EngineState {
             _ if !attached => err(ControlErrorCode::NotAttached, "attach first"),
             Request::RegisterArea { len } => self.register_area(cid, len, fds),
             Request::UnregisterArea { area } => {
-                if self.iface.slots().iter().any(|(_, s)| {
+                if self.delivery.iface.slots().iter().any(|(_, s)| {
                     s.config.area.0 == area || s.config.meta.is_some_and(|m| m.area.0 == area)
                 }) {
                     return err(ControlErrorCode::Busy, "a slot still uses the area");
                 }
-                if self.areas.unregister(cid, AreaId(area)) {
+                if self.delivery.areas.unregister(cid, AreaId(area)) {
                     ok(Reply::Ok)
                 } else {
                     err(ControlErrorCode::NotFound, "no such area of this client")
@@ -164,7 +166,7 @@ impl EngineState {
                 }
             }
             Request::Revoke { slot } => {
-                match self.iface.slots_mut().revoke(OwnerId(cid), SlotId(slot)) {
+                match self.delivery.iface.slots_mut().revoke(OwnerId(cid), SlotId(slot)) {
                     Ok(()) => ok(Reply::Ok),
                     Err(e) => slot_err(e),
                 }
@@ -180,7 +182,7 @@ impl EngineState {
                 }
             }
             Request::DestroySlot { slot } => {
-                match self.iface.slots_mut().destroy(OwnerId(cid), SlotId(slot)) {
+                match self.delivery.iface.slots_mut().destroy(OwnerId(cid), SlotId(slot)) {
                     Ok(_) => ok(Reply::Ok),
                     Err(e) => slot_err(e),
                 }
@@ -234,8 +236,8 @@ impl EngineState {
         match self.build_port(layout) {
             Ok((port, fds)) => {
                 let port_len = port.region.len() as u64;
-                let (node, incarnation) = (self.iface.node().0, self.incarnation);
-                if let Some(c) = self.client_mut(cid) {
+                let (node, incarnation) = (self.delivery.iface.node().0, self.incarnation);
+                if let Some(c) = self.clients.get_mut(cid) {
                     c.pid = pid;
                     c.port = Some(port);
                 }
@@ -325,7 +327,7 @@ impl EngineState {
         };
         match ShmRegion::from_fd(fd, len as usize) {
             Ok(region) => {
-                let id = self.areas.register(cid, region);
+                let id = self.delivery.areas.register(cid, region);
                 ok(Reply::Area { area: id.0 })
             }
             Err(e) => err(ControlErrorCode::BadArea, e.to_string()),
@@ -346,7 +348,7 @@ impl EngineState {
         meta_count: u32,
         queue: u32,
     ) -> Answer {
-        let Some(region) = self.areas.owned(cid, AreaId(area)) else {
+        let Some(region) = self.delivery.areas.owned(cid, AreaId(area)) else {
             return err(ControlErrorCode::NotFound, "no such area of this client");
         };
         if base
@@ -372,7 +374,7 @@ impl EngineState {
         let meta = if mode == SlotMode::Fast {
             None
         } else {
-            let Some(meta_region) = self.areas.owned(cid, AreaId(meta_area)) else {
+            let Some(meta_region) = self.delivery.areas.owned(cid, AreaId(meta_area)) else {
                 return err(
                     ControlErrorCode::NotFound,
                     "no such metadata area of this client",
@@ -430,13 +432,13 @@ impl EngineState {
         };
         let key = random_key();
         let created = if direct {
-            self.iface.slots_mut().create_direct(config, key)
+            self.delivery.iface.slots_mut().create_direct(config, key)
         } else {
-            self.iface.slots_mut().create(config, key)
+            self.delivery.iface.slots_mut().create(config, key)
         };
         match created {
             Ok(id) => {
-                self.tombstones.remove(&id.0);
+                self.delivery.reborn(id);
                 ok(Reply::Slot { slot: id.0, key })
             }
             Err(e) => slot_err(e),
@@ -453,7 +455,7 @@ impl EngineState {
     /// of the owner's port, never the rest of the port. Any client of this engine may ask,
     /// the slot's owner included; being on this engine is what "same node" means.
     fn open_direct(&mut self, node: u32, incarnation: u32, slot: u32, key: u64) -> Answer {
-        let me = self.iface.node();
+        let me = self.delivery.iface.node();
         if node == me.0 && incarnation != 0 && incarnation != self.incarnation {
             return err(
                 ControlErrorCode::WrongNode,
@@ -465,7 +467,7 @@ impl EngineState {
             .check_direct(hamlyn_wire::NodeId(node), SlotId(slot), key)
         {
             Ok(s) => s,
-            Err(reason) => return direct_refusal(reason, self.tombstones.contains(&slot)),
+            Err(reason) => return direct_refusal(reason, self.delivery.is_tombstone(slot)),
         };
         let cfg = s.config;
         let mode_code = match cfg.mode {
@@ -479,7 +481,7 @@ impl EngineState {
             }
         };
         let mut fds = Vec::with_capacity(4);
-        let Some(area) = self.areas.get(cfg.area) else {
+        let Some(area) = self.delivery.areas.get(cfg.area) else {
             return err(ControlErrorCode::NotFound, "the slot's area is gone");
         };
         match dup(area.mem.0.fd()) {
@@ -488,7 +490,7 @@ impl EngineState {
         }
         let (meta_base, meta_count) = match cfg.meta {
             Some(m) => {
-                let Some(meta) = self.areas.get(m.area) else {
+                let Some(meta) = self.delivery.areas.get(m.area) else {
                     return err(
                         ControlErrorCode::NotFound,
                         "the slot's metadata area is gone",
@@ -505,7 +507,7 @@ impl EngineState {
         let (queue_offset, queue_cap) = match cfg.queue {
             Some(q) => {
                 let (owner, index) = queue_parts(q);
-                let Some(port) = self.client_mut(owner).and_then(|c| c.port.as_ref()) else {
+                let Some(port) = self.clients.get_mut(owner).and_then(|c| c.port.as_ref()) else {
                     return err(ControlErrorCode::NotFound, "the slot's owner is gone");
                 };
                 let Some(layout) = port.layout.queues.get(index).copied() else {
@@ -539,7 +541,7 @@ impl EngineState {
     }
 
     fn open_terminus(&mut self, cid: u32, index: u16, priority: u8) -> Answer {
-        let Some(port) = self.client_mut(cid).and_then(|c| c.port.as_mut()) else {
+        let Some(port) = self.clients.get_mut(cid).and_then(|c| c.port.as_mut()) else {
             return err(ControlErrorCode::NotAttached, "attach first");
         };
         let Some(layout) = port.layout.termini.get(usize::from(index)).copied() else {

@@ -1,109 +1,102 @@
-//! The engine's state and its data path: serve termini round robin, one packet per
-//! terminus per turn, through the core's checks, with one copy from the sender's send
-//! area (or the inline bytes) into the receiver's area.
+//! The engine's state and its turn. [`EngineState`] holds the components, each in its
+//! own file with its own state — `clients` (ports, error completions, notifications),
+//! `deliver` (check, deposit, commit, notify), `remote` and `fabric_rx` (other nodes),
+//! `one_sided` (answers to reads and atomics), `registry`, `counters` — and one turn
+//! serves termini round robin, one packet per terminus per turn, then the answers being
+//! sent and the error completions waiting for room.
+//!
+//! A request taken from a terminus ring is decoded and segmented here (`open_request`);
+//! its packets go to `Delivery::deliver` (this node) or `Remote::send` (another node).
 
-use std::collections::HashSet;
-use std::os::fd::OwnedFd;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use hamlyn_core::{
-    AreaId, Areas, Instant, Interface, Memory, Notification, Placement, QueueId, RejectReason,
-    Segment, Segmenter, SendSpec,
-};
+use hamlyn_core::{Instant, RejectReason, Segment, Segmenter, SendSpec};
+use hamlyn_fabric::PeerEvent;
 use hamlyn_shm::wake::EventFd;
 use hamlyn_wire::request::{
-    send_flags, Completion, Payload, RequestOp, SendRequest, MAX_GATHER, REQUEST_LEN,
+    send_flags, Completion, Gather, Payload, RequestOp, SendRequest, MAX_GATHER, REQUEST_LEN,
 };
-use hamlyn_wire::{Flags, NodeId, Op, RequestId, SlotId};
+use hamlyn_wire::{Flags, Header, NodeId, Op, RequestId, SlotId};
 
-use crate::areas::AreaTable;
+use crate::clients::{request_id, request_origin, Clients};
 use crate::config::EngineConfig;
-use crate::port::{InFlight, Port, TerminusState};
+use crate::counters::EngineCounters;
+use crate::deliver::Delivery;
+use crate::one_sided::Replies;
+use crate::port::{InFlight, TerminusState};
+use crate::registry::{Place, Registry};
+use crate::remote::Remote;
 use crate::sched::{Scheduler, TerminusKey, PRIORITY_LEVELS};
 use crate::source::{Piece, Source};
-use crate::stats::EngineCounters;
 
-/// One attached (or attaching) client.
+/// Everything the engine knows, by component.
 #[derive(Debug)]
-pub struct Client {
-    /// Its id, also the owner id of its slots and areas.
-    pub id: u32,
-    /// Its process id, as it said.
-    pub pid: u32,
-    /// The control socket.
-    pub sock: OwnedFd,
-    /// Its port, once attached.
-    pub port: Option<Port>,
-}
-
-/// The port of client `cid`, borrowing only the client table.
-pub fn port_mut(clients: &mut [Option<Client>], cid: u32) -> Option<&mut Port> {
-    clients.get_mut(cid as usize)?.as_mut()?.port.as_mut()
-}
-
-/// Queue ids pack the client id and the queue's index in its port.
-pub fn queue_id(client: u32, index: u16) -> QueueId {
-    QueueId((client << 8) | u32::from(index))
-}
-
-/// The client and queue index a queue id packs.
-pub fn queue_parts(q: QueueId) -> (u32, usize) {
-    (q.0 >> 8, (q.0 & 0xFF) as usize)
-}
-
-/// Everything the engine knows.
-#[derive(Debug)]
-pub struct EngineState {
+pub(crate) struct EngineState {
     /// Settings.
-    pub cfg: EngineConfig,
+    pub(crate) cfg: EngineConfig,
     /// This engine's incarnation (a restarted engine is a new one).
-    pub incarnation: u32,
-    /// The interface logic: slots, checks, counting.
-    pub iface: Interface,
-    /// Registered areas.
-    pub areas: AreaTable,
-    /// Clients by id (None: free id).
-    pub clients: Vec<Option<Client>>,
+    pub(crate) incarnation: u32,
+    /// Local delivery: the slot table, the areas, the slots of dead clients.
+    pub(crate) delivery: Delivery,
+    /// Clients, their ports, and the error completions waiting for room.
+    pub(crate) clients: Clients,
     /// Terminus scheduling.
-    pub sched: Scheduler,
+    pub(crate) sched: Scheduler,
     /// Turns taken (the scheduler staggers cold termini by it).
-    pub turns: u64,
+    turns: u64,
     /// The next turn looks at every terminus, cold ones too (set after a sleep).
-    pub look_at_all: bool,
-    /// Slots destroyed because their owner died: packets to them fail with PeerDown.
-    pub tombstones: HashSet<u32>,
+    pub(crate) look_at_all: bool,
     /// The doorbell clients poke when the engine sleeps.
-    pub doorbell: EventFd,
+    pub(crate) doorbell: EventFd,
     /// Set to stop the engine.
-    pub stop: Arc<AtomicBool>,
+    pub(crate) stop: Arc<AtomicBool>,
     /// Counters.
-    pub counters: EngineCounters,
+    pub(crate) counters: EngineCounters,
     /// The fabric to other nodes, if any.
-    pub remote: Option<crate::remote::Remote>,
+    pub(crate) remote: Option<Remote>,
     /// Answers to remote reads and atomics being sent.
-    pub replies: std::collections::VecDeque<crate::rma::ReplyJob>,
+    replies: Replies,
     /// The name registry (entries on the registry node, forwarded requests everywhere).
-    pub registry: crate::registry::Registry,
-    /// Error completions waiting for room in a client's error ring.
-    pub late_errors: std::collections::VecDeque<(u32, Completion)>,
+    pub(crate) registry: Registry,
     /// Monotonic origin for `Instant`.
-    pub origin: std::time::Instant,
+    origin: std::time::Instant,
 }
 
 impl EngineState {
+    /// A fresh engine with no clients.
+    pub(crate) fn new(
+        cfg: EngineConfig,
+        incarnation: u32,
+        doorbell: EventFd,
+        stop: Arc<AtomicBool>,
+        remote: Option<Remote>,
+    ) -> EngineState {
+        EngineState {
+            delivery: Delivery::new(NodeId(cfg.node)),
+            cfg,
+            incarnation,
+            clients: Clients::default(),
+            sched: Scheduler::new(),
+            turns: 0,
+            look_at_all: false,
+            doorbell,
+            stop,
+            counters: EngineCounters::default(),
+            remote,
+            replies: Replies::default(),
+            registry: Registry::default(),
+            origin: std::time::Instant::now(),
+        }
+    }
+
     /// Now, for the core.
-    pub fn now(&self) -> Instant {
+    pub(crate) fn now(&self) -> Instant {
         Instant(self.origin.elapsed().as_nanos() as u64)
     }
 
-    /// The client, if attached.
-    pub fn client_mut(&mut self, id: u32) -> Option<&mut Client> {
-        self.clients.get_mut(id as usize).and_then(Option::as_mut)
-    }
-
     /// One scheduling turn over every open terminus; whether any had work.
-    pub fn turn(&mut self) -> bool {
+    pub(crate) fn turn(&mut self) -> bool {
         // The scheduler's order (`Scheduler::turn`), walked by index so that `serve` can
         // borrow the whole state: no copy of the scheduler per turn.
         // Cold termini are looked at on their share of the turns only (`sched`), every
@@ -138,8 +131,8 @@ impl EngineState {
         if !self.replies.is_empty() {
             busy |= self.serve_replies();
         }
-        if !self.late_errors.is_empty() {
-            self.flush_late_errors();
+        if self.clients.has_late_errors() {
+            self.clients.flush_late_errors(&mut self.counters);
         }
         busy
     }
@@ -151,7 +144,7 @@ impl EngineState {
     /// wait for room for its error completion, become).
     fn serve(&mut self, (cid, t): TerminusKey) -> bool {
         let t = usize::from(t);
-        let Some(term) = port_mut(&mut self.clients, cid).and_then(|p| p.termini.get_mut(t)) else {
+        let Some(term) = self.clients.port_mut(cid).and_then(|p| p.termini.get_mut(t)) else {
             return false;
         };
         // Tested first: `take` on an empty `Option<InFlight>` would still copy all of it.
@@ -213,7 +206,7 @@ impl EngineState {
             self.counters.bad_requests += 1;
             return Err((ring_seq, RejectReason::Malformed));
         };
-        let node = self.iface.node();
+        let node = self.delivery.node();
         if req.incarnation != 0
             && self
                 .incarnation_of(req.dst_node)
@@ -238,10 +231,7 @@ impl EngineState {
             notify: req.flags & send_flags::NOTIFY != 0,
             wake: req.flags & send_flags::WAKE != 0,
             word: req.word,
-            request: RequestId {
-                terminus: (cid << 8) | t as u32,
-                seq: req.seq,
-            },
+            request: request_id(cid, t, req.seq),
         };
         // Packets to other nodes are smaller, so they stripe across rails.
         let mtu = if req.dst_node == node.0 {
@@ -325,11 +315,7 @@ impl EngineState {
     }
 
     fn put_current(&mut self, cid: u32, t: usize, cur: InFlight) {
-        if let Some(term) = self
-            .client_mut(cid)
-            .and_then(|c| c.port.as_mut())
-            .and_then(|p| p.termini.get_mut(t))
-        {
+        if let Some(term) = self.clients.port_mut(cid).and_then(|p| p.termini.get_mut(t)) {
             term.current = Some(cur);
         }
     }
@@ -338,7 +324,7 @@ impl EngineState {
     /// completion word. `false` if the error ring is full: the caller keeps the request
     /// in flight and tries again on a later turn (back-pressure, nothing dropped).
     fn end_request(&mut self, cid: u32, t: usize, seq: u32, failed: Option<RejectReason>) -> bool {
-        let Some(port) = port_mut(&mut self.clients, cid) else {
+        let Some(port) = self.clients.port_mut(cid) else {
             return true;
         };
         if let Some(reason) = failed {
@@ -358,9 +344,9 @@ impl EngineState {
         true
     }
 
-    /// Delivers one packet of a client's request: intra-node, admit, copy, commit,
-    /// notify; to another node, hand it to the fabric. `Ok(false)`: the fabric is full,
-    /// try again later.
+    /// Delivers one packet of a client's request: a read or atomic for this node is
+    /// executed here; anything else goes to [`EngineState::deliver_packet`].
+    /// `Ok(false)`: the fabric is full, try again later.
     fn deliver(
         &mut self,
         cid: u32,
@@ -373,21 +359,22 @@ impl EngineState {
             &[]
         };
         let source = Source::of_request(cid, req);
-        if seg.header.dst == self.iface.node()
+        if seg.header.dst == self.delivery.node()
             && matches!(seg.header.op, Op::ReadReq | Op::AtomicReq)
         {
             let body = match source {
                 Source::Bytes(b) => b,
                 Source::Areas { .. } => return Err(RejectReason::Malformed),
             };
-            return self.serve_rma(&seg.header, body).map(|()| true);
+            return self.execute_one_sided(&seg.header, body).map(|()| true);
         }
         self.deliver_packet(seg, meta, source)
     }
 
-    /// Delivers one packet whose payload comes from `source`: locally through the core,
-    /// or to another node through the fabric (`Ok(false)`: full, try again later).
-    pub(crate) fn deliver_packet(
+    /// Delivers one packet whose payload comes from `source`: on this node through
+    /// [`Delivery::deliver`], to another node through [`Remote::send`] (`Ok(false)`: the
+    /// fabric is full, try again later).
+    fn deliver_packet(
         &mut self,
         seg: &Segment,
         meta: &[u8],
@@ -395,106 +382,203 @@ impl EngineState {
     ) -> Result<bool, RejectReason> {
         let h = &seg.header;
         let mut pieces = [Piece::Bytes(&[]); MAX_GATHER];
-        let n = source.pieces(&self.areas, seg.start, u64::from(seg.len), &mut pieces)?;
-        if h.dst != self.iface.node() {
-            return self.send_remote(h, meta, &pieces[..n]);
+        let n = source.pieces(&self.delivery.areas, seg.start, u64::from(seg.len), &mut pieces)?;
+        if h.dst != self.delivery.node() {
+            let now = self.now();
+            let Some(remote) = self.remote.as_mut() else {
+                return Err(RejectReason::PeerDown);
+            };
+            return remote.send(
+                now,
+                h,
+                meta,
+                &pieces[..n],
+                &self.delivery.areas,
+                &mut self.counters,
+            );
         }
-        let placement = match self.iface.admit(h, &mut self.areas) {
-            Ok(p) => p,
-            Err(rej) => return Err(self.refusal(h.slot, rej.reason)),
-        };
-        self.copy_pieces(&pieces[..n], &placement)?;
-        let before = self.iface.stats().messages;
-        let notif = self
-            .iface
-            .commit(h, meta, &mut self.areas)
-            .map_err(|rej| rej.reason)?;
-        if self.iface.stats().messages > before {
+        let done =
+            self.delivery
+                .deliver(h, meta, &pieces[..n], &mut self.clients, &mut self.counters)?;
+        if done {
             // A group can complete with a local packet: peers that contributed to it are
             // no longer holding a partial message here.
             if let Some(remote) = self.remote.as_mut() {
-                remote.message_complete(h.slot.0, h.meta_index);
+                remote.peers.message_done((h.slot, h.meta_index));
             }
         }
-        if let Some(n) = notif {
-            self.post(n);
-        }
-        self.counters.packets += 1;
-        self.counters.bytes += u64::from(seg.len);
         Ok(true)
     }
 
-    /// The reason reported to the sender: a slot of a dead client is "peer down".
-    #[cold]
-    fn refusal(&self, slot: SlotId, reason: RejectReason) -> RejectReason {
-        if reason == RejectReason::UnknownSlot && self.tombstones.contains(&slot.0) {
-            RejectReason::PeerDown
-        } else {
-            reason
-        }
+    /// Executes a read or atomic addressed to this node; its answer is queued.
+    fn execute_one_sided(&mut self, h: &Header, body: &[u8]) -> Result<(), RejectReason> {
+        let (local, intra, remote) = (self.delivery.node(), self.cfg.intra_mtu, self.cfg.remote_mtu);
+        let mtu = |to: NodeId| if to == local { intra } else { remote };
+        self.replies
+            .execute(h, body, &mut self.delivery, mtu, &mut self.counters)
     }
 
-    /// The one copy: the pieces, in order, into the admitted place.
-    fn copy_pieces(&mut self, pieces: &[Piece<'_>], p: &Placement) -> Result<(), RejectReason> {
-        let mut dst_at = p.offset;
-        for piece in pieces {
-            match *piece {
-                Piece::Bytes(b) => {
-                    let dst = self.areas.area(p.area).ok_or(RejectReason::AreaGone)?;
-                    dst.write(dst_at, b).map_err(|_| RejectReason::AreaGone)?;
-                    dst_at += b.len() as u64;
-                }
-                Piece::Area { area, offset, len } => {
-                    self.copy_between(area, offset, p.area, dst_at, len)?;
-                    dst_at += len as u64;
-                }
+    /// Sends one packet of the oldest answer being sent (then it goes to the back: jobs
+    /// share the engine fairly). Whether there was progress.
+    fn serve_replies(&mut self) -> bool {
+        let Some(mut job) = self.replies.take() else {
+            return false;
+        };
+        let Some(seg) = job.next_packet() else {
+            return true;
+        };
+        let mut list = [Gather::default(); 1];
+        let result = self.deliver_packet(&seg, &[], job.source(&mut list));
+        match result {
+            Ok(true) => {
+                self.replies.requeue(job);
+                true
+            }
+            Ok(false) => {
+                job.hold(seg);
+                self.replies.retry_first(job);
+                false
+            }
+            Err(reason) => {
+                self.fail_request(job.requester, job.request, reason, &seg.header);
+                true
             }
         }
-        Ok(())
     }
 
-    /// Copies `n` bytes from one area to another (ownership already checked).
-    fn copy_between(
+    /// Tells a requester its request failed: an error completion on its terminus if it is
+    /// local, a NACK if it is on another node.
+    #[cold]
+    fn fail_request(
         &mut self,
-        src: AreaId,
-        src_off: u64,
-        dst: AreaId,
-        dst_off: u64,
-        n: usize,
-    ) -> Result<(), RejectReason> {
-        let src_region = self
-            .areas
-            .get(src)
-            .ok_or(RejectReason::AreaGone)?
-            .mem
-            .0
-            .clone();
-        let dst_mem = self.areas.area(dst).ok_or(RejectReason::AreaGone)?;
-        if Arc::ptr_eq(&src_region, &dst_mem.0) {
-            return copy_within_area(dst_mem, src_off, dst_off, n);
+        requester: NodeId,
+        request: RequestId,
+        reason: RejectReason,
+        about: &Header,
+    ) {
+        if requester == self.delivery.node() {
+            let (cid, terminus) = request_origin(request);
+            let c = Completion {
+                seq: request.seq,
+                status: u16::from(reason.code()),
+                terminus,
+                value: 0,
+            };
+            self.clients.fail(cid, c, &mut self.counters);
+        } else if let Some(remote) = self.remote.as_mut() {
+            let mut asked = *about;
+            asked.src = requester;
+            asked.request = request;
+            if let Some(n) = hamlyn_core::nack::nack_for(self.delivery.node(), &asked, reason) {
+                remote.queue_nack(n);
+            }
         }
-        let dst_slice = dst_mem
-            .slice_mut(dst_off, n)
-            .map_err(|_| RejectReason::AreaGone)?;
-        src_region
-            .read(src_off as usize, dst_slice)
-            .map_err(|_| RejectReason::OutOfBounds)
     }
 
-    fn post(&mut self, n: Notification) {
-        post(&mut self.clients, &mut self.counters, n);
+    /// Polls the fabric: delivers what arrived, sends queued NACKs, answers reads,
+    /// atomics and registry packets, and handles peers coming and going. Whether anything
+    /// happened.
+    pub(crate) fn poll_fabric(&mut self) -> bool {
+        let now = self.now();
+        let Some(remote) = self.remote.as_mut() else {
+            return false;
+        };
+        let polled = remote.poll(now, &mut self.delivery, &mut self.clients, &mut self.counters);
+        for (h, body) in polled.deferred {
+            if h.op == Op::Registry {
+                let at = self.registry_place();
+                if let Some(remote) = self.remote.as_mut() {
+                    self.registry.packet(
+                        &h,
+                        &body,
+                        at,
+                        remote,
+                        &mut self.clients,
+                        &mut self.counters,
+                    );
+                }
+            } else if let Err(reason) = self.execute_one_sided(&h, &body) {
+                self.fail_request(h.src, h.request, reason, &h);
+            }
+        }
+        for ev in polled.events {
+            self.peer_event(ev);
+        }
+        polled.busy
     }
-}
 
-/// Posts a notification to its queue (and wakes the receiver if it sleeps). A full queue
-/// is counted by the queue itself and surfaced to its owner; never overwritten.
-pub fn post(clients: &mut [Option<Client>], counters: &mut EngineCounters, n: Notification) {
-    let (owner, index) = queue_parts(n.queue);
-    let queue = port_mut(clients, owner).and_then(|p| p.queues.get(index));
-    match queue.map(|q| q.post(&n.entry)) {
-        Some(Ok(())) => counters.notifications += 1,
-        Some(Err(_)) => counters.queue_overflows += 1,
-        None => counters.orphan_notifications += 1,
+    /// A peer came or went. Down: every request still sending to it fails with
+    /// PeerDown, every receiver with a partial message from it is told, and every client
+    /// waiting on a registry answer from it gets an error.
+    fn peer_event(&mut self, ev: PeerEvent) {
+        let Some(remote) = self.remote.as_mut() else {
+            return;
+        };
+        match ev {
+            PeerEvent::Up { node, incarnation } => {
+                tracing::info!(peer = node.0, incarnation, "peer up");
+                remote.peers.peer_up(node, incarnation);
+            }
+            PeerEvent::Down { node } => {
+                tracing::warn!(peer = node.0, "peer down");
+                self.counters.peers_lost += 1;
+                let broken = remote.peer_down(node);
+                self.registry.peer_down(node, &mut self.clients);
+                for partial in broken {
+                    let queue = self
+                        .delivery
+                        .iface
+                        .slots()
+                        .get(partial.0)
+                        .and_then(|s| s.config.queue);
+                    if let Some(queue) = queue {
+                        let n = hamlyn_core::peer_down_notification(queue, partial, node);
+                        self.clients.notify(n, &mut self.counters);
+                    }
+                }
+                for port in self.clients.ports_mut() {
+                    for term in &mut port.termini {
+                        if let Some(cur) = term.current.as_mut() {
+                            if cur.req.dst_node == node.0 && cur.failed.is_none() {
+                                cur.failed = Some(RejectReason::PeerDown);
+                                cur.pending = None;
+                            }
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// How long the engine may sleep before the fabric needs a poll.
+    pub(crate) fn fabric_sleep_bound(&self) -> std::time::Duration {
+        match &self.remote {
+            Some(remote) => remote.sleep_bound(self.now()),
+            None => std::time::Duration::MAX,
+        }
+    }
+
+    /// The incarnation a ticket for `node` must carry, if the node is known.
+    pub(crate) fn incarnation_of(&self, node: u32) -> Option<u32> {
+        if node == self.delivery.node().0 {
+            return Some(self.incarnation);
+        }
+        self.remote.as_ref()?.peers.last_incarnation(NodeId(node))
+    }
+
+    /// The node holding the registry.
+    pub(crate) fn registry_home(&self) -> NodeId {
+        NodeId(self.cfg.registry.unwrap_or(self.delivery.node().0))
+    }
+
+    /// Where registry traffic of this node goes, now.
+    pub(crate) fn registry_place(&self) -> Place {
+        Place {
+            me: self.delivery.node(),
+            home: self.registry_home(),
+            now: self.now(),
+        }
     }
 }
 
@@ -543,17 +627,35 @@ const EMPTY_REQUEST: SendRequest = SendRequest {
     },
 };
 
-/// Copies within one area (a client sending to its own slot): memmove through a bounce
-/// buffer, because the ranges may overlap. A rare path.
-#[cold]
-fn copy_within_area(
-    mem: &mut crate::areas::ShmMem,
-    src_off: u64,
-    dst_off: u64,
-    n: usize,
-) -> Result<(), RejectReason> {
-    let mut tmp = vec![0u8; n];
-    mem.read(src_off, &mut tmp)
-        .map_err(|_| RejectReason::OutOfBounds)?;
-    mem.write(dst_off, &tmp).map_err(|_| RejectReason::AreaGone)
+/// A request that fails before its first packet: no packets, one error completion.
+fn failed_request(seq: u32, reason: RejectReason) -> InFlight {
+    InFlight {
+        req: SendRequest {
+            seq,
+            ..EMPTY_REQUEST
+        },
+        seg: None,
+        pending: None,
+        failed: Some(reason),
+    }
 }
+
+const EMPTY_REQUEST: SendRequest = SendRequest {
+    op: hamlyn_wire::request::RequestOp::Write,
+    seq: 0,
+    dst_node: 0,
+    slot: 0,
+    meta_index: 0,
+    key: 0,
+    offset: 0,
+    y: 0,
+    incarnation: 0,
+    word: 0,
+    flags: 0,
+    meta: [0; hamlyn_wire::MAX_META_LEN],
+    meta_len: 0,
+    payload: Payload::Inline {
+        data: [0; hamlyn_wire::request::MAX_INLINE],
+        len: 0,
+    },
+};

@@ -10,7 +10,7 @@ use hamlyn_shm::wake::EventFd;
 
 use crate::config::EngineConfig;
 use crate::error::EngineError;
-use crate::server::Engine;
+use crate::event_loop::Engine;
 
 /// A running engine thread. Dropping it stops the engine and waits for it.
 #[derive(Debug)]

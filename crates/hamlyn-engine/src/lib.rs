@@ -6,27 +6,43 @@
 //! an application ([`EngineHandle::start`] with [`EngineConfig::embedded`]) or as the
 //! per-node daemon ([`run_daemon`], `hamlyn node`).
 //!
-//! - [`server`]: the event loop, the control socket, client death;
-//! - [`engine`]: the data path (termini served round robin, one packet per turn, the one
-//!   copy, notifications, error completions);
-//! - [`control`]: control requests (attach, areas, slots, termini);
-//! - [`sched`]: priorities and round robin; [`areas`]: registered areas; [`port`]: a
-//!   client's port, engine side; [`stats`]: counters and their JSON.
+//! The public API is the start/stop API above; everything else is the engine's own.
+//! Its components, one job per file (docs/ARCHITECTURE.md has the map):
+//!
+//! - `event_loop`: turns, spinning, sleeping; control sockets accepted and read; clients
+//!   that leave;
+//! - `engine`: the state (the components below) and one turn: termini served round robin,
+//!   a request decoded, segmented and sent one packet per turn;
+//! - `deliver`: a packet for this node is checked, deposited, committed and notified;
+//! - `clients`: who is attached, their ports, error completions and notifications;
+//! - `remote`, `fabric_rx`: the fabric, its peers (a sans-IO `hamlyn_core::PeerTable`),
+//!   packets sent to and received from other nodes, NACKs;
+//! - `one_sided`: reads and atomics executed here, and their answers;
+//! - `registry`: the cluster-wide name registry;
+//! - `control`: control requests (attach, areas, slots, termini, direct slots);
+//! - `counters`, `stats`: what each component counted, and what `hamlyn stat` shows;
+//! - `sched`: priorities and round robin; `areas`: registered areas; `port`: a client's
+//!   port, engine side; `source`: where a packet's payload bytes come from.
+#![warn(unreachable_pub)]
 
-pub mod areas;
-pub mod config;
-pub mod control;
-pub mod engine;
-pub mod error;
-pub mod handle;
-pub mod port;
-pub mod registry;
-pub mod remote;
-pub mod rma;
-pub mod sched;
-pub mod server;
-pub mod source;
-pub mod stats;
+mod areas;
+mod clients;
+mod config;
+mod control;
+mod counters;
+mod deliver;
+mod engine;
+mod error;
+mod event_loop;
+mod fabric_rx;
+mod handle;
+mod one_sided;
+mod port;
+mod registry;
+mod remote;
+mod sched;
+mod source;
+mod stats;
 
 pub use config::EngineConfig;
 pub use error::EngineError;

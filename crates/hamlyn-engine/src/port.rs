@@ -15,54 +15,54 @@ use hamlyn_wire::request::SendRequest;
 
 /// A request being sent, one packet per turn.
 #[derive(Debug)]
-pub struct InFlight {
+pub(crate) struct InFlight {
     /// The decoded request (copied out of the ring: the client cannot change it now).
-    pub req: SendRequest,
+    pub(crate) req: SendRequest,
     /// Its remaining packets (none for a request that failed before its first).
-    pub seg: Option<Segmenter>,
+    pub(crate) seg: Option<Segmenter>,
     /// A packet the fabric could not take yet (back-pressure): sent before the next.
-    pub pending: Option<hamlyn_core::Segment>,
+    pub(crate) pending: Option<hamlyn_core::Segment>,
     /// Set when a packet was refused: the rest are not sent.
-    pub failed: Option<RejectReason>,
+    pub(crate) failed: Option<RejectReason>,
 }
 
 /// One terminus as the engine sees it.
 #[derive(Debug)]
-pub struct TerminusState {
+pub(crate) struct TerminusState {
     /// The ring, once the client opened the terminus.
-    pub ring: Option<spsc::Consumer<Arc<ShmRegion>>>,
+    pub(crate) ring: Option<spsc::Consumer<Arc<ShmRegion>>>,
     /// The request being sent.
-    pub current: Option<InFlight>,
+    pub(crate) current: Option<InFlight>,
     /// Requests finished (mirrors the completion word).
-    pub finished: u64,
+    pub(crate) finished: u64,
     /// Offset of the completion word in the port.
-    pub completion_off: usize,
+    pub(crate) completion_off: usize,
     /// The client corrupted the ring; the terminus is no longer served.
-    pub broken: bool,
+    pub(crate) broken: bool,
 }
 
 /// A client's port, engine side.
 #[derive(Debug)]
-pub struct Port {
+pub(crate) struct Port {
     /// The shared memory: rings, completion words, doorbell.
-    pub region: Arc<ShmRegion>,
+    pub(crate) region: Arc<ShmRegion>,
     /// The queue file: the notification queues (its descriptor goes to direct senders).
-    pub queue_region: Arc<ShmRegion>,
+    pub(crate) queue_region: Arc<ShmRegion>,
     /// Where everything is.
-    pub layout: PortLayout,
+    pub(crate) layout: PortLayout,
     /// Termini by index.
-    pub termini: Vec<TerminusState>,
+    pub(crate) termini: Vec<TerminusState>,
     /// The error-completion ring (engine produces).
-    pub errors: spsc::Producer<Arc<ShmRegion>>,
+    pub(crate) errors: spsc::Producer<Arc<ShmRegion>>,
     /// Notification queues by index (engine produces).
-    pub queues: Vec<notifq::Producer<Arc<ShmRegion>>>,
+    pub(crate) queues: Vec<notifq::Producer<Arc<ShmRegion>>>,
     /// The port's eventfd (a copy stays with the client).
-    pub eventfd: EventFd,
+    pub(crate) eventfd: EventFd,
 }
 
 impl Port {
     /// Publishes that terminus `t` finished one more request.
-    pub fn finish(&mut self, t: usize) {
+    pub(crate) fn finish(&mut self, t: usize) {
         let Some(term) = self.termini.get_mut(t) else {
             return;
         };

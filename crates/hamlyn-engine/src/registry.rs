@@ -13,15 +13,19 @@ use hamlyn_shm::fdpass::send_with_fds;
 use hamlyn_wire::control::{ControlErrorCode, Reply, Request, MAX_NAME, MAX_SEED_TEXT};
 use hamlyn_wire::{Header, NodeId, Op, RequestId, Seed};
 
-use crate::engine::EngineState;
+use hamlyn_core::Instant;
+
+use crate::clients::Clients;
+use crate::counters::EngineCounters;
+use crate::remote::Remote;
 
 /// Most names one registry holds.
-pub const MAX_ENTRIES: usize = 65_536;
+pub(crate) const MAX_ENTRIES: usize = 65_536;
 
 /// The registry's entries (on the registry node) and requests waiting for a forwarded
 /// answer (on every node).
 #[derive(Debug, Default)]
-pub struct Registry {
+pub(crate) struct Registry {
     entries: BTreeMap<String, String>,
     /// Forwarded requests: sequence → (client, node asked).
     pending: HashMap<u32, (u32, NodeId)>,
@@ -37,7 +41,7 @@ fn error(code: ControlErrorCode, message: impl Into<String>) -> Reply {
 
 impl Registry {
     /// Answers a publish or lookup here (this node holds the registry).
-    pub fn answer(&mut self, req: &Request) -> Reply {
+    pub(crate) fn answer(&mut self, req: &Request) -> Reply {
         match req {
             Request::Publish { name, seed } => {
                 if name.is_empty() || name.len() > MAX_NAME || seed.len() > MAX_SEED_TEXT {
@@ -68,53 +72,63 @@ impl Registry {
     }
 
     /// Number of names.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
 
     /// Whether no name is published here.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 }
 
-impl EngineState {
+/// Where registry traffic of this node goes and comes from.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Place {
+    /// This node.
+    pub(crate) me: NodeId,
     /// The node holding the registry.
-    pub fn registry_home(&self) -> NodeId {
-        NodeId(self.cfg.registry.unwrap_or(self.iface.node().0))
-    }
+    pub(crate) home: NodeId,
+    /// Now, for the fabric.
+    pub(crate) now: Instant,
+}
 
+impl Registry {
     /// A client's publish, lookup or ping: answered now (`Some`), or forwarded to the
     /// node that answers it (the registry node; the pinged node) with the reply sent when
     /// its answer comes back (`None`).
-    pub(crate) fn registry_request(&mut self, cid: u32, req: Request) -> Option<Reply> {
+    pub(crate) fn client_request(
+        &mut self,
+        cid: u32,
+        req: Request,
+        at: Place,
+        remote: Option<&mut Remote>,
+    ) -> Option<Reply> {
         let home = match req {
             Request::Ping { node } => NodeId(node),
-            _ => self.registry_home(),
+            _ => at.home,
         };
-        if home == self.iface.node() {
-            return Some(self.registry.answer(&req));
+        if home == at.me {
+            return Some(self.answer(&req));
         }
-        let now = self.now();
-        let node = self.iface.node();
-        let Some(remote) = self.remote.as_mut() else {
+        let Some(remote) = remote else {
             return Some(error(
                 ControlErrorCode::NotFound,
                 "the registry node is unreachable: no fabric",
             ));
         };
-        let seq = self.registry.next;
-        self.registry.next = seq.wrapping_add(1);
+        let seq = self.next;
+        self.next = seq.wrapping_add(1);
         let mut h = Header::new(Op::Registry);
-        h.src = node;
+        h.src = at.me;
         h.dst = home;
         h.word = 0;
         h.request = RequestId { terminus: 0, seq };
         let body = req.encode();
         h.payload_len = body.len() as u32;
-        match remote.fabric.send(now, &h, &[], &[&body]) {
+        match remote.send_bytes(at.now, &h, &body) {
             Ok(()) => {
-                self.registry.pending.insert(seq, (cid, home));
+                self.pending.insert(seq, (cid, home));
                 None
             }
             Err(e) => Some(error(
@@ -126,53 +140,57 @@ impl EngineState {
 
     /// A registry packet from another engine: a request to answer (we are the registry
     /// node) or an answer for a waiting client.
-    pub(crate) fn registry_packet(&mut self, h: &Header, body: &[u8]) {
+    pub(crate) fn packet(
+        &mut self,
+        h: &Header,
+        body: &[u8],
+        at: Place,
+        remote: &mut Remote,
+        clients: &mut Clients,
+        counters: &mut EngineCounters,
+    ) {
         if h.word == 0 {
             let reply = match Request::decode(body) {
-                Ok(req @ Request::Ping { .. }) => self.registry.answer(&req),
-                Ok(req) if self.registry_home() == self.iface.node() => self.registry.answer(&req),
+                Ok(req @ Request::Ping { .. }) => self.answer(&req),
+                Ok(req) if at.home == at.me => self.answer(&req),
                 Ok(_) => error(
                     ControlErrorCode::NotFound,
                     "this node does not hold the registry",
                 ),
                 Err(e) => error(ControlErrorCode::BadRequest, e.to_string()),
             };
-            let now = self.now();
-            let node = self.iface.node();
-            let Some(remote) = self.remote.as_mut() else {
-                return;
-            };
             let mut r = Header::new(Op::Registry);
-            r.src = node;
+            r.src = at.me;
             r.dst = h.src;
             r.word = 1;
             r.request = h.request;
             let bytes = reply.encode();
             r.payload_len = bytes.len() as u32;
-            if remote.fabric.send(now, &r, &[], &[&bytes]).is_err() {
-                self.counters.registry_undeliverable += 1;
+            if remote.send_bytes(at.now, &r, &bytes).is_err() {
+                counters.registry_undeliverable += 1;
             }
             return;
         }
-        let Some((cid, _)) = self.registry.pending.remove(&h.request.seq) else {
+        let Some((cid, _)) = self.pending.remove(&h.request.seq) else {
             return;
         };
         let reply = Reply::decode(body)
             .unwrap_or_else(|e| error(ControlErrorCode::BadRequest, e.to_string()));
-        self.reply_to(cid, &reply);
+        reply_to(clients, cid, &reply);
     }
 
     /// A node is lost: every client waiting on an answer from it gets an error.
-    pub(crate) fn registry_peer_down(&mut self, node: NodeId) {
+    pub(crate) fn peer_down(&mut self, node: NodeId, clients: &mut Clients) {
         let mut waiting = Vec::new();
-        self.registry.pending.retain(|_, &mut (cid, from)| {
+        self.pending.retain(|_, &mut (cid, from)| {
             if from == node {
                 waiting.push(cid);
             }
             from != node
         });
         for cid in waiting {
-            self.reply_to(
+            reply_to(
+                clients,
                 cid,
                 &error(
                     ControlErrorCode::NotFound,
@@ -181,13 +199,13 @@ impl EngineState {
             );
         }
     }
+}
 
-    /// Sends a (deferred) control reply to a client.
-    fn reply_to(&mut self, cid: u32, reply: &Reply) {
-        if let Some(c) = self.client_mut(cid) {
-            if let Err(e) = send_with_fds(c.sock.as_fd(), &reply.encode(), &[]) {
-                tracing::warn!(client = cid, error = %e, "cannot deliver a registry reply");
-            }
+/// Sends a (deferred) control reply to a client.
+fn reply_to(clients: &mut Clients, cid: u32, reply: &Reply) {
+    if let Some(c) = clients.get_mut(cid) {
+        if let Err(e) = send_with_fds(c.sock.as_fd(), &reply.encode(), &[]) {
+            tracing::warn!(client = cid, error = %e, "cannot deliver a registry reply");
         }
     }
 }

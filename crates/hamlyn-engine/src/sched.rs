@@ -15,18 +15,18 @@
 //! is not left waiting.
 
 /// Opaque terminus key: (client id, terminus index).
-pub type TerminusKey = (u32, u16);
+pub(crate) type TerminusKey = (u32, u16);
 
 /// Priority levels: 0 is served first.
-pub const PRIORITY_LEVELS: usize = 4;
+pub(crate) const PRIORITY_LEVELS: usize = 4;
 /// Turns without work after which a terminus is cold.
-pub const HOT_TURNS: u32 = 1024;
+pub(crate) const HOT_TURNS: u32 = 1024;
 /// A cold terminus is looked at every this many turns.
-pub const COLD_STRIDE: u64 = 16;
+pub(crate) const COLD_STRIDE: u64 = 16;
 
 /// Round robin within priority levels.
 #[derive(Debug, Default)]
-pub struct Scheduler {
+pub(crate) struct Scheduler {
     levels: [Vec<TerminusKey>; PRIORITY_LEVELS],
     /// Consecutive turns each terminus had no work, by its place in `levels`.
     idle: [Vec<u32>; PRIORITY_LEVELS],
@@ -36,12 +36,12 @@ pub struct Scheduler {
 
 impl Scheduler {
     /// No termini.
-    pub fn new() -> Scheduler {
+    pub(crate) fn new() -> Scheduler {
         Scheduler::default()
     }
 
     /// Adds a terminus at `priority` (clamped to the lowest level).
-    pub fn add(&mut self, key: TerminusKey, priority: u8) {
+    pub(crate) fn add(&mut self, key: TerminusKey, priority: u8) {
         self.remove(key);
         let level = usize::from(priority).min(PRIORITY_LEVELS - 1);
         self.levels[level].push(key);
@@ -50,12 +50,12 @@ impl Scheduler {
     }
 
     /// Removes a terminus.
-    pub fn remove(&mut self, key: TerminusKey) {
+    pub(crate) fn remove(&mut self, key: TerminusKey) {
         self.remove_where(|k| k == key);
     }
 
     /// Removes every terminus of a client.
-    pub fn remove_client(&mut self, client: u32) {
+    pub(crate) fn remove_client(&mut self, client: u32) {
         self.remove_where(|k| k.0 == client);
     }
 
@@ -77,12 +77,12 @@ impl Scheduler {
     }
 
     /// Number of termini.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.levels.iter().map(Vec::len).sum()
     }
 
     /// Whether no terminus is scheduled.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
@@ -95,7 +95,7 @@ impl Scheduler {
     /// [`Scheduler::nth`] and [`Scheduler::rotate`], so that its `serve` may borrow the
     /// whole engine state, and skips cold termini ([`Scheduler::due`]); this reference
     /// order visits every terminus.
-    pub fn turn(&mut self, mut serve: impl FnMut(TerminusKey) -> bool) -> bool {
+    pub(crate) fn turn(&mut self, mut serve: impl FnMut(TerminusKey) -> bool) -> bool {
         for level in 0..PRIORITY_LEVELS {
             let n = self.level_len(level);
             if n == 0 {
@@ -117,26 +117,26 @@ impl Scheduler {
 
     /// Termini at priority `level` (0 for a level that does not exist).
     #[inline]
-    pub fn level_len(&self, level: usize) -> usize {
+    pub(crate) fn level_len(&self, level: usize) -> usize {
         self.levels.get(level).map_or(0, Vec::len)
     }
 
     /// The `i`-th terminus of `level` in this turn's order (which starts at the level's
     /// cursor and wraps around).
     #[inline]
-    pub fn nth(&self, level: usize, i: usize) -> Option<TerminusKey> {
+    pub(crate) fn nth(&self, level: usize, i: usize) -> Option<TerminusKey> {
         self.at(level, self.place(level, i)?)
     }
 
     /// The terminus at `place` of `level` (a place from [`Scheduler::place`]).
     #[inline]
-    pub fn at(&self, level: usize, place: usize) -> Option<TerminusKey> {
+    pub(crate) fn at(&self, level: usize, place: usize) -> Option<TerminusKey> {
         self.levels.get(level)?.get(place).copied()
     }
 
     /// Where the `i`-th terminus of `level` in this turn's order sits in the level.
     #[inline]
-    pub fn place(&self, level: usize, i: usize) -> Option<usize> {
+    pub(crate) fn place(&self, level: usize, i: usize) -> Option<usize> {
         let n = self.levels.get(level)?.len();
         if i >= n {
             return None;
@@ -149,7 +149,7 @@ impl Scheduler {
     /// it is hot, when `all` (the first turn after a sleep), or on its share of the cold
     /// turns.
     #[inline]
-    pub fn due(&self, level: usize, place: usize, turn: u64, all: bool) -> bool {
+    pub(crate) fn due(&self, level: usize, place: usize, turn: u64, all: bool) -> bool {
         let idle = self
             .idle
             .get(level)
@@ -161,7 +161,7 @@ impl Scheduler {
 
     /// Records whether the terminus at `place` of `level` had work when looked at.
     #[inline]
-    pub fn record(&mut self, level: usize, place: usize, busy: bool) {
+    pub(crate) fn record(&mut self, level: usize, place: usize, busy: bool) {
         if let Some(idle) = self.idle.get_mut(level).and_then(|v| v.get_mut(place)) {
             *idle = if busy { 0 } else { idle.saturating_add(1) };
         }
@@ -169,7 +169,7 @@ impl Scheduler {
 
     /// Moves the start of `level`'s order on by one, so no terminus is always first.
     #[inline]
-    pub fn rotate(&mut self, level: usize) {
+    pub(crate) fn rotate(&mut self, level: usize) {
         let n = self.level_len(level);
         if n == 0 {
             return;

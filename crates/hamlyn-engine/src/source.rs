@@ -10,7 +10,7 @@ use crate::areas::AreaTable;
 
 /// A message's payload.
 #[derive(Clone, Copy, Debug)]
-pub enum Source<'a> {
+pub(crate) enum Source<'a> {
     /// Bytes in hand, indexed by message offset.
     Bytes(&'a [u8]),
     /// Area ranges in message order. `owner`: the client that must own them (a sender may
@@ -25,7 +25,7 @@ pub enum Source<'a> {
 
 /// One contiguous piece of a packet's payload.
 #[derive(Clone, Copy, Debug)]
-pub enum Piece<'a> {
+pub(crate) enum Piece<'a> {
     /// Bytes in hand.
     Bytes(&'a [u8]),
     /// A range of an area.
@@ -41,7 +41,7 @@ pub enum Piece<'a> {
 
 impl<'a> Source<'a> {
     /// The payload of a client's request.
-    pub fn of_request(owner: u32, req: &'a SendRequest) -> Source<'a> {
+    pub(crate) fn of_request(owner: u32, req: &'a SendRequest) -> Source<'a> {
         match &req.payload {
             Payload::Inline { data, len } => {
                 Source::Bytes(&data[..usize::from(*len).min(data.len())])
@@ -55,7 +55,7 @@ impl<'a> Source<'a> {
 
     /// The pieces covering message bytes `start..start + len`, checked against the area
     /// table (ownership and bounds). Returns how many of `out` it filled.
-    pub fn pieces(
+    pub(crate) fn pieces(
         &self,
         areas: &AreaTable,
         start: u64,

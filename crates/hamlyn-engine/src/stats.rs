@@ -1,67 +1,11 @@
-//! The engine's counters and their JSON form (`hamlyn stat`).
+//! What `hamlyn stat` shows: the engine's counters, the core's, ports, peers, the
+//! fabric's, the registry and every slot, as JSON.
 
 use std::fmt::Write;
 
 use hamlyn_core::{RejectCounts, SlotMode};
 
 use crate::engine::EngineState;
-
-/// Counters the engine keeps beyond the core's.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct EngineCounters {
-    /// Clients that attached.
-    pub attaches: u64,
-    /// Clients whose socket closed (exit or death).
-    pub clients_lost: u64,
-    /// Requests taken from termini.
-    pub requests: u64,
-    /// Requests that did not decode or segment.
-    pub bad_requests: u64,
-    /// Requests finished (successfully or not).
-    pub completed: u64,
-    /// Error completions handed to clients.
-    pub error_completions: u64,
-    /// Packets delivered.
-    pub packets: u64,
-    /// Payload bytes delivered.
-    pub bytes: u64,
-    /// Notifications posted.
-    pub notifications: u64,
-    /// Notifications refused by a full queue (counted in the queue too).
-    pub queue_overflows: u64,
-    /// Notifications for a queue whose client is gone.
-    pub orphan_notifications: u64,
-    /// Terminus rings found corrupt (and no longer served).
-    pub corrupt_rings: u64,
-    /// Control messages that did not decode.
-    pub bad_control: u64,
-    /// Times the engine went to sleep.
-    pub sleeps: u64,
-    /// Packets received from other nodes and committed.
-    pub remote_packets: u64,
-    /// Payload bytes received from other nodes.
-    pub remote_bytes: u64,
-    /// NACKs received from other nodes.
-    pub nacks_received: u64,
-    /// NACKs sent to other nodes.
-    pub nacks_sent: u64,
-    /// NACKs whose destination could not be reached.
-    pub nacks_undeliverable: u64,
-    /// Packets whose header named another source than the connection they came on.
-    pub spoofed_packets: u64,
-    /// Peers lost.
-    pub peers_lost: u64,
-    /// Remote atomics executed.
-    pub atomics: u64,
-    /// Registry answers that could not be sent back.
-    pub registry_undeliverable: u64,
-    /// Packets from the fabric addressed to another node.
-    pub misaddressed_packets: u64,
-    /// Direct slots mapped for a ticket holder (`OpenDirect` granted).
-    pub direct_opens: u64,
-    /// `OpenDirect` requests refused.
-    pub direct_refusals: u64,
-}
 
 fn rejects_json(out: &mut String, r: &RejectCounts) {
     out.push('{');
@@ -84,17 +28,17 @@ fn mode_name(m: SlotMode) -> &'static str {
     }
 }
 
-impl EngineState {
-    /// Everything `hamlyn stat` shows, as JSON.
-    pub fn stats_json(&self) -> String {
-        let c = &self.counters;
-        let t = self.iface.stats();
+/// Everything `hamlyn stat` shows, as JSON.
+pub(crate) fn stats_json(st: &EngineState) -> String {
+    {
+        let c = &st.counters;
+        let t = st.delivery.iface.stats();
         let mut o = String::with_capacity(1024);
         let _ = write!(
             o,
             "{{\"node\":{},\"incarnation\":{},",
-            self.iface.node().0,
-            self.incarnation
+            st.delivery.iface.node().0,
+            st.incarnation
         );
         let _ = write!(
             o,
@@ -108,7 +52,7 @@ impl EngineState {
         rejects_json(&mut o, &t.rejects);
         o.push_str("},\"ports\":[");
         let mut first = true;
-        for client in self.clients.iter().flatten() {
+        for client in st.clients.iter() {
             let Some(port) = &client.port else { continue };
             if !first {
                 o.push(',');
@@ -123,23 +67,22 @@ impl EngineState {
                 client.id, client.pid, port.termini.len(), port.queues.len()
             );
         }
-        if let Some(f) = self.remote.as_ref().and_then(|r| r.fabric.stats_json()) {
+        if let Some(f) = st.remote.as_ref().and_then(|r| r.fabric().stats_json()) {
             o.push_str("],\"fabric\":");
             o.push_str(&f);
             o.push_str(",\"peers\":[");
         } else {
             o.push_str("],\"peers\":[");
         }
-        if let Some(remote) = &self.remote {
-            let mut peers: Vec<_> = remote.peers.iter().collect();
-            peers.sort_by_key(|(n, _)| **n);
-            for (i, (node, p)) in peers.into_iter().enumerate() {
+        if let Some(remote) = &st.remote {
+            for (i, (node, p)) in remote.peers.iter().enumerate() {
                 if i > 0 {
                     o.push(',');
                 }
                 let _ = write!(
                     o,
-                    "{{\"node\":{node},\"up\":{},\"incarnation\":{}}}",
+                    "{{\"node\":{},\"up\":{},\"incarnation\":{}}}",
+                    node.0,
                     p.up, p.incarnation
                 );
             }
@@ -147,11 +90,11 @@ impl EngineState {
         let _ = write!(
             o,
             "],\"areas\":{},\"registry\":{{\"home\":{},\"names\":{}}},\"slots\":[",
-            self.areas.len(),
-            self.registry_home().0,
-            self.registry.len()
+            st.delivery.areas.len(),
+            st.registry_home().0,
+            st.registry.len()
         );
-        for (i, (id, s)) in self.iface.slots().iter().enumerate() {
+        for (i, (id, s)) in st.delivery.iface.slots().iter().enumerate() {
             if i > 0 {
                 o.push(',');
             }

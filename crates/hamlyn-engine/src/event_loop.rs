@@ -2,32 +2,26 @@
 //! is none, then sleep in epoll on the control sockets and the doorbell until a client
 //! needs something. Control sockets are Unix SOCK_SEQPACKET, one request per message.
 
-use std::collections::HashSet;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering as StdOrdering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hamlyn_core::{Interface, OwnerId};
 use hamlyn_shm::fdpass::{recv_with_fds, send_with_fds, FdPassError};
 use hamlyn_shm::memory::RingMemory;
 use hamlyn_shm::port::header;
 use hamlyn_shm::sync::Ordering;
 use hamlyn_shm::wake::{self, EventFd, EVENTFD_ARMED};
 use hamlyn_wire::control::{Reply, Request, MAX_CONTROL_MSG};
-use hamlyn_wire::NodeId;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use rustix::io::Errno;
 use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 
-use crate::areas::AreaTable;
 use crate::config::EngineConfig;
-use crate::engine::{Client, EngineState};
+use crate::engine::EngineState;
 use crate::error::EngineError;
 use crate::remote::Remote;
-use crate::sched::Scheduler;
-use crate::stats::EngineCounters;
 use hamlyn_fabric::Fabric;
 
 const LISTENER: Token = Token(0);
@@ -43,7 +37,7 @@ const CLOCK_EVERY: u32 = 16;
 
 /// A running engine: its state, its control socket and its poller.
 #[derive(Debug)]
-pub struct Engine {
+pub(crate) struct Engine {
     state: EngineState,
     poll: Poll,
     events: Events,
@@ -53,12 +47,12 @@ pub struct Engine {
 
 impl Engine {
     /// Binds the control socket and prepares the engine (nothing runs until [`Engine::run`]).
-    pub fn new(cfg: EngineConfig, stop: Arc<AtomicBool>) -> Result<Engine, EngineError> {
+    pub(crate) fn new(cfg: EngineConfig, stop: Arc<AtomicBool>) -> Result<Engine, EngineError> {
         Engine::with_fabric(cfg, stop, None)
     }
 
     /// As [`Engine::new`], with a fabric to other nodes.
-    pub fn with_fabric(
+    pub(crate) fn with_fabric(
         cfg: EngineConfig,
         stop: Arc<AtomicBool>,
         fabric: Option<Box<dyn Fabric + Send>>,
@@ -109,35 +103,18 @@ impl Engine {
             (t.as_secs() as u32) | 1
         };
         tracing::info!(socket = %path.display(), node = cfg.node, incarnation, busy_poll = cfg.busy_poll, "engine ready");
-        let state = EngineState {
-            iface: Interface::new(NodeId(cfg.node)),
-            cfg,
-            incarnation,
-            areas: AreaTable::default(),
-            clients: Vec::new(),
-            sched: Scheduler::new(),
-            turns: 0,
-            look_at_all: false,
-            tombstones: HashSet::new(),
-            doorbell,
-            stop,
-            counters: EngineCounters::default(),
-            remote: match fabric {
-                Some(f) => {
-                    if let Some(fd) = f.wait_fd() {
-                        poll.registry()
-                            .register(&mut SourceFd(&fd.as_raw_fd()), FABRIC, Interest::READABLE)
-                            .map_err(|e| EngineError::io("register fabric", e))?;
-                    }
-                    Some(Remote::new(f))
+        let remote = match fabric {
+            Some(f) => {
+                if let Some(fd) = f.wait_fd() {
+                    poll.registry()
+                        .register(&mut SourceFd(&fd.as_raw_fd()), FABRIC, Interest::READABLE)
+                        .map_err(|e| EngineError::io("register fabric", e))?;
                 }
-                None => None,
-            },
-            replies: Default::default(),
-            registry: Default::default(),
-            late_errors: Default::default(),
-            origin: std::time::Instant::now(),
+                Some(Remote::new(f))
+            }
+            None => None,
         };
+        let state = EngineState::new(cfg, incarnation, doorbell, stop, remote);
         Ok(Engine {
             state,
             poll,
@@ -148,12 +125,12 @@ impl Engine {
     }
 
     /// The doorbell, to wake the engine from another thread (e.g. after setting stop).
-    pub fn doorbell(&self) -> BorrowedFd<'_> {
+    pub(crate) fn doorbell(&self) -> BorrowedFd<'_> {
         self.state.doorbell.as_fd()
     }
 
     /// Runs until the stop flag is set.
-    pub fn run(&mut self) -> Result<(), EngineError> {
+    pub(crate) fn run(&mut self) -> Result<(), EngineError> {
         let mut idle: u32 = 0;
         let mut idle_since = std::time::Instant::now();
         let mut turns: u32 = 0;
@@ -217,7 +194,7 @@ impl Engine {
     /// there (then the engine must not sleep).
     fn arm_doorbells(&mut self) -> bool {
         let mut work = false;
-        for client in self.state.clients.iter_mut().flatten() {
+        for client in self.state.clients.iter_mut() {
             let Some(port) = client.port.as_mut() else {
                 continue;
             };
@@ -240,7 +217,7 @@ impl Engine {
 
     fn disarm_doorbells(&mut self) {
         let _ = self.state.doorbell.drain();
-        for client in self.state.clients.iter().flatten() {
+        for client in self.state.clients.iter() {
             if let Some(word) = client
                 .port
                 .as_ref()
@@ -287,41 +264,30 @@ impl Engine {
                     return;
                 }
             };
-            let live = self.state.clients.iter().flatten().count();
-            if live >= self.state.cfg.max_clients as usize {
+            if self.state.clients.live() >= self.state.cfg.max_clients as usize {
                 tracing::warn!("client refused: max_clients reached");
                 continue;
             }
-            let id = match self.state.clients.iter().position(Option::is_none) {
-                Some(i) => i,
-                None => {
-                    self.state.clients.push(None);
-                    self.state.clients.len() - 1
-                }
-            };
-            let token = Token(FIRST_CLIENT + id);
-            if let Err(e) = self.poll.registry().register(
-                &mut SourceFd(&sock.as_raw_fd()),
-                token,
-                Interest::READABLE,
-            ) {
+            let raw = sock.as_raw_fd();
+            let id = self.state.clients.insert(sock);
+            let token = Token(FIRST_CLIENT + id as usize);
+            if let Err(e) =
+                self.poll
+                    .registry()
+                    .register(&mut SourceFd(&raw), token, Interest::READABLE)
+            {
                 tracing::warn!(error = %e, "cannot watch client socket");
+                self.state.clients.remove(id);
                 continue;
             }
-            self.state.clients[id] = Some(Client {
-                id: id as u32,
-                pid: 0,
-                sock,
-                port: None,
-            });
             // The client may have written before we registered (edge-triggered): read now.
-            self.client_readable(id as u32);
+            self.client_readable(id);
         }
     }
 
     fn client_readable(&mut self, cid: u32) {
         loop {
-            let Some(client) = self.state.client_mut(cid) else {
+            let Some(client) = self.state.clients.get_mut(cid) else {
                 return;
             };
             let got = recv_with_fds(client.sock.as_fd(), &mut self.buf);
@@ -342,7 +308,9 @@ impl Engine {
                 Ok(
                     req @ (Request::Publish { .. } | Request::Lookup { .. } | Request::Ping { .. }),
                 ) => {
-                    match self.state.registry_request(cid, req) {
+                    let at = self.state.registry_place();
+                    let remote = self.state.remote.as_mut();
+                    match self.state.registry.client_request(cid, req, at, remote) {
                         Some(reply) => (reply, Vec::new()),
                         // Forwarded: the reply goes out when the registry node answers.
                         None => continue,
@@ -361,7 +329,7 @@ impl Engine {
                     )
                 }
             };
-            let Some(client) = self.state.client_mut(cid) else {
+            let Some(client) = self.state.clients.get_mut(cid) else {
                 return;
             };
             let borrowed: Vec<BorrowedFd<'_>> = fds.iter().map(|f| f.as_fd()).collect();
@@ -375,22 +343,16 @@ impl Engine {
     /// A client is gone: its slots are destroyed (packets to them now fail with
     /// PeerDown), its termini unscheduled, its areas unmapped.
     fn drop_client(&mut self, cid: u32, why: &str) {
-        let Some(client) = self
-            .state
-            .clients
-            .get_mut(cid as usize)
-            .and_then(Option::take)
-        else {
+        let Some(client) = self.state.clients.remove(cid) else {
             return;
         };
         let _ = self
             .poll
             .registry()
             .deregister(&mut SourceFd(&client.sock.as_raw_fd()));
-        let slots = self.state.iface.slots_mut().destroy_owner(OwnerId(cid));
-        self.state.tombstones.extend(slots.iter().map(|s| s.0));
+        let slots = self.state.delivery.bury_owner(cid);
         self.state.sched.remove_client(cid);
-        let areas = self.state.areas.remove_owner(cid);
+        let areas = self.state.delivery.areas.remove_owner(cid);
         if client.port.is_some() {
             self.state.counters.clients_lost += 1;
         }
@@ -398,7 +360,7 @@ impl Engine {
             client = cid,
             pid = client.pid,
             why,
-            slots = slots.len(),
+            slots,
             areas,
             "client gone"
         );

@@ -1,0 +1,183 @@
+//! The engine's clients: who is attached, their ports, and the two things the engine hands
+//! back to a client through its port — error completions and notifications.
+//!
+//! This is the one place that pushes an error completion onto a client's error ring.
+//! A full ring is back-pressure, never a drop: [`Clients::push_error`] says so and its
+//! caller holds the request that failed; [`Clients::fail`] keeps the completion in a
+//! per-engine list and retries it on later turns ([`Clients::flush_late_errors`]).
+
+use std::collections::VecDeque;
+use std::os::fd::OwnedFd;
+
+use hamlyn_core::{Notification, QueueId};
+use hamlyn_wire::request::Completion;
+use hamlyn_wire::RequestId;
+
+use crate::counters::EngineCounters;
+use crate::port::Port;
+
+/// One attached (or attaching) client.
+#[derive(Debug)]
+pub(crate) struct Client {
+    /// Its id, also the owner id of its slots and areas.
+    pub(crate) id: u32,
+    /// Its process id, as it said.
+    pub(crate) pid: u32,
+    /// The control socket.
+    pub(crate) sock: OwnedFd,
+    /// Its port, once attached.
+    pub(crate) port: Option<Port>,
+}
+
+/// The error ring of a client is full: the completion was not pushed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RingFull;
+
+/// Every client by id, and the error completions waiting for room in their rings.
+#[derive(Debug, Default)]
+pub(crate) struct Clients {
+    /// Clients by id (None: a free id).
+    table: Vec<Option<Client>>,
+    /// Error completions that found their client's error ring full.
+    late_errors: VecDeque<(u32, Completion)>,
+}
+
+/// Queue ids pack the client id and the queue's index in its port.
+pub(crate) fn queue_id(client: u32, index: u16) -> QueueId {
+    QueueId((client << 8) | u32::from(index))
+}
+
+/// The client and queue index a queue id packs.
+pub(crate) fn queue_parts(q: QueueId) -> (u32, usize) {
+    (q.0 >> 8, (q.0 & 0xFF) as usize)
+}
+
+/// The request id of request `seq` of client `cid`'s terminus `t`: the id packs the
+/// client and terminus, so a NACK or an answer finds its way back.
+pub(crate) fn request_id(cid: u32, t: usize, seq: u32) -> RequestId {
+    RequestId {
+        terminus: (cid << 8) | (t as u32 & 0xFF),
+        seq,
+    }
+}
+
+/// The client and terminus a request id of this engine names ([`request_id`]).
+pub(crate) fn request_origin(r: RequestId) -> (u32, u16) {
+    (r.terminus >> 8, (r.terminus & 0xFF) as u16)
+}
+
+impl Clients {
+    /// The client, attached or not.
+    pub(crate) fn get_mut(&mut self, cid: u32) -> Option<&mut Client> {
+        self.table.get_mut(cid as usize).and_then(Option::as_mut)
+    }
+
+    /// The port of client `cid`, once attached.
+    pub(crate) fn port(&self, cid: u32) -> Option<&Port> {
+        self.table.get(cid as usize)?.as_ref()?.port.as_ref()
+    }
+
+    /// The port of client `cid`, once attached.
+    pub(crate) fn port_mut(&mut self, cid: u32) -> Option<&mut Port> {
+        self.table.get_mut(cid as usize)?.as_mut()?.port.as_mut()
+    }
+
+    /// Every client.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Client> {
+        self.table.iter().flatten()
+    }
+
+    /// Every client.
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = &mut Client> {
+        self.table.iter_mut().flatten()
+    }
+
+    /// Every attached client's port.
+    pub(crate) fn ports_mut(&mut self) -> impl Iterator<Item = &mut Port> {
+        self.iter_mut().filter_map(|c| c.port.as_mut())
+    }
+
+    /// Clients connected now, attached or not.
+    pub(crate) fn live(&self) -> usize {
+        self.iter().count()
+    }
+
+    /// Takes a new client on socket `sock` under the lowest free id.
+    pub(crate) fn insert(&mut self, sock: OwnedFd) -> u32 {
+        let id = match self.table.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                self.table.push(None);
+                self.table.len() - 1
+            }
+        };
+        self.table[id] = Some(Client {
+            id: id as u32,
+            pid: 0,
+            sock,
+            port: None,
+        });
+        id as u32
+    }
+
+    /// The client leaves: its id is free again. Error completions still waiting for it
+    /// go with it.
+    pub(crate) fn remove(&mut self, cid: u32) -> Option<Client> {
+        let client = self.table.get_mut(cid as usize).and_then(Option::take)?;
+        self.late_errors.retain(|(c, _)| *c != cid);
+        Some(client)
+    }
+
+    /// Pushes an error completion onto client `cid`'s error ring; `Err(RingFull)` if
+    /// there is no room (the caller keeps what failed and tries again later). A client
+    /// that is gone has nobody to tell: that is `Ok`.
+    pub(crate) fn push_error(
+        &mut self,
+        cid: u32,
+        c: &Completion,
+        counters: &mut EngineCounters,
+    ) -> Result<(), RingFull> {
+        let Some(port) = self.port_mut(cid) else {
+            return Ok(());
+        };
+        port.errors.try_push(&c.encode()).map_err(|_| RingFull)?;
+        counters.error_completions += 1;
+        Ok(())
+    }
+
+    /// Hands an error completion to client `cid` for a request that has already
+    /// completed (a NACK, a failed one-sided request): kept for a later turn if its error
+    /// ring is full, never dropped.
+    pub(crate) fn fail(&mut self, cid: u32, c: Completion, counters: &mut EngineCounters) {
+        if self.push_error(cid, &c, counters).is_err() {
+            self.late_errors.push_back((cid, c));
+        }
+    }
+
+    /// Whether error completions are waiting for room.
+    pub(crate) fn has_late_errors(&self) -> bool {
+        !self.late_errors.is_empty()
+    }
+
+    /// Retries the error completions that found a full ring, oldest first.
+    pub(crate) fn flush_late_errors(&mut self, counters: &mut EngineCounters) {
+        for _ in 0..self.late_errors.len() {
+            let Some((cid, c)) = self.late_errors.pop_front() else {
+                break;
+            };
+            self.fail(cid, c, counters);
+        }
+    }
+
+    /// Posts a notification to its queue (and wakes the receiver if it sleeps). A full
+    /// queue is counted by the queue itself and surfaced to its owner; never overwritten.
+    pub(crate) fn notify(&mut self, n: Notification, counters: &mut EngineCounters) {
+        let (owner, index) = queue_parts(n.queue);
+        let queue = self.port_mut(owner).and_then(|p| p.queues.get(index));
+        match queue.map(|q| q.post(&n.entry)) {
+            Some(Ok(())) => counters.notifications += 1,
+            Some(Err(_)) => counters.queue_overflows += 1,
+            None => counters.orphan_notifications += 1,
+        }
+    }
+}

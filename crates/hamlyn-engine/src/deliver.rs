@@ -1,0 +1,188 @@
+//! Local delivery, in the order it happens to every packet for this node: **check** it
+//! (the core's `Interface::admit`: slot, key, bounds, mode), **deposit** its payload (the
+//! one copy, from the sender's area or the request's inline bytes, into the admitted
+//! place), **commit** it (`Interface::commit`: metadata, packet counting) and **notify**
+//! the receiver's queue when the message is complete. Packets from other nodes take the
+//! same check and commit; the fabric deposits their payload itself (`fabric_rx`).
+//!
+//! [`Delivery`] owns what those steps read and write: the slot table (inside the core's
+//! `Interface`), the registered areas, and the slots whose owner died.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use hamlyn_core::{AreaId, Areas, Interface, Memory, Placement, RejectReason};
+use hamlyn_wire::{Header, NodeId, SlotId};
+
+use crate::areas::{AreaTable, ShmMem};
+use crate::clients::Clients;
+use crate::counters::EngineCounters;
+use crate::source::Piece;
+
+/// The slot table, the areas, and the tombstones of slots whose owner died.
+#[derive(Debug)]
+pub(crate) struct Delivery {
+    /// The interface logic: slots, checks, counting.
+    pub(crate) iface: Interface,
+    /// Registered areas.
+    pub(crate) areas: AreaTable,
+    /// Slots destroyed because their owner died: packets to them fail with PeerDown.
+    tombstones: HashSet<u32>,
+}
+
+impl Delivery {
+    /// Delivery for node `node`, with no slots and no areas.
+    pub(crate) fn new(node: NodeId) -> Delivery {
+        Delivery {
+            iface: Interface::new(node),
+            areas: AreaTable::default(),
+            tombstones: HashSet::new(),
+        }
+    }
+
+    /// This node.
+    pub(crate) fn node(&self) -> NodeId {
+        self.iface.node()
+    }
+
+    /// The slots of a client that is gone are destroyed; later packets to them are
+    /// refused as "peer down". Returns how many there were.
+    pub(crate) fn bury_owner(&mut self, owner: u32) -> usize {
+        let slots = self
+            .iface
+            .slots_mut()
+            .destroy_owner(hamlyn_core::OwnerId(owner));
+        self.tombstones.extend(slots.iter().map(|s| s.0));
+        slots.len()
+    }
+
+    /// A slot id is in use again: it is no longer a tombstone.
+    pub(crate) fn reborn(&mut self, slot: SlotId) {
+        self.tombstones.remove(&slot.0);
+    }
+
+    /// Whether `slot` belonged to a client that died.
+    pub(crate) fn is_tombstone(&self, slot: u32) -> bool {
+        self.tombstones.contains(&slot)
+    }
+
+    /// Check: where the packet's payload goes, or why it is refused (counted by the core).
+    pub(crate) fn check(&mut self, h: &Header) -> Result<Placement, RejectReason> {
+        self.iface
+            .admit(h, &mut self.areas)
+            .map_err(|rej| self.refusal(h.slot, rej.reason))
+    }
+
+    /// The reason reported to the sender: a slot of a dead client is "peer down".
+    #[cold]
+    fn refusal(&self, slot: SlotId, reason: RejectReason) -> RejectReason {
+        if reason == RejectReason::UnknownSlot && self.tombstones.contains(&slot.0) {
+            RejectReason::PeerDown
+        } else {
+            reason
+        }
+    }
+
+    /// Deposit: the one copy, the pieces in order into the admitted place.
+    pub(crate) fn deposit(
+        &mut self,
+        pieces: &[Piece<'_>],
+        p: &Placement,
+    ) -> Result<(), RejectReason> {
+        let mut dst_at = p.offset;
+        for piece in pieces {
+            match *piece {
+                Piece::Bytes(b) => {
+                    let dst = self.areas.area(p.area).ok_or(RejectReason::AreaGone)?;
+                    dst.write(dst_at, b).map_err(|_| RejectReason::AreaGone)?;
+                    dst_at += b.len() as u64;
+                }
+                Piece::Area { area, offset, len } => {
+                    self.copy_between(area, offset, p.area, dst_at, len)?;
+                    dst_at += len as u64;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies `n` bytes from one area to another (ownership already checked).
+    fn copy_between(
+        &mut self,
+        src: AreaId,
+        src_off: u64,
+        dst: AreaId,
+        dst_off: u64,
+        n: usize,
+    ) -> Result<(), RejectReason> {
+        let src_region = self
+            .areas
+            .get(src)
+            .ok_or(RejectReason::AreaGone)?
+            .mem
+            .0
+            .clone();
+        let dst_mem = self.areas.area(dst).ok_or(RejectReason::AreaGone)?;
+        if Arc::ptr_eq(&src_region, &dst_mem.0) {
+            return copy_within_area(dst_mem, src_off, dst_off, n);
+        }
+        let dst_slice = dst_mem
+            .slice_mut(dst_off, n)
+            .map_err(|_| RejectReason::AreaGone)?;
+        src_region
+            .read(src_off as usize, dst_slice)
+            .map_err(|_| RejectReason::OutOfBounds)
+    }
+
+    /// Commit and notify: counts a packet whose payload is in place and, when its message
+    /// is complete, posts the notification. Whether the message (or group) is done.
+    pub(crate) fn commit(
+        &mut self,
+        h: &Header,
+        meta: &[u8],
+        clients: &mut Clients,
+        counters: &mut EngineCounters,
+    ) -> Result<bool, RejectReason> {
+        let done = self
+            .iface
+            .commit(h, meta, &mut self.areas)
+            .map_err(|rej| rej.reason)?;
+        if let Some(n) = done.notification {
+            clients.notify(n, counters);
+        }
+        Ok(done.message_done)
+    }
+
+    /// All four steps for a packet of this node whose payload comes from `pieces`.
+    /// Whether its message (or group) is done.
+    pub(crate) fn deliver(
+        &mut self,
+        h: &Header,
+        meta: &[u8],
+        pieces: &[Piece<'_>],
+        clients: &mut Clients,
+        counters: &mut EngineCounters,
+    ) -> Result<bool, RejectReason> {
+        let placement = self.check(h)?;
+        self.deposit(pieces, &placement)?;
+        let done = self.commit(h, meta, clients, counters)?;
+        counters.packets += 1;
+        counters.bytes += u64::from(h.payload_len);
+        Ok(done)
+    }
+}
+
+/// Copies within one area (a client sending to its own slot): memmove through a bounce
+/// buffer, because the ranges may overlap. A rare path.
+#[cold]
+fn copy_within_area(
+    mem: &mut ShmMem,
+    src_off: u64,
+    dst_off: u64,
+    n: usize,
+) -> Result<(), RejectReason> {
+    let mut tmp = vec![0u8; n];
+    mem.read(src_off, &mut tmp)
+        .map_err(|_| RejectReason::OutOfBounds)?;
+    mem.write(dst_off, &tmp).map_err(|_| RejectReason::AreaGone)
+}
