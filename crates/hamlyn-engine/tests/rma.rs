@@ -6,11 +6,11 @@ mod common;
 
 use std::sync::Arc;
 
-use common::channel::link;
 use common::{atomic_req, read_req, reply_ticket, RawClient};
 use hamlyn_core::RejectReason;
 use hamlyn_engine::{EngineConfig, EngineHandle};
 use hamlyn_shm::region::ShmRegion;
+use hamlyn_testkit::channel::link;
 use hamlyn_wire::control::{mode, perm, Reply, Request};
 use hamlyn_wire::rma::AtomicOp;
 use hamlyn_wire::{NodeId, NotifKind};

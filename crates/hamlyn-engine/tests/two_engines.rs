@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::channel::{link, ChannelFabric};
+use hamlyn_testkit::channel::{link, ChannelFabric};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant as StdInstant};

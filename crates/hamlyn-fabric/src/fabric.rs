@@ -2,8 +2,9 @@
 //!
 //! A fabric moves packets (`header ‖ metadata ‖ payload`, DESIGN §4) between engines and
 //! tells each engine when peers come and go. Every fabric (the simulated one in
-//! [`crate::sim`], TCP, later libfabric) implements this one trait and passes the suite in
-//! [`crate::conformance`]. The promises a fabric makes to the core:
+//! [`crate::sim`], TCP, later libfabric) implements this one trait and passes the
+//! conformance suite (`crates/hamlyn-testkit/src/conformance.rs`). The promises a fabric
+//! makes to the core:
 //!
 //! - **No silent loss, no duplication.** A packet sent to a live peer arrives exactly
 //!   once. If a link breaks or a peer dies, packets may be lost, but only together with a

@@ -5,9 +5,6 @@
 //!   [`FabricError`].
 //! - [`sim`]: the simulated network, N nodes in one process with seeded reordering
 //!   delays, bounded links and announced faults (cut links, crashes, restarts).
-//! - [`cluster`]: a deterministic driver that runs one `hamlyn_core::Interface` per node
-//!   over the simulated network, for whole-cluster tests.
-//! - [`conformance`]: the suite every fabric must pass, written once over the trait.
 //! - [`rng`]: the tiny seeded generator behind the simulation.
 //! - [`tcp`]: the TCP fabric, several striped connections ("rails") per peer, over
 //!   non-blocking sockets driven by a `mio` poller.
@@ -15,10 +12,11 @@
 //! Everything but [`tcp`] is sans-IO: time is passed in, nothing blocks, no threads. The
 //! TCP fabric does socket I/O but never blocks either, still takes time as an argument,
 //! and keeps its framing ([`tcp::frame`]) as pure, separately tested state machines.
+//!
+//! The test harnesses over these fabrics (the simulated cluster driver and the fabric
+//! conformance suite) live in the `hamlyn-testkit` crate, a dev-dependency only.
 #![forbid(unsafe_code)]
 
-pub mod cluster;
-pub mod conformance;
 pub mod fabric;
 pub mod rng;
 pub mod sim;

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use hamlyn_core::Instant;
 use hamlyn_fabric::tcp::frame::Hello;
-use hamlyn_fabric::tcp::{tcp_cluster, tcp_pair, CloseReason, PeerState, TcpConfig, TcpFabric};
+use hamlyn_fabric::tcp::{tcp_cluster, CloseReason, PeerState, TcpConfig, TcpError, TcpFabric};
 use hamlyn_fabric::{Fabric, FabricError, Landing, PacketSink, PeerEvent, SimRng};
 use hamlyn_wire::{Flags, Header, NodeId, Op, RequestId, SlotId};
 
@@ -109,6 +109,17 @@ fn config(rails: usize) -> TcpConfig {
     c.peer_timeout = Duration::from_secs(30);
     c.reconnect_interval = Duration::from_millis(10);
     c
+}
+
+/// Two connected fabrics (nodes 0 and 1) on loopback with `rails` rails and otherwise
+/// default settings; see [`tcp_cluster`].
+fn tcp_pair(rails: usize) -> Result<(TcpFabric, TcpFabric), TcpError> {
+    let mut c = TcpConfig::new(NodeId(0), SocketAddr::from(([127, 0, 0, 1], 0)));
+    c.rails = rails;
+    let mut v = tcp_cluster(2, &c)?;
+    let b = v.pop().ok_or(TcpError::Config("cluster too small"))?;
+    let a = v.pop().ok_or(TcpError::Config("cluster too small"))?;
+    Ok((a, b))
 }
 
 fn packet(src: u32, dst: u32, seq: u32, len: usize) -> (Header, Vec<u8>, Vec<u8>) {

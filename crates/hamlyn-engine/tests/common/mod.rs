@@ -2,8 +2,6 @@
 //! directly, without the application library, so tests can also misbehave on purpose.
 #![allow(dead_code, clippy::unwrap_used)]
 
-pub mod channel;
-
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::sync::Arc;

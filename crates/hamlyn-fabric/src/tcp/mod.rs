@@ -1716,9 +1716,12 @@ impl Default for Clock {
     }
 }
 
-/// Test helper: `nodes` fabrics with ids `0..nodes` on 127.0.0.1, ephemeral ports, each
-/// knowing every other's address; `config` gives every other setting (its `node`,
+/// `nodes` fabrics in one process, with ids `0..nodes`, on 127.0.0.1 and ephemeral ports,
+/// each knowing every other's address; `config` gives every other setting (its `node`,
 /// `listen` and `peers` are replaced). Nothing connects until the fabrics are polled.
+///
+/// Public API, not only a test helper: `hamlyn bench` runs its in-process TCP engines
+/// over it, and tests of the fabric and the engine use it.
 pub fn tcp_cluster(nodes: usize, config: &TcpConfig) -> Result<Vec<TcpFabric>, TcpError> {
     let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
     let mut fabrics = Vec::with_capacity(nodes);
@@ -1738,15 +1741,4 @@ pub fn tcp_cluster(nodes: usize, config: &TcpConfig) -> Result<Vec<TcpFabric>, T
         }
     }
     Ok(fabrics)
-}
-
-/// Test helper: two connected fabrics (nodes 0 and 1) on loopback with `rails` rails and
-/// otherwise default settings; see [`tcp_cluster`].
-pub fn tcp_pair(rails: usize) -> Result<(TcpFabric, TcpFabric), TcpError> {
-    let mut c = TcpConfig::new(NodeId(0), SocketAddr::from(([127, 0, 0, 1], 0)));
-    c.rails = rails;
-    let mut v = tcp_cluster(2, &c)?;
-    let b = v.pop().ok_or(TcpError::Config("cluster too small"))?;
-    let a = v.pop().ok_or(TcpError::Config("cluster too small"))?;
-    Ok((a, b))
 }

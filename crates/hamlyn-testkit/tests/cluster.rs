@@ -18,10 +18,10 @@
 #![allow(clippy::unwrap_used)]
 
 use hamlyn_core::{AreaId, Instant, QueueId, RejectReason};
-use hamlyn_fabric::cluster::{
+use hamlyn_fabric::{SimConfig, SimRng};
+use hamlyn_testkit::cluster::{
     ClusterConfig, ReceiveSlot, SendFailure, SendRequest, SendStatus, SimCluster,
 };
-use hamlyn_fabric::{SimConfig, SimRng};
 use hamlyn_wire::{
     Flags, Header, MetaEntry, NodeId, NotifEntry, NotifKind, Op, RequestId, Ticket, META_ENTRY_LEN,
 };
@@ -593,7 +593,7 @@ fn restart_brings_a_new_incarnation_and_old_tickets_go_stale() {
         .unwrap_err();
     assert!(matches!(
         err,
-        hamlyn_fabric::cluster::ClusterError::StaleTicket {
+        hamlyn_testkit::cluster::ClusterError::StaleTicket {
             ticket: 1,
             current: 2,
             ..

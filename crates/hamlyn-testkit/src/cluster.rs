@@ -38,9 +38,9 @@ use hamlyn_wire::{
     FULL_SHARE, META_ENTRY_LEN,
 };
 
-use crate::fabric::{Fabric, FabricError, Landing, PacketSink, PeerEvent};
-use crate::rng::SimRng;
-use crate::sim::{SimConfig, SimError, SimNet};
+use hamlyn_fabric::{
+    Fabric, FabricError, Landing, PacketSink, PeerEvent, SimConfig, SimError, SimNet, SimRng,
+};
 
 /// Parameters of a simulated cluster.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -568,6 +568,9 @@ impl PacketSink for NodeSink<'_> {
                 self.node.peers.insert(node, incarnation);
             }
             PeerEvent::Down { node } => self.node.peer_down(node),
+            // `PeerEvent` is non-exhaustive; an event this driver does not know is only
+            // recorded (above).
+            _ => {}
         }
     }
 }

@@ -27,8 +27,7 @@ use std::fmt;
 use hamlyn_core::Instant;
 use hamlyn_wire::{Flags, Header, NodeId, Op, RequestId, SlotId, MAX_META_LEN};
 
-use crate::fabric::{Fabric, FabricError, Landing, PacketSink, PeerEvent};
-use crate::rng::SimRng;
+use hamlyn_fabric::{Fabric, FabricError, Landing, PacketSink, PeerEvent, SimRng};
 
 /// A set of connected fabrics, one per node, as a check sees them.
 pub trait FabricSet {

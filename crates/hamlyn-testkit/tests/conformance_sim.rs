@@ -3,8 +3,8 @@
 //! zero delay).
 
 use hamlyn_core::Instant;
-use hamlyn_fabric::conformance::{self, FabricFactory, FabricSet, Limits};
 use hamlyn_fabric::{SimConfig, SimFabric, SimNet};
+use hamlyn_testkit::conformance::{self, FabricFactory, FabricSet, Limits};
 use hamlyn_wire::NodeId;
 
 /// A simulated net plus the clock the suite drives.

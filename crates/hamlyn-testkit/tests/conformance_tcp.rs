@@ -8,9 +8,9 @@
 use std::time::Duration;
 
 use hamlyn_core::Instant;
-use hamlyn_fabric::conformance::{self, FabricFactory, FabricSet, Limits};
 use hamlyn_fabric::tcp::{tcp_cluster, Clock, TcpConfig, TcpError, TcpFabric};
 use hamlyn_fabric::{Fabric, FabricError, PacketSink};
+use hamlyn_testkit::conformance::{self, FabricFactory, FabricSet, Limits};
 use hamlyn_wire::{Header, NodeId};
 
 /// One node of the set: its fabric, or nothing once crashed.

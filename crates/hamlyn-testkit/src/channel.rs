@@ -1,15 +1,15 @@
 //! An in-process channel "fabric" between two engines in one test process: whole
 //! packets through std channels, Up at the first poll, Down when the shared `cut` flag
 //! is set. A test double for the engine's remote logic; the TCP fabric is the real thing.
-#![allow(dead_code, clippy::unwrap_used)]
 
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use hamlyn_core::Instant;
 use hamlyn_fabric::{Fabric, FabricError, Landing, PacketSink, PeerEvent};
 use hamlyn_wire::{Header, NodeId};
 
+/// A packet in flight: header, metadata and the payload gathered into one buffer.
 type Packet = (Header, Vec<u8>, Vec<u8>);
 
 /// One end of a channel link. `cut` (shared) makes both ends see the peer go down.
@@ -23,6 +23,8 @@ pub struct ChannelFabric {
     announced_down: bool,
 }
 
+/// A link between nodes `a` and `b`: `a`'s end, `b`'s end, and the shared `cut` flag
+/// (set it to `true` to take the link down for both).
 pub fn link(a: NodeId, b: NodeId) -> (ChannelFabric, ChannelFabric, Arc<Mutex<bool>>) {
     let (ta, rb) = channel();
     let (tb, ra) = channel();
@@ -39,6 +41,13 @@ pub fn link(a: NodeId, b: NodeId) -> (ChannelFabric, ChannelFabric, Arc<Mutex<bo
     (end(a, b, ta, ra), end(b, a, tb, rb), cut)
 }
 
+impl ChannelFabric {
+    /// Whether the link was cut (a poisoned flag is still read: it holds a plain `bool`).
+    fn is_cut(&self) -> bool {
+        *self.cut.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 impl Fabric for ChannelFabric {
     fn local(&self) -> NodeId {
         self.local
@@ -53,7 +62,7 @@ impl Fabric for ChannelFabric {
         if h.dst != self.peer {
             return Err(FabricError::NoRoute(h.dst));
         }
-        if *self.cut.lock().unwrap() {
+        if self.is_cut() {
             return Err(FabricError::PeerDown(self.peer));
         }
         self.tx
@@ -73,7 +82,7 @@ impl Fabric for ChannelFabric {
                 incarnation: 7,
             });
         }
-        if *self.cut.lock().unwrap() {
+        if self.is_cut() {
             if !self.announced_down {
                 self.announced_down = true;
                 sink.on_peer(PeerEvent::Down { node: self.peer });
