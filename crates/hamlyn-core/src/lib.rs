@@ -21,11 +21,11 @@ pub mod slot;
 pub mod time;
 
 pub use memory::{AreaId, Areas, EntryMemory, Memory, OutOfRange, VecAreas};
+pub use peers::{peer_down_notification, PartialMessage, PeerState, PeerTable};
 pub use receive::{
     count_packet, notification_entry, Access, Committed, Interface, InterfaceStats, Notification,
     Placement, QueueId,
 };
-pub use peers::{peer_down_notification, PartialMessage, PeerState, PeerTable};
 pub use reject::{Reject, RejectCounts, RejectReason};
 pub use segment::{Segment, SegmentError, Segmenter, SendSpec};
 pub use slot::{MetaRange, OwnerId, Slot, SlotConfig, SlotError, SlotMode, SlotPerms, SlotTable};

@@ -172,7 +172,8 @@ impl Interface {
         }
     }
 
-    /// Admits, deposits `payload` by copy, and commits one packet.
+    /// Admits, deposits `payload` by copy, and commits one packet; the notification to
+    /// post, if any ([`Interface::receive_committed`] also says whether the message is done).
     pub fn receive<A: Areas>(
         &mut self,
         h: &Header,
@@ -180,6 +181,18 @@ impl Interface {
         payload: &[u8],
         areas: &mut A,
     ) -> Result<Option<Notification>, Reject> {
+        self.receive_committed(h, meta, payload, areas)
+            .map(|c| c.notification)
+    }
+
+    /// Admits, deposits `payload` by copy, and commits one packet; what it completed.
+    pub fn receive_committed<A: Areas>(
+        &mut self,
+        h: &Header,
+        meta: &[u8],
+        payload: &[u8],
+        areas: &mut A,
+    ) -> Result<Committed, Reject> {
         if meta.len() != usize::from(h.meta_len) || payload.len() as u64 != u64::from(h.payload_len)
         {
             return Err(self.reject(h, None, RejectReason::Malformed));
@@ -189,7 +202,7 @@ impl Interface {
         if !matches!(written, Some(Ok(()))) {
             return Err(self.reject(h, Some(p.slot), RejectReason::AreaGone));
         }
-        self.commit(h, meta, areas).map(|c| c.notification)
+        self.commit(h, meta, areas)
     }
 
     /// Parses a whole packet and receives it.

@@ -1,6 +1,7 @@
 //! `Interface::commit` says what each packet completed: the message (or group) is done
 //! exactly when the last contribution is counted, whether or not a notification goes
 //! with it — callers never diff counters to find out.
+#![allow(clippy::unwrap_used)]
 
 use hamlyn_core::{
     Areas, Interface, Memory, MetaRange, OwnerId, QueueId, SendSpec, SlotConfig, SlotMode,

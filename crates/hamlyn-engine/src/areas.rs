@@ -155,11 +155,6 @@ impl AreaTable {
     pub(crate) fn len(&self) -> usize {
         self.areas.iter().filter(|a| a.is_some()).count()
     }
-
-    /// Whether no area is registered.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 impl Areas for AreaTable {

@@ -21,8 +21,8 @@ use hamlyn_wire::SlotId;
 
 use crate::clients::{queue_id, queue_parts};
 use crate::engine::EngineState;
-use crate::stats::stats_json;
 use crate::port::{Port, TerminusState};
+use crate::stats::stats_json;
 
 /// Entries per terminus ring (≥ 63 usable, seed 000 §2.3).
 pub(crate) const RING_CAP: u32 = 64;
@@ -157,6 +157,7 @@ impl EngineState {
             Request::Rekey { slot } => {
                 let key = random_key();
                 match self
+                    .delivery
                     .iface
                     .slots_mut()
                     .rekey(OwnerId(cid), SlotId(slot), key)
@@ -166,13 +167,19 @@ impl EngineState {
                 }
             }
             Request::Revoke { slot } => {
-                match self.delivery.iface.slots_mut().revoke(OwnerId(cid), SlotId(slot)) {
+                match self
+                    .delivery
+                    .iface
+                    .slots_mut()
+                    .revoke(OwnerId(cid), SlotId(slot))
+                {
                     Ok(()) => ok(Reply::Ok),
                     Err(e) => slot_err(e),
                 }
             }
             Request::Inhibit { slot, on } => {
                 match self
+                    .delivery
                     .iface
                     .slots_mut()
                     .inhibit(OwnerId(cid), SlotId(slot), on)
@@ -182,7 +189,12 @@ impl EngineState {
                 }
             }
             Request::DestroySlot { slot } => {
-                match self.delivery.iface.slots_mut().destroy(OwnerId(cid), SlotId(slot)) {
+                match self
+                    .delivery
+                    .iface
+                    .slots_mut()
+                    .destroy(OwnerId(cid), SlotId(slot))
+                {
                     Ok(_) => ok(Reply::Ok),
                     Err(e) => slot_err(e),
                 }
@@ -403,7 +415,8 @@ impl EngineState {
             })
         };
         let queues = self
-            .client_mut(cid)
+            .clients
+            .get_mut(cid)
             .and_then(|c| c.port.as_ref())
             .map_or(0, |p| p.queues.len());
         let queue = if queue == NO_QUEUE {
@@ -463,6 +476,7 @@ impl EngineState {
             );
         }
         let s = match self
+            .delivery
             .iface
             .check_direct(hamlyn_wire::NodeId(node), SlotId(slot), key)
         {

@@ -27,7 +27,7 @@ use crate::one_sided::Replies;
 use crate::port::{InFlight, TerminusState};
 use crate::registry::{Place, Registry};
 use crate::remote::Remote;
-use crate::sched::{Scheduler, TerminusKey, PRIORITY_LEVELS};
+use crate::sched::{Scheduler, TerminusKey};
 use crate::source::{Piece, Source};
 
 /// Everything the engine knows, by component.
@@ -97,37 +97,15 @@ impl EngineState {
 
     /// One scheduling turn over every open terminus; whether any had work.
     pub(crate) fn turn(&mut self) -> bool {
-        // The scheduler's order (`Scheduler::turn`), walked by index so that `serve` can
-        // borrow the whole state: no copy of the scheduler per turn.
         // Cold termini are looked at on their share of the turns only (`sched`), every
-        // one on the first turn after a sleep.
+        // one on the first turn after a sleep. The scheduler is moved out for the walk so
+        // that `serve` may borrow the whole state (a move of a few words, no copy of its
+        // lists).
         let all = std::mem::take(&mut self.look_at_all);
         self.turns = self.turns.wrapping_add(1);
-        let turn = self.turns;
-        let mut busy = false;
-        for level in 0..PRIORITY_LEVELS {
-            let n = self.sched.level_len(level);
-            if n == 0 {
-                continue;
-            }
-            for i in 0..n {
-                let Some(place) = self.sched.place(level, i) else {
-                    continue;
-                };
-                if !self.sched.due(level, place, turn, all) {
-                    continue;
-                }
-                if let Some(key) = self.sched.at(level, place) {
-                    let had_work = self.serve(key);
-                    self.sched.record(level, place, had_work);
-                    busy |= had_work;
-                }
-            }
-            self.sched.rotate(level);
-            if busy {
-                break;
-            }
-        }
+        let mut sched = std::mem::take(&mut self.sched);
+        let mut busy = sched.turn(self.turns, all, |key| self.serve(key));
+        self.sched = sched;
         if !self.replies.is_empty() {
             busy |= self.serve_replies();
         }
@@ -144,7 +122,11 @@ impl EngineState {
     /// wait for room for its error completion, become).
     fn serve(&mut self, (cid, t): TerminusKey) -> bool {
         let t = usize::from(t);
-        let Some(term) = self.clients.port_mut(cid).and_then(|p| p.termini.get_mut(t)) else {
+        let Some(term) = self
+            .clients
+            .port_mut(cid)
+            .and_then(|p| p.termini.get_mut(t))
+        else {
             return false;
         };
         // Tested first: `take` on an empty `Option<InFlight>` would still copy all of it.
@@ -315,7 +297,11 @@ impl EngineState {
     }
 
     fn put_current(&mut self, cid: u32, t: usize, cur: InFlight) {
-        if let Some(term) = self.clients.port_mut(cid).and_then(|p| p.termini.get_mut(t)) {
+        if let Some(term) = self
+            .clients
+            .port_mut(cid)
+            .and_then(|p| p.termini.get_mut(t))
+        {
             term.current = Some(cur);
         }
     }
@@ -382,7 +368,12 @@ impl EngineState {
     ) -> Result<bool, RejectReason> {
         let h = &seg.header;
         let mut pieces = [Piece::Bytes(&[]); MAX_GATHER];
-        let n = source.pieces(&self.delivery.areas, seg.start, u64::from(seg.len), &mut pieces)?;
+        let n = source.pieces(
+            &self.delivery.areas,
+            seg.start,
+            u64::from(seg.len),
+            &mut pieces,
+        )?;
         if h.dst != self.delivery.node() {
             let now = self.now();
             let Some(remote) = self.remote.as_mut() else {
@@ -412,7 +403,11 @@ impl EngineState {
 
     /// Executes a read or atomic addressed to this node; its answer is queued.
     fn execute_one_sided(&mut self, h: &Header, body: &[u8]) -> Result<(), RejectReason> {
-        let (local, intra, remote) = (self.delivery.node(), self.cfg.intra_mtu, self.cfg.remote_mtu);
+        let (local, intra, remote) = (
+            self.delivery.node(),
+            self.cfg.intra_mtu,
+            self.cfg.remote_mtu,
+        );
         let mtu = |to: NodeId| if to == local { intra } else { remote };
         self.replies
             .execute(h, body, &mut self.delivery, mtu, &mut self.counters)
@@ -483,7 +478,12 @@ impl EngineState {
         let Some(remote) = self.remote.as_mut() else {
             return false;
         };
-        let polled = remote.poll(now, &mut self.delivery, &mut self.clients, &mut self.counters);
+        let polled = remote.poll(
+            now,
+            &mut self.delivery,
+            &mut self.clients,
+            &mut self.counters,
+        );
         for (h, body) in polled.deferred {
             if h.op == Op::Registry {
                 let at = self.registry_place();
@@ -593,39 +593,6 @@ fn ring_corrupt(counters: &mut EngineCounters, term: &mut TerminusState, cid: u3
         "terminus ring corrupt; no longer served"
     );
 }
-
-/// A request that fails before its first packet: no packets, one error completion.
-fn failed_request(seq: u32, reason: RejectReason) -> InFlight {
-    InFlight {
-        req: SendRequest {
-            seq,
-            ..EMPTY_REQUEST
-        },
-        seg: None,
-        pending: None,
-        failed: Some(reason),
-    }
-}
-
-const EMPTY_REQUEST: SendRequest = SendRequest {
-    op: hamlyn_wire::request::RequestOp::Write,
-    seq: 0,
-    dst_node: 0,
-    slot: 0,
-    meta_index: 0,
-    key: 0,
-    offset: 0,
-    y: 0,
-    incarnation: 0,
-    word: 0,
-    flags: 0,
-    meta: [0; hamlyn_wire::MAX_META_LEN],
-    meta_len: 0,
-    payload: Payload::Inline {
-        data: [0; hamlyn_wire::request::MAX_INLINE],
-        len: 0,
-    },
-};
 
 /// A request that fails before its first packet: no packets, one error completion.
 fn failed_request(seq: u32, reason: RejectReason) -> InFlight {

@@ -138,10 +138,7 @@ impl Replies {
                 // Check where the answer goes before touching the word: a request whose
                 // answer cannot be delivered must not change anything.
                 reply.fits()?;
-                let mem = delivery
-                    .areas
-                    .area(p.area)
-                    .ok_or(RejectReason::AreaGone)?;
+                let mem = delivery.areas.area(p.area).ok_or(RejectReason::AreaGone)?;
                 let old = match b.op {
                     AtomicOp::CompareSwap => mem.compare_swap_u64(p.offset, b.compare, b.operand),
                     AtomicOp::FetchAdd => mem.fetch_add_u64(p.offset, b.operand),

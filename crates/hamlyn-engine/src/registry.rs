@@ -75,11 +75,6 @@ impl Registry {
     pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
-
-    /// Whether no name is published here.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
 }
 
 /// Where registry traffic of this node goes and comes from.

@@ -77,42 +77,47 @@ impl Scheduler {
     }
 
     /// Number of termini.
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.levels.iter().map(Vec::len).sum()
     }
 
-    /// Whether no terminus is scheduled.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// One turn: visits the levels from highest priority down; within a level, every
-    /// terminus once in rotating order, calling `serve` (which sends at most one packet
-    /// and says whether the terminus had work). A lower level is visited only if no
-    /// terminus of a higher level had work. Returns whether anything had work.
-    ///
-    /// The engine walks the same order itself with [`Scheduler::level_len`],
-    /// [`Scheduler::nth`] and [`Scheduler::rotate`], so that its `serve` may borrow the
-    /// whole engine state, and skips cold termini ([`Scheduler::due`]); this reference
-    /// order visits every terminus.
-    pub(crate) fn turn(&mut self, mut serve: impl FnMut(TerminusKey) -> bool) -> bool {
+    /// One turn (number `turn`): visits the levels from highest priority down; within a
+    /// level, every terminus that is due ([`Scheduler::due`]; `all` after a sleep) once,
+    /// in rotating order, calling `serve` (which sends at most one packet and says whether
+    /// the terminus had work). A lower level is visited only if no terminus of a higher
+    /// level had work. Returns whether anything had work. This is the engine's own walk.
+    pub(crate) fn turn(
+        &mut self,
+        turn: u64,
+        all: bool,
+        mut serve: impl FnMut(TerminusKey) -> bool,
+    ) -> bool {
+        let mut busy = false;
         for level in 0..PRIORITY_LEVELS {
             let n = self.level_len(level);
             if n == 0 {
                 continue;
             }
-            let mut busy = false;
             for i in 0..n {
-                if let Some(key) = self.nth(level, i) {
-                    busy |= serve(key);
+                let Some(place) = self.place(level, i) else {
+                    continue;
+                };
+                if !self.due(level, place, turn, all) {
+                    continue;
+                }
+                if let Some(key) = self.at(level, place) {
+                    let had_work = serve(key);
+                    self.record(level, place, had_work);
+                    busy |= had_work;
                 }
             }
             self.rotate(level);
             if busy {
-                return true;
+                break;
             }
         }
-        false
+        busy
     }
 
     /// Termini at priority `level` (0 for a level that does not exist).
@@ -123,7 +128,7 @@ impl Scheduler {
 
     /// The `i`-th terminus of `level` in this turn's order (which starts at the level's
     /// cursor and wraps around).
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn nth(&self, level: usize, i: usize) -> Option<TerminusKey> {
         self.at(level, self.place(level, i)?)
     }
@@ -204,17 +209,17 @@ mod tests {
             s.add((1, t), 0);
         }
         let mut served = [0u32; 3];
-        for _ in 0..300 {
-            s.turn(|k| {
+        for turn in 0..300 {
+            s.turn(turn, false, |k| {
                 served[usize::from(k.1)] += 1;
                 true
             });
         }
         assert_eq!(served, [300, 300, 300]);
         let mut first = Vec::new();
-        for _ in 0..3 {
+        for turn in 300..303 {
             let mut seen = None;
-            s.turn(|k| {
+            s.turn(turn, false, |k| {
                 seen.get_or_insert(k);
                 true
             });
@@ -272,8 +277,8 @@ mod tests {
         s.add((2, 0), 3);
         let mut high_work = 5;
         let mut low_served = 0;
-        for _ in 0..10 {
-            s.turn(|k| {
+        for turn in 0..10 {
+            s.turn(turn, false, |k| {
                 if k.0 == 1 {
                     if high_work > 0 {
                         high_work -= 1;

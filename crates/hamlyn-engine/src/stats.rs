@@ -82,8 +82,7 @@ pub(crate) fn stats_json(st: &EngineState) -> String {
                 let _ = write!(
                     o,
                     "{{\"node\":{},\"up\":{},\"incarnation\":{}}}",
-                    node.0,
-                    p.up, p.incarnation
+                    node.0, p.up, p.incarnation
                 );
             }
         }

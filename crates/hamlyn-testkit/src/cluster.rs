@@ -25,17 +25,17 @@
 //! Every loop is bounded: [`SimCluster::run_until_idle`] stops at a simulated-time limit
 //! and after [`ClusterConfig::max_steps`] steps, and reports whether it ended idle.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use hamlyn_core::nack::nack_reason;
 use hamlyn_core::{
-    AreaId, Areas, Instant, Interface, Memory, MetaRange, Notification, OwnerId, Placement,
-    QueueId, Reject, RejectReason, SegmentError, SendSpec, SlotConfig, SlotError, SlotMode,
-    SlotPerms, VecAreas,
+    peer_down_notification, AreaId, Areas, Committed, Instant, Interface, Memory, MetaRange,
+    Notification, OwnerId, PeerTable, Placement, QueueId, Reject, RejectReason, SegmentError,
+    SendSpec, SlotConfig, SlotError, SlotMode, SlotPerms, VecAreas,
 };
 use hamlyn_wire::{
-    Flags, Header, NodeId, NotifEntry, NotifKind, Op, RequestId, SlotId, Ticket, TicketFlags,
-    FULL_SHARE, META_ENTRY_LEN,
+    Flags, Header, NodeId, NotifEntry, Op, RequestId, SlotId, Ticket, TicketFlags, FULL_SHARE,
+    META_ENTRY_LEN,
 };
 
 use hamlyn_fabric::{
@@ -347,10 +347,9 @@ struct NodeState {
     next_seq: u32,
     nacks: Vec<NackRecord>,
     peer_events: Vec<PeerRecord>,
-    /// Peers known up, with their incarnations.
-    peers: BTreeMap<NodeId, u32>,
-    /// Messages partly received: (slot, metadata index) → nodes that sent packets of it.
-    partial: BTreeMap<(SlotId, u32), BTreeSet<NodeId>>,
+    /// Peers, their incarnations, and who contributed to partly received messages: the
+    /// engine's own sans-IO table, so the cluster decides peer loss as the engine does.
+    peers: PeerTable,
     /// Landing buffer for a payload whose placement vanished between admit and deposit.
     scratch: Vec<u8>,
     counters: NodeCounters,
@@ -368,8 +367,7 @@ impl NodeState {
             next_seq: 0,
             nacks: Vec::new(),
             peer_events: Vec::new(),
-            peers: BTreeMap::new(),
-            partial: BTreeMap::new(),
+            peers: PeerTable::new(),
             scratch: Vec::new(),
             counters: NodeCounters::default(),
         }
@@ -401,7 +399,6 @@ impl NodeState {
 
     #[cold]
     fn peer_down(&mut self, peer: NodeId) {
-        self.peers.remove(&peer);
         if let Some(q) = self.outq.remove(&peer) {
             for p in q {
                 if p.message.is_none() {
@@ -410,27 +407,15 @@ impl NodeState {
                 fail_message(&mut self.messages, p.message, SendFailure::PeerDown(peer));
             }
         }
-        let hit: Vec<(SlotId, u32)> = self
-            .partial
-            .iter()
-            .filter(|(_, from)| from.contains(&peer))
-            .map(|(&k, _)| k)
-            .collect();
-        for (slot, meta_index) in hit {
-            self.partial.remove(&(slot, meta_index));
-            let queue = self.iface.slots().get(slot).and_then(|s| s.config.queue);
+        for partial in self.peers.peer_down(peer) {
+            let queue = self
+                .iface
+                .slots()
+                .get(partial.0)
+                .and_then(|s| s.config.queue);
             if let Some(queue) = queue {
-                let mut entry = NotifEntry::zeroed();
-                entry.kind.set(NotifKind::PeerDown as u16);
-                entry.slot.set(slot.0);
-                entry.meta_index.set(meta_index);
-                entry.src_node.set(peer.0);
                 self.counters.peer_down_notifications += 1;
-                self.post(Notification {
-                    queue,
-                    entry,
-                    wake: true,
-                });
+                self.post(peer_down_notification(queue, partial, peer));
             }
         }
     }
@@ -450,23 +435,12 @@ struct NodeSink<'a> {
 impl NodeSink<'_> {
     /// After a commit (or a copying receive): track partial messages, post the
     /// notification, or NACK the refusal.
-    fn finish(
-        &mut self,
-        from: NodeId,
-        h: &Header,
-        before: u64,
-        r: Result<Option<Notification>, Reject>,
-    ) {
+    fn finish(&mut self, from: NodeId, h: &Header, r: Result<Committed, Reject>) {
         let node = &mut *self.node;
         match r {
-            Ok(notif) => {
-                let key = (h.slot, h.meta_index);
-                if node.iface.stats().messages > before {
-                    node.partial.remove(&key);
-                } else {
-                    node.partial.entry(key).or_default().insert(from);
-                }
-                if let Some(n) = notif {
+            Ok(done) => {
+                node.peers.committed(from, h, done.message_done);
+                if let Some(n) = done.notification {
                     node.post(n);
                 }
             }
@@ -542,7 +516,6 @@ impl PacketSink for NodeSink<'_> {
     }
 
     fn on_payload(&mut self, from: NodeId, header: &Header, meta: &[u8]) {
-        let before = self.node.iface.stats().messages;
         let node = &mut *self.node;
         let r = if self.placement.take().is_some() {
             node.iface.commit(header, meta, &mut node.areas)
@@ -550,11 +523,13 @@ impl PacketSink for NodeSink<'_> {
             // Re-admit by copy: either it lands after all, or the core refuses and
             // counts it with the true reason (and builds the NACK).
             let payload = std::mem::take(&mut node.scratch);
-            let r = node.iface.receive(header, meta, &payload, &mut node.areas);
+            let r = node
+                .iface
+                .receive_committed(header, meta, &payload, &mut node.areas);
             node.scratch = payload;
             r
         };
-        self.finish(from, header, before, r);
+        self.finish(from, header, r);
     }
 
     fn on_peer(&mut self, event: PeerEvent) {
@@ -565,7 +540,7 @@ impl PacketSink for NodeSink<'_> {
         });
         match event {
             PeerEvent::Up { node, incarnation } => {
-                self.node.peers.insert(node, incarnation);
+                self.node.peers.peer_up(node, incarnation);
             }
             PeerEvent::Down { node } => self.node.peer_down(node),
             // `PeerEvent` is non-exhaustive; an event this driver does not know is only
@@ -771,7 +746,7 @@ impl SimCluster {
         let current = if dst == node {
             self.net.incarnation(node)
         } else {
-            self.nodes[i].peers.get(&dst).copied()
+            self.nodes[i].peers.live_incarnation(dst)
         };
         if let Some(current) = current {
             if current != req.ticket.incarnation {
