@@ -9,12 +9,11 @@
 //! `Interface`), the registered areas, and the slots whose owner died.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
 use hamlyn_core::{AreaId, Areas, Interface, Memory, Placement, RejectReason};
 use hamlyn_wire::{Header, NodeId, SlotId};
 
-use crate::areas::{AreaTable, ShmMem};
+use crate::areas::AreaTable;
 use crate::clients::Clients;
 use crate::counters::EngineCounters;
 use crate::source::Piece;
@@ -106,7 +105,8 @@ impl Delivery {
         Ok(())
     }
 
-    /// Copies `n` bytes from one area to another (ownership already checked).
+    /// Copies `n` bytes from one area to another, or within one (ownership already
+    /// checked), with no reference to either range.
     fn copy_between(
         &mut self,
         src: AreaId,
@@ -115,23 +115,13 @@ impl Delivery {
         dst_off: u64,
         n: usize,
     ) -> Result<(), RejectReason> {
-        let src_region = self
-            .areas
-            .get(src)
-            .ok_or(RejectReason::AreaGone)?
-            .mem
-            .0
-            .clone();
-        let dst_mem = self.areas.area(dst).ok_or(RejectReason::AreaGone)?;
-        if Arc::ptr_eq(&src_region, &dst_mem.0) {
-            return copy_within_area(dst_mem, src_off, dst_off, n);
+        let src = &self.areas.get(src).ok_or(RejectReason::AreaGone)?.mem;
+        let dst = &self.areas.get(dst).ok_or(RejectReason::AreaGone)?.mem;
+        if src_off.checked_add(n as u64).is_none_or(|e| e > src.len()) {
+            return Err(RejectReason::OutOfBounds);
         }
-        let dst_slice = dst_mem
-            .slice_mut(dst_off, n)
-            .map_err(|_| RejectReason::AreaGone)?;
-        src_region
-            .read(src_off as usize, dst_slice)
-            .map_err(|_| RejectReason::OutOfBounds)
+        src.copy_to(src_off, dst, dst_off, n)
+            .map_err(|_| RejectReason::AreaGone)
     }
 
     /// Commit and notify: counts a packet whose payload is in place and, when its message
@@ -170,19 +160,4 @@ impl Delivery {
         counters.bytes += u64::from(h.payload_len);
         Ok(done)
     }
-}
-
-/// Copies within one area (a client sending to its own slot): memmove through a bounce
-/// buffer, because the ranges may overlap. A rare path.
-#[cold]
-fn copy_within_area(
-    mem: &mut ShmMem,
-    src_off: u64,
-    dst_off: u64,
-    n: usize,
-) -> Result<(), RejectReason> {
-    let mut tmp = vec![0u8; n];
-    mem.read(src_off, &mut tmp)
-        .map_err(|_| RejectReason::OutOfBounds)?;
-    mem.write(dst_off, &tmp).map_err(|_| RejectReason::AreaGone)
 }

@@ -3,6 +3,8 @@
 //!
 //! - [`region`]: [`ShmRegion`](region::ShmRegion), a sealed memfd mapped shared; ports and
 //!   areas (message, metadata, send) are regions.
+//! - [`area_mem`]: the one adapter from a region to the core's `Memory` (engine areas and
+//!   direct senders alike), copying in and out, never holding a reference.
 //! - [`fdpass`]: passing region and eventfd descriptors over a `SOCK_SEQPACKET` socket.
 //! - [`spsc`]: single-producer single-consumer rings of fixed-size entries (termini),
 //!   robust against a hostile producer.
@@ -27,6 +29,8 @@
 //! bound of 6 also passes, in about a minute.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+#[cfg(not(loom))]
+pub mod area_mem;
 pub mod fdpass;
 pub mod memory;
 pub mod notifq;

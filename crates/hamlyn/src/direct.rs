@@ -12,10 +12,10 @@
 //! exactly as on mediated slots, and a group may mix direct and mediated members.
 
 use hamlyn_core::SlotMode;
-use hamlyn_core::{count_packet, notification_entry, EntryMemory, OutOfRange, RejectReason};
+use hamlyn_core::{count_packet, notification_entry, RejectReason};
+use hamlyn_shm::area_mem::AreaMem;
 use hamlyn_shm::notifq::{self, NotifLayout};
 use hamlyn_shm::region::ShmRegion;
-use hamlyn_shm::sync::Ordering;
 use hamlyn_shm::wake::EventFd;
 use hamlyn_wire::control::{mode, Reply};
 use hamlyn_wire::{Flags, NodeId, Ticket, FAST_META_INDEX, META_ENTRY_LEN};
@@ -65,47 +65,9 @@ pub struct DirectTarget {
     queue: Option<notifq::Producer<ShmRegion>>,
 }
 
-/// The metadata entries as the core's commit sees them.
-struct Entries<'a>(&'a ShmRegion);
-
-fn at(offset: u64, len: usize) -> Result<usize, OutOfRange> {
-    usize::try_from(offset).map_err(|_| OutOfRange {
-        offset,
-        len: len as u64,
-    })
-}
-
-impl EntryMemory for Entries<'_> {
-    fn read_at(&self, offset: u64, dst: &mut [u8]) -> Result<(), OutOfRange> {
-        let n = dst.len();
-        self.0.read(at(offset, n)?, dst).map_err(|_| OutOfRange {
-            offset,
-            len: n as u64,
-        })
-    }
-
-    fn write_at(&mut self, offset: u64, src: &[u8]) -> Result<(), OutOfRange> {
-        let n = src.len();
-        self.0.write(at(offset, n)?, src).map_err(|_| OutOfRange {
-            offset,
-            len: n as u64,
-        })
-    }
-
-    fn add_u32_at(&mut self, offset: u64, v: u32) -> Result<u32, OutOfRange> {
-        // AcqRel: pairs with the AcqRel add of every other depositor into this
-        // accumulator (the engine's `ShmMem::fetch_add_u32`, other direct senders, in any
-        // process). The Release half publishes this packet's payload and metadata to
-        // whoever brings the sum to 0; the Acquire half, when we do, makes every other
-        // packet's deposit visible before we post the notification, whose `seq` Release
-        // store the receiver acquires before it reads the message.
-        let old = self
-            .0
-            .fetch_add_u32(at(offset, 4)?, v, Ordering::AcqRel)
-            .map_err(|_| OutOfRange { offset, len: 4 })?;
-        Ok(old.wrapping_add(v))
-    }
-}
+/// The metadata entries as the core's commit sees them: the same adapter the engine uses
+/// for its areas (`hamlyn_shm::area_mem`).
+type Entries<'a> = AreaMem<&'a ShmRegion>;
 
 /// The descriptors of a `Direct` reply, in the order the engine sends them.
 struct DirectFds {
@@ -281,7 +243,7 @@ impl DirectTarget {
                     // `plan` kept the index inside the ticket's entries, all mapped.
                     let rel = h.meta_index.wrapping_sub(self.ticket.meta_first);
                     let off = u64::from(rel) * META_ENTRY_LEN as u64;
-                    count_packet(mode, Some((&mut Entries(entries), off)), h, meta)
+                    count_packet(mode, Some((&mut AreaMem(entries), off)), h, meta)
                 }
                 (None, false) => Err(RejectReason::BadMetaIndex),
             }
