@@ -3,14 +3,15 @@
 //! - `hamlyn node`: run the per-node engine daemon that processes attach to;
 //! - `hamlyn stat`: show a running engine's counters (ports, slots, rejects);
 //! - `hamlyn bench`: measure latency, bandwidth and message rate through the engine,
-//!   next to the shared-memory floor measured in the same run (DESIGN §8).
+//!   next to the shared-memory floor measured in the same run (DESIGN §8); the
+//!   `hamlyn-bench` crate, linked with the `bench` feature (on by default: without it, the
+//!   binary has no plotting and `hamlyn bench` says it was left out).
 //!
 //! Every subcommand that talks to a daemon takes `--socket PATH`; its default is
 //! `$HAMLYN_SOCKET`, else [`socket::DEFAULT_SOCKET`].
 
 #![forbid(unsafe_code)]
 
-mod bench;
 mod cmd;
 mod control;
 mod json;
@@ -46,10 +47,15 @@ enum Command {
     Seed(cmd::seed::SeedArgs),
     /// Measure one-way latency, bandwidth and message rate through the engine between two
     /// processes, next to the shared-memory floor measured in the same run.
-    Bench(bench::BenchArgs),
+    #[cfg(feature = "bench")]
+    Bench(cmd::bench::BenchCmd),
+    /// Not in this build: it was made without the `bench` feature.
+    #[cfg(not(feature = "bench"))]
+    Bench(cmd::bench::BenchCmd),
     /// The second process of `hamlyn bench` (driven over its standard input and output).
-    #[command(hide = true)]
-    BenchPeer(bench::peer::PeerArgs),
+    #[cfg(feature = "bench")]
+    #[command(name = hamlyn_bench::PEER_COMMAND, hide = true)]
+    BenchPeer(hamlyn_bench::peer::PeerArgs),
 }
 
 fn init_logging(level: tracing::Level) {
@@ -73,8 +79,9 @@ fn main() -> ExitCode {
         Command::Stat(args) => cmd::stat::run(args).map_err(Into::into),
         Command::Ping(args) => cmd::ping::run(args).map_err(Into::into),
         Command::Seed(args) => cmd::seed::run(args).map_err(Into::into),
-        Command::Bench(args) => bench::run(args).map_err(Into::into),
-        Command::BenchPeer(args) => bench::peer::run(args).map_err(Into::into),
+        Command::Bench(args) => cmd::bench::run(args).map_err(Into::into),
+        #[cfg(feature = "bench")]
+        Command::BenchPeer(args) => hamlyn_bench::peer::run(args).map_err(Into::into),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -83,5 +90,16 @@ fn main() -> ExitCode {
             eprintln!("hamlyn: error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(all(test, feature = "bench"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_peer_subcommand_is_the_one_the_bench_starts() {
+        let cli = Cli::try_parse_from(["hamlyn", hamlyn_bench::PEER_COMMAND]);
+        assert!(matches!(cli.map(|c| c.command), Ok(Command::BenchPeer(_))));
     }
 }
