@@ -1,10 +1,8 @@
-//! A small JSON reader and writer: enough for the engine's counters (`hamlyn stat`) and the
-//! bench report (`hamlyn bench --json`), without a serialisation framework.
+//! A small JSON reader: enough for the engine's counters (`hamlyn stat`), without a
+//! serialisation framework.
 //!
 //! The reader accepts standard JSON (RFC 8259), keeps objects in their written order,
 //! limits nesting so hostile input cannot exhaust the stack, and never panics.
-
-use std::fmt::Write;
 
 /// A parsed JSON value.
 #[derive(Clone, Debug, PartialEq)]
@@ -327,37 +325,6 @@ impl Parser<'_> {
     }
 }
 
-/// Appends `s` as a JSON string literal.
-pub fn write_str(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
-
-/// Appends `v` as a JSON number, or `null` when absent or not finite (JSON has no NaN).
-pub fn write_num(out: &mut String, v: Option<f64>) {
-    match v {
-        Some(x) if x.is_finite() => {
-            // `{}` on an f64 is the shortest text that reads back as the same value, and
-            // never uses an exponent, so it is always a valid JSON number.
-            let _ = write!(out, "{x}");
-        }
-        _ => out.push_str("null"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -411,26 +378,5 @@ mod tests {
             Err("nested too deeply"),
             "nesting is bounded"
         );
-    }
-
-    #[test]
-    fn written_strings_and_numbers_read_back() {
-        let mut out = String::from("[");
-        write_str(&mut out, "tab\there \"q\" \\ \u{1} é");
-        out.push(',');
-        write_num(&mut out, Some(0.1234567));
-        out.push(',');
-        write_num(&mut out, Some(1e21));
-        out.push(',');
-        write_num(&mut out, Some(f64::NAN));
-        out.push(',');
-        write_num(&mut out, None);
-        out.push(']');
-        let v = parse(&out).unwrap();
-        let a = v.as_array().unwrap();
-        assert_eq!(a[0].as_str(), Some("tab\there \"q\" \\ \u{1} é"));
-        assert_eq!(a[1].as_f64(), Some(0.1234567));
-        assert_eq!(a[2].as_f64(), Some(1e21));
-        assert_eq!((&a[3], &a[4]), (&Value::Null, &Value::Null));
     }
 }

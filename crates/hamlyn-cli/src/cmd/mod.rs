@@ -1,5 +1,6 @@
-//! The daemon-facing subcommands (`hamlyn bench` lives in [`crate::bench`]).
+//! The subcommands, one module each (`hamlyn bench` runs the `hamlyn-bench` crate).
 
+pub mod bench;
 pub mod node;
 pub mod ping;
 pub mod seed;

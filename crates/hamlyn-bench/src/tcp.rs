@@ -26,16 +26,14 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use hamlyn::{Node, NodeOptions};
 use hamlyn_engine::{EngineConfig, EngineHandle};
 use hamlyn_fabric::tcp::{tcp_cluster, TcpConfig};
 use hamlyn_wire::NodeId;
 
+use super::engine_stats::{observer, EngineStats};
 use super::error::BenchError;
 use super::latency::{timed_rounds, Latency};
 use super::pin::pin_to;
-use crate::cmd::node::EngineArgs;
-use crate::json::{parse, Value};
 
 /// Longest wait for a connection, a byte, or the engines to see each other.
 pub const TCP_WAIT: Duration = Duration::from_secs(20);
@@ -65,11 +63,11 @@ pub struct TcpEngines {
 }
 
 impl TcpEngines {
-    /// Starts both engines with `engine`'s settings (busy-poll from `setup`) and waits
+    /// Starts both engines set up as `engine` (busy-poll from `setup`) and waits
     /// until each sees the other up. With `cpus` (A, B), engine 0 is pinned to A and
     /// engine 1 to B, and the calling thread is left on A.
     pub fn start(
-        engine: &EngineArgs,
+        engine: &EngineConfig,
         setup: &TcpSetup,
         cpus: Option<(usize, usize)>,
     ) -> Result<TcpEngines, BenchError> {
@@ -85,7 +83,7 @@ impl TcpEngines {
             return Err(BenchError::Fabric("tcp_cluster made fewer than two".into()));
         };
         let start = |node: u32, fabric| {
-            let mut c = engine.apply(EngineConfig::embedded());
+            let mut c = super::fresh_engine(engine);
             c.node = node;
             c.incarnation = INCARNATION;
             c.busy_poll = setup.busy_poll;
@@ -133,31 +131,13 @@ impl TcpEngines {
     }
 }
 
-/// A small connection to the engine at `socket`, for its counters.
-fn observer(socket: &Path) -> Result<Node, BenchError> {
-    Ok(Node::connect_with(
-        socket,
-        NodeOptions {
-            termini: 1,
-            queues: 1,
-            queue_cap: 64,
-            ..NodeOptions::default()
-        },
-    )?)
-}
-
-/// The counters of the engine at `socket`, as JSON (for diagnosing a stuck run).
-pub fn engine_stats(socket: &Path) -> Result<String, BenchError> {
-    Ok(observer(socket)?.stats()?)
-}
-
 /// Waits until the engine at `socket` reports node `peer` up (sends before that fail
 /// with `PeerDown`).
 fn wait_peer_up(socket: &Path, peer: u32) -> Result<(), BenchError> {
     let node = observer(socket)?;
     let deadline = Instant::now() + TCP_WAIT;
     loop {
-        if peer_is_up(&node.stats()?, peer) {
+        if EngineStats::of(&node)?.peer_up(peer) {
             return Ok(());
         }
         if Instant::now() > deadline {
@@ -168,21 +148,6 @@ fn wait_peer_up(socket: &Path, peer: u32) -> Result<(), BenchError> {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-}
-
-/// Whether the engine's stats JSON lists node `peer` as up.
-fn peer_is_up(stats: &str, peer: u32) -> bool {
-    let Ok(v) = parse(stats) else {
-        return false;
-    };
-    v.get("peers")
-        .and_then(Value::as_array)
-        .unwrap_or_default()
-        .iter()
-        .any(|p| {
-            p.get("node").and_then(Value::as_u64) == Some(u64::from(peer))
-                && p.get("up") == Some(&Value::Bool(true))
-        })
 }
 
 /// How a raw TCP ping-pong side waits for the other.
@@ -464,16 +429,6 @@ mod tests {
         assert!(d.receive_stream(4096, 300, Wait::Block).unwrap() >= 0.0);
         assert!(d.receive_stream(100_000, 30, Wait::Spin).unwrap() >= 0.0);
         peer.join().unwrap();
-    }
-
-    #[test]
-    fn stats_json_says_whether_a_peer_is_up() {
-        let up = r#"{"node":0,"peers":[{"node":1,"up":true,"incarnation":1}]}"#;
-        let down = r#"{"node":0,"peers":[{"node":1,"up":false,"incarnation":1}]}"#;
-        assert!(peer_is_up(up, 1));
-        assert!(!peer_is_up(up, 2));
-        assert!(!peer_is_up(down, 1));
-        assert!(!peer_is_up("not json", 1));
     }
 
     #[test]

@@ -1,32 +1,40 @@
-//! `hamlyn bench`: latency, bandwidth and message rate between two processes, on every
-//! path (direct, mediated, TCP), next to the floor measured in the same run (DESIGN §8).
+//! The benchmark behind `hamlyn bench`: latency, bandwidth and message rate between two
+//! processes, on every path (direct, mediated, TCP), next to the floor measured in the same
+//! run (DESIGN §8), with UCX and sockperf beside it on request; printed as tables, written
+//! as JSON ([`BenchArgs::json`]) and drawn as SVG plots ([`BenchArgs::plot`]).
 //!
 //! Two processes: this one (the driver) and a second copy of this executable
 //! (`hamlyn bench-peer`, [`peer`]), driven by one-line commands over its standard input
-//! and output, through which the tickets travel as seed text.
+//! and output, through which the tickets travel as seed text. So the program that calls
+//! [`run`] must call [`peer::run`] when it is started with the [`PEER_COMMAND`]
+//! subcommand (the `hamlyn` binary does).
 //!
 //! In order: the floor (a shared-memory cache-line ping-pong between the two processes,
 //! before any engine runs, directly and through a relay thread that stands in for the
 //! engine; memcpy; with the TCP mode, raw TCP between the two processes), then the modes:
 //!
 //! - `direct` and `mediated` on one engine (embedded in this process, or the daemon of
-//!   `--socket`): latency of tagged writes, polled writes and datagrams ([`latency`]),
+//!   `--socket`): latency of tagged writes, polled writes and datagrams (`latency.rs`),
 //!   directly deposited or through the engine, remote reads and fetch-adds (mediated
 //!   only: the engine executes them), a process sending to itself, bandwidth and message
-//!   rate ([`bandwidth`]); then fairness ([`fairness`]) and scaling ([`scaling`]) on the
+//!   rate (`bandwidth.rs`); then fairness (`fairness.rs`) and scaling (`scaling.rs`) on the
 //!   same engine;
 //! - `tcp`: two engines in this process, node 0 and node 1, joined by the TCP fabric over
-//!   loopback ([`tcp`]); the driver attaches to node 0 and the peer to node 1, so every
+//!   loopback (`tcp.rs`); the driver attaches to node 0 and the peer to node 1, so every
 //!   message crosses both engines and TCP; the same operations as mediated;
 //!
-//! then, with `--peers`, UCX and sockperf on the same machine ([`peers`]), and the
-//! ping-pong floor once more. `--json` writes every figure, `--plot` draws them
-//! ([`plot`]).
+//! then, with `--peers`, UCX and sockperf on the same machine (`peers.rs`), and the
+//! ping-pong floor once more. `--json` writes every figure (`json.rs`), `--plot` draws them
+//! (`plot.rs`). What the benchmark reads of an engine's statistics (is a peer node up, how
+//! many ports) is read in one place, `engine_stats.rs`.
+
+#![forbid(unsafe_code)]
 
 mod bandwidth;
 mod charts;
 mod child;
 mod endpoint;
+mod engine_stats;
 mod error;
 mod fairness;
 mod floor;
@@ -49,7 +57,6 @@ use clap::{Args, ValueEnum};
 use hamlyn::NodeOptions;
 use hamlyn_engine::{EngineConfig, EngineHandle};
 
-use crate::cmd::node::EngineArgs;
 use bandwidth::{receive_stream, Stream};
 use child::PeerProcess;
 use endpoint::{Endpoint, Remote, Tickets, Via};
@@ -69,6 +76,10 @@ const FAIRNESS_SIZES: [usize; 2] = [64 * 1024, 1 << 20];
 
 /// Longest wait for one answer of the peer process.
 const ANSWER_WAIT: Duration = Duration::from_secs(60);
+
+/// The subcommand that starts the peer process: the driver runs its own executable with
+/// it, and that program must then call [`peer::run`].
+pub const PEER_COMMAND: &str = "bench-peer";
 
 /// A mode on the command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -138,10 +149,6 @@ pub struct BenchArgs {
     /// TCP mode: payload bytes per packet between the engines (default: the engine's).
     #[arg(long, value_name = "BYTES")]
     pub remote_mtu: Option<u64>,
-    /// The embedded engines' settings (`--busy-poll` also makes the TCP fabrics
-    /// busy-poll).
-    #[command(flatten)]
-    pub engine: EngineArgs,
     /// Tiny iteration counts, for the test suite (figures are rough).
     #[arg(long, hide = true)]
     pub smoke: bool,
@@ -154,19 +161,26 @@ impl BenchArgs {
 }
 
 /// Runs the benchmark and prints (and perhaps writes) the report.
-pub fn run(args: BenchArgs) -> Result<(), BenchError> {
+///
+/// `engine` is the setup of every engine the benchmark starts in this process (each gets
+/// its own control socket; the TCP mode sets node ids and incarnations, and makes the
+/// fabrics busy-poll with `engine.busy_poll`). A daemon given by `--socket` keeps its own.
+pub fn run(args: BenchArgs, engine: &EngineConfig) -> Result<(), BenchError> {
     let plan = match (args.smoke, args.quick) {
         (true, _) => Plan::smoke(),
         (false, true) => Plan::quick(),
         (false, false) => Plan::full(),
     };
-    let report = measure(&args, &plan)?;
+    let report = measure(&args, engine, &plan)?;
     print!("{}", report.render());
     if let Some(path) = &args.json {
-        std::fs::write(path, json::to_json(&report)).map_err(|source| BenchError::Write {
-            path: path.clone(),
-            source,
-        })?;
+        json::to_json(&report)
+            .map_err(std::io::Error::from)
+            .and_then(|text| std::fs::write(path, text))
+            .map_err(|source| BenchError::Write {
+                path: path.clone(),
+                source,
+            })?;
     }
     if let Some(dir) = &args.plot {
         for file in charts::write(dir, &report)? {
@@ -178,11 +192,12 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
 
 fn setup_text(
     args: &BenchArgs,
+    engine: &EngineConfig,
     plan: &Plan,
     threads: usize,
     cpus: Option<(usize, usize)>,
 ) -> String {
-    let busy = if args.engine.busy_poll { "on" } else { "off" };
+    let busy = if engine.busy_poll { "on" } else { "off" };
     let modes: Vec<&str> = args.modes.iter().map(|&m| Mode::from(m).name()).collect();
     let mut engines = Vec::new();
     if args.has(Mode::Direct) || args.has(Mode::Mediated) {
@@ -192,7 +207,7 @@ fn setup_text(
         });
     }
     if args.has(Mode::Tcp) {
-        let setup = tcp_setup(args);
+        let setup = tcp_setup(args, engine);
         let mtu = args
             .remote_mtu
             .map_or(String::new(), |m| format!(", remote MTU {m} B"));
@@ -223,15 +238,23 @@ fn setup_text(
 }
 
 /// The TCP mode's engine setup from the arguments.
-fn tcp_setup(args: &BenchArgs) -> TcpSetup {
+fn tcp_setup(args: &BenchArgs, engine: &EngineConfig) -> TcpSetup {
     let defaults = hamlyn_fabric::tcp::TcpConfig::new(
         hamlyn_wire::NodeId(0),
         std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
     );
     TcpSetup {
         rails: args.rails.unwrap_or(defaults.rails),
-        busy_poll: args.engine.busy_poll,
+        busy_poll: engine.busy_poll,
         remote_mtu: args.remote_mtu,
+    }
+}
+
+/// An engine set up as `engine`, on a control socket of its own.
+fn fresh_engine(engine: &EngineConfig) -> EngineConfig {
+    EngineConfig {
+        socket: EngineConfig::embedded().socket,
+        ..engine.clone()
     }
 }
 
@@ -272,15 +295,13 @@ fn steps(args: &BenchArgs, plan: &Plan) -> u64 {
     n as u64
 }
 
-fn measure(args: &BenchArgs, plan: &Plan) -> Result<Report, BenchError> {
+fn measure(args: &BenchArgs, engine: &EngineConfig, plan: &Plan) -> Result<Report, BenchError> {
     check_args(args)?;
-    let engine_opts = &args.engine;
-    if args.socket.is_some()
-        && (engine_opts.busy_poll
-            || engine_opts.spin_turns.is_some()
-            || engine_opts.intra_mtu.is_some())
-        && !args.has(Mode::Tcp)
-    {
+    let defaults = EngineConfig {
+        socket: engine.socket.clone(),
+        ..EngineConfig::embedded()
+    };
+    if args.socket.is_some() && *engine != defaults && !args.has(Mode::Tcp) {
         tracing::warn!("--socket given: the daemon's own engine settings apply, not these");
     }
     // Counted before any pinning narrows this thread's view.
@@ -312,7 +333,7 @@ fn measure(args: &BenchArgs, plan: &Plan) -> Result<Report, BenchError> {
     let before = floor_pingpong(&mut peer, plan)?;
     progress.done();
     progress.start("floor: shared-memory ping-pong through a relay thread");
-    let relayed = floor_pingpong_relayed(&mut peer, plan, args)?;
+    let relayed = floor_pingpong_relayed(&mut peer, plan, args, engine)?;
     progress.done();
     let mut memcpy = Vec::new();
     for size in BANDWIDTH_SIZES {
@@ -325,7 +346,15 @@ fn measure(args: &BenchArgs, plan: &Plan) -> Result<Report, BenchError> {
     }
     let mut measured = Measured::default();
     if args.has(Mode::Direct) || args.has(Mode::Mediated) {
-        one_engine(args, plan, cpus, &mut peer, &progress, &mut measured)?;
+        one_engine(
+            args,
+            engine,
+            plan,
+            cpus,
+            &mut peer,
+            &progress,
+            &mut measured,
+        )?;
     }
     // Raw TCP just before the TCP engines start, not before the one engine: a blocking
     // ping-pong leaves the two processes on one CPU (the kernel wakes a task where its
@@ -333,7 +362,15 @@ fn measure(args: &BenchArgs, plan: &Plan) -> Result<Report, BenchError> {
     let mut tcp_floor = None;
     if args.has(Mode::Tcp) {
         tcp_floor = Some(raw_tcp_floor(&mut peer, plan, &progress)?);
-        two_engines(args, plan, cpus, &mut peer, &progress, &mut measured)?;
+        two_engines(
+            args,
+            engine,
+            plan,
+            cpus,
+            &mut peer,
+            &progress,
+            &mut measured,
+        )?;
     }
     let peers = if args.peers {
         progress.start("peers: UCX and sockperf");
@@ -361,7 +398,7 @@ fn measure(args: &BenchArgs, plan: &Plan) -> Result<Report, BenchError> {
     peer.finish()?;
     progress.finish();
     Ok(Report {
-        setup: setup_text(args, plan, threads, cpus),
+        setup: setup_text(args, engine, plan, threads, cpus),
         floor: Floor {
             shm_oneway_us: before.min(after),
             shm_runs_us: vec![before, after],
@@ -481,11 +518,12 @@ fn floor_pingpong_relayed(
     peer: &mut PeerProcess,
     plan: &Plan,
     args: &BenchArgs,
+    engine: &EngineConfig,
 ) -> Result<f64, BenchError> {
     let spin = args.spin.unwrap_or(NodeOptions::default().spin);
     let cfg = match &args.socket {
         Some(s) => EngineConfig::daemon(s),
-        None => args.engine.apply(EngineConfig::embedded()),
+        None => engine.clone(),
     };
     let relay_spin = if cfg.busy_poll {
         u32::MAX
@@ -570,9 +608,9 @@ impl Attached {
     /// Logs what the engines saw (for `--log debug`: where the messages stopped).
     fn log_stats(&self) {
         let (socket, peer_socket) = self.engines.sockets();
-        tracing::debug!(stats = ?tcp::engine_stats(&socket), "the driver's engine");
+        tracing::debug!(stats = ?engine_stats::text(&socket), "the driver's engine");
         if peer_socket != socket {
-            tracing::debug!(stats = ?tcp::engine_stats(&peer_socket), "the peer's engine");
+            tracing::debug!(stats = ?engine_stats::text(&peer_socket), "the peer's engine");
         }
     }
 
@@ -590,6 +628,7 @@ impl Attached {
 /// then fairness and scaling on it.
 fn one_engine(
     args: &BenchArgs,
+    engine: &EngineConfig,
     plan: &Plan,
     cpus: Option<(usize, usize)>,
     peer: &mut PeerProcess,
@@ -603,7 +642,7 @@ fn one_engine(
                 // The engine thread inherits the affinity of the thread that starts it.
                 pin::pin_to(b)?;
             }
-            let e = EngineHandle::start(args.engine.apply(EngineConfig::embedded()))?;
+            let e = EngineHandle::start(fresh_engine(engine))?;
             if let Some((a, _)) = cpus {
                 pin::pin_to(a)?;
                 peer.send(&format!("pin {a}"))?;
@@ -680,6 +719,7 @@ fn extras(
 /// The TCP mode: two engines joined over loopback.
 fn two_engines(
     args: &BenchArgs,
+    engine: &EngineConfig,
     plan: &Plan,
     cpus: Option<(usize, usize)>,
     peer: &mut PeerProcess,
@@ -690,7 +730,7 @@ fn two_engines(
         peer.send(&format!("pin {b}"))?;
         peer.expect("ok", ANSWER_WAIT)?;
     }
-    let engines = Engines::Tcp(TcpEngines::start(&args.engine, &tcp_setup(args), cpus)?);
+    let engines = Engines::Tcp(TcpEngines::start(engine, &tcp_setup(args, engine), cpus)?);
     let mut at = Attached::new(engines, args, peer)?;
     let result = measure_mode(Mode::Tcp, plan, peer, &mut at, progress, out);
     if result.is_err() {

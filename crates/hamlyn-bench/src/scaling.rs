@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use hamlyn::{Node, NodeOptions, NotifyQueue, Slot, Terminus};
 
 use super::endpoint::Endpoint;
+use super::engine_stats::EngineStats;
 use super::error::BenchError;
 use super::latency::{self, Latency};
 use super::progress::Progress;
@@ -253,7 +254,7 @@ impl IdlePort {
 
 /// The ports the engine lists in its statistics.
 fn engine_ports(node: &Node) -> Result<usize, BenchError> {
-    Ok(node.stats()?.matches("\"termini_open\":").count())
+    Ok(EngineStats::of(node)?.ports())
 }
 
 /// Raises this process's soft open-file limit to the hard one if `ports` idle ports may
@@ -315,8 +316,8 @@ mod tests {
         let socket = engine.socket_path().to_path_buf();
         let mut ep = Endpoint::connect(&socket, None).expect("driver endpoint");
         let mut peer_ep = Endpoint::connect(&socket, None).expect("peer endpoint");
-        let to_peer = crate::bench::endpoint::Remote::new(peer_ep.tickets().expect("tickets"));
-        let to_driver = crate::bench::endpoint::Remote::new(ep.tickets().expect("tickets"));
+        let to_peer = crate::endpoint::Remote::new(peer_ep.tickets().expect("tickets"));
+        let to_driver = crate::endpoint::Remote::new(ep.tickets().expect("tickets"));
         let (start, starts) = mpsc::channel::<u64>();
         let (done, dones) = mpsc::channel();
         let ponger = std::thread::spawn(move || {

@@ -17,11 +17,12 @@ pub struct PeerProcess {
 }
 
 impl PeerProcess {
-    /// Starts `hamlyn bench-peer` (this same executable) with `args`.
+    /// Starts `hamlyn bench-peer` (this same executable, with [`crate::PEER_COMMAND`])
+    /// with `args`.
     pub fn spawn(args: &[String]) -> Result<PeerProcess, BenchError> {
         let exe = std::env::current_exe().map_err(|e| BenchError::io("finding this program", e))?;
         let mut child = Command::new(exe)
-            .arg("bench-peer")
+            .arg(crate::PEER_COMMAND)
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -901,7 +901,7 @@ impl Report {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::peers::PeerResult;
+    use crate::peers::PeerResult;
 
     fn lat(p50: f64) -> Latency {
         Latency {
