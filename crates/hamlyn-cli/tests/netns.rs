@@ -19,7 +19,6 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,6 +27,7 @@ use hamlyn::{
     SlotPerms, Status, Ticket,
 };
 use hamlyn_fabric::tcp::frame::Hello;
+use hamlyn_shm::sync::{AtomicU64, Ordering};
 use hamlyn_wire::{Flags, Header, NodeId, Op, RequestId};
 
 const HAMLYN: &str = env!("CARGO_BIN_EXE_hamlyn");

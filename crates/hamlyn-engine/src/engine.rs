@@ -4,13 +4,13 @@
 
 use std::collections::HashSet;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use hamlyn_core::{
     AreaId, Areas, Instant, Interface, Memory, Notification, Placement, QueueId, RejectReason,
     Segment, Segmenter, SendSpec,
 };
+use hamlyn_shm::sync::AtomicBool;
 use hamlyn_shm::wake::EventFd;
 use hamlyn_wire::request::{
     send_flags, Completion, Payload, RequestOp, SendRequest, MAX_GATHER, REQUEST_LEN,

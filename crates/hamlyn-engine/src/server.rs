@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering as StdOrdering};
+use std::sync::atomic::Ordering as StdOrdering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +12,7 @@ use hamlyn_core::{Interface, OwnerId};
 use hamlyn_shm::fdpass::{recv_with_fds, send_with_fds, FdPassError};
 use hamlyn_shm::memory::RingMemory;
 use hamlyn_shm::port::header;
-use hamlyn_shm::sync::Ordering;
+use hamlyn_shm::sync::{AtomicBool, Ordering};
 use hamlyn_shm::wake::{self, EventFd, EVENTFD_ARMED};
 use hamlyn_wire::control::{Reply, Request, MAX_CONTROL_MSG};
 use hamlyn_wire::NodeId;

@@ -340,7 +340,7 @@ impl Endpoint {
             // UCX put_lat), and only its own bytes are waited for. The fence keeps the
             // compiler from hoisting the read out of the loop and orders what this side
             // does next after seeing the flag.
-            std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+            hamlyn_shm::sync::fence(hamlyn_shm::sync::Ordering::Acquire);
             if got[..n] == want[..n] {
                 return Ok(());
             }
