@@ -340,7 +340,7 @@ impl Endpoint {
             // UCX put_lat), and only its own bytes are waited for. The fence keeps the
             // compiler from hoisting the read out of the loop and orders what this side
             // does next after seeing the flag.
-            std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+            hamlyn_shm::sync::fence(hamlyn_shm::sync::Ordering::Acquire);
             if got[..n] == want[..n] {
                 return Ok(());
             }
@@ -368,9 +368,13 @@ impl Endpoint {
         reply: &Ticket,
         size: usize,
     ) -> Result<SendHandle, BenchError> {
-        let h = self
-            .terminus
-            .read(&to.tickets.rma, 0, size as u64, reply, 0)?;
+        let h = self.terminus.read(&hamlyn::ReadArgs {
+            source: &to.tickets.rma,
+            offset: 0,
+            len: size as u64,
+            reply,
+            reply_offset: 0,
+        })?;
         self.expect(NotificationKind::ReadDone)?;
         Ok(h)
     }
@@ -383,7 +387,13 @@ impl Endpoint {
         to: &Remote,
         reply: &Ticket,
     ) -> Result<(SendHandle, u64), BenchError> {
-        let h = self.terminus.fetch_add(&to.tickets.rma, 0, 1, reply, 0)?;
+        let h = self.terminus.fetch_add(&hamlyn::FetchAddArgs {
+            target: &to.tickets.rma,
+            offset: 0,
+            addend: 1,
+            reply,
+            reply_offset: 0,
+        })?;
         let n = self.expect(NotificationKind::AtomicDone)?;
         Ok((h, n.word))
     }

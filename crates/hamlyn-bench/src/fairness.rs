@@ -30,7 +30,6 @@
 //!   credited to a sender: the window's count is [`Fairness::overflows`], never hidden.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::ScopedJoinHandle;
 use std::time::{Duration, Instant};
 
@@ -38,6 +37,7 @@ use hamlyn::{
     Area, Data, Node, NodeOptions, NotificationKind, NotifyQueue, SendError, SendHandle,
     SendOptions, Terminus, Ticket, MAX_INLINE,
 };
+use hamlyn_shm::sync::{AtomicBool, AtomicU64, Ordering};
 
 use super::endpoint::{check_sent, WAIT};
 use super::error::BenchError;

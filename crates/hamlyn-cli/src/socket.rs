@@ -1,8 +1,8 @@
-//! Where the node daemon's control socket is by default.
+//! Where the node daemon's control socket is by default: the library's constants, so
+//! `hamlyn node` binds where [`hamlyn::Node::connect_default`] looks.
+//!
+//! [`DEFAULT_SOCKET`] is the control socket `hamlyn node` binds and `hamlyn stat`
+//! connects to when neither `--socket` nor `$HAMLYN_SOCKET` ([`SOCKET_ENV`]) says
+//! otherwise.
 
-/// The control socket `hamlyn node` binds and `hamlyn stat` connects to when neither
-/// `--socket` nor `$HAMLYN_SOCKET` says otherwise.
-pub const DEFAULT_SOCKET: &str = "/tmp/hamlyn.sock";
-
-/// The environment variable that overrides [`DEFAULT_SOCKET`].
-pub const SOCKET_ENV: &str = "HAMLYN_SOCKET";
+pub use hamlyn::{DEFAULT_SOCKET, SOCKET_ENV};

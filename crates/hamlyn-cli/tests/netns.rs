@@ -19,7 +19,6 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,6 +27,7 @@ use hamlyn::{
     SlotPerms, Status, Ticket,
 };
 use hamlyn_fabric::tcp::frame::Hello;
+use hamlyn_shm::sync::{AtomicU64, Ordering};
 use hamlyn_wire::{Flags, Header, NodeId, Op, RequestId};
 
 const HAMLYN: &str = env!("CARGO_BIN_EXE_hamlyn");
@@ -405,7 +405,14 @@ fn three_hosts_in_network_namespaces() {
         let reply = reply_slot.ticket_all().unwrap();
         let mut q = nodes[3].queue(0).unwrap();
         let mut t = nodes[3].terminus(0).unwrap();
-        t.read(&shared_ticket, 4096, 64 * 1024, &reply, 0).unwrap();
+        t.read(&hamlyn::ReadArgs {
+            source: &shared_ticket,
+            offset: 4096,
+            len: 64 * 1024,
+            reply: &reply,
+            reply_offset: 0,
+        })
+        .unwrap();
         let n = q.wait(WAIT).unwrap().expect("ReadDone");
         assert_eq!(
             (n.kind, n.src_node),
@@ -434,10 +441,25 @@ fn three_hosts_in_network_namespaces() {
                     let mut atomic =
                         |t: &mut hamlyn::Terminus, cas: Option<(u64, u64)>, off: u64| -> u64 {
                             match cas {
-                                Some((old, new)) => {
-                                    t.compare_swap(&target, off, old, new, &reply, 0).unwrap()
-                                }
-                                None => t.fetch_add(&target, off, 0, &reply, 0).unwrap(),
+                                Some((expected, new)) => t
+                                    .compare_swap(&hamlyn::CompareSwapArgs {
+                                        target: &target,
+                                        offset: off,
+                                        expected,
+                                        new,
+                                        reply: &reply,
+                                        reply_offset: 0,
+                                    })
+                                    .unwrap(),
+                                None => t
+                                    .fetch_add(&hamlyn::FetchAddArgs {
+                                        target: &target,
+                                        offset: off,
+                                        addend: 0,
+                                        reply: &reply,
+                                        reply_offset: 0,
+                                    })
+                                    .unwrap(),
                             };
                             let n = q.wait(WAIT).unwrap().expect("AtomicDone");
                             assert_eq!(n.kind, NotificationKind::AtomicDone);

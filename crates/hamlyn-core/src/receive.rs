@@ -580,14 +580,65 @@ pub fn count_packet<M: EntryMemory + ?Sized>(
 /// The notification entry a completed message earns (its `seq` left 0 for the queue to
 /// fill): the kind [`count_packet`] returned, and the completing packet's flags, slot,
 /// metadata index, word (tag or fast-mode metadata), source node and payload length.
+///
+/// An answer to a one-sided request (`ReadDone`, `AtomicDone`) names the request it
+/// answers instead of a payload length: `len` is the request's sequence number and the
+/// high byte of `flags` its terminus index (the low byte of the packet's
+/// `request.terminus`; header flags use the low byte only), so the requester can match
+/// an atomic's old value, which fills `word`, to its request (docs/spec/wire.md §5).
 pub fn notification_entry(kind: NotifKind, h: &Header) -> NotifEntry {
     let mut entry = NotifEntry::zeroed();
     entry.kind.set(kind as u16);
-    entry.flags.set(h.flags.0);
     entry.slot.set(h.slot.0);
     entry.meta_index.set(h.meta_index);
     entry.word.set(h.word);
     entry.src_node.set(h.src.0);
-    entry.len.set(h.payload_len);
+    if matches!(kind, NotifKind::ReadDone | NotifKind::AtomicDone) {
+        let terminus = (h.request.terminus & 0xFF) as u16;
+        entry.flags.set((h.flags.0 & 0xFF) | (terminus << 8));
+        entry.len.set(h.request.seq);
+    } else {
+        entry.flags.set(h.flags.0);
+        entry.len.set(h.payload_len);
+    }
     entry
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hamlyn_wire::{NodeId, RequestId, SlotId};
+
+    fn header(op: Op) -> Header {
+        let mut h = Header::new(op);
+        h.flags = Flags::FIRST | Flags::LAST | Flags::NOTIFY;
+        h.src = NodeId(2);
+        h.slot = SlotId(9);
+        h.meta_index = 4;
+        h.payload_len = 8;
+        h.word = 0x0123_4567_89AB_CDEF;
+        h.request = RequestId {
+            terminus: (7 << 8) | 3,
+            seq: 0xDEAD_BEEF,
+        };
+        h
+    }
+
+    #[test]
+    fn answers_name_their_request_and_messages_their_length() {
+        for kind in [NotifKind::ReadDone, NotifKind::AtomicDone] {
+            let e = notification_entry(kind, &header(Op::AtomicResp));
+            assert_eq!(e.kind(), Some(kind));
+            assert_eq!(e.len.get(), 0xDEAD_BEEF, "the request's sequence");
+            assert_eq!(e.flags.get() >> 8, 3, "the request's terminus index");
+            assert_eq!(e.flags.get() & 0xFF, 0x23, "the packet's flags");
+            assert_eq!(e.word.get(), 0x0123_4567_89AB_CDEF, "the word is untouched");
+            assert_eq!(
+                (e.slot.get(), e.meta_index.get(), e.src_node.get()),
+                (9, 4, 2)
+            );
+        }
+        let e = notification_entry(NotifKind::Message, &header(Op::Write));
+        assert_eq!((e.len.get(), e.flags.get()), (8, 0x23));
+    }
 }

@@ -1,8 +1,9 @@
 //! How an engine is set up.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
+
+use hamlyn_shm::sync::{AtomicU32, Ordering};
 
 /// An engine's settings.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -8,7 +8,6 @@
 //! A request taken from a terminus ring is decoded and segmented here (`open_request`);
 //! its packets go to `Delivery::deliver` (this node) or `Remote::send` (another node).
 
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use hamlyn_core::{Instant, RejectReason, Segment, Segmenter, SendSpec};
@@ -29,6 +28,7 @@ use crate::registry::{Place, Registry};
 use crate::remote::Remote;
 use crate::sched::{Scheduler, TerminusKey};
 use crate::source::{Piece, Source};
+use hamlyn_shm::sync::AtomicBool;
 
 /// Everything the engine knows, by component.
 #[derive(Debug)]

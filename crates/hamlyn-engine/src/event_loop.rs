@@ -3,14 +3,14 @@
 //! needs something. Control sockets are Unix SOCK_SEQPACKET, one request per message.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering as StdOrdering};
+use std::sync::atomic::Ordering as StdOrdering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use hamlyn_shm::fdpass::{recv_with_fds, send_with_fds, FdPassError};
 use hamlyn_shm::memory::RingMemory;
 use hamlyn_shm::port::header;
-use hamlyn_shm::sync::Ordering;
+use hamlyn_shm::sync::{AtomicBool, Ordering};
 use hamlyn_shm::wake::{self, EventFd, EVENTFD_ARMED};
 use hamlyn_wire::control::{Reply, Request, MAX_CONTROL_MSG};
 use mio::unix::SourceFd;

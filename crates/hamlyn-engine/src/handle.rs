@@ -2,10 +2,10 @@
 //! (embedded), stopped when its handle is dropped.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use hamlyn_shm::sync::{AtomicBool, Ordering};
 use hamlyn_shm::wake::EventFd;
 
 use crate::config::EngineConfig;

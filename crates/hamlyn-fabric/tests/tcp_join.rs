@@ -7,6 +7,10 @@
 
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
+#![allow(
+    clippy::disallowed_types,
+    reason = "a stop flag between test threads; hamlyn-fabric does not depend on hamlyn-shm's atomics facade"
+)]
 
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};

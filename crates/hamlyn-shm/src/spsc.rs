@@ -666,7 +666,7 @@ mod tests {
     fn concurrent_scribbler_cannot_hang_consumer() {
         let (mem, layout) = ring(64, 16);
         let mut c = Consumer::attach(&mem, layout).expect("attach");
-        let stop = std::sync::atomic::AtomicBool::new(false);
+        let stop = crate::sync::AtomicBool::new(false);
         std::thread::scope(|s| {
             s.spawn(|| {
                 let mut x: u64 = 0x9E37_79B9_7F4A_7C15;

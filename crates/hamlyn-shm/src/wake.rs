@@ -337,9 +337,8 @@ impl AsFd for EventFd {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use std::sync::atomic::AtomicBool;
-
     use super::*;
+    use crate::sync::AtomicBool;
 
     #[test]
     fn awake_consumer_costs_no_syscall() {

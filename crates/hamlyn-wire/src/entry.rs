@@ -119,9 +119,11 @@ pub enum NotifKind {
     Fast = 2,
     /// A peer this queue had partial messages from is gone; `src_node` names it.
     PeerDown = 3,
-    /// A remote read's reply landed; `word` is the request id.
+    /// A remote read's reply landed; `word` is the request id, `len` the request's
+    /// sequence and the high byte of `flags` its terminus index.
     ReadDone = 4,
-    /// A remote atomic's old value landed; `word` is the old value.
+    /// A remote atomic's old value landed; `word` is the old value, `len` the request's
+    /// sequence and the high byte of `flags` its terminus index.
     AtomicDone = 5,
     /// Notifications were lost to a full queue; `word` is how many.
     Overflow = 6,
@@ -148,7 +150,7 @@ pub mod notif_off {
     pub const SEQ: usize = 0;
     /// [`super::NotifKind`].
     pub const KIND: usize = 4;
-    /// Header flags of the completing packet.
+    /// Header flags of the completing packet (high byte: an answer's terminus index).
     pub const FLAGS: usize = 6;
     /// Slot.
     pub const SLOT: usize = 8;
@@ -158,7 +160,7 @@ pub mod notif_off {
     pub const WORD: usize = 16;
     /// Sending node.
     pub const SRC_NODE: usize = 24;
-    /// Length or status.
+    /// Length, status, or an answer's request sequence.
     pub const LEN: usize = 28;
 }
 
@@ -172,7 +174,8 @@ pub struct NotifEntry {
     pub seq: U32,
     /// [`NotifKind`] as a number.
     pub kind: U16,
-    /// Header flags of the packet that completed the message.
+    /// Header flags of the packet that completed the message (low byte); for `ReadDone`
+    /// and `AtomicDone`, the high byte is the index of the terminus that sent the request.
     pub flags: U16,
     /// The slot the message arrived in.
     pub slot: U32,
@@ -182,7 +185,8 @@ pub struct NotifEntry {
     pub word: U64,
     /// The sending node.
     pub src_node: U32,
-    /// Bytes of the completing packet's payload, or a status code.
+    /// Bytes of the completing packet's payload, or a status code; for `ReadDone` and
+    /// `AtomicDone`, the sequence number of the request answered.
     pub len: U32,
 }
 

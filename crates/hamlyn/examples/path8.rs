@@ -31,7 +31,6 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::error::Error;
 use std::io::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use hamlyn::{
@@ -39,6 +38,7 @@ use hamlyn::{
     Ticket,
 };
 use hamlyn_engine::{EngineConfig, EngineHandle};
+use hamlyn_shm::sync::{AtomicU64, Ordering};
 
 /// Messages sent down each path before its phase starts.
 const WARMUP: u64 = 2000;

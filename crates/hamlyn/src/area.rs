@@ -13,7 +13,6 @@ use crate::error::Error;
 use crate::node::Shared;
 
 /// An area's memory and registration; unregistered when the last handle goes.
-#[derive(Debug)]
 pub(crate) struct AreaInner {
     pub(crate) id: u32,
     pub(crate) region: ShmRegion,
@@ -36,9 +35,20 @@ impl Drop for AreaInner {
 ///
 /// Cloning is cheap and shares the area. The registration ends when the last clone (and
 /// every slot and pending send using it) is gone.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
+#[must_use = "dropping the last handle of an Area unregisters it from the engine"]
 pub struct Area {
     pub(crate) inner: Arc<AreaInner>,
+}
+
+impl std::fmt::Debug for Area {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Area")
+            .field("node", &self.inner.shared.node)
+            .field("id", &self.inner.id)
+            .field("len", &self.inner.region.len())
+            .finish()
+    }
 }
 
 fn out_of_range(what: &'static str, start: u64, n: u64, len: u64) -> Error {
@@ -144,10 +154,11 @@ pub struct Span<'a> {
 
 /// A range of 128-byte metadata entries in an area: where the engine deposits each
 /// message's metadata and counts its packets, and where paranoid slots keep each entry's
-/// own key and byte range (seed 000 §2.4, §2.7).
+/// own key and byte range (the layout: docs/spec/wire.md §4).
 ///
 /// The owner writes the paranoid fields and the armed bit; the engine writes the rest.
 #[derive(Clone, Debug)]
+#[must_use = "a MetaArea holds its area: dropping the last handle unregisters it"]
 pub struct MetaArea {
     area: Area,
     base: u64,

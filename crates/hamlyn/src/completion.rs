@@ -68,7 +68,6 @@ pub(crate) fn finished(port: &ShmRegion, layout: &PortLayout, t: u16) -> u64 {
 }
 
 /// The port's error ring and the failures read from it, by terminus and ring position.
-#[derive(Debug)]
 pub(crate) struct ErrorTable {
     ring: spsc::Consumer<Arc<ShmRegion>>,
     failures: Vec<BTreeMap<u64, u16>>,
@@ -76,6 +75,20 @@ pub(crate) struct ErrorTable {
     corrupt: bool,
     /// Entries that named no terminus of the port, or a position not yet reached.
     pub(crate) strays: u64,
+}
+
+impl std::fmt::Debug for ErrorTable {
+    /// Counts, not the (up to 65,536 per terminus) failures themselves.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ErrorTable")
+            .field(
+                "failures",
+                &self.failures.iter().map(BTreeMap::len).sum::<usize>(),
+            )
+            .field("corrupt", &self.corrupt)
+            .field("strays", &self.strays)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ErrorTable {

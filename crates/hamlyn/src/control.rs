@@ -17,11 +17,20 @@ use rustix::io::Errno;
 use crate::error::Error;
 
 /// A connected control socket.
-#[derive(Debug)]
 pub(crate) struct Control {
     sock: OwnedFd,
     buf: Vec<u8>,
     broken: bool,
+}
+
+impl std::fmt::Debug for Control {
+    /// A summary: not the 64 KiB receive buffer.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Control")
+            .field("sock", &self.sock)
+            .field("broken", &self.broken)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Control {
@@ -104,7 +113,7 @@ impl Control {
             .buf
             .get(..got.len)
             .ok_or(Error::Protocol("reply length"))?;
-        let reply = Reply::decode(bytes)?;
+        let reply = Reply::decode(bytes).map_err(Error::BadReply)?;
         Ok((reply, got.fds))
     }
 

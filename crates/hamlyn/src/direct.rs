@@ -1,4 +1,4 @@
-//! Direct slots, the sender's side (DESIGN §2, "Direct slots"): a holder of a ticket to a
+//! Direct slots, the sender's side (docs/ARCHITECTURE.md, "Direct slots"): a holder of a ticket to a
 //! slot created with [`crate::SlotBuilder::danger_direct`], on the slot's own node, maps
 //! the slot and its receiver's notification queue ([`crate::Node::open_direct`]) and then
 //! does what the engine does for each packet, in its own process: deposit, count,
@@ -46,7 +46,8 @@ pub const DIRECT_PACKET_BYTES: u64 = 256 * 1024;
 /// `DirectTarget` is `Send` and `Sync`: [`DirectTarget::send`] takes `&self`, so threads
 /// may share one; every shared word is updated atomically, and concurrent sends to
 /// overlapping bytes are the senders' own business, as with any ticket.
-#[derive(Debug)]
+#[must_use = "dropping a DirectTarget unmaps the slot: it is mapped again only if the \
+              engine still grants it"]
 pub struct DirectTarget {
     ticket: Ticket,
     /// The node the messages come from (this node: the ticket's).
@@ -93,6 +94,20 @@ impl DirectFds {
             None
         };
         Some(DirectFds { area, meta, queue })
+    }
+}
+
+impl std::fmt::Debug for DirectTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not the ticket's key: debug output ends up in logs.
+        f.debug_struct("DirectTarget")
+            .field("node", &self.node)
+            .field("slot", &self.ticket.slot)
+            .field("offset", &self.ticket.offset)
+            .field("len", &self.ticket.len)
+            .field("fast", &self.fast)
+            .field("queue", &self.queue.is_some())
+            .finish_non_exhaustive()
     }
 }
 

@@ -1,6 +1,11 @@
 //! The library's errors: [`Error`] for everything but sending, [`SendError`] for
 //! [`Terminus::send`](crate::Terminus::send), whose refusals the caller handles case by
 //! case (back-pressure above all).
+//!
+//! Every error type a caller may need to match is re-exported at the crate root
+//! ([`ControlErrorCode`], [`WireError`], [`SplitError`], [`SegmentError`], and the
+//! shared-memory errors inside [`Error`]'s variants), and each converts into [`Error`]
+//! with `From`, so `?` works in a function returning `Result<_, hamlyn::Error>`.
 
 use hamlyn_core::SegmentError;
 use hamlyn_shm::fdpass::FdPassError;
@@ -8,7 +13,7 @@ use hamlyn_shm::memory::LayoutError;
 use hamlyn_shm::region::RegionError;
 use hamlyn_shm::wake::WakeError;
 use hamlyn_wire::control::ControlErrorCode;
-use hamlyn_wire::WireError;
+use hamlyn_wire::{SplitError, WireError};
 
 /// Why a library call failed.
 #[derive(Debug, thiserror::Error)]
@@ -44,7 +49,7 @@ pub enum Error {
     },
     /// The engine's reply did not decode.
     #[error("undecodable reply from the engine: {0}")]
-    BadReply(#[from] WireError),
+    BadReply(WireError),
     /// The engine answered with something this request does not expect.
     #[error("engine protocol violation: {0}")]
     Protocol(&'static str),
@@ -106,9 +111,17 @@ pub enum Error {
     /// The operation does not fit the slot's mode.
     #[error("not possible on a {0:?} slot")]
     WrongMode(hamlyn_core::SlotMode),
-    /// A seed or ticket could not be encoded or parsed.
+    /// A seed or ticket could not be encoded or parsed. (`?` on a [`WireError`] lands
+    /// here: the wire types a caller decodes are seeds and tickets.)
     #[error("seed: {0}")]
-    Seed(WireError),
+    Seed(#[from] WireError),
+    /// A ticket could not be split ([`hamlyn_wire::Ticket::split`]).
+    #[error("cannot split the ticket: {0}")]
+    Split(#[from] SplitError),
+    /// A send, read or atomic was refused before it was queued ([`SendError`]; `?` on a
+    /// [`crate::Terminus`] call lands here).
+    #[error("send refused: {0}")]
+    Send(#[from] SendError),
     /// A direct slot was asked for through a ticket naming another node: direct slots
     /// are reached only by clients of their own node's engine ([`crate::Node::open_direct`]).
     #[error("the ticket names node {ticket:?}, this engine is node {node:?}")]
@@ -126,6 +139,13 @@ pub enum Error {
         /// The error.
         source: std::io::Error,
     },
+}
+
+impl From<SegmentError> for Error {
+    /// A message that does not fit its ticket: [`Error::Send`] with [`SendError::Ticket`].
+    fn from(e: SegmentError) -> Error {
+        Error::Send(SendError::Ticket(e))
+    }
 }
 
 /// Why a send was refused before it reached the engine. Nothing was queued.

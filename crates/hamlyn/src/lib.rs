@@ -1,12 +1,18 @@
 //! Hamlyn: protected, zero-copy, sender-managed messaging between processes (the
-//! application library, seed 000 §3.2; DESIGN §2, §5).
+//! application library).
+//!
+//! In the repository: `README.md` for a first run, `docs/ARCHITECTURE.md` for how the
+//! crates fit together (the engine, the port, direct slots, one-sided operations) and
+//! `docs/spec/wire.md` for every byte that crosses a process boundary.
 //!
 //! A process talks to its engine (the trusted "interface", embedded in the process or a
 //! per-node daemon) only through a **port** in shared memory and a control socket; this
 //! crate wraps both:
 //!
-//! - [`Node`]: one control connection and one port ([`Node::connect`] to a daemon,
-//!   [`Node::embedded`] to start an engine thread in this process).
+//! - [`Node`]: one control connection and one port ([`Node::connect_default`] to the
+//!   node's daemon, `hamlyn node`, at `$HAMLYN_SOCKET` or [`DEFAULT_SOCKET`];
+//!   [`Node::connect`] to a daemon elsewhere; [`Node::embedded`] to start an engine
+//!   thread in this process).
 //! - [`Area`]: registered memory (a sealed memfd) that messages land in or are sent from;
 //!   [`MetaArea`]: an area of 128-byte metadata entries.
 //! - [`Slot`] ([`Node::slot`] → [`SlotBuilder`]): names part of an area with a 64-bit
@@ -14,7 +20,10 @@
 //!   carry tickets as text.
 //! - [`Terminus`] ([`Node::terminus`]): a private send work queue; [`Terminus::send`]
 //!   returns a [`SendHandle`] whose [`Status`] goes pending → sent (or failed, with the
-//!   engine's reason); a full terminus is [`SendError::Full`], never a drop.
+//!   engine's reason); a full terminus is [`SendError::Full`], never a drop. Remote
+//!   reads and atomics ([`Terminus::read`] with [`ReadArgs`], [`Terminus::compare_swap`],
+//!   [`Terminus::fetch_add`]) are answered by a notification naming the request
+//!   ([`Notification::request`]).
 //! - [`NotifyQueue`] ([`Node::queue`]): where message arrivals are reported; poll, wait
 //!   (spin, then sleep on a futex: no core burnt), or use [`Node::event_fd`] with epoll.
 //! - Direct slots, for processes of one trusted job on one node: a receiver opts in with
@@ -40,6 +49,11 @@
 //! # }
 //! ```
 //!
+//! Errors: [`Error`] for every call but the terminus's, [`SendError`] for those; the
+//! error types inside them ([`ControlErrorCode`], [`WireError`], [`SplitError`],
+//! [`SegmentError`], ...) are re-exported here and convert into [`Error`], so `?`
+//! works throughout.
+//!
 //! Nothing here uses `unsafe`: shared memory is reached only through `hamlyn-shm`'s checked
 //! accessors, and nothing read from the engine or the port is trusted without a check.
 #![forbid(unsafe_code)]
@@ -64,12 +78,21 @@ pub use area::{Area, MetaArea, Span};
 pub use completion::Status;
 pub use direct::{DirectTarget, DIRECT_PACKET_BYTES};
 pub use error::{Error, SendError};
-pub use node::{Node, NodeOptions};
+pub use node::{default_socket_path, Node, NodeOptions, DEFAULT_SOCKET, SOCKET_ENV};
 pub use queue::{Notification, NotificationKind, NotifyQueue};
 pub use request::{Data, MetaIndex, SendOptions, BUDGET_PACKET_BYTES};
 pub use slot::{Slot, SlotBuilder};
-pub use terminus::{SendHandle, Terminus};
+pub use terminus::{CompareSwapArgs, FetchAddArgs, ReadArgs, RequestRef, SendHandle, Terminus};
 
 pub use hamlyn_core::{RejectReason, SegmentError, SlotMode, SlotPerms};
 pub use hamlyn_wire::request::{MAX_GATHER, MAX_INLINE};
 pub use hamlyn_wire::{MetaEntry, NodeId, Seed, SlotId, Ticket, TicketFlags, MAX_META_LEN};
+
+// The error types found inside `Error` and `SendError`, so callers can name and match
+// them without depending on the crates below.
+pub use hamlyn_shm::fdpass::FdPassError;
+pub use hamlyn_shm::memory::LayoutError;
+pub use hamlyn_shm::region::RegionError;
+pub use hamlyn_shm::wake::WakeError;
+pub use hamlyn_wire::control::ControlErrorCode;
+pub use hamlyn_wire::{SplitError, WireError};

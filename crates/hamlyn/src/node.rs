@@ -2,13 +2,13 @@
 
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use hamlyn_shm::port::{PortLayout, MAX_QUEUES, MAX_TERMINI};
 use hamlyn_shm::region::ShmRegion;
 use hamlyn_shm::spsc;
+use hamlyn_shm::sync::{AtomicU64, Ordering};
 use hamlyn_shm::wake::EventFd;
 use hamlyn_wire::control::{Reply, Request, CONTROL_VERSION};
 use hamlyn_wire::{NodeId, Ticket, TicketFlags};
@@ -22,6 +22,14 @@ use crate::error::Error;
 use crate::queue::NotifyQueue;
 use crate::slot::SlotBuilder;
 use crate::terminus::Terminus;
+
+/// The control socket [`Node::connect_default`] connects to when [`SOCKET_ENV`] is not
+/// set: the one the node daemon (`hamlyn node`) binds by default.
+pub const DEFAULT_SOCKET: &str = "/tmp/hamlyn.sock";
+
+/// The environment variable naming the engine's control socket: it overrides
+/// [`DEFAULT_SOCKET`] for [`Node::connect_default`] and for every `hamlyn` command.
+pub const SOCKET_ENV: &str = "HAMLYN_SOCKET";
 
 /// How a [`Node`] asks for its port.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,7 +75,6 @@ pub(crate) struct TerminusSlots {
 
 /// Everything the handles of one node share. Field order is drop order: the engine (if
 /// embedded) goes last, after our end of the connection and the port.
-#[derive(Debug)]
 pub(crate) struct Shared {
     /// This handle's instance number.
     pub(crate) instance: u64,
@@ -103,6 +110,21 @@ pub(crate) struct Shared {
     _engine: Option<EngineGuard>,
 }
 
+impl std::fmt::Debug for Shared {
+    /// A summary of the node: not its buffers, rings or tables.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("node", &self.node)
+            .field("incarnation", &self.incarnation)
+            .field("client", &self.client)
+            .field("socket", &self.socket)
+            .field("embedded", &self._engine.is_some())
+            .field("termini", &self.layout.geometry.termini)
+            .field("queues", &self.layout.geometry.queues)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Shared {
     /// The control connection; a panic in another thread while it held the lock does not
     /// make it unusable (every call leaves it consistent or marks it broken).
@@ -136,12 +158,27 @@ impl Shared {
 /// [`Terminus`], [`NotifyQueue`]) keep the connection alive, so the node may be dropped
 /// before them. When the last handle goes, the connection closes and the engine frees
 /// everything the client made.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
+#[must_use = "dropping the last handle of a Node closes its connection (and stops an \
+              embedded engine)"]
 pub struct Node {
     pub(crate) shared: Arc<Shared>,
 }
 
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.shared.fmt(f)
+    }
+}
+
 impl Node {
+    /// Connects to the node's engine (the `hamlyn node` daemon) at the path in
+    /// `$HAMLYN_SOCKET` ([`SOCKET_ENV`]), else at [`DEFAULT_SOCKET`], with default
+    /// [`NodeOptions`]: what every `hamlyn` command does without `--socket`.
+    pub fn connect_default() -> Result<Node, Error> {
+        Node::connect(default_socket_path())
+    }
+
     /// Connects to the engine listening at `path` with default [`NodeOptions`].
     pub fn connect(path: impl AsRef<Path>) -> Result<Node, Error> {
         Node::connect_with(path, NodeOptions::default())
@@ -309,7 +346,7 @@ impl Node {
     }
 
     /// Maps the direct slot `ticket` names, to deposit into it without the engine
-    /// ([`DirectTarget::send`]; DESIGN §2, "Direct slots").
+    /// ([`DirectTarget::send`]; docs/ARCHITECTURE.md, "Direct slots").
     ///
     /// The slot must have been created with [`crate::SlotBuilder::danger_direct`] on
     /// this node: the ticket must name this engine's node ([`Error::NotLocal`]) and
@@ -434,9 +471,32 @@ impl Node {
     }
 }
 
+/// Where [`Node::connect_default`] connects: `$HAMLYN_SOCKET` if set and not empty,
+/// else [`DEFAULT_SOCKET`].
+pub fn default_socket_path() -> PathBuf {
+    socket_path_from(std::env::var_os(SOCKET_ENV))
+}
+
+fn socket_path_from(var: Option<std::ffi::OsString>) -> PathBuf {
+    match var {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => PathBuf::from(DEFAULT_SOCKET),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_socket_is_the_environments_else_the_daemons() {
+        assert_eq!(socket_path_from(None), Path::new(DEFAULT_SOCKET));
+        assert_eq!(socket_path_from(Some("".into())), Path::new(DEFAULT_SOCKET));
+        assert_eq!(
+            socket_path_from(Some("/run/h/n1.sock".into())),
+            Path::new("/run/h/n1.sock")
+        );
+    }
 
     fn assert_send_sync<T: Send + Sync>() {}
     fn assert_send<T: Send>() {}

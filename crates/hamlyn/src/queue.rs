@@ -10,6 +10,7 @@ use hamlyn_wire::{NodeId, NotifEntry, NotifKind, SlotId, FAST_META_INDEX};
 
 use crate::error::Error;
 use crate::node::Shared;
+use crate::terminus::RequestRef;
 
 /// What a notification reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -21,9 +22,12 @@ pub enum NotificationKind {
     Fast,
     /// A peer with partial messages to this queue is gone.
     PeerDown,
-    /// A remote read's reply landed; the word is the request id.
+    /// A remote read's reply landed; [`Notification::request`] names the read
+    /// ([`crate::Terminus::read`]), the word is its wire request id.
     ReadDone,
-    /// A remote atomic's old value landed; the word is that value.
+    /// A remote atomic's old value landed; the word is that value and
+    /// [`Notification::request`] names the atomic ([`crate::Terminus::compare_swap`],
+    /// [`crate::Terminus::fetch_add`]).
     AtomicDone,
     /// Notifications were lost to a full queue; the word says how many.
     Overflow,
@@ -33,6 +37,7 @@ pub enum NotificationKind {
 
 /// One arrival.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct Notification {
     /// What happened.
     pub kind: NotificationKind,
@@ -44,10 +49,16 @@ pub struct Notification {
     pub word: u64,
     /// The sending node.
     pub src_node: NodeId,
-    /// Payload bytes of the packet that completed the message (or a status code).
+    /// Payload bytes of the packet that completed the message (or a status code); for
+    /// [`NotificationKind::ReadDone`] and [`NotificationKind::AtomicDone`], the sequence
+    /// number of the request answered (see [`Notification::request`]).
     pub len: u32,
     /// Header flags of that packet.
     pub flags: u16,
+    /// The request this notification answers: `Some` for
+    /// [`NotificationKind::ReadDone`] and [`NotificationKind::AtomicDone`], equal to the
+    /// [`crate::SendHandle::request`] of the read or atomic; `None` for the other kinds.
+    pub request: Option<RequestRef>,
 }
 
 impl Notification {
@@ -64,6 +75,17 @@ impl Notification {
             _ => NotificationKind::Unknown(raw),
         };
         let mi = e.meta_index.get();
+        let raw_flags = e.flags.get();
+        // An answer names its request: sequence in `len`, terminus index in the high byte
+        // of `flags` (header flags use the low byte only).
+        let request = matches!(
+            kind,
+            NotificationKind::ReadDone | NotificationKind::AtomicDone
+        )
+        .then(|| RequestRef {
+            terminus: raw_flags >> 8,
+            seq: e.len.get(),
+        });
         Notification {
             kind,
             slot: SlotId(e.slot.get()),
@@ -71,18 +93,28 @@ impl Notification {
             word: e.word.get(),
             src_node: NodeId(e.src_node.get()),
             len: e.len.get(),
-            flags: e.flags.get(),
+            flags: raw_flags & 0xFF,
+            request,
         }
     }
 }
 
 /// The consumer of one notification queue of the port. A single-owner handle (one per
 /// queue, `&mut self`); it can move to another thread.
-#[derive(Debug)]
+#[must_use = "dropping a NotifyQueue gives the queue back: arrivals wait there unread"]
 pub struct NotifyQueue {
     shared: Arc<Shared>,
     index: u16,
     consumer: notifq::Consumer<Arc<ShmRegion>>,
+}
+
+impl std::fmt::Debug for NotifyQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NotifyQueue")
+            .field("node", &self.shared.node)
+            .field("index", &self.index)
+            .finish_non_exhaustive()
+    }
 }
 
 impl NotifyQueue {
@@ -179,6 +211,7 @@ mod tests {
                 src_node: NodeId(7),
                 len: 8,
                 flags: 0,
+                request: None,
             }
         );
         let mut f = entry(NotifKind::Fast as u16, 1);
@@ -187,6 +220,34 @@ mod tests {
         assert_eq!((n.kind, n.meta_index), (NotificationKind::Fast, None));
         let n = Notification::from_entry(&entry(77, 0));
         assert_eq!(n.kind, NotificationKind::Unknown(77));
+    }
+
+    #[test]
+    fn answers_name_the_request_they_answer() {
+        for (kind, want) in [
+            (NotifKind::ReadDone, NotificationKind::ReadDone),
+            (NotifKind::AtomicDone, NotificationKind::AtomicDone),
+        ] {
+            let mut e = entry(kind as u16, 41);
+            e.flags.set((5 << 8) | 0x23);
+            e.len.set(0x1_0002);
+            let n = Notification::from_entry(&e);
+            assert_eq!(n.kind, want);
+            assert_eq!(
+                n.request,
+                Some(RequestRef {
+                    terminus: 5,
+                    seq: 0x1_0002
+                })
+            );
+            assert_eq!(
+                (n.word, n.flags),
+                (41, 0x23),
+                "the old value, the packet's flags"
+            );
+        }
+        let n = Notification::from_entry(&entry(NotifKind::Message as u16, 1));
+        assert_eq!(n.request, None, "only answers name a request");
     }
 
     #[test]

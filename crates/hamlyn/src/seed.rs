@@ -1,5 +1,6 @@
 //! Seeds: tickets (and a little protocol data) as text one process hands another to start
-//! talking, through a file, an environment variable or a command line (seed 001 §3.2).
+//! talking, through a file, an environment variable or a command line (the format:
+//! docs/spec/wire.md §3).
 //!
 //! ```
 //! # use hamlyn::{NodeId, SlotId, Ticket, TicketFlags};

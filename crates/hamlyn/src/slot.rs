@@ -14,7 +14,6 @@ use crate::keys::random_key;
 use crate::node::Shared;
 
 /// Builds a slot: [`crate::Node::slot`], then the settings, then [`SlotBuilder::create`].
-#[derive(Debug)]
 #[must_use = "a slot builder does nothing until `create` is called"]
 pub struct SlotBuilder<'a> {
     shared: Arc<Shared>,
@@ -25,6 +24,20 @@ pub struct SlotBuilder<'a> {
     meta: Option<&'a MetaArea>,
     queue: Option<u16>,
     direct: bool,
+}
+
+impl std::fmt::Debug for SlotBuilder<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlotBuilder")
+            .field("area", &self.area)
+            .field("range", &self.range)
+            .field("mode", &self.mode)
+            .field("perms", &self.perms)
+            .field("meta", &self.meta)
+            .field("queue", &self.queue)
+            .field("direct", &self.direct)
+            .finish()
+    }
 }
 
 impl<'a> SlotBuilder<'a> {
@@ -83,8 +96,15 @@ impl<'a> SlotBuilder<'a> {
         self
     }
 
-    /// The notification queue (index in this node's port) arrivals are reported to
-    /// (default: none).
+    /// The notification queue (index in this node's port) arrivals are reported to.
+    ///
+    /// Default: none. A slot without a queue **never notifies**: messages, read answers
+    /// and atomic answers into it are deposited and counted (its metadata entries'
+    /// completed counts move, senders see their sends complete), but nothing is posted
+    /// anywhere, whatever the sender's [`crate::SendOptions::notify`] says. That suits
+    /// a slot only read or updated from afar (the target of [`crate::Terminus::read`] and
+    /// the atomics) or polled through its metadata entries ([`MetaArea::entry`]); a slot
+    /// whose arrivals the owner must hear of needs a queue.
     pub fn queue(mut self, index: u16) -> Self {
         self.queue = Some(index);
         self
@@ -92,8 +112,8 @@ impl<'a> SlotBuilder<'a> {
 
     /// **Danger:** lets any holder of a ticket to this slot on this node map the slot's
     /// memory and its notification queue and deposit, count and notify by itself, without
-    /// the engine: one hop, at the speed of shared memory (DESIGN §2, "Direct slots";
-    /// [`crate::Node::open_direct`]). Normal and fast modes only.
+    /// the engine: one hop, at the speed of shared memory (docs/ARCHITECTURE.md,
+    /// "Direct slots"; [`crate::Node::open_direct`]). Normal and fast modes only.
     ///
     /// The engine checks the ticket's key (and that the slot is not revoked or
     /// write-inhibited) once, when a holder asks for the mapping. After that, the holder's
@@ -235,7 +255,8 @@ pub(crate) fn ticket_flags(p: SlotPerms, mode: SlotMode) -> TicketFlags {
 ///
 /// Dropping the handle destroys the slot (tickets to it then fail with
 /// `RejectReason::UnknownSlot`); keep it as long as senders should reach it.
-#[derive(Debug)]
+#[must_use = "dropping a Slot destroys the slot: every ticket to it stops working \
+              (keep the handle for as long as senders should reach the slot)"]
 pub struct Slot {
     shared: Arc<Shared>,
     id: SlotId,
@@ -249,6 +270,24 @@ pub struct Slot {
     queue: Option<u16>,
     direct: bool,
     destroyed: bool,
+}
+
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not the key: it is the capability, and debug output ends up in logs.
+        f.debug_struct("Slot")
+            .field("node", &self.shared.node)
+            .field("id", &self.id)
+            .field("mode", &self.mode)
+            .field("perms", &self.perms)
+            .field("area", &self.area)
+            .field("base", &self.base)
+            .field("len", &self.len)
+            .field("meta", &self.meta)
+            .field("queue", &self.queue)
+            .field("direct", &self.direct)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Slot {
@@ -297,7 +336,8 @@ impl Slot {
         self.meta.as_ref()
     }
 
-    /// The notification queue arrivals go to.
+    /// The notification queue arrivals go to; `None`: the slot never notifies
+    /// ([`SlotBuilder::queue`]).
     pub fn queue(&self) -> Option<u16> {
         self.queue
     }

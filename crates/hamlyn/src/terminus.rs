@@ -19,12 +19,86 @@ use crate::node::Shared;
 use crate::request::{build, build_rma, Data, Rma, SendOptions};
 
 /// A gather span a pending send is reading; the area stays registered until it is done.
-#[derive(Debug)]
 struct PendingSpan {
     pos: u64,
     area: Arc<AreaInner>,
     offset: u64,
     len: u64,
+}
+
+/// A remote read for [`Terminus::read`]: every offset and length is named, so none can
+/// be swapped unnoticed.
+///
+/// ```no_run
+/// # fn f(t: &mut hamlyn::Terminus, target: &hamlyn::Ticket, inbox: &hamlyn::Ticket)
+/// # -> Result<(), hamlyn::Error> {
+/// let handle = t.read(&hamlyn::ReadArgs {
+///     source: target,
+///     offset: 4096,
+///     len: 1024,
+///     reply: inbox,
+///     reply_offset: 0,
+/// })?;
+/// # let _ = handle; Ok(()) }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadArgs<'a> {
+    /// The ticket read through: it must grant reads.
+    pub source: &'a Ticket,
+    /// Where the bytes start, from the start of `source`'s range.
+    pub offset: u64,
+    /// Bytes to read.
+    pub len: u64,
+    /// Where the bytes land: a ticket to a slot of the reader's node, granting writes.
+    pub reply: &'a Ticket,
+    /// Where in `reply`'s range the bytes land.
+    pub reply_offset: u64,
+}
+
+/// A compare-and-swap for [`Terminus::compare_swap`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompareSwapArgs<'a> {
+    /// The ticket to the word's slot: it must grant atomics.
+    pub target: &'a Ticket,
+    /// The 8-byte word's offset from the start of `target`'s range.
+    pub offset: u64,
+    /// The value the word must hold for the swap to happen.
+    pub expected: u64,
+    /// The value stored if it does.
+    pub new: u64,
+    /// Where the old value lands (8 bytes): a ticket to a slot of the caller's node,
+    /// granting writes.
+    pub reply: &'a Ticket,
+    /// Where in `reply`'s range the old value lands.
+    pub reply_offset: u64,
+}
+
+/// A fetch-and-add for [`Terminus::fetch_add`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FetchAddArgs<'a> {
+    /// The ticket to the word's slot: it must grant atomics.
+    pub target: &'a Ticket,
+    /// The 8-byte word's offset from the start of `target`'s range.
+    pub offset: u64,
+    /// What is added (wrapping).
+    pub addend: u64,
+    /// Where the old value lands (8 bytes): a ticket to a slot of the caller's node,
+    /// granting writes.
+    pub reply: &'a Ticket,
+    /// Where in `reply`'s range the old value lands.
+    pub reply_offset: u64,
+}
+
+/// Names one request of this client: the terminus it was queued on and its sequence
+/// number there. [`SendHandle::request`] gives a request's; a
+/// [`Notification::request`](crate::Notification::request) names the read or atomic
+/// it answers, so answers that arrive in any order can be matched to their requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RequestRef {
+    /// The terminus's index ([`Terminus::index`]).
+    pub terminus: u16,
+    /// The request's position in the terminus ([`SendHandle::position`]), modulo 2^32.
+    pub seq: u32,
 }
 
 /// A private send work queue: the sending half of a port.
@@ -33,7 +107,8 @@ struct PendingSpan {
 /// engine interleaves the packets of all termini with work (round robin within a
 /// priority). A single-owner handle: one thread sends on it at a time (`&mut self`); use
 /// one terminus per sending thread.
-#[derive(Debug)]
+#[must_use = "dropping a Terminus gives its index back to the node (after waiting, bounded, \
+              for its gather sends)"]
 pub struct Terminus {
     shared: Arc<Shared>,
     index: u16,
@@ -42,6 +117,17 @@ pub struct Terminus {
     next: u64,
     /// Gather spans of unfinished sends, in position order.
     pending: VecDeque<PendingSpan>,
+}
+
+impl std::fmt::Debug for Terminus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Terminus")
+            .field("node", &self.shared.node)
+            .field("index", &self.index)
+            .field("next", &self.next)
+            .field("pending_spans", &self.pending.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Terminus {
@@ -92,67 +178,66 @@ impl Terminus {
         self.push(&req, spans)
     }
 
-    /// Reads `len` bytes at `offset` of `source`'s range on its node into `reply`'s slot
-    /// at `reply_offset` (seed 004 §2). The target engine checks the key and the slot's
-    /// read permission; the bytes land with a `ReadDone` notification on the reply slot's
-    /// queue. The handle ends `Sent` when the request left, or `Failed` with the reason.
-    pub fn read(
-        &mut self,
-        source: &Ticket,
-        offset: u64,
-        len: u64,
-        reply: &Ticket,
-        reply_offset: u64,
-    ) -> Result<SendHandle, SendError> {
+    /// A remote read (docs/ARCHITECTURE.md, "One-sided operations"):
+    /// `args.len` bytes at `args.offset` of `args.source`'s range on its node land in
+    /// `args.reply`'s slot at `args.reply_offset`. The target engine checks the key and
+    /// the slot's read permission; the bytes land with a
+    /// [`NotificationKind::ReadDone`](crate::NotificationKind::ReadDone) on the reply
+    /// slot's queue, whose [`Notification::request`](crate::Notification::request) is
+    /// the returned handle's [`SendHandle::request`]. The handle ends `Sent` when the
+    /// request left, or `Failed` with the reason.
+    pub fn read(&mut self, args: &ReadArgs<'_>) -> Result<SendHandle, SendError> {
         let req = build_rma(
-            source,
-            offset,
-            Rma::Read { len },
-            reply,
-            reply_offset,
+            args.source,
+            args.offset,
+            Rma::Read { len: args.len },
+            args.reply,
+            args.reply_offset,
             self.next as u32,
         )?;
         self.push(&req, &[])
     }
 
-    /// Compare-and-swap on the 8-byte word at `offset` of `target`'s range, executed by the
-    /// target engine atomically with respect to every other atomic on that word (local
-    /// ones included). The old value arrives in an `AtomicDone` notification's word (and
-    /// as 8 bytes at `reply_offset` of the reply slot).
-    pub fn compare_swap(
-        &mut self,
-        target: &Ticket,
-        offset: u64,
-        expected: u64,
-        new: u64,
-        reply: &Ticket,
-        reply_offset: u64,
-    ) -> Result<SendHandle, SendError> {
+    /// Compare-and-swap on the 8-byte word at `args.offset` of `args.target`'s range:
+    /// if it equals `args.expected`, it becomes `args.new`. Executed by the target
+    /// engine atomically with respect to every other atomic on that word (local ones
+    /// included). The old value arrives as the word of an
+    /// [`NotificationKind::AtomicDone`](crate::NotificationKind::AtomicDone) naming this
+    /// request ([`Notification::request`](crate::Notification::request)), and as 8 bytes
+    /// at `args.reply_offset` of the reply slot.
+    pub fn compare_swap(&mut self, args: &CompareSwapArgs<'_>) -> Result<SendHandle, SendError> {
         let op = Rma::Atomic {
             op: hamlyn_wire::rma::AtomicOp::CompareSwap,
-            compare: expected,
-            operand: new,
+            compare: args.expected,
+            operand: args.new,
         };
-        let req = build_rma(target, offset, op, reply, reply_offset, self.next as u32)?;
+        let req = build_rma(
+            args.target,
+            args.offset,
+            op,
+            args.reply,
+            args.reply_offset,
+            self.next as u32,
+        )?;
         self.push(&req, &[])
     }
 
-    /// Fetch-and-add (wrapping) on the 8-byte word at `offset` of `target`'s range; the old
-    /// value arrives as for [`Terminus::compare_swap`].
-    pub fn fetch_add(
-        &mut self,
-        target: &Ticket,
-        offset: u64,
-        addend: u64,
-        reply: &Ticket,
-        reply_offset: u64,
-    ) -> Result<SendHandle, SendError> {
+    /// Fetch-and-add (wrapping) of `args.addend` on the 8-byte word at `args.offset` of
+    /// `args.target`'s range; the old value arrives as for [`Terminus::compare_swap`].
+    pub fn fetch_add(&mut self, args: &FetchAddArgs<'_>) -> Result<SendHandle, SendError> {
         let op = Rma::Atomic {
             op: hamlyn_wire::rma::AtomicOp::FetchAdd,
             compare: 0,
-            operand: addend,
+            operand: args.addend,
         };
-        let req = build_rma(target, offset, op, reply, reply_offset, self.next as u32)?;
+        let req = build_rma(
+            args.target,
+            args.offset,
+            op,
+            args.reply,
+            args.reply_offset,
+            self.next as u32,
+        )?;
         self.push(&req, &[])
     }
 
@@ -227,7 +312,7 @@ impl Terminus {
     }
 
     /// Whether bytes `offset..offset + len` of `area` may be rewritten: no unfinished
-    /// gather send of this terminus reads them (seed 000 §6.2).
+    /// gather send of this terminus reads them.
     pub fn can_reuse(&mut self, area: &Area, offset: u64, len: u64) -> bool {
         self.retire();
         if len == 0 {
@@ -298,11 +383,21 @@ pub(crate) fn poll_until(
 
 /// What [`Terminus::send`] returns: the request's place in its terminus, to ask whether
 /// it is done and whether it failed. Cheap to clone; it does not keep the terminus busy.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct SendHandle {
     shared: Arc<Shared>,
     terminus: u16,
     pos: u64,
+}
+
+impl std::fmt::Debug for SendHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendHandle")
+            .field("node", &self.shared.node)
+            .field("terminus", &self.terminus)
+            .field("position", &self.pos)
+            .finish_non_exhaustive()
+    }
 }
 
 impl SendHandle {
@@ -314,6 +409,15 @@ impl SendHandle {
     /// The request's position in its terminus (its sequence number).
     pub fn position(&self) -> u64 {
         self.pos
+    }
+
+    /// The request's name, as the notification answering a read or atomic gives it
+    /// ([`Notification::request`](crate::Notification::request)).
+    pub fn request(&self) -> RequestRef {
+        RequestRef {
+            terminus: self.terminus,
+            seq: self.pos as u32,
+        }
     }
 
     /// Whether the engine has finished the request (one shared-memory load).

@@ -1,4 +1,4 @@
-//! Direct slots (DESIGN §2, "Direct slots") against a real engine.
+//! Direct slots (docs/ARCHITECTURE.md, "Direct slots") against a real engine.
 //!
 //! The behavioural tests run twice, through the engine (`Mode::Mediated`: a terminus,
 //! the engine deposits) and directly (`Mode::Direct`: a `danger_direct` slot, the
@@ -139,10 +139,9 @@ fn shape(n: &Notification, receiver: NodeId) -> Notification {
         n.src_node, receiver,
         "intra-node messages come from this node"
     );
-    Notification {
-        src_node: NodeId(0),
-        ..*n
-    }
+    let mut shaped = *n;
+    shaped.src_node = NodeId(0);
+    shaped
 }
 
 #[test]

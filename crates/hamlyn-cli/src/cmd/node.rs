@@ -1,7 +1,6 @@
 //! `hamlyn node`: the per-node engine daemon.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use clap::Args;
@@ -10,6 +9,7 @@ use std::time::Duration;
 
 use hamlyn_engine::EngineConfig;
 use hamlyn_fabric::tcp::{TcpConfig, TcpFabric};
+use hamlyn_shm::sync::{AtomicBool, Ordering};
 use hamlyn_wire::NodeId;
 
 use crate::socket::{DEFAULT_SOCKET, SOCKET_ENV};

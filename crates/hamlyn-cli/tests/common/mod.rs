@@ -45,7 +45,7 @@ pub fn run(args: &[&str], limit: Duration) -> Output {
     let pid = child.id();
     // Reading the pipes to the end is what waits; a watchdog kills the process (by its
     // pid, which stays ours until it is reaped below) if it overruns.
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = std::sync::Arc::new(hamlyn_shm::sync::AtomicBool::new(false));
     let watchdog = {
         let done = done.clone();
         std::thread::spawn(move || {
