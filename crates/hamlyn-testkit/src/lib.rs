@@ -9,6 +9,8 @@
 //! - [`conformance`]: the suite every fabric must pass, written once over the
 //!   `hamlyn_fabric::Fabric` trait.
 //! - [`channel`]: an in-process channel fabric linking two engines in one test process.
+//! - [`sim_engines`]: the seeded simulated network shared by real engines in one test
+//!   process (each engine's fabric is one node's end of it).
 //!
 //! The seeded network, its generator and the fabrics themselves stay in `hamlyn-fabric`;
 //! this crate uses only their public API.
@@ -17,3 +19,4 @@
 pub mod channel;
 pub mod cluster;
 pub mod conformance;
+pub mod sim_engines;
