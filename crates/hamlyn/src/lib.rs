@@ -72,4 +72,5 @@ pub use terminus::{SendHandle, Terminus};
 
 pub use hamlyn_core::{RejectReason, SegmentError, SlotMode, SlotPerms};
 pub use hamlyn_wire::request::{MAX_GATHER, MAX_INLINE};
+pub use hamlyn_wire::stats::{self, Stats};
 pub use hamlyn_wire::{MetaEntry, NodeId, Seed, SlotId, Ticket, TicketFlags, MAX_META_LEN};

@@ -424,12 +424,25 @@ impl Node {
         }
     }
 
-    /// The engine's counters, as JSON.
-    pub fn stats(&self) -> Result<String, Error> {
+    /// The engine's statistics: its counters, ports, peers, fabric, registry and every
+    /// slot, fetched page by page ([`hamlyn_wire::stats::fetch`]; a busy engine's pages
+    /// are of slightly different moments).
+    pub fn stats(&self) -> Result<crate::Stats, Error> {
+        use hamlyn_wire::stats::{fetch, FetchError};
         let mut control = self.shared.control();
-        match control.call(&Request::Stats, &[])? {
-            (Reply::Stats { json }, fds) if fds.is_empty() => Ok(json),
-            _ => Err(control.violation("expected Stats")),
+        let got = fetch(|req| match control.call(req, &[]).map_err(Some)? {
+            (reply, fds) if fds.is_empty() => Ok(reply),
+            _ => Err(None),
+        });
+        match got {
+            Ok(stats) => Ok(stats),
+            Err(FetchError::Ask(Some(e))) => Err(e),
+            Err(FetchError::Refused { code, message }) => Err(Error::Refused {
+                code: hamlyn_wire::control::ControlErrorCode::from_u16(code),
+                raw: code,
+                message,
+            }),
+            Err(_) => Err(control.violation("expected a StatsPage")),
         }
     }
 }
@@ -482,7 +495,7 @@ mod attach_tests {
             }
             other => panic!("{other:?}"),
         }
-        assert_eq!(node.stats().unwrap(), "{\"fake\":true}");
+        assert_eq!(node.stats().unwrap().node, 7);
         assert!(matches!(
             Node::connect("/nonexistent/hamlyn.sock"),
             Err(Error::Connect { .. })
