@@ -129,6 +129,12 @@ impl EngineState {
                 self.attach(cid, pid, termini, queues, queue_cap)
             }
             _ if !attached => err(ControlErrorCode::NotAttached, "attach first"),
+            Request::Detach => {
+                if let Some(c) = self.clients.get_mut(cid) {
+                    c.detached = true;
+                }
+                ok(Reply::Ok)
+            }
             Request::RegisterArea { len } => self.register_area(cid, len, fds),
             Request::UnregisterArea { area } => {
                 if self.delivery.iface.slots().iter().any(|(_, s)| {

@@ -292,3 +292,34 @@ fn a_killed_client_loses_its_slots_and_senders_get_peer_down() {
     assert_eq!(other.wait_notif(0).unwrap().word.get(), 3);
     engine.stop().unwrap();
 }
+
+#[test]
+fn a_client_that_detaches_is_not_lost_and_one_that_just_closes_is() {
+    let engine = EngineHandle::start(EngineConfig::embedded()).unwrap();
+    let watcher = RawClient::attach(engine.socket_path(), 1, 1, 64);
+    let clean = RawClient::attach(engine.socket_path(), 1, 1, 64);
+    assert_eq!(clean.call(Request::Detach), Reply::Ok);
+    drop(clean);
+    let rude = RawClient::attach(engine.socket_path(), 1, 1, 64);
+    drop(rude);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let stats = loop {
+        let stats = watcher.stats();
+        if stats.engine.clients_detached + stats.engine.clients_lost >= 2 {
+            break stats;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the engine never saw both go: {stats:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert_eq!(
+        (stats.engine.clients_detached, stats.engine.clients_lost),
+        (1, 1),
+        "{stats:?}"
+    );
+    assert_eq!(stats.ports.len(), 1, "only the watcher is left");
+    drop(watcher);
+    engine.stop().unwrap();
+}

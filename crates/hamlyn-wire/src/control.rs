@@ -167,6 +167,10 @@ pub enum Request {
         /// The key the ticket carries.
         key: u64,
     },
+    /// Goodbye: the client is about to close its connection on purpose, so the engine
+    /// counts it as detached, not lost (`clients_detached` in [`crate::stats`]).
+    /// Answered `Ok`.
+    Detach,
 }
 
 /// The engine's answer to a [`Request`].
@@ -377,6 +381,9 @@ impl Request {
             } => {
                 w.u8(14).u32(node).u32(incarnation).u32(slot).u64(key);
             }
+            Request::Detach => {
+                w.u8(15);
+            }
         }
         w.0
     }
@@ -447,6 +454,7 @@ impl Request {
                 slot: r.u32()?,
                 key: r.u64()?,
             },
+            15 => Request::Detach,
             _ => {
                 return Err(WireError::InvalidField {
                     field: "request tag",
@@ -670,6 +678,7 @@ mod tests {
                 slot: 5,
                 key: 0xFEED_FACE_CAFE_BEEF,
             },
+            Request::Detach,
         ]
     }
 

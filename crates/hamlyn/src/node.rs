@@ -103,6 +103,15 @@ pub(crate) struct Shared {
     _engine: Option<EngineGuard>,
 }
 
+impl Drop for Shared {
+    /// Says goodbye before the connection closes, so the engine counts a clean exit as
+    /// detached, not lost (a failure changes nothing: the connection closes anyway).
+    fn drop(&mut self) {
+        let control = self.control.get_mut().unwrap_or_else(|e| e.into_inner());
+        let _ = control.call_ok(&Request::Detach);
+    }
+}
+
 impl Shared {
     /// The control connection; a panic in another thread while it held the lock does not
     /// make it unusable (every call leaves it consistent or marks it broken).
