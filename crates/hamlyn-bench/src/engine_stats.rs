@@ -2,57 +2,33 @@
 //! TCP mode waits for it before measuring) and how many ports the engine lists (the
 //! scaling series checks them against the idle ports it holds).
 //!
-//! The engine sends its statistics as JSON text (`Node::stats`). [`EngineStats::parse`]
-//! is the one place the benchmark reads that text: into a view of the two members it
-//! uses, everything else ignored.
+//! The engine sends typed statistics (`Node::stats`, a [`hamlyn::Stats`]);
+//! [`EngineStats`] is the one place the benchmark reads them.
 
 use std::path::Path;
 
-use hamlyn::{Node, NodeOptions};
-use serde::de::IgnoredAny;
-use serde::Deserialize;
+use hamlyn::{Node, NodeOptions, Stats};
 
 use super::error::BenchError;
 
-/// The members of an engine's statistics the benchmark uses.
-#[derive(Debug, Default, Deserialize)]
-pub struct EngineStats {
-    /// One entry per attached client's port (what is in them is not read).
-    #[serde(default)]
-    ports: Vec<IgnoredAny>,
-    /// Other nodes the engine knows (none without a fabric).
-    #[serde(default)]
-    peers: Vec<PeerState>,
-}
-
-/// Another node as an engine's statistics describe it.
-#[derive(Debug, Deserialize)]
-struct PeerState {
-    /// Its node id.
-    node: u32,
-    /// Whether the engine holds it up.
-    up: bool,
-}
+/// An engine's statistics, as the benchmark reads them.
+#[derive(Debug, Default)]
+pub struct EngineStats(Stats);
 
 impl EngineStats {
-    /// Reads the statistics JSON `text` an engine sent.
-    pub fn parse(text: &str) -> Result<EngineStats, BenchError> {
-        serde_json::from_str(text).map_err(BenchError::Stats)
-    }
-
     /// Asks the engine `node` is attached to for its statistics.
     pub fn of(node: &Node) -> Result<EngineStats, BenchError> {
-        EngineStats::parse(&node.stats()?)
+        Ok(EngineStats(node.stats()?))
     }
 
     /// Whether node `peer` is listed as up.
     pub fn peer_up(&self, peer: u32) -> bool {
-        self.peers.iter().any(|p| p.node == peer && p.up)
+        self.0.peer(peer).is_some_and(|p| p.up)
     }
 
     /// The ports listed.
     pub fn ports(&self) -> usize {
-        self.ports.len()
+        self.0.ports.len()
     }
 }
 
@@ -69,36 +45,50 @@ pub fn observer(socket: &Path) -> Result<Node, BenchError> {
     )?)
 }
 
-/// The statistics of the engine at `socket` as the engine sent them (for diagnosing a
-/// stuck run in the log).
+/// The statistics of the engine at `socket`, as text (for diagnosing a stuck run in the
+/// log).
 pub fn text(socket: &Path) -> Result<String, BenchError> {
-    Ok(observer(socket)?.stats()?)
+    Ok(format!("{:?}", observer(socket)?.stats()?))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hamlyn::stats::{PeerStats, PortStats};
 
     #[test]
-    fn stats_json_says_whether_a_peer_is_up() {
-        let peer_is_up =
-            |stats: &str, peer| EngineStats::parse(stats).is_ok_and(|s| s.peer_up(peer));
-        let up = r#"{"node":0,"peers":[{"node":1,"up":true,"incarnation":1}]}"#;
-        let down = r#"{"node":0,"peers":[{"node":1,"up":false,"incarnation":1}]}"#;
-        assert!(peer_is_up(up, 1));
-        assert!(!peer_is_up(up, 2));
-        assert!(!peer_is_up(down, 1));
-        assert!(!peer_is_up("not json", 1));
+    fn stats_say_whether_a_peer_is_up() {
+        let peer = |node, up| PeerStats {
+            node,
+            up,
+            incarnation: 1,
+            link: None,
+        };
+        let up = EngineStats(Stats {
+            peers: vec![peer(1, true)],
+            ..Stats::default()
+        });
+        let down = EngineStats(Stats {
+            peers: vec![peer(1, false)],
+            ..Stats::default()
+        });
+        assert!(up.peer_up(1));
+        assert!(!up.peer_up(2));
+        assert!(!down.peer_up(1));
+        assert!(!EngineStats::default().peer_up(1));
     }
 
     #[test]
-    fn stats_json_lists_the_ports() {
-        let two = r#"{"node":0,"ports":[{"client":1,"termini_open":1},{"client":2,"termini_open":0}],"slots":[]}"#;
-        assert_eq!(EngineStats::parse(two).map(|s| s.ports()).ok(), Some(2));
-        assert_eq!(
-            EngineStats::parse(r#"{"node":0}"#).map(|s| s.ports()).ok(),
-            Some(0)
-        );
-        assert!(EngineStats::parse(r#"{"ports":[{"client":1}"#).is_err());
+    fn stats_list_the_ports() {
+        let port = |client| PortStats {
+            client,
+            ..PortStats::default()
+        };
+        let two = EngineStats(Stats {
+            ports: vec![port(1), port(2)],
+            ..Stats::default()
+        });
+        assert_eq!(two.ports(), 2);
+        assert_eq!(EngineStats::default().ports(), 0);
     }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use hamlyn_shm::fdpass::{recv_with_fds, send_with_fds, FdPassError};
 use hamlyn_wire::control::{Reply, Request, MAX_CONTROL_MSG};
+use hamlyn_wire::stats::{fetch, FetchError, Stats};
 use hamlyn_wire::WireError;
 
 /// Why the counters could not be fetched.
@@ -100,11 +101,13 @@ impl Control {
     }
 }
 
-/// The engine's counters as JSON text, fetched from the control socket at `path`. Waits
-/// at most `timeout` for the reply.
-pub fn fetch_stats(path: &Path, timeout: Duration) -> Result<String, ControlError> {
-    match Control::connect(path, timeout)?.call(&Request::Stats)? {
-        Reply::Stats { json } => Ok(json),
-        _ => Err(ControlError::Unexpected),
-    }
+/// The engine's statistics, fetched page by page from the control socket at `path`. Waits
+/// at most `timeout` for each reply.
+pub fn fetch_stats(path: &Path, timeout: Duration) -> Result<Stats, ControlError> {
+    let mut control = Control::connect(path, timeout)?;
+    fetch(|req| control.call(req)).map_err(|e| match e {
+        FetchError::Ask(e) => e,
+        FetchError::Refused { code, message } => ControlError::Refused { code, message },
+        _ => ControlError::Unexpected,
+    })
 }

@@ -1,7 +1,8 @@
 //! `hamlyn`: the command-line face of Hamlyn.
 //!
 //! - `hamlyn node`: run the per-node engine daemon that processes attach to;
-//! - `hamlyn stat`: show a running engine's counters (ports, slots, rejects);
+//! - `hamlyn stat`: show a running engine's statistics (counters, rejects, peers, the TCP
+//!   fabric, the registry, ports, slots; `--json`: all of it as JSON);
 //! - `hamlyn bench`: measure latency, bandwidth and message rate through the engine,
 //!   next to the shared-memory floor measured in the same run (DESIGN §8); the
 //!   `hamlyn-bench` crate, linked with the `bench` feature (on by default: without it, the
@@ -15,7 +16,6 @@
 
 mod cmd;
 mod control;
-mod json;
 mod socket;
 
 use std::process::ExitCode;

@@ -12,11 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::{run, text, TempDir, BIN};
 
-#[allow(dead_code)]
-#[path = "../src/json.rs"]
-mod json;
-
-use json::Value;
+use hamlyn_wire::stats::Stats;
 
 /// A child process that is killed (by its pid) if the test ends before it does.
 struct Started(Child);
@@ -80,10 +76,13 @@ fn node_daemon_answers_stat_and_stops_cleanly_on_sigterm() {
         Duration::from_secs(20),
     );
     assert!(out.status.success(), "stat --json: {}", text(&out.stderr));
-    let stats = json::parse(text(&out.stdout).trim()).expect("stat --json prints JSON");
-    assert_eq!(stats.get("node").and_then(Value::as_u64), Some(7));
-    assert!(stats.get("incarnation").and_then(Value::as_u64).is_some());
-    assert!(stats.get("slots").and_then(Value::as_array).is_some());
+    let json: serde_json::Value =
+        serde_json::from_str(text(&out.stdout).trim()).expect("stat --json prints JSON");
+    assert_eq!(json["node"].as_u64(), Some(7));
+    assert!(json["incarnation"].as_u64().is_some());
+    assert!(json["slots"].as_array().is_some());
+    let stats: Stats = serde_json::from_str(text(&out.stdout).trim()).expect("the JSON of a Stats");
+    assert_eq!(stats.node, 7);
 
     let out = run(&["stat", "--socket", sock], Duration::from_secs(20));
     assert!(out.status.success(), "stat: {}", text(&out.stderr));

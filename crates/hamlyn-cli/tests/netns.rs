@@ -28,6 +28,7 @@ use hamlyn::{
 };
 use hamlyn_fabric::tcp::frame::Hello;
 use hamlyn_shm::sync::{AtomicU64, Ordering};
+use hamlyn_wire::stats::{FabricStats, Stats, TcpCounters};
 use hamlyn_wire::{Flags, Header, NodeId, Op, RequestId};
 
 const HAMLYN: &str = env!("CARGO_BIN_EXE_hamlyn");
@@ -209,17 +210,12 @@ impl Drop for Net {
     }
 }
 
-/// The number after `"key":` at the first place `after` occurs in `json`.
-fn field(json: &str, after: &str, key: &str) -> Option<u64> {
-    let at = json.find(after)?;
-    let rest = &json[at..];
-    let k = format!("\"{key}\":");
-    let v = &rest[rest.find(&k)? + k.len()..];
-    v.chars()
-        .take_while(char::is_ascii_digit)
-        .collect::<String>()
-        .parse()
-        .ok()
+/// The TCP fabric's counters in `stats` (zero without a TCP fabric).
+fn tcp(stats: &Stats) -> TcpCounters {
+    match &stats.fabric {
+        Some(FabricStats::Tcp(t)) => t.clone(),
+        _ => TcpCounters::default(),
+    }
 }
 
 /// Waits until `node`'s engine sees peer `peer` up (`true`) or down (`false`); returns its
@@ -227,14 +223,13 @@ fn field(json: &str, after: &str, key: &str) -> Option<u64> {
 fn wait_peer(node: &Node, peer: u32, up: bool, within: Duration) -> u32 {
     let deadline = Instant::now() + within;
     loop {
-        let json = node.stats().unwrap();
-        let needle = format!("{{\"node\":{peer},\"up\":{up}");
-        if let Some(at) = json.find(&needle) {
-            return field(&json[at..], "", "incarnation").unwrap_or(0) as u32;
+        let stats = node.stats().unwrap();
+        if let Some(p) = stats.peer(peer).filter(|p| p.up == up) {
+            return p.incarnation;
         }
         assert!(
             Instant::now() < deadline,
-            "peer {peer} never {}: {json}",
+            "peer {peer} never {}: {stats:?}",
             if up { "up" } else { "down" }
         );
         std::thread::sleep(Duration::from_millis(20));
@@ -546,22 +541,16 @@ fn three_hosts_in_network_namespaces() {
         }
         let deadline = Instant::now() + Duration::from_secs(10);
         let after = loop {
-            let json = nodes[1].stats().unwrap();
-            let frames = field(&json, "\"fabric\"", "frame_errors").unwrap_or(0);
-            if frames >= 2 + field(&before, "\"fabric\"", "frame_errors").unwrap_or(0) {
-                break json;
+            let stats = nodes[1].stats().unwrap();
+            if tcp(&stats).frame_errors >= 2 + tcp(&before).frame_errors {
+                break stats;
             }
-            assert!(Instant::now() < deadline, "garbage not counted: {json}");
+            assert!(Instant::now() < deadline, "garbage not counted: {stats:?}");
             std::thread::sleep(Duration::from_millis(20));
         };
-        assert!(
-            field(&after, "\"interface\"", "bad_key").unwrap_or(0) >= 1,
-            "{after}"
-        );
-        assert!(
-            field(&after, "\"interface\"", "out_of_bounds").unwrap_or(0) >= 1,
-            "{after}"
-        );
+        let rejects = |reason| after.interface.rejects.get(reason).copied().unwrap_or(0);
+        assert!(rejects("bad_key") >= 1, "{after:?}");
+        assert!(rejects("out_of_bounds") >= 1, "{after:?}");
         drop((junk, s));
         ping_pong(&nodes[2], &nodes[1], 50);
     }
@@ -635,7 +624,7 @@ fn three_hosts_in_network_namespaces() {
         for k in 0..schedule.len() {
             let n = q.wait(WAIT).unwrap().unwrap_or_else(|| {
                 panic!(
-                    "{k} of {} messages arrived (missing: {:?})\nnode 1: {}\nnode 2: {}\nnode 1 log: {}\nnode 2 log: {}",
+                    "{k} of {} messages arrived (missing: {:?})\nnode 1: {:?}\nnode 2: {:?}\nnode 1 log: {}\nnode 2 log: {}",
                     schedule.len(),
                     done.iter()
                         .enumerate()
@@ -643,8 +632,8 @@ fn three_hosts_in_network_namespaces() {
                         .map(|(i, _)| i)
                         .take(8)
                         .collect::<Vec<_>>(),
-                    nodes[1].stats().unwrap_or_default(),
-                    nodes[2].stats().unwrap_or_default(),
+                    nodes[1].stats().ok(),
+                    nodes[2].stats().ok(),
                     net.log(1),
                     net.log(2)
                 )
@@ -687,12 +676,8 @@ fn three_hosts_in_network_namespaces() {
         );
         sender.join().unwrap();
         assert_eq!(checked, TOTAL);
-        let json = nodes[1].stats().unwrap();
-        assert_eq!(
-            field(&json, "\"engine\"", "queue_overflows"),
-            Some(0),
-            "{json}"
-        );
+        let stats = nodes[1].stats().unwrap();
+        assert_eq!(stats.engine.queue_overflows, 0, "{stats:?}");
     }
 
     // 7. SIGKILL node 3's engine in the middle of traffic: nodes 1 and 2 see it down

@@ -27,6 +27,8 @@ pub(crate) struct Client {
     pub(crate) sock: OwnedFd,
     /// Its port, once attached.
     pub(crate) port: Option<Port>,
+    /// It said goodbye (`Detach`): its socket closing is a clean exit, not a loss.
+    pub(crate) detached: bool,
 }
 
 /// The error ring of a client is full: the completion was not pushed.
@@ -111,6 +113,7 @@ impl Clients {
             pid: 0,
             sock,
             port: None,
+            detached: false,
         });
         id as u32
     }

@@ -22,7 +22,7 @@ use hamlyn_wire::SlotId;
 use crate::clients::{queue_id, queue_parts};
 use crate::engine::EngineState;
 use crate::port::{Port, TerminusState};
-use crate::stats::stats_json;
+use crate::stats::stats_page;
 
 /// Entries per terminus ring (≥ 63 usable, seed 000 §2.3).
 pub(crate) const RING_CAP: u32 = 64;
@@ -106,9 +106,10 @@ impl EngineState {
     pub(crate) fn handle(&mut self, cid: u32, req: Request, fds: Vec<OwnedFd>) -> Answer {
         let attached = self.clients.get_mut(cid).is_some_and(|c| c.port.is_some());
         match req {
-            Request::Stats => ok(Reply::Stats {
-                json: stats_json(self),
-            }),
+            Request::Stats { section, start } => {
+                let (page, next) = stats_page(self, section, start);
+                ok(Reply::StatsPage { page, next })
+            }
             Request::Attach {
                 version,
                 pid,
@@ -128,6 +129,12 @@ impl EngineState {
                 self.attach(cid, pid, termini, queues, queue_cap)
             }
             _ if !attached => err(ControlErrorCode::NotAttached, "attach first"),
+            Request::Detach => {
+                if let Some(c) = self.clients.get_mut(cid) {
+                    c.detached = true;
+                }
+                ok(Reply::Ok)
+            }
             Request::RegisterArea { len } => self.register_area(cid, len, fds),
             Request::UnregisterArea { area } => {
                 if self.delivery.iface.slots().iter().any(|(_, s)| {

@@ -354,7 +354,11 @@ impl Engine {
         self.state.sched.remove_client(cid);
         let areas = self.state.delivery.areas.remove_owner(cid);
         if client.port.is_some() {
-            self.state.counters.clients_lost += 1;
+            if client.detached {
+                self.state.counters.clients_detached += 1;
+            } else {
+                self.state.counters.clients_lost += 1;
+            }
         }
         tracing::info!(
             client = cid,

@@ -1,111 +1,140 @@
-//! What `hamlyn stat` shows: the engine's counters, the core's, ports, peers, the
-//! fabric's, the registry and every slot, as JSON.
+//! What `hamlyn stat` shows: the engine's counters, the interface's, ports, peers, the
+//! fabric's, the registry and every slot, as typed pages ([`hamlyn_wire::stats`]) built
+//! from the components on each `Request::Stats`.
 
-use std::fmt::Write;
+use std::collections::BTreeMap;
 
 use hamlyn_core::{RejectCounts, SlotMode};
+use hamlyn_wire::stats::{
+    fill_page, Counts, InterfaceCounters, PeerStats, PortStats, RegistryStats,
+    SlotMode as ModeName, SlotStats, StatsPage, StatsSection, StatsSummary,
+};
 
 use crate::engine::EngineState;
 
-fn rejects_json(out: &mut String, r: &RejectCounts) {
-    out.push('{');
-    for (i, (reason, n)) in r.nonzero().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        let _ = write!(out, "\"{}\":{n}", reason.name());
-    }
-    out.push('}');
+fn counts(r: &RejectCounts) -> Counts {
+    r.nonzero()
+        .map(|(reason, n)| (reason.name().to_owned(), n))
+        .collect()
 }
 
-fn mode_name(m: SlotMode) -> &'static str {
+fn mode_name(m: SlotMode) -> ModeName {
     match m {
-        SlotMode::Normal => "normal",
-        SlotMode::Paranoid => "paranoid",
-        SlotMode::ParanoidOneShot => "paranoid_one_shot",
-        SlotMode::Fast => "fast",
-        _ => "other",
+        SlotMode::Normal => ModeName::Normal,
+        SlotMode::Paranoid => ModeName::Paranoid,
+        SlotMode::ParanoidOneShot => ModeName::ParanoidOneShot,
+        SlotMode::Fast => ModeName::Fast,
+        _ => ModeName::Other,
     }
 }
 
-/// Everything `hamlyn stat` shows, as JSON.
-pub(crate) fn stats_json(st: &EngineState) -> String {
-    {
-        let c = &st.counters;
-        let t = st.delivery.iface.stats();
-        let mut o = String::with_capacity(1024);
-        let _ = write!(
-            o,
-            "{{\"node\":{},\"incarnation\":{},",
-            st.delivery.iface.node().0,
-            st.incarnation
-        );
-        let _ = write!(
-            o,
-            "\"engine\":{{\"attaches\":{},\"clients_lost\":{},\"requests\":{},\"bad_requests\":{},\"completed\":{},\"error_completions\":{},\"packets\":{},\"bytes\":{},\"notifications\":{},\"queue_overflows\":{},\"orphan_notifications\":{},\"corrupt_rings\":{},\"bad_control\":{},\"sleeps\":{},\"remote_packets\":{},\"remote_bytes\":{},\"nacks_received\":{},\"nacks_sent\":{},\"nacks_undeliverable\":{},\"spoofed_packets\":{},\"peers_lost\":{},\"atomics\":{},\"registry_undeliverable\":{},\"misaddressed_packets\":{},\"direct_opens\":{},\"direct_refusals\":{}}},",
-            c.attaches, c.clients_lost, c.requests, c.bad_requests, c.completed, c.error_completions, c.packets, c.bytes,
-            c.notifications, c.queue_overflows, c.orphan_notifications, c.corrupt_rings, c.bad_control, c.sleeps, c.remote_packets, c.remote_bytes, c.nacks_received, c.nacks_sent,
-            c.nacks_undeliverable, c.spoofed_packets, c.peers_lost, c.atomics, c.registry_undeliverable, c.misaddressed_packets,
-            c.direct_opens, c.direct_refusals
-        );
-        let _ = write!(o, "\"interface\":{{\"packets\":{},\"bytes\":{},\"messages\":{},\"notifications\":{},\"rejects\":", t.packets, t.bytes, t.messages, t.notifications);
-        rejects_json(&mut o, &t.rejects);
-        o.push_str("},\"ports\":[");
-        let mut first = true;
-        for client in st.clients.iter() {
-            let Some(port) = &client.port else { continue };
-            if !first {
-                o.push(',');
-            }
-            first = false;
-            let open = port.termini.iter().filter(|t| t.ring.is_some()).count();
-            let broken = port.termini.iter().filter(|t| t.broken).count();
-            let overflows: u64 = port.queues.iter().map(|q| q.overflows()).sum();
-            let _ = write!(
-                o,
-                "{{\"client\":{},\"pid\":{},\"termini\":{},\"termini_open\":{open},\"termini_broken\":{broken},\"queues\":{},\"queue_overflows\":{overflows}}}",
-                client.id, client.pid, port.termini.len(), port.queues.len()
-            );
+fn count32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// One page of the statistics: the `section`'s items from key `start` on, and the key
+/// of the next page.
+pub(crate) fn stats_page(
+    st: &EngineState,
+    section: StatsSection,
+    start: u32,
+) -> (StatsPage, Option<u32>) {
+    match section {
+        StatsSection::Ports => {
+            let (v, next) = fill_page(st.clients.iter().filter(|c| c.id >= start).filter_map(
+                |client| {
+                    let port = client.port.as_ref()?;
+                    Some(PortStats {
+                        client: client.id,
+                        pid: client.pid,
+                        termini: count32(port.termini.len()),
+                        termini_open: count32(
+                            port.termini.iter().filter(|t| t.ring.is_some()).count(),
+                        ),
+                        termini_broken: count32(port.termini.iter().filter(|t| t.broken).count()),
+                        queues: count32(port.queues.len()),
+                        queue_overflows: port.queues.iter().map(|q| q.overflows()).sum(),
+                    })
+                },
+            ));
+            (StatsPage::Ports(v), next)
         }
-        if let Some(f) = st.remote.as_ref().and_then(|r| r.fabric().stats_json()) {
-            o.push_str("],\"fabric\":");
-            o.push_str(&f);
-            o.push_str(",\"peers\":[");
-        } else {
-            o.push_str("],\"peers\":[");
+        StatsSection::Peers => {
+            let (v, next) = fill_page(peers(st).into_values().filter(|p| p.node >= start));
+            (StatsPage::Peers(v), next)
         }
-        if let Some(remote) = &st.remote {
-            for (i, (node, p)) in remote.peers.iter().enumerate() {
-                if i > 0 {
-                    o.push(',');
-                }
-                let _ = write!(
-                    o,
-                    "{{\"node\":{},\"up\":{},\"incarnation\":{}}}",
-                    node.0, p.up, p.incarnation
-                );
-            }
+        StatsSection::Slots => {
+            let slots = st.delivery.iface.slots();
+            let (v, next) = fill_page(slots.iter().filter(|(id, _)| id.0 >= start).map(
+                |(id, s)| SlotStats {
+                    slot: id.0,
+                    owner: s.config.owner.0,
+                    mode: mode_name(s.config.mode),
+                    len: s.config.len,
+                    revoked: s.revoked,
+                    inhibited: s.inhibited,
+                    direct: s.direct,
+                    packets: s.packets,
+                    bytes: s.bytes,
+                    messages: s.messages,
+                    rejects: counts(&s.rejects),
+                },
+            ));
+            (StatsPage::Slots(v), next)
         }
-        let _ = write!(
-            o,
-            "],\"areas\":{},\"registry\":{{\"home\":{},\"names\":{}}},\"slots\":[",
-            st.delivery.areas.len(),
-            st.registry_home().0,
-            st.registry.len()
-        );
-        for (i, (id, s)) in st.delivery.iface.slots().iter().enumerate() {
-            if i > 0 {
-                o.push(',');
-            }
-            let _ = write!(
-                o,
-                "{{\"slot\":{},\"owner\":{},\"mode\":\"{}\",\"len\":{},\"revoked\":{},\"inhibited\":{},\"direct\":{},\"packets\":{},\"bytes\":{},\"messages\":{},\"rejects\":",
-                id.0, s.config.owner.0, mode_name(s.config.mode), s.config.len, s.revoked, s.inhibited, s.direct, s.packets, s.bytes, s.messages
-            );
-            rejects_json(&mut o, &s.rejects);
-            o.push('}');
-        }
-        o.push_str("]}");
-        o
+        // The summary, and any section a newer client may name.
+        _ => (StatsPage::Summary(Box::new(summary(st))), None),
     }
+}
+
+/// Everything but the lists.
+fn summary(st: &EngineState) -> StatsSummary {
+    let t = st.delivery.iface.stats();
+    StatsSummary {
+        node: st.delivery.iface.node().0,
+        incarnation: st.incarnation,
+        engine: st.counters,
+        interface: InterfaceCounters {
+            packets: t.packets,
+            bytes: t.bytes,
+            messages: t.messages,
+            notifications: t.notifications,
+            rejects: counts(&t.rejects),
+        },
+        fabric: st.remote.as_ref().and_then(|r| r.fabric().fabric_stats()),
+        areas: st.delivery.areas.len() as u64,
+        registry: RegistryStats {
+            home: st.registry_home().0,
+            names: st.registry.len() as u64,
+        },
+    }
+}
+
+/// The peers the engine holds (up or down, with the incarnation last announced) and the
+/// ones only its fabric knows yet, with the fabric's view of each link.
+fn peers(st: &EngineState) -> BTreeMap<u32, PeerStats> {
+    let mut out = BTreeMap::new();
+    let Some(remote) = &st.remote else {
+        return out;
+    };
+    for (node, p) in remote.peers.iter() {
+        out.insert(
+            node.0,
+            PeerStats {
+                node: node.0,
+                up: p.up,
+                incarnation: p.incarnation,
+                link: None,
+            },
+        );
+    }
+    for (node, link) in remote.fabric().link_stats() {
+        out.entry(node.0)
+            .or_insert_with(|| PeerStats {
+                node: node.0,
+                ..PeerStats::default()
+            })
+            .link = Some(link);
+    }
+    out
 }

@@ -174,12 +174,9 @@ fn open_direct_hands_out_the_owners_memory_and_queue() {
         Reply::Direct { .. }
     ));
 
-    let stats = owner.call(Request::Stats);
-    let Reply::Stats { json } = stats else {
-        panic!("{stats:?}")
-    };
-    assert!(json.contains("\"direct_opens\":3"), "{json}");
-    assert!(json.contains("\"direct\":true"), "{json}");
+    let stats = owner.stats();
+    assert_eq!(stats.engine.direct_opens, 3, "{stats:?}");
+    assert!(stats.slots.iter().any(|s| s.direct), "{stats:?}");
 }
 
 #[test]

@@ -39,21 +39,6 @@ fn receiver_slot(
     (slot, key, region)
 }
 
-/// The first `"name":N` number in a JSON text.
-fn json_field(json: &str, name: &str) -> u64 {
-    let key = format!("\"{name}\":");
-    let at = json
-        .find(&key)
-        .unwrap_or_else(|| panic!("{name} missing in {json}"))
-        + key.len();
-    json[at..]
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect::<String>()
-        .parse()
-        .unwrap()
-}
-
 /// xorshift, so the scribbling is reproducible.
 fn noise(state: &mut u64) -> u64 {
     *state ^= *state << 13;
@@ -130,14 +115,10 @@ fn a_scribbling_client_cannot_crash_hang_or_corrupt_the_engine_for_others() {
         got += 1;
     }
     // The engine still answers control requests and counted what it saw.
-    let Reply::Stats { json } = bad.call(Request::Stats) else {
-        panic!()
-    };
-    let bad_requests: u64 = json_field(&json, "bad_requests");
-    let corrupt: u64 = json_field(&json, "corrupt_rings");
+    let stats = bad.stats();
     assert!(
-        bad_requests + corrupt > 0,
-        "the garbage was seen and refused: {json}"
+        stats.engine.bad_requests + stats.engine.corrupt_rings > 0,
+        "the garbage was seen and refused: {stats:?}"
     );
     drop(bad);
     engine.stop().unwrap();
@@ -198,10 +179,8 @@ fn a_full_notification_queue_is_counted_and_nothing_is_overwritten() {
         "the first 64 kept, none overwritten"
     );
     assert!(c.queues[0].poll().is_none());
-    let Reply::Stats { json } = c.call(Request::Stats) else {
-        panic!()
-    };
-    assert!(json.contains("\"queue_overflows\":36"), "{json}");
+    let stats = c.stats();
+    assert_eq!(stats.engine.queue_overflows, 36, "{stats:?}");
     engine.stop().unwrap();
 }
 
@@ -274,19 +253,17 @@ fn a_killed_client_loses_its_slots_and_senders_get_peer_down() {
     // The engine notices (socket closed); then sends aimed at the dead client fail.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let Reply::Stats { json } = tx.call(Request::Stats) else {
-            panic!()
-        };
-        if json.contains("\"clients_lost\":1") {
+        let stats = tx.stats();
+        if stats.engine.clients_lost == 1 {
             assert!(
-                !json.contains(&format!("\"slot\":{slot},\"owner\"")),
-                "dead client's slot still listed: {json}"
+                stats.slot(slot).is_none(),
+                "dead client's slot still listed: {stats:?}"
             );
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "engine never noticed the death: {json}"
+            "engine never noticed the death: {stats:?}"
         );
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -313,5 +290,36 @@ fn a_killed_client_loses_its_slots_and_senders_get_peer_down() {
     tx.wait_finished(0, p + 1);
     assert!(tx.errors().is_empty());
     assert_eq!(other.wait_notif(0).unwrap().word.get(), 3);
+    engine.stop().unwrap();
+}
+
+#[test]
+fn a_client_that_detaches_is_not_lost_and_one_that_just_closes_is() {
+    let engine = EngineHandle::start(EngineConfig::embedded()).unwrap();
+    let watcher = RawClient::attach(engine.socket_path(), 1, 1, 64);
+    let clean = RawClient::attach(engine.socket_path(), 1, 1, 64);
+    assert_eq!(clean.call(Request::Detach), Reply::Ok);
+    drop(clean);
+    let rude = RawClient::attach(engine.socket_path(), 1, 1, 64);
+    drop(rude);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let stats = loop {
+        let stats = watcher.stats();
+        if stats.engine.clients_detached + stats.engine.clients_lost >= 2 {
+            break stats;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the engine never saw both go: {stats:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert_eq!(
+        (stats.engine.clients_detached, stats.engine.clients_lost),
+        (1, 1),
+        "{stats:?}"
+    );
+    assert_eq!(stats.ports.len(), 1, "only the watcher is left");
+    drop(watcher);
     engine.stop().unwrap();
 }

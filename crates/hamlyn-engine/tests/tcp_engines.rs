@@ -14,6 +14,7 @@ use hamlyn_fabric::tcp::{tcp_cluster, TcpConfig};
 use hamlyn_wire::control::{mode, perm, Reply, Request};
 use hamlyn_wire::request::{Gather, Payload};
 use hamlyn_wire::rma::AtomicOp;
+use hamlyn_wire::stats::FabricStats;
 use hamlyn_wire::{NodeId, NotifKind};
 
 fn engines(rails: usize) -> (EngineHandle, EngineHandle) {
@@ -61,13 +62,11 @@ fn slot(
 fn wait_peer_up(c: &RawClient, peer: u32) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let Reply::Stats { json } = c.call(Request::Stats) else {
-            panic!()
-        };
-        if json.contains(&format!("{{\"node\":{peer},\"up\":true")) {
+        let stats = c.stats();
+        if stats.peer(peer).is_some_and(|p| p.up) {
             return;
         }
-        assert!(Instant::now() < deadline, "peer never came up: {json}");
+        assert!(Instant::now() < deadline, "peer never came up: {stats:?}");
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -149,12 +148,10 @@ fn tcp_between_engines_carries_writes_reads_atomics_and_refusals() {
     assert_eq!(reason, Some(RejectReason::BadKey));
 
     // The fabric's own counters are in the engine's stats.
-    let Reply::Stats { json } = a.call(Request::Stats) else {
-        panic!()
-    };
+    let stats = a.stats();
     assert!(
-        json.contains("\"fabric\":{\"kind\":\"tcp\",\"rails\":3"),
-        "{json}"
+        matches!(&stats.fabric, Some(FabricStats::Tcp(t)) if t.rails == 3),
+        "{stats:?}"
     );
 
     // Engine 1 goes away: node 0 sees the peer down and sends to it fail.
@@ -162,13 +159,14 @@ fn tcp_between_engines_carries_writes_reads_atomics_and_refusals() {
     eb.stop().unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let Reply::Stats { json } = a.call(Request::Stats) else {
-            panic!()
-        };
-        if json.contains("{\"node\":1,\"up\":false") {
+        let stats = a.stats();
+        if stats.peer(1).is_some_and(|p| !p.up) {
             break;
         }
-        assert!(Instant::now() < deadline, "peer loss never noticed: {json}");
+        assert!(
+            Instant::now() < deadline,
+            "peer loss never noticed: {stats:?}"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     let p = a

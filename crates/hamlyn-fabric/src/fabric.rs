@@ -23,6 +23,7 @@
 //! Fabrics are sans-IO in their interface: time is passed in as `now`, and nothing blocks.
 
 use hamlyn_core::Instant;
+use hamlyn_wire::stats::{FabricStats, LinkStats};
 use hamlyn_wire::{Header, NodeId, WireError};
 
 /// What a sink wants done with an arriving packet's payload.
@@ -177,9 +178,15 @@ pub trait Fabric {
         None
     }
 
-    /// The fabric's own counters as a JSON object (for `hamlyn stat`), if it keeps any.
-    fn stats_json(&self) -> Option<String> {
+    /// The fabric's own counters (for `hamlyn stat`), if it keeps any.
+    fn fabric_stats(&self) -> Option<FabricStats> {
         None
+    }
+
+    /// The fabric's view of its connection to each peer it knows, by node id (for
+    /// `hamlyn stat`); empty if it keeps none.
+    fn link_stats(&self) -> Vec<(NodeId, LinkStats)> {
+        Vec::new()
     }
 }
 
@@ -210,8 +217,11 @@ impl<F: Fabric + ?Sized> Fabric for &mut F {
     fn next_timer(&self) -> Option<Instant> {
         (**self).next_timer()
     }
-    fn stats_json(&self) -> Option<String> {
-        (**self).stats_json()
+    fn fabric_stats(&self) -> Option<FabricStats> {
+        (**self).fabric_stats()
+    }
+    fn link_stats(&self) -> Vec<(NodeId, LinkStats)> {
+        (**self).link_stats()
     }
 }
 

@@ -25,6 +25,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use hamlyn_core::Instant;
+use hamlyn_wire::stats::{FabricStats, SimCounters};
 use hamlyn_wire::{Header, NodeId};
 
 use crate::fabric::{check_send, Fabric, FabricError, Landing, PacketSink, PeerEvent};
@@ -466,6 +467,20 @@ impl SimFabric<'_> {
 impl Fabric for SimFabric<'_> {
     fn local(&self) -> NodeId {
         self.node
+    }
+
+    /// The whole net's counters (every node's view shows the same).
+    fn fabric_stats(&self) -> Option<FabricStats> {
+        let s = self.net.stats;
+        Some(FabricStats::Sim(SimCounters {
+            sent: s.sent,
+            delivered: s.delivered,
+            discarded: s.discarded,
+            dropped_by_fault: s.dropped_by_fault,
+            refused_full: s.refused_full,
+            refused_down: s.refused_down,
+            sink_errors: s.sink_errors,
+        }))
     }
 
     fn send(

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use hamlyn_core::Instant;
 use hamlyn_fabric::{Fabric, FabricError, Landing, PacketSink, PeerEvent};
+use hamlyn_wire::stats::{ChannelCounters, FabricStats};
 use hamlyn_wire::{Header, NodeId};
 
 /// A packet in flight: header, metadata and the payload gathered into one buffer.
@@ -21,6 +22,7 @@ pub struct ChannelFabric {
     cut: Arc<Mutex<bool>>,
     announced_up: bool,
     announced_down: bool,
+    counters: ChannelCounters,
 }
 
 /// A link between nodes `a` and `b`: `a`'s end, `b`'s end, and the shared `cut` flag
@@ -37,6 +39,7 @@ pub fn link(a: NodeId, b: NodeId) -> (ChannelFabric, ChannelFabric, Arc<Mutex<bo
         cut: cut.clone(),
         announced_up: false,
         announced_down: false,
+        counters: ChannelCounters::default(),
     };
     (end(a, b, ta, ra), end(b, a, tb, rb), cut)
 }
@@ -67,7 +70,12 @@ impl Fabric for ChannelFabric {
         }
         self.tx
             .send((*h, meta.to_vec(), payload.concat()))
-            .map_err(|_| FabricError::PeerDown(self.peer))
+            .map_err(|_| FabricError::PeerDown(self.peer))?;
+        self.counters.packets_sent += 1;
+        Ok(())
+    }
+    fn fabric_stats(&self) -> Option<FabricStats> {
+        Some(FabricStats::Channel(self.counters))
     }
     fn poll(
         &mut self,
@@ -99,6 +107,7 @@ impl Fabric for ChannelFabric {
                 sink.on_payload(self.peer, &h, &meta);
             }
             n += 1;
+            self.counters.packets_received += 1;
         }
         Ok(n)
     }

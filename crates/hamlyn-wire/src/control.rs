@@ -11,10 +11,13 @@
 
 use crate::codec::{Reader, Writer};
 use crate::error::WireError;
+use crate::stats::{StatsPage, StatsSection};
 
-/// Control protocol version (2: the port's queues in their own memfd; direct slots).
-pub const CONTROL_VERSION: u16 = 2;
-/// Largest control message in bytes (stats replies included).
+/// Control protocol version (2: the port's queues in their own memfd; direct slots; 3:
+/// typed statistics in pages, [`Request::Stats`] and [`Reply::StatsPage`]).
+pub const CONTROL_VERSION: u16 = 3;
+/// Largest control message in bytes (a statistics page included: see
+/// [`crate::stats::PAGE_BUDGET`]).
 pub const MAX_CONTROL_MSG: usize = 64 * 1024;
 /// "No notification queue" in [`Request::CreateSlot`].
 pub const NO_QUEUE: u32 = u32::MAX;
@@ -122,8 +125,15 @@ pub enum Request {
         /// Priority; lower numbers are served first.
         priority: u8,
     },
-    /// The engine's counters, as JSON.
-    Stats,
+    /// A page of the engine's statistics ([`crate::stats`]; [`crate::stats::fetch`]
+    /// walks them all); answered [`Reply::StatsPage`]. Allowed before attaching.
+    Stats {
+        /// The part wanted.
+        section: StatsSection,
+        /// The first key wanted (client id, node id or slot number; ignored for the
+        /// summary): 0, then the `next` of the previous page.
+        start: u32,
+    },
     /// Publish `seed` (its text form) under `name` in the cluster's name registry
     /// (seed 000 §6.3 bootstrap); replaces an earlier entry of the same name.
     Publish {
@@ -157,6 +167,10 @@ pub enum Request {
         /// The key the ticket carries.
         key: u64,
     },
+    /// Goodbye: the client is about to close its connection on purpose, so the engine
+    /// counts it as detached, not lost (`clients_detached` in [`crate::stats`]).
+    /// Answered `Ok`.
+    Detach,
 }
 
 /// The engine's answer to a [`Request`].
@@ -189,10 +203,12 @@ pub enum Reply {
     },
     /// Done.
     Ok,
-    /// Counters as JSON text.
-    Stats {
-        /// JSON.
-        json: String,
+    /// A page of statistics.
+    StatsPage {
+        /// The page.
+        page: StatsPage,
+        /// The `start` of the section's next page; `None`: this page ends the section.
+        next: Option<u32>,
     },
     /// A registry lookup's answer: the seed's text form.
     Seed {
@@ -345,8 +361,8 @@ impl Request {
             Request::OpenTerminus { index, priority } => {
                 w.u8(9).u16(index).u8(priority);
             }
-            Request::Stats => {
-                w.u8(10);
+            Request::Stats { section, start } => {
+                w.u8(10).u8(section as u8).u32(start);
             }
             Request::Publish { ref name, ref seed } => {
                 w.u8(11).bytes(name.as_bytes()).bytes(seed.as_bytes());
@@ -364,6 +380,9 @@ impl Request {
                 key,
             } => {
                 w.u8(14).u32(node).u32(incarnation).u32(slot).u64(key);
+            }
+            Request::Detach => {
+                w.u8(15);
             }
         }
         w.0
@@ -414,7 +433,13 @@ impl Request {
                 index: r.u16()?,
                 priority: r.u8()?,
             },
-            10 => Request::Stats,
+            10 => Request::Stats {
+                section: StatsSection::from_u8(r.u8()?).ok_or(WireError::InvalidField {
+                    field: "stats section",
+                    why: "unknown section",
+                })?,
+                start: r.u32()?,
+            },
             11 => Request::Publish {
                 name: name(&mut r)?,
                 seed: seed_text(&mut r)?,
@@ -429,6 +454,7 @@ impl Request {
                 slot: r.u32()?,
                 key: r.u64()?,
             },
+            15 => Request::Detach,
             _ => {
                 return Err(WireError::InvalidField {
                     field: "request tag",
@@ -502,9 +528,14 @@ impl Reply {
             Reply::Ok => {
                 w.u8(4);
             }
-            Reply::Stats { json } => {
-                let n = json.len().min(MAX_TEXT);
-                w.u8(5).bytes(&json.as_bytes()[..floor_char(json, n)]);
+            Reply::StatsPage { page, next } => {
+                // Tag 5 was the JSON text of control version 2.
+                w.u8(9);
+                page.put(&mut w);
+                match next {
+                    None => w.u8(0),
+                    Some(n) => w.u8(1).u32(*n),
+                };
             }
             Reply::Seed { seed } => {
                 w.u8(7).bytes(seed.as_bytes());
@@ -548,8 +579,18 @@ impl Reply {
                 key: r.u64()?,
             },
             4 => Reply::Ok,
-            5 => Reply::Stats {
-                json: text(&mut r)?,
+            9 => Reply::StatsPage {
+                page: StatsPage::get(&mut r)?,
+                next: match r.u8()? {
+                    0 => None,
+                    1 => Some(r.u32()?),
+                    _ => {
+                        return Err(WireError::InvalidField {
+                            field: "next",
+                            why: "presence must be 0 or 1",
+                        })
+                    }
+                },
             },
             6 => Reply::Error {
                 code: r.u16()?,
@@ -621,7 +662,10 @@ mod tests {
                 index: 2,
                 priority: 1,
             },
-            Request::Stats,
+            Request::Stats {
+                section: StatsSection::Slots,
+                start: 1500,
+            },
             Request::Publish {
                 name: "svc".into(),
                 seed: "hmseed1-abc".into(),
@@ -634,6 +678,7 @@ mod tests {
                 slot: 5,
                 key: 0xFEED_FACE_CAFE_BEEF,
             },
+            Request::Detach,
         ]
     }
 
@@ -679,8 +724,9 @@ mod tests {
                 key: u64::MAX,
             },
             Reply::Ok,
-            Reply::Stats {
-                json: "{\"a\":1}".into(),
+            Reply::StatsPage {
+                page: StatsPage::Ports(Vec::new()),
+                next: Some(4),
             },
             Reply::Seed {
                 seed: "hmseed1-abc".into(),

@@ -4,7 +4,8 @@
 //! the 64-byte packet [`header`], [`ticket`]s (capabilities to write a slot) and their
 //! ASCII [`seed`] form, and the [`entry`] layouts (128-byte metadata entries and 32-byte
 //! notification entries) shared between the engine and applications, the terminus
-//! [`request`] entries and the [`control`] protocol between a client and its engine.
+//! [`request`] entries and the [`control`] protocol between a client and its engine, with
+//! the engine's typed [`stats`] it carries.
 //!
 //! Every parser validates lengths first and returns a typed [`WireError`]; none panics on
 //! any input (the fuzz targets in `fuzz/` hold it to that). `docs/spec/wire.md` gives every
@@ -22,6 +23,7 @@ pub mod ids;
 pub mod request;
 pub mod rma;
 pub mod seed;
+pub mod stats;
 pub mod ticket;
 
 pub use entry::{MetaEntry, NotifEntry, NotifKind, META_ENTRY_LEN, NOTIF_ENTRY_LEN};

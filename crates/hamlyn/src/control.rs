@@ -176,11 +176,17 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(matches!(
-            c.call_ok(&Request::Stats),
+            c.call_ok(&Request::Stats {
+                section: hamlyn_wire::stats::StatsSection::Summary,
+                start: 0
+            }),
             Err(Error::ControlTimeout)
         ));
         assert!(matches!(
-            c.call_ok(&Request::Stats),
+            c.call_ok(&Request::Stats {
+                section: hamlyn_wire::stats::StatsSection::Summary,
+                start: 0
+            }),
             Err(Error::Disconnected)
         ));
         drop(engine.join().unwrap());

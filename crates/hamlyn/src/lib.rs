@@ -86,6 +86,7 @@ pub use terminus::{CompareSwapArgs, FetchAddArgs, ReadArgs, RequestRef, SendHand
 
 pub use hamlyn_core::{RejectReason, SegmentError, SlotMode, SlotPerms};
 pub use hamlyn_wire::request::{MAX_GATHER, MAX_INLINE};
+pub use hamlyn_wire::stats::{self, Stats};
 pub use hamlyn_wire::{MetaEntry, NodeId, Seed, SlotId, Ticket, TicketFlags, MAX_META_LEN};
 
 // The error types found inside `Error` and `SendError`, so callers can name and match

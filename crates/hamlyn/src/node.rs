@@ -125,6 +125,15 @@ impl std::fmt::Debug for Shared {
     }
 }
 
+impl Drop for Shared {
+    /// Says goodbye before the connection closes, so the engine counts a clean exit as
+    /// detached, not lost (a failure changes nothing: the connection closes anyway).
+    fn drop(&mut self) {
+        let control = self.control.get_mut().unwrap_or_else(|e| e.into_inner());
+        let _ = control.call_ok(&Request::Detach);
+    }
+}
+
 impl Shared {
     /// The control connection; a panic in another thread while it held the lock does not
     /// make it unusable (every call leaves it consistent or marks it broken).
@@ -461,12 +470,25 @@ impl Node {
         }
     }
 
-    /// The engine's counters, as JSON.
-    pub fn stats(&self) -> Result<String, Error> {
+    /// The engine's statistics: its counters, ports, peers, fabric, registry and every
+    /// slot, fetched page by page ([`hamlyn_wire::stats::fetch`]; a busy engine's pages
+    /// are of slightly different moments).
+    pub fn stats(&self) -> Result<crate::Stats, Error> {
+        use hamlyn_wire::stats::{fetch, FetchError};
         let mut control = self.shared.control();
-        match control.call(&Request::Stats, &[])? {
-            (Reply::Stats { json }, fds) if fds.is_empty() => Ok(json),
-            _ => Err(control.violation("expected Stats")),
+        let got = fetch(|req| match control.call(req, &[]).map_err(Some)? {
+            (reply, fds) if fds.is_empty() => Ok(reply),
+            _ => Err(None),
+        });
+        match got {
+            Ok(stats) => Ok(stats),
+            Err(FetchError::Ask(Some(e))) => Err(e),
+            Err(FetchError::Refused { code, message }) => Err(Error::Refused {
+                code: hamlyn_wire::control::ControlErrorCode::from_u16(code),
+                raw: code,
+                message,
+            }),
+            Err(_) => Err(control.violation("expected a StatsPage")),
         }
     }
 }
@@ -542,7 +564,7 @@ mod attach_tests {
             }
             other => panic!("{other:?}"),
         }
-        assert_eq!(node.stats().unwrap(), "{\"fake\":true}");
+        assert_eq!(node.stats().unwrap().node, 7);
         assert!(matches!(
             Node::connect("/nonexistent/hamlyn.sock"),
             Err(Error::Connect { .. })

@@ -161,9 +161,19 @@ fn serve(
                 slot,
                 key: 0xBEEF_0000 + u64::from(slot),
             },
-            Request::Stats => Reply::Stats {
-                json: "{\"fake\":true}".into(),
-            },
+            Request::Stats { section, .. } => {
+                use hamlyn_wire::stats::{StatsPage, StatsSection, StatsSummary};
+                let page = match section {
+                    StatsSection::Ports => StatsPage::Ports(Vec::new()),
+                    StatsSection::Peers => StatsPage::Peers(Vec::new()),
+                    StatsSection::Slots => StatsPage::Slots(Vec::new()),
+                    _ => StatsPage::Summary(Box::new(StatsSummary {
+                        node: 7,
+                        ..StatsSummary::default()
+                    })),
+                };
+                Reply::StatsPage { page, next: None }
+            }
             Request::UnregisterArea { area } => {
                 areas.lock().unwrap().remove(&area);
                 Reply::Ok

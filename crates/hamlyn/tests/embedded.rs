@@ -329,5 +329,26 @@ fn a_full_terminus_is_back_pressure_and_every_queued_send_completes() {
         )
         .expect("room after draining");
     assert_eq!(h.wait(WAIT), Status::Sent);
-    assert!(node.stats().expect("stats").starts_with('{'));
+    assert_eq!(node.stats().expect("stats").node, node.id().0);
+}
+
+#[test]
+fn a_dropped_node_is_a_clean_exit_not_a_lost_client() {
+    let node = Node::embedded().expect("embedded engine");
+    let other = Node::connect(node.socket_path()).expect("second client");
+    drop(other);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let stats = node.stats().expect("stats");
+        if stats.engine.clients_detached == 1 {
+            assert_eq!(stats.engine.clients_lost, 0, "{stats:?}");
+            assert_eq!(stats.ports.len(), 1, "{stats:?}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the engine never saw the client go: {stats:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }

@@ -1,4 +1,5 @@
-//! `hamlyn stat`: a running engine's counters, as raw JSON or as tables.
+//! `hamlyn stat`: a running engine's statistics ([`hamlyn_wire::stats::Stats`]), as tables
+//! or as JSON (`--json`: the serde form of the same struct).
 
 use std::fmt::Write;
 use std::path::PathBuf;
@@ -6,9 +7,9 @@ use std::time::Duration;
 
 use clap::Args;
 use comfy_table::{presets, CellAlignment, Table};
+use hamlyn_wire::stats::{Counts, FabricStats, Stats};
 
 use crate::control::{fetch_stats, ControlError};
-use crate::json::{self, JsonError, Value};
 use crate::socket::{DEFAULT_SOCKET, SOCKET_ENV};
 
 /// `hamlyn stat` arguments.
@@ -17,10 +18,10 @@ pub struct StatArgs {
     /// The engine's control socket.
     #[arg(long, value_name = "PATH", env = SOCKET_ENV, default_value = DEFAULT_SOCKET)]
     pub socket: PathBuf,
-    /// Print the engine's JSON as it sent it.
+    /// Print the statistics as JSON (every field of every part, one object).
     #[arg(long)]
     pub json: bool,
-    /// Longest wait for the engine's answer, in milliseconds.
+    /// Longest wait for each of the engine's answers, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 5000)]
     pub timeout_ms: u64,
 }
@@ -32,23 +33,25 @@ pub enum StatError {
     /// The engine could not be asked.
     #[error(transparent)]
     Control(#[from] ControlError),
-    /// Its answer is not JSON.
-    #[error("the engine's counters are not valid JSON: {0}")]
-    Json(#[from] JsonError),
-    /// Its answer lacks something every engine reports.
-    #[error("the engine's counters lack {0}")]
-    Missing(&'static str),
+    /// The statistics could not be written as JSON.
+    #[error("writing the statistics as JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// Standard output could not be written.
+    #[error("writing the statistics: {0}")]
+    Output(#[from] std::io::Error),
 }
 
-/// Fetches and prints the counters.
+/// Fetches and prints the statistics.
 pub fn run(args: StatArgs) -> Result<(), StatError> {
-    let text = fetch_stats(&args.socket, Duration::from_millis(args.timeout_ms.max(1)))?;
+    let stats = fetch_stats(&args.socket, Duration::from_millis(args.timeout_ms.max(1)))?;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if args.json {
-        println!("{text}");
-        return Ok(());
+        serde_json::to_writer(&mut out, &stats)?;
+        std::io::Write::write_all(&mut out, b"\n")?;
+    } else {
+        std::io::Write::write_all(&mut out, render(&stats).as_bytes())?;
     }
-    let v = json::parse(&text)?;
-    print!("{}", render(&v)?);
+    std::io::Write::flush(&mut out)?;
     Ok(())
 }
 
@@ -66,168 +69,331 @@ fn align_numbers(t: &mut Table, first: usize) {
     }
 }
 
-fn num(v: &Value, key: &str) -> String {
-    match v.get(key) {
-        Some(Value::Number(n)) if n.fract() == 0.0 => format!("{n:.0}"),
-        Some(Value::Number(n)) => format!("{n}"),
-        Some(Value::Bool(b)) => b.to_string(),
-        Some(Value::String(s)) => s.clone(),
-        _ => "-".into(),
+/// `name=n, ...` for named counts (`-` when empty).
+fn counts(c: &Counts) -> String {
+    if c.is_empty() {
+        return "-".into();
     }
+    c.iter()
+        .map(|(k, n)| format!("{k}={n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
-/// `reason=n, ...` for a rejects object (`-` when empty).
-fn rejects(v: Option<&Value>) -> String {
-    let parts: Vec<String> = v
-        .and_then(Value::as_object)
-        .unwrap_or(&[])
-        .iter()
-        .map(|(k, n)| format!("{k}={}", n.as_u64().unwrap_or(0)))
-        .collect();
-    if parts.is_empty() {
-        "-".into()
-    } else {
-        parts.join(", ")
+/// A table of named counters (`-` rows for none).
+fn counter_table(rows: &[(&str, u64)]) -> Table {
+    let mut t = table(&["counter", "value"]);
+    for (label, v) in rows {
+        t.add_row(vec![(*label).to_string(), v.to_string()]);
     }
+    align_numbers(&mut t, 1);
+    t
 }
 
-/// The readable summary of an engine's counters.
-pub fn render(v: &Value) -> Result<String, StatError> {
-    let node = v.get("node").ok_or(StatError::Missing("node"))?;
-    let inc = v
-        .get("incarnation")
-        .ok_or(StatError::Missing("incarnation"))?;
-    let empty = Value::Object(Vec::new());
-    let engine = v.get("engine").unwrap_or(&empty);
-    let iface = v.get("interface").unwrap_or(&empty);
-    let ports = v.get("ports").and_then(Value::as_array).unwrap_or(&[]);
-    let slots = v.get("slots").and_then(Value::as_array).unwrap_or(&[]);
+/// The readable summary of an engine's statistics.
+pub fn render(s: &Stats) -> String {
+    let e = &s.engine;
+    let i = &s.interface;
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "node {}, incarnation {}: {} port(s), {} area(s), {} slot(s)\n",
-        node.as_u64().map_or("?".into(), |n| n.to_string()),
-        inc.as_u64().map_or("?".into(), |n| n.to_string()),
-        ports.len(),
-        num(v, "areas"),
-        slots.len()
+        "node {}, incarnation {}: {} port(s), {} area(s), {} slot(s), {} peer(s)\n",
+        s.node,
+        s.incarnation,
+        s.ports.len(),
+        s.areas,
+        s.slots.len(),
+        s.peers.len()
     );
 
-    let mut totals = table(&["counter", "value"]);
-    for (label, src, key) in [
-        ("messages delivered", iface, "messages"),
-        ("packets delivered", iface, "packets"),
-        ("bytes delivered", iface, "bytes"),
-        ("notifications posted", iface, "notifications"),
-        ("requests taken", engine, "requests"),
-        ("requests completed", engine, "completed"),
-        ("bad requests", engine, "bad_requests"),
-        ("error completions", engine, "error_completions"),
-        ("queue overflows", engine, "queue_overflows"),
-        ("orphan notifications", engine, "orphan_notifications"),
-        ("corrupt rings", engine, "corrupt_rings"),
-        ("bad control messages", engine, "bad_control"),
-        ("clients attached (ever)", engine, "attaches"),
-        ("clients lost", engine, "clients_lost"),
-        ("engine sleeps", engine, "sleeps"),
-    ] {
-        totals.add_row(vec![label.to_string(), num(src, key)]);
-    }
-    align_numbers(&mut totals, 1);
+    let totals = counter_table(&[
+        ("messages delivered", i.messages),
+        ("packets delivered", i.packets),
+        ("bytes delivered", i.bytes),
+        ("notifications posted", i.notifications),
+        ("requests taken", e.requests),
+        ("requests completed", e.completed),
+        ("bad requests", e.bad_requests),
+        ("error completions", e.error_completions),
+        ("queue overflows", e.queue_overflows),
+        ("orphan notifications", e.orphan_notifications),
+        ("corrupt rings", e.corrupt_rings),
+        ("bad control messages", e.bad_control),
+        ("clients attached (ever)", e.attaches),
+        ("clients detached", e.clients_detached),
+        ("clients lost", e.clients_lost),
+        ("direct slots opened", e.direct_opens),
+        ("direct opens refused", e.direct_refusals),
+        ("engine sleeps", e.sleeps),
+    ]);
     let _ = writeln!(out, "Totals\n{totals}\n");
 
-    let mut rej = table(&["reason", "rejects"]);
-    for (reason, n) in iface
-        .get("rejects")
-        .and_then(Value::as_object)
-        .unwrap_or(&[])
-    {
-        rej.add_row(vec![reason.clone(), n.as_u64().unwrap_or(0).to_string()]);
-    }
-    if rej.row_count() == 0 {
+    let remote = counter_table(&[
+        ("packets received", e.remote_packets),
+        ("bytes received", e.remote_bytes),
+        ("NACKs received", e.nacks_received),
+        ("NACKs sent", e.nacks_sent),
+        ("NACKs undeliverable", e.nacks_undeliverable),
+        ("spoofed packets", e.spoofed_packets),
+        ("misaddressed packets", e.misaddressed_packets),
+        ("peers lost", e.peers_lost),
+        ("atomics executed", e.atomics),
+        ("registry answers undeliverable", e.registry_undeliverable),
+    ]);
+    let _ = writeln!(out, "Remote\n{remote}\n");
+
+    if i.rejects.is_empty() {
         let _ = writeln!(out, "Rejects by reason: none\n");
     } else {
+        let mut rej = table(&["reason", "rejects"]);
+        for (reason, n) in &i.rejects {
+            rej.add_row(vec![reason.clone(), n.to_string()]);
+        }
         align_numbers(&mut rej, 1);
         let _ = writeln!(out, "Rejects by reason\n{rej}\n");
     }
 
-    let mut pt = table(&[
-        "client",
-        "pid",
-        "termini open",
-        "termini broken",
-        "queues",
-        "queue overflows",
-    ]);
-    for p in ports {
-        pt.add_row(vec![
-            num(p, "client"),
-            num(p, "pid"),
-            format!("{}/{}", num(p, "termini_open"), num(p, "termini")),
-            num(p, "termini_broken"),
-            num(p, "queues"),
-            num(p, "queue_overflows"),
-        ]);
+    let _ = writeln!(
+        out,
+        "Registry: home node {}, {} name(s) held here\n",
+        s.registry.home, s.registry.names
+    );
+
+    match &s.fabric {
+        None => {
+            let _ = writeln!(out, "Fabric: none (a single node)\n");
+        }
+        Some(FabricStats::Tcp(t)) => {
+            let tcp = counter_table(&[
+                ("rails per peer", u64::from(t.rails)),
+                ("connections accepted", t.accepted),
+                ("connections dialed", t.dialed),
+                ("frame errors", t.frame_errors),
+                ("protocol violations", t.violations),
+            ]);
+            let _ = writeln!(
+                out,
+                "Fabric: TCP\n{tcp}\nConnections closed: {}\n",
+                counts(&t.closes)
+            );
+        }
+        Some(FabricStats::Sim(c)) => {
+            let sim = counter_table(&[
+                ("sent", c.sent),
+                ("delivered", c.delivered),
+                ("discarded", c.discarded),
+                ("dropped by fault", c.dropped_by_fault),
+                ("refused full", c.refused_full),
+                ("refused down", c.refused_down),
+                ("sink errors", c.sink_errors),
+            ]);
+            let _ = writeln!(out, "Fabric: simulated\n{sim}\n");
+        }
+        Some(FabricStats::Channel(c)) => {
+            let _ = writeln!(
+                out,
+                "Fabric: channel, {} packet(s) sent, {} received\n",
+                c.packets_sent, c.packets_received
+            );
+        }
+        Some(other) => {
+            let _ = writeln!(out, "Fabric: {other:?}\n");
+        }
     }
-    if ports.is_empty() {
+
+    if s.peers.is_empty() {
+        let _ = writeln!(out, "Peers: none\n");
+    } else {
+        let mut pt = table(&[
+            "node",
+            "state",
+            "incarnation",
+            "link",
+            "rails",
+            "heartbeats sent",
+            "heartbeats received",
+            "packets sent",
+            "packets received",
+            "bytes sent",
+            "bytes received",
+            "reconnects",
+        ]);
+        for p in &s.peers {
+            let mut row = vec![
+                p.node.to_string(),
+                if p.up { "up" } else { "down" }.to_string(),
+                p.incarnation.to_string(),
+            ];
+            match &p.link {
+                Some(l) => {
+                    let c = &l.counters;
+                    row.extend([
+                        l.state.name().to_string(),
+                        format!("{}/{}", l.rails_up, l.rails),
+                        c.heartbeats_sent.to_string(),
+                        c.heartbeats_received.to_string(),
+                        c.packets_sent.to_string(),
+                        c.packets_received.to_string(),
+                        c.bytes_sent.to_string(),
+                        c.bytes_received.to_string(),
+                        c.dials.saturating_sub(1).to_string(),
+                    ]);
+                }
+                None => row.extend(std::iter::repeat_n("-".to_string(), 9)),
+            }
+            pt.add_row(row);
+        }
+        align_numbers(&mut pt, 4);
+        let _ = writeln!(out, "Peers\n{pt}\n");
+    }
+
+    if s.ports.is_empty() {
         let _ = writeln!(out, "Ports: none attached\n");
     } else {
+        let mut pt = table(&[
+            "client",
+            "pid",
+            "termini open",
+            "termini broken",
+            "queues",
+            "queue overflows",
+        ]);
+        for p in &s.ports {
+            pt.add_row(vec![
+                p.client.to_string(),
+                p.pid.to_string(),
+                format!("{}/{}", p.termini_open, p.termini),
+                p.termini_broken.to_string(),
+                p.queues.to_string(),
+                p.queue_overflows.to_string(),
+            ]);
+        }
         align_numbers(&mut pt, 0);
         let _ = writeln!(out, "Ports\n{pt}\n");
     }
 
-    let mut st = table(&[
-        "slot", "owner", "mode", "len", "state", "packets", "bytes", "messages", "rejects",
-    ]);
-    for s in slots {
-        let mut state = Vec::new();
-        if s.get("revoked") == Some(&Value::Bool(true)) {
-            state.push("revoked");
-        }
-        if s.get("inhibited") == Some(&Value::Bool(true)) {
-            state.push("inhibited");
-        }
-        st.add_row(vec![
-            num(s, "slot"),
-            num(s, "owner"),
-            s.get("mode")
-                .and_then(Value::as_str)
-                .unwrap_or("?")
-                .to_string(),
-            num(s, "len"),
-            if state.is_empty() {
-                "ok".into()
-            } else {
-                state.join(", ")
-            },
-            num(s, "packets"),
-            num(s, "bytes"),
-            num(s, "messages"),
-            rejects(s.get("rejects")),
-        ]);
-    }
-    if slots.is_empty() {
+    if s.slots.is_empty() {
         let _ = writeln!(out, "Slots: none");
     } else {
-        for i in [0, 1, 3, 5, 6, 7] {
-            if let Some(c) = st.column_mut(i) {
-                c.set_cell_alignment(CellAlignment::Right);
+        let mut st = table(&[
+            "slot", "owner", "mode", "len", "state", "packets", "bytes", "messages", "rejects",
+        ]);
+        for sl in &s.slots {
+            let mut state = Vec::new();
+            if sl.revoked {
+                state.push("revoked");
+            }
+            if sl.inhibited {
+                state.push("inhibited");
+            }
+            if sl.direct {
+                state.push("direct");
+            }
+            st.add_row(vec![
+                sl.slot.to_string(),
+                sl.owner.to_string(),
+                sl.mode.name().to_string(),
+                sl.len.to_string(),
+                if state.is_empty() {
+                    "ok".into()
+                } else {
+                    state.join(", ")
+                },
+                sl.packets.to_string(),
+                sl.bytes.to_string(),
+                sl.messages.to_string(),
+                counts(&sl.rejects),
+            ]);
+        }
+        for c in [0, 1, 3, 5, 6, 7] {
+            if let Some(col) = st.column_mut(c) {
+                col.set_cell_alignment(CellAlignment::Right);
             }
         }
         let _ = writeln!(out, "Slots\n{st}");
     }
-    Ok(out)
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hamlyn_wire::stats::{
+        InterfaceCounters, LinkCounters, LinkState, LinkStats, PeerStats, PortStats, RegistryStats,
+        SlotMode, SlotStats, TcpCounters,
+    };
+
+    fn counts(pairs: &[(&str, u64)]) -> Counts {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect()
+    }
 
     #[test]
-    fn renders_an_engines_counters() {
-        let text = r#"{"node":3,"incarnation":77,"engine":{"attaches":2,"clients_lost":0,"requests":10,"bad_requests":0,"completed":10,"error_completions":1,"packets":9,"bytes":4096,"notifications":9,"queue_overflows":0,"orphan_notifications":0,"corrupt_rings":0,"bad_control":0,"sleeps":5},"interface":{"packets":9,"bytes":4096,"messages":9,"notifications":9,"rejects":{"bad_key":1}},"ports":[{"client":1,"pid":4242,"termini":4,"termini_open":1,"termini_broken":0,"queues":4,"queue_overflows":0}],"areas":3,"slots":[{"slot":1,"owner":1,"mode":"normal","len":4096,"revoked":false,"inhibited":true,"packets":9,"bytes":4096,"messages":9,"rejects":{"bad_key":1,"out_of_bounds":2}}]}"#;
-        let out = render(&json::parse(text).unwrap()).unwrap();
-        assert!(out.starts_with("node 3, incarnation 77: 1 port(s), 3 area(s), 1 slot(s)"));
+    fn renders_an_engines_statistics() {
+        let mut s = Stats {
+            node: 3,
+            incarnation: 77,
+            interface: InterfaceCounters {
+                packets: 9,
+                bytes: 4096,
+                messages: 9,
+                notifications: 9,
+                rejects: counts(&[("bad_key", 1)]),
+            },
+            ports: vec![PortStats {
+                client: 1,
+                pid: 4242,
+                termini: 4,
+                termini_open: 1,
+                termini_broken: 0,
+                queues: 4,
+                queue_overflows: 0,
+            }],
+            peers: vec![PeerStats {
+                node: 4,
+                up: true,
+                incarnation: 31337,
+                link: Some(LinkStats {
+                    state: LinkState::Up,
+                    rails_up: 2,
+                    rails: 3,
+                    counters: LinkCounters {
+                        heartbeats_sent: 555,
+                        heartbeats_received: 444,
+                        ..LinkCounters::default()
+                    },
+                }),
+            }],
+            fabric: Some(FabricStats::Tcp(TcpCounters {
+                rails: 3,
+                accepted: 1,
+                dialed: 2,
+                frame_errors: 0,
+                violations: 0,
+                closes: counts(&[("PeerClosed", 6)]),
+            })),
+            areas: 3,
+            registry: RegistryStats { home: 1, names: 5 },
+            slots: vec![SlotStats {
+                slot: 1,
+                owner: 1,
+                mode: SlotMode::Normal,
+                len: 4096,
+                revoked: false,
+                inhibited: true,
+                direct: false,
+                packets: 9,
+                bytes: 4096,
+                messages: 9,
+                rejects: counts(&[("bad_key", 1), ("out_of_bounds", 2)]),
+            }],
+            ..Stats::default()
+        };
+        s.engine.nacks_sent = 8080;
+        let out = render(&s);
+        assert!(
+            out.starts_with("node 3, incarnation 77: 1 port(s), 3 area(s), 1 slot(s), 1 peer(s)"),
+            "{out}"
+        );
         for want in [
             "4242",
             "1/4",
@@ -235,12 +401,34 @@ mod tests {
             "inhibited",
             "| bad_key",
             "engine sleeps",
+            "clients detached",
+            "NACKs sent",
+            "8080",
+            "31337",
+            "2/3",
+            "555",
+            "444",
+            "Fabric: TCP",
+            "PeerClosed=6",
+            "home node 1, 5 name(s)",
         ] {
             assert!(out.contains(want), "{want:?} missing from\n{out}");
         }
-        assert!(matches!(
-            render(&json::parse("{}").unwrap()),
-            Err(StatError::Missing("node"))
-        ));
+        let empty = render(&Stats::default());
+        for want in ["Peers: none", "Ports: none", "Slots: none", "Fabric: none"] {
+            assert!(empty.contains(want), "{want:?} missing from\n{empty}");
+        }
+    }
+
+    #[test]
+    fn json_is_the_serde_form_of_the_struct() {
+        let s = Stats {
+            node: 3,
+            fabric: Some(FabricStats::Tcp(TcpCounters::default())),
+            ..Stats::default()
+        };
+        let text = serde_json::to_string(&s).unwrap();
+        assert!(text.contains("\"kind\":\"tcp\""), "{text}");
+        assert_eq!(serde_json::from_str::<Stats>(&text).unwrap(), s);
     }
 }

@@ -17,6 +17,7 @@ use hamlyn_shm::sync::Ordering;
 use hamlyn_shm::wake::{self, EventFd};
 use hamlyn_wire::control::{Reply, Request, CONTROL_VERSION, MAX_CONTROL_MSG};
 use hamlyn_wire::request::{Completion, Payload, SendRequest, REQUEST_LEN};
+use hamlyn_wire::stats::Stats;
 use hamlyn_wire::NotifEntry;
 use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 
@@ -52,6 +53,11 @@ pub fn call(sock: BorrowedFd<'_>, req: &Request, fds: &[BorrowedFd<'_>]) -> (Rep
     let mut buf = vec![0u8; MAX_CONTROL_MSG];
     let r = recv_with_fds(sock, &mut buf).unwrap();
     (Reply::decode(&buf[..r.len]).unwrap(), r.fds)
+}
+
+/// The statistics of the engine at the other end of `sock`, every page of them.
+pub fn stats(sock: BorrowedFd<'_>) -> Stats {
+    hamlyn_wire::stats::fetch(|req| Ok::<_, ()>(call(sock, req, &[]).0)).unwrap()
 }
 
 impl RawClient {
@@ -111,6 +117,11 @@ impl RawClient {
 
     pub fn call(&self, req: Request) -> Reply {
         call(self.sock.as_fd(), &req, &[]).0
+    }
+
+    /// The engine's statistics, every page of them.
+    pub fn stats(&self) -> Stats {
+        stats(self.sock.as_fd())
     }
 
     /// Creates and registers an area; returns (id, region).

@@ -115,6 +115,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::time::Duration;
 
 use hamlyn_core::Instant;
+use hamlyn_wire::stats::{FabricStats, LinkState, LinkStats};
 use hamlyn_wire::{Header, NodeId, HEADER_LEN};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
@@ -1508,37 +1509,26 @@ impl Fabric for TcpFabric {
         Some(TcpFabric::next_timer(self))
     }
 
-    fn stats_json(&self) -> Option<String> {
-        let st = self.stats();
-        let mut closes = String::new();
-        for (i, (reason, n)) in st.closes.iter().enumerate() {
-            if i > 0 {
-                closes.push(',');
-            }
-            closes.push_str(&format!("\"{reason}\":{n}"));
-        }
-        let mut peers = String::new();
-        for (i, (node, state)) in self.peers().enumerate() {
-            if i > 0 {
-                peers.push(',');
-            }
-            let p = self.peer_stats(node);
-            peers.push_str(&format!(
-                "{{\"node\":{},\"state\":\"{state:?}\",\"bytes_sent\":{},\"bytes_received\":{},\"reconnects\":{}}}",
-                node.0,
-                p.map_or(0, |p| p.bytes_sent),
-                p.map_or(0, |p| p.bytes_received),
-                p.map_or(0, |p| p.reconnects()),
-            ));
-        }
-        Some(format!(
-            "{{\"kind\":\"tcp\",\"rails\":{},\"accepted\":{},\"dialed\":{},\"frame_errors\":{},\"violations\":{},\"closes\":{{{closes}}},\"peers\":[{peers}]}}",
-            self.config.rails,
-            st.accepted,
-            st.dialed,
-            st.closes.frame_errors(),
-            st.closes.violations()
-        ))
+    fn fabric_stats(&self) -> Option<FabricStats> {
+        Some(FabricStats::Tcp(self.stats.counters(self.config.rails)))
+    }
+
+    fn link_stats(&self) -> Vec<(NodeId, LinkStats)> {
+        self.peers
+            .iter()
+            .map(|(&node, p)| {
+                let state = match p.state {
+                    PeerState::Connecting => LinkState::Connecting,
+                    PeerState::Up { .. } => LinkState::Up,
+                    PeerState::Down => LinkState::Down,
+                };
+                let rails_up = p
+                    .session
+                    .as_ref()
+                    .map_or(0, |s| s.open.iter().filter(|&&o| o).count());
+                (node, p.stats.link(state, rails_up, self.config.rails))
+            })
+            .collect()
     }
 
     fn send(

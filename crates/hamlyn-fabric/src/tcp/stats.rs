@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use hamlyn_wire::stats::{Counts, LinkCounters, LinkState, LinkStats, TcpCounters};
+
 /// Why a connection was closed. Each close is counted ([`CloseCounts`]); the ones that
 /// mean a peer (or something pretending to be one) broke the protocol are logged with
 /// `tracing::warn!` ([`CloseReason::is_violation`]).
@@ -243,6 +245,30 @@ impl PeerStats {
         self.dials.saturating_sub(1)
     }
 
+    /// The statistics' view of the connection: its `state`, `rails_up` of `rails` rails
+    /// open, and these counters.
+    pub fn link(&self, state: LinkState, rails_up: usize, rails: usize) -> LinkStats {
+        LinkStats {
+            state,
+            rails_up: u32::try_from(rails_up).unwrap_or(u32::MAX),
+            rails: u32::try_from(rails).unwrap_or(u32::MAX),
+            counters: LinkCounters {
+                packets_sent: self.packets_sent,
+                bytes_sent: self.bytes_sent,
+                packets_received: self.packets_received,
+                bytes_received: self.bytes_received,
+                heartbeats_sent: self.heartbeats_sent,
+                heartbeats_received: self.heartbeats_received,
+                refused_full: self.refused_full,
+                refused_down: self.refused_down,
+                ups: self.ups,
+                downs: self.downs,
+                dials: self.dials,
+                dial_failures: self.dial_failures,
+            },
+        }
+    }
+
     pub(crate) fn rail(&mut self, rail: usize) -> &mut RailStats {
         if self.rails.len() <= rail {
             self.rails.resize(rail + 1, RailStats::default());
@@ -260,4 +286,22 @@ pub struct TcpStats {
     pub dialed: u64,
     /// Closed connections by reason.
     pub closes: CloseCounts,
+}
+
+impl TcpStats {
+    /// The statistics' view of these counters, for a fabric of `rails` rails per session.
+    pub fn counters(&self, rails: usize) -> TcpCounters {
+        TcpCounters {
+            rails: u32::try_from(rails).unwrap_or(u32::MAX),
+            accepted: self.accepted,
+            dialed: self.dialed,
+            frame_errors: self.closes.frame_errors(),
+            violations: self.closes.violations(),
+            closes: self
+                .closes
+                .iter()
+                .map(|(reason, n)| (reason.to_string(), n))
+                .collect::<Counts>(),
+        }
+    }
 }

@@ -91,29 +91,6 @@ pub fn send_bytes(
     .expect("gather send")
 }
 
-/// The numbers `"key":N` inside the JSON array that follows `"section":[` (the engine's
-/// stats: the arrays of ports and slots hold flat objects, so the first `]` ends them).
-pub fn json_numbers(json: &str, section: &str, key: &str) -> Vec<u64> {
-    let head = format!("\"{section}\":[");
-    let start = json
-        .find(&head)
-        .unwrap_or_else(|| panic!("no {section} in {json}"))
-        + head.len();
-    let body = &json[start..];
-    let body = &body[..body.find(']').unwrap_or(body.len())];
-    let key = format!("\"{key}\":");
-    body.match_indices(&key)
-        .map(|(at, _)| {
-            body[at + key.len()..]
-                .chars()
-                .take_while(char::is_ascii_digit)
-                .collect::<String>()
-                .parse()
-                .expect("a number")
-        })
-        .collect()
-}
-
 /// Parses whitespace-separated unsigned numbers, exactly `N` of them.
 pub fn numbers<const N: usize>(text: &str) -> [u64; N] {
     let v: Vec<u64> = text
