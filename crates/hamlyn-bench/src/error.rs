@@ -44,9 +44,6 @@ pub enum BenchError {
     /// A notification other than the expected one arrived.
     #[error("unexpected notification: {0}")]
     Unexpected(String),
-    /// An engine's statistics could not be read.
-    #[error("the engine's statistics: {0}")]
-    Stats(#[source] serde_json::Error),
     /// The latency histogram refused a sample.
     #[error("histogram: {0}")]
     Histogram(String),
