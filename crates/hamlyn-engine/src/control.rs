@@ -287,7 +287,8 @@ impl EngineState {
         let queue_region = Arc::new(
             ShmRegion::create("hamlyn-queues", layout.queue_total).map_err(|e| e.to_string())?,
         );
-        let eventfd = EventFd::new().map_err(|e| e.to_string())?;
+        // The engine (and direct senders) poke; the client waits on the other end.
+        let (eventfd, client_end) = EventFd::pair().map_err(|e| e.to_string())?;
         let mut queues = Vec::with_capacity(layout.queues.len());
         for q in &layout.queues {
             let efd = EventFd::from_fd(dup(eventfd.as_fd()).map_err(|e| e.to_string())?);
@@ -311,8 +312,8 @@ impl EngineState {
         let fds = vec![
             dup(region.fd()).map_err(|e| e.to_string())?,
             dup(queue_region.fd()).map_err(|e| e.to_string())?,
-            dup(eventfd.as_fd()).map_err(|e| e.to_string())?,
-            dup(self.doorbell.as_fd()).map_err(|e| e.to_string())?,
+            client_end.into_fd(),
+            dup(self.doorbell_poker.as_fd()).map_err(|e| e.to_string())?,
         ];
         Ok((
             Port {

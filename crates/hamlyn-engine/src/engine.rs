@@ -47,8 +47,10 @@ pub(crate) struct EngineState {
     turns: u64,
     /// The next turn looks at every terminus, cold ones too (set after a sleep).
     pub(crate) look_at_all: bool,
-    /// The doorbell clients poke when the engine sleeps.
+    /// The doorbell: the end the engine waits on when it sleeps.
     pub(crate) doorbell: EventFd,
+    /// The doorbell's other end, duplicated for every client (and the engine's handle).
+    pub(crate) doorbell_poker: EventFd,
     /// Set to stop the engine.
     pub(crate) stop: Arc<AtomicBool>,
     /// Counters.
@@ -68,7 +70,7 @@ impl EngineState {
     pub(crate) fn new(
         cfg: EngineConfig,
         incarnation: u32,
-        doorbell: EventFd,
+        (doorbell_poker, doorbell): (EventFd, EventFd),
         stop: Arc<AtomicBool>,
         remote: Option<Remote>,
     ) -> EngineState {
@@ -81,6 +83,7 @@ impl EngineState {
             turns: 0,
             look_at_all: false,
             doorbell,
+            doorbell_poker,
             stop,
             counters: EngineCounters::default(),
             remote,

@@ -78,7 +78,9 @@ impl Engine {
         rustix::net::bind(&listener, &addr)
             .map_err(|e| EngineError::io("bind control socket", e))?;
         rustix::net::listen(&listener, 128).map_err(|e| EngineError::io("listen", e))?;
-        let doorbell = EventFd::new().map_err(|e| EngineError::Shm(e.to_string()))?;
+        // Clients (and the handle) poke one end; the engine waits on the other.
+        let (doorbell_poker, doorbell) =
+            EventFd::pair().map_err(|e| EngineError::Shm(e.to_string()))?;
         let poll = Poll::new().map_err(|e| EngineError::io("epoll", e))?;
         poll.registry()
             .register(
@@ -114,7 +116,7 @@ impl Engine {
             }
             None => None,
         };
-        let state = EngineState::new(cfg, incarnation, doorbell, stop, remote);
+        let state = EngineState::new(cfg, incarnation, (doorbell_poker, doorbell), stop, remote);
         Ok(Engine {
             state,
             poll,
@@ -126,7 +128,7 @@ impl Engine {
 
     /// The doorbell, to wake the engine from another thread (e.g. after setting stop).
     pub(crate) fn doorbell(&self) -> BorrowedFd<'_> {
-        self.state.doorbell.as_fd()
+        self.state.doorbell_poker.as_fd()
     }
 
     /// Runs until the stop flag is set.

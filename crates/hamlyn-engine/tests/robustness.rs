@@ -124,6 +124,59 @@ fn a_scribbling_client_cannot_crash_hang_or_corrupt_the_engine_for_others() {
     engine.stop().unwrap();
 }
 
+/// Issue 17's hang: a client that makes the wake-up descriptors it was given blocking
+/// (with eventfds that changed the engine's shared file description too) and fills them,
+/// while a well-behaved pair keeps exchanging messages through sleeps of the engine (so
+/// the engine drains its doorbell and pokes event descriptors all along). The good
+/// messages all arrive and the engine still answers control requests.
+#[test]
+fn a_client_cannot_make_the_engine_block_on_its_wake_up_descriptors() {
+    use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
+    use std::os::fd::AsFd;
+    let engine = EngineHandle::start(EngineConfig::embedded()).unwrap();
+    let mut rx = RawClient::attach(engine.socket_path(), 1, 1, 4096);
+    let mut tx = RawClient::attach(engine.socket_path(), 1, 1, 64);
+    let mut bad = RawClient::attach(engine.socket_path(), 1, 1, 64);
+    let (slot, key, region) = receiver_slot(&rx, 4096);
+    let (bad_slot, bad_key, _) = receiver_slot(&bad, 4096);
+    tx.open(0, 0);
+    for fd in [bad.doorbell.as_fd(), bad.port_eventfd.as_fd()] {
+        // Fill it while it is still non-blocking (an eventfd's counter to its maximum, a
+        // socket's queue), then make it blocking.
+        let _ = rustix::io::write(fd, &(u64::MAX - 1).to_ne_bytes());
+        for _ in 0..100_000 {
+            if rustix::io::write(fd, &1u64.to_ne_bytes()).is_err() {
+                break;
+            }
+        }
+        let flags = fcntl_getfl(fd).unwrap();
+        fcntl_setfl(fd, flags - OFlags::NONBLOCK).unwrap();
+    }
+    const ROUNDS: u64 = 40;
+    for round in 0..ROUNDS {
+        // The bad client asks to be poked and never drains.
+        let _ = bad.queues[0].arm_eventfd();
+        let to_bad = inline(tx.node, bad_slot, bad_key, 0, 0, b"poke", round);
+        tx.push(0, to_bad).unwrap();
+        let msg = round.to_le_bytes();
+        tx.push(0, inline(tx.node, slot, key, 0, round * 8, &msg, round))
+            .unwrap();
+        let n = rx.wait_notif(0).expect("the good message arrives");
+        assert_eq!(n.word.get(), round);
+        let mut b = [0u8; 8];
+        region.read((round * 8) as usize, &mut b).unwrap();
+        assert_eq!(u64::from_le_bytes(b), round);
+        // Long enough for the engine to go to sleep and be rung awake next round.
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    tx.wait_finished(0, 2 * ROUNDS);
+    assert!(tx.errors().is_empty());
+    let stats = rx.stats();
+    assert!(stats.engine.sleeps > 0, "the engine slept and was woken: {stats:?}");
+    drop(bad);
+    engine.stop().unwrap();
+}
+
 #[test]
 fn a_full_terminus_is_back_pressure_and_nothing_is_dropped() {
     let engine = EngineHandle::start(EngineConfig::embedded()).unwrap();

@@ -493,8 +493,7 @@ mod tests {
     #[test]
     fn eventfd_mode() {
         let (mem, l) = queue(64);
-        let efd = EventFd::new().expect("eventfd");
-        let efd2 = EventFd::from_fd(efd.as_fd().try_clone_to_owned().expect("dup"));
+        let (efd2, efd) = EventFd::pair().expect("wake-up channel");
         let p = Producer::attach(&mem, l)
             .expect("attach")
             .with_eventfd(efd2);

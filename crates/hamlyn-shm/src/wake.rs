@@ -47,7 +47,6 @@
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use rustix::event::EventfdFlags;
 use rustix::io::Errno;
 
 use crate::sync::{fence, spin_loop, AtomicU32, Ordering};
@@ -64,8 +63,8 @@ pub enum WakeError {
     /// `FUTEX_WAIT` failed other than by timeout, interruption or a changed word.
     #[error("futex wait failed: {0}")]
     Futex(Errno),
-    /// An eventfd system call failed.
-    #[error("eventfd {op} failed: {source}")]
+    /// A system call on a wake-up channel ([`EventFd`]) failed.
+    #[error("wake-up channel {op} failed: {source}")]
     EventFd {
         /// The call that failed.
         op: &'static str,
@@ -257,41 +256,62 @@ fn futex_wake(_word: &AtomicU32) {
     cond.notify_all();
 }
 
-/// A non-blocking, close-on-exec eventfd: the one descriptor per port that becomes
-/// readable when any of its queues has work, for epoll and friends.
+/// Drains at most this many pokes per call: a peer that pokes in a loop costs the
+/// drainer bounded work.
+const DRAIN_MAX: u32 = 4096;
+
+/// One end of a wake-up channel across a trust boundary: the port's event descriptor
+/// (engine and direct senders poke, the client waits on it in epoll) and the engine's
+/// doorbell (clients poke, the engine waits). It is an end of a close-on-exec datagram
+/// socket pair, not an eventfd(2): the two ends are separate open file descriptions, and
+/// every send and receive is non-blocking by its own flag (`MSG_DONTWAIT`), so nothing the
+/// other side does to its descriptor (clearing `O_NONBLOCK`, filling the channel) can make
+/// a poke or a drain block. A full channel is readable already, which is all a poke is for.
 #[derive(Debug)]
 pub struct EventFd {
     fd: OwnedFd,
 }
 
 impl EventFd {
-    /// A new eventfd with counter 0.
-    pub fn new() -> Result<EventFd, WakeError> {
-        let fd = rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
-            .map_err(|e| WakeError::EventFd {
-                op: "create",
-                source: e,
-            })?;
-        Ok(EventFd { fd })
+    /// A new channel: `(poker, waiter)`. Pokes sent on the first make the second
+    /// readable; keep each end on the side that uses it and hand out duplicates of it
+    /// only (`dup` shares the end, never the other one).
+    pub fn pair() -> Result<(EventFd, EventFd), WakeError> {
+        use rustix::net::{socketpair, AddressFamily, SocketFlags, SocketType};
+        let (a, b) = socketpair(
+            AddressFamily::UNIX,
+            SocketType::DGRAM,
+            SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+            None,
+        )
+        .map_err(|e| WakeError::EventFd {
+            op: "socketpair",
+            source: e,
+        })?;
+        Ok((EventFd { fd: a }, EventFd { fd: b }))
     }
 
-    /// Wraps an eventfd received from another process. It must be non-blocking, or
-    /// `drain` blocks when there is nothing to drain.
+    /// Wraps an end received from another process.
     pub fn from_fd(fd: OwnedFd) -> EventFd {
         EventFd { fd }
     }
 
-    /// Makes the eventfd readable (adds 1 to its counter).
+    /// Pokes the other end: it becomes readable. Never blocks; a full channel (the other
+    /// side has not drained) or a closed one (it is gone) is not an error worth a caller's
+    /// attention, so only unexpected failures are returned.
     pub fn notify(&self) -> Result<(), WakeError> {
+        use rustix::net::{send, SendFlags};
         loop {
-            match rustix::io::write(&self.fd, &1u64.to_ne_bytes()) {
+            match send(&self.fd, &[1u8], SendFlags::DONTWAIT | SendFlags::NOSIGNAL) {
                 Ok(_) => return Ok(()),
                 Err(Errno::INTR) => continue,
-                // The counter is saturated: the eventfd is readable already.
-                Err(Errno::AGAIN) => return Ok(()),
+                // Full: readable already. Gone: nobody to wake.
+                Err(Errno::AGAIN | Errno::NOBUFS | Errno::CONNREFUSED | Errno::PIPE) => {
+                    return Ok(())
+                }
                 Err(e) => {
                     return Err(WakeError::EventFd {
-                        op: "write",
+                        op: "send",
                         source: e,
                     })
                 }
@@ -299,23 +319,26 @@ impl EventFd {
         }
     }
 
-    /// Resets the counter, returning how many notifications it held (0 if none).
+    /// Takes the pokes waiting (at most a bounded number per call), returning how many
+    /// there were (0 if none). Never blocks.
     pub fn drain(&self) -> Result<u64, WakeError> {
+        use rustix::net::{recv, RecvFlags};
         let mut buf = [0u8; 8];
-        loop {
-            match rustix::io::read(&self.fd, &mut buf) {
-                Ok(8) => return Ok(u64::from_ne_bytes(buf)),
-                Ok(_) => return Ok(0),
+        let mut n = 0;
+        while n < DRAIN_MAX {
+            match recv(&self.fd, &mut buf, RecvFlags::DONTWAIT) {
+                Ok(_) => n += 1,
                 Err(Errno::INTR) => continue,
-                Err(Errno::AGAIN) => return Ok(0),
+                Err(Errno::AGAIN) => break,
                 Err(e) => {
                     return Err(WakeError::EventFd {
-                        op: "read",
+                        op: "recv",
                         source: e,
                     })
                 }
             }
         }
+        Ok(u64::from(n))
     }
 
     /// The descriptor, to register with epoll or pass to another process.
@@ -344,9 +367,9 @@ mod tests {
     fn awake_consumer_costs_no_syscall() {
         let word = AtomicU32::new(0);
         assert!(!wake_after_publish(&word, None));
-        let efd = EventFd::new().expect("eventfd");
+        let (efd, waiter) = EventFd::pair().expect("wake-up channel");
         assert!(!wake_after_publish(&word, Some(&efd)));
-        assert_eq!(efd.drain(), Ok(0));
+        assert_eq!(waiter.drain(), Ok(0));
     }
 
     #[test]
@@ -398,15 +421,15 @@ mod tests {
     #[test]
     fn eventfd_armed_gets_poked_once() {
         let word = AtomicU32::new(0);
-        let efd = EventFd::new().expect("eventfd");
+        let (efd, waiter) = EventFd::pair().expect("wake-up channel");
         assert!(!arm_eventfd(&word, || false));
         assert!(wake_after_publish(&word, Some(&efd)));
         assert!(
             !wake_after_publish(&word, Some(&efd)),
             "flag cleared: no second poke"
         );
-        assert_eq!(efd.drain(), Ok(1));
-        assert_eq!(efd.drain(), Ok(0));
+        assert_eq!(waiter.drain(), Ok(1));
+        assert_eq!(waiter.drain(), Ok(0));
         // Already ready: not armed, no poke.
         assert!(arm_eventfd(&word, || true));
         assert!(!wake_after_publish(&word, Some(&efd)));
@@ -414,6 +437,35 @@ mod tests {
         assert!(!arm_eventfd(&word, || false));
         assert!(!wake_after_publish(&word, None));
         assert!(wake_after_publish(&word, Some(&efd)));
+    }
+
+    /// What the other side does to its end cannot make a poke or a drain block: it may
+    /// clear `O_NONBLOCK` on its descriptor (a shared file description would make ours
+    /// blocking too) and fill the channel.
+    #[test]
+    fn neither_end_can_be_made_to_block() {
+        use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
+        let (poker, waiter) = EventFd::pair().expect("wake-up channel");
+        // A duplicate of each end, as the other process holds it, made blocking.
+        let their_poker = poker.as_fd().try_clone_to_owned().expect("dup");
+        let their_waiter = waiter.as_fd().try_clone_to_owned().expect("dup");
+        for fd in [&their_poker, &their_waiter] {
+            let flags = fcntl_getfl(fd).expect("getfl");
+            fcntl_setfl(fd, flags - OFlags::NONBLOCK).expect("setfl");
+        }
+        // Empty: a drain returns at once.
+        assert_eq!(waiter.drain(), Ok(0));
+        // Full: pokes return at once, and a drain takes a bounded number.
+        for _ in 0..100_000 {
+            poker.notify().expect("poke");
+        }
+        let first = waiter.drain().expect("drain");
+        assert!(first > 0 && first <= u64::from(DRAIN_MAX), "{first}");
+        while waiter.drain().expect("drain") > 0 {}
+        // The other end gone: a poke is still not an error.
+        drop(their_waiter);
+        drop(waiter);
+        poker.notify().expect("poke to nobody");
     }
 }
 

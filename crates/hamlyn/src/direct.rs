@@ -396,7 +396,7 @@ mod tests {
     }
 
     fn fds(r: &Receiver) -> Vec<OwnedFd> {
-        let efd = EventFd::new().unwrap();
+        let (efd, _waiter) = EventFd::pair().unwrap();
         vec![
             dup(&r.area),
             dup(&r.meta),

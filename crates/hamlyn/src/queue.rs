@@ -288,7 +288,7 @@ mod tests {
         let (node, fake) = fake_node(NodeOptions::default());
         let q = node.queue(0).unwrap();
         let efd = hamlyn_shm::wake::EventFd::from_fd(
-            rustix::io::fcntl_dupfd_cloexec(node.event_fd(), 0).unwrap(),
+            rustix::io::fcntl_dupfd_cloexec(&fake.event, 0).unwrap(),
         );
         let p = producer(&fake, 0).with_eventfd(efd);
         assert!(!q.arm(), "nothing waiting yet");

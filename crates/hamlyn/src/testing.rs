@@ -34,8 +34,10 @@ pub(crate) struct FakeEngine {
     pub(crate) queue_file: Arc<ShmRegion>,
     /// Its layout.
     pub(crate) layout: PortLayout,
-    /// Our copy of the doorbell eventfd.
+    /// The doorbell's end the engine waits on (the client pokes the other).
     pub(crate) doorbell: EventFd,
+    /// The port event descriptor's end the engine pokes (the client waits on the other).
+    pub(crate) event: EventFd,
     /// Every request received, in order.
     pub(crate) log: Arc<Mutex<Vec<Request>>>,
     /// Registered areas, by id (the engine's mappings).
@@ -51,6 +53,7 @@ struct Attached {
     queue_file: Arc<ShmRegion>,
     layout: PortLayout,
     doorbell: EventFd,
+    event: EventFd,
 }
 
 fn dup(fd: impl AsFd) -> OwnedFd {
@@ -74,6 +77,7 @@ pub(crate) fn fake_node(options: NodeOptions) -> (Node, FakeEngine) {
         queue_file: a.queue_file,
         layout: a.layout,
         doorbell: a.doorbell,
+        event: a.event,
         log,
         areas,
         consumers: HashMap::new(),
@@ -117,13 +121,13 @@ fn serve(
                 assert!(layout.write_header(&*port));
                 let queue_file =
                     Arc::new(ShmRegion::create("fake-queues", layout.queue_total).expect("queues"));
-                let event = EventFd::new().expect("eventfd");
-                let doorbell = EventFd::new().expect("eventfd");
+                let (event, client_event) = EventFd::pair().expect("event channel");
+                let (client_doorbell, doorbell) = EventFd::pair().expect("doorbell channel");
                 fds_out = vec![
                     dup(port.fd()),
                     dup(queue_file.fd()),
-                    dup(event.as_fd()),
-                    dup(doorbell.as_fd()),
+                    client_event.into_fd(),
+                    client_doorbell.into_fd(),
                 ];
                 let port_len = layout.total as u64;
                 tx.send(Attached {
@@ -131,6 +135,7 @@ fn serve(
                     queue_file,
                     layout,
                     doorbell,
+                    event,
                 })
                 .expect("test alive");
                 Reply::Attached {
