@@ -36,8 +36,6 @@ pub trait Memory {
     fn write(&mut self, offset: u64, src: &[u8]) -> Result<(), OutOfRange>;
     /// Adds `v` (wrapping) to the 4-byte-aligned u32 at `offset`; returns the new value.
     fn fetch_add_u32(&mut self, offset: u64, v: u32) -> Result<u32, OutOfRange>;
-    /// The bytes `offset..offset + len` for an in-place deposit (zero-copy receive).
-    fn slice_mut(&mut self, offset: u64, len: usize) -> Result<&mut [u8], OutOfRange>;
     /// Atomically: if the 8-byte-aligned u64 at `offset` equals `current`, store `new`.
     /// Returns the value found (the old value).
     fn compare_swap_u64(&mut self, offset: u64, current: u64, new: u64) -> Result<u64, OutOfRange>;
@@ -122,10 +120,6 @@ impl Memory for Vec<u8> {
         self[r].copy_from_slice(&new.to_le_bytes());
         Ok(new)
     }
-    fn slice_mut(&mut self, offset: u64, len: usize) -> Result<&mut [u8], OutOfRange> {
-        let r = check(Memory::len(self), offset, len)?;
-        Ok(&mut self[r])
-    }
     fn compare_swap_u64(&mut self, offset: u64, current: u64, new: u64) -> Result<u64, OutOfRange> {
         let old = word64(self, offset)?;
         if old == current {
@@ -197,8 +191,8 @@ mod tests {
         assert!(m.write(12, &[1, 2, 3, 4]).is_ok());
         assert!(m.write(13, &[1, 2, 3, 4]).is_err());
         assert!(m.write(u64::MAX, &[1]).is_err());
-        assert!(m.slice_mut(16, 0).is_ok());
-        assert!(m.slice_mut(16, 1).is_err());
+        assert!(m.write(16, &[]).is_ok());
+        assert!(m.write(16, &[1]).is_err());
         assert_eq!(m.fetch_add_u32(12, 1).unwrap(), 0x0403_0202);
         assert!(m.fetch_add_u32(13, 1).is_err(), "unaligned");
         assert_eq!(m.fetch_add_u32(0, u32::MAX).unwrap(), u32::MAX);

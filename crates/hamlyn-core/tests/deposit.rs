@@ -2,7 +2,7 @@
 //! nothing else, and is notified exactly once, after its last-arriving packet.
 //!
 //! The property is checked for every slot mode (normal, paranoid, paranoid_one_shot,
-//! fast) and along every receive path (`receive`, `admit` + `slice_mut` + `commit`, and
+//! fast) and along every receive path (`receive`, `admit` + a write in place + `commit`, and
 //! `receive_packet` on the wire bytes), the path picked per packet.
 
 mod common;

@@ -8,8 +8,8 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use hamlyn_core::{Areas, Memory, PeerTable, Placement, RejectReason};
-use hamlyn_fabric::{Landing, PacketSink, PeerEvent};
+use hamlyn_core::{Areas, PeerTable, Placement, RejectReason};
+use hamlyn_fabric::{Landing, PacketSink, PeerEvent, SharedBytesMut};
 use hamlyn_wire::request::Completion;
 use hamlyn_wire::{Header, NodeId, Op};
 
@@ -172,7 +172,7 @@ impl PacketSink for Receive<'_> {
         }
     }
 
-    fn payload_buf(&mut self, h: &Header) -> &mut [u8] {
+    fn payload_buf(&mut self, h: &Header) -> SharedBytesMut<'_> {
         let len = h.payload_len as usize;
         let placement = match self.inbound.landing.get(&packet_key(h)) {
             Some(Land::Place(p)) => Some(*p),
@@ -180,19 +180,21 @@ impl PacketSink for Receive<'_> {
         };
         let areas = &mut self.delivery.areas;
         if let Some(p) = placement {
+            // The admitted place in a client's area, by raw parts: the fabric copies into
+            // it or lends it to `readv`, never holding a reference to it.
             let fits = areas
                 .area(p.area)
-                .is_some_and(|m| m.slice_mut(p.offset, len).is_ok());
+                .is_some_and(|m| m.bytes_mut(p.offset, len).is_ok());
             if fits {
-                if let Some(Ok(s)) = areas.area(p.area).map(|m| m.slice_mut(p.offset, len)) {
+                if let Some(Ok(s)) = areas.area(p.area).map(|m| m.bytes_mut(p.offset, len)) {
                     return s;
                 }
             }
         } else if let Some(Land::Defer(buf)) = self.inbound.landing.get_mut(&packet_key(h)) {
             buf.resize(len, 0);
-            return &mut buf[..];
+            return SharedBytesMut::from(&mut buf[..]);
         }
-        scratch(&mut self.inbound.scratch, len)
+        SharedBytesMut::from(scratch(&mut self.inbound.scratch, len))
     }
 
     fn on_payload(&mut self, from: NodeId, h: &Header, meta: &[u8]) {

@@ -23,6 +23,7 @@
 //! - `counters`, `stats`: what each component counted, and what `hamlyn stat` shows;
 //! - `sched`: priorities and round robin; `areas`: registered areas; `port`: a client's
 //!   port, engine side; `source`: where a packet's payload bytes come from.
+#![forbid(unsafe_code)]
 #![warn(unreachable_pub)]
 
 mod areas;

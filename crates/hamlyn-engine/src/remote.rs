@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use hamlyn_core::{Instant, PartialMessage, PeerTable, RejectReason};
-use hamlyn_fabric::{Fabric, FabricError, PeerEvent};
+use hamlyn_fabric::{Fabric, FabricError, PeerEvent, SharedBytes};
 use hamlyn_wire::request::MAX_GATHER;
 use hamlyn_wire::{Header, NodeId};
 
@@ -88,22 +88,22 @@ impl Remote {
         if self.peers.is_down(h.dst) {
             return Err(RejectReason::PeerDown);
         }
-        let mut parts: [&[u8]; MAX_GATHER] = [&[]; MAX_GATHER];
+        // Area bytes go to the fabric by raw parts (`SharedBytes`): it copies them out or
+        // lends them to `writev` before this call returns, and never holds a reference to
+        // them. A sender changing its own buffer meanwhile can only change what it sends
+        // (seed 000 §6.2: buffers are not reused until the send completes); a slot owner
+        // changing a region being read remotely can only change what the reader gets.
+        let mut parts = [SharedBytes::empty(); MAX_GATHER];
         let mut len = 0u64;
         for (slot, piece) in parts.iter_mut().zip(pieces) {
             *slot = match *piece {
-                Piece::Bytes(b) => b,
-                Piece::Area { area, offset, len } => {
-                    let region = &areas.get(area).ok_or(RejectReason::AreaGone)?.mem.0;
-                    let off = usize::try_from(offset).map_err(|_| RejectReason::OutOfBounds)?;
-                    // SAFETY: nothing in the engine writes these bytes while the slice lives:
-                    // it is only copied by the fabric (writev, or into its pending buffer)
-                    // before this call returns. A sender changing its own buffer meanwhile
-                    // can only change what it sends (seed 000 §6.2: buffers are not reused
-                    // until the send completes); a slot owner changing a region being read
-                    // remotely can only change what the reader gets.
-                    unsafe { region.slice(off, len) }.map_err(|_| RejectReason::OutOfBounds)?
-                }
+                Piece::Bytes(b) => SharedBytes::from(b),
+                Piece::Area { area, offset, len } => areas
+                    .get(area)
+                    .ok_or(RejectReason::AreaGone)?
+                    .mem
+                    .bytes(offset, len)
+                    .map_err(|_| RejectReason::OutOfBounds)?,
             };
             len += slot.len() as u64;
         }
@@ -128,7 +128,7 @@ impl Remote {
         h: &Header,
         body: &[u8],
     ) -> Result<(), FabricError> {
-        self.fabric.send(now, h, &[], &[body])
+        self.fabric.send(now, h, &[], &[SharedBytes::from(body)])
     }
 
     /// Polls the fabric: commits what arrived (through `fabric_rx`) and sends queued

@@ -14,22 +14,29 @@
 //!   simulator's random delays); packet counting does not need order.
 //! - **Back-pressure, not drops.** [`FabricError::Full`] means "try again later".
 //!
-//! The shape is made for zero copies. [`Fabric::send`] takes the payload as gather slices,
+//! The shape is made for zero copies. [`Fabric::send`] takes the payload as gather pieces,
 //! so a TCP fabric can `writev` straight from registered memory. Receiving is two-phase:
 //! the fabric shows the header and metadata to a [`PacketSink`], the sink (the core's
 //! admission check) decides, and only an accepted packet's payload is read, straight into
-//! the buffer the sink names; a discarded one is skipped.
+//! the place the sink names; a discarded one is skipped.
+//!
+//! Payload memory may be a client's shared area, which its owner (another process) can
+//! write at any time, so it crosses this interface as [`SharedBytes`] and
+//! [`SharedBytesMut`]: views by raw parts that a fabric copies out of or into, or lends to
+//! one vectored system call, and never holds as a `&[u8]`. Plain buffers convert to them
+//! with `From`.
 //!
 //! Fabrics are sans-IO in their interface: time is passed in as `now`, and nothing blocks.
 
 use hamlyn_core::Instant;
+pub use hamlyn_shm::bytes::{SharedBytes, SharedBytesMut};
 use hamlyn_wire::stats::{FabricStats, LinkStats};
 use hamlyn_wire::{Header, NodeId, WireError};
 
 /// What a sink wants done with an arriving packet's payload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Landing {
-    /// Read the payload into the buffer from [`PacketSink::payload_buf`], then call
+    /// Read the payload into the place from [`PacketSink::payload_buf`], then call
     /// [`PacketSink::on_payload`].
     Accept,
     /// Skip the payload; the packet is finished.
@@ -127,9 +134,10 @@ pub trait PacketSink {
     /// The header and metadata of an arriving packet from `from`: accept it (the fabric
     /// then asks for [`PacketSink::payload_buf`]) or discard it (the payload is skipped).
     fn on_header(&mut self, from: NodeId, header: &Header, meta: &[u8]) -> Landing;
-    /// The buffer an accepted packet's payload goes to, exactly `header.payload_len`
-    /// bytes long. Only called for a header [`PacketSink::on_header`] accepted.
-    fn payload_buf(&mut self, header: &Header) -> &mut [u8];
+    /// The place an accepted packet's payload goes to, exactly `header.payload_len`
+    /// bytes long (a shared area's bytes, or a plain buffer as `SharedBytesMut::from`).
+    /// Only called for a header [`PacketSink::on_header`] accepted.
+    fn payload_buf(&mut self, header: &Header) -> SharedBytesMut<'_>;
     /// The accepted packet's payload is fully in place.
     fn on_payload(&mut self, from: NodeId, header: &Header, meta: &[u8]);
     /// A peer came up or went down.
@@ -141,9 +149,11 @@ pub trait Fabric {
     /// The node this fabric sends from.
     fn local(&self) -> NodeId;
 
-    /// Queues one packet to `header.dst`. The payload is given as gather slices (zero-copy
-    /// for fabrics that can write straight from registered memory); their total length
-    /// must be `header.payload_len`, and `meta` must be `header.meta_len` bytes.
+    /// Queues one packet to `header.dst`. The payload is given as gather pieces (zero-copy
+    /// for fabrics that can write straight from registered memory; plain bytes convert
+    /// with `SharedBytes::from`); their total length must be `header.payload_len`, and
+    /// `meta` must be `header.meta_len` bytes. The pieces are only borrowed for the call:
+    /// what the fabric keeps, it copies.
     ///
     /// [`FabricError::Full`] is back-pressure (try again later), never a silent drop;
     /// [`FabricError::PeerDown`] when the destination is known dead or unreachable.
@@ -153,7 +163,7 @@ pub trait Fabric {
         now: Instant,
         header: &Header,
         meta: &[u8],
-        payload: &[&[u8]],
+        payload: &[SharedBytes<'_>],
     ) -> Result<(), FabricError>;
 
     /// Delivers any peer events and up to `budget` arrived packets to `sink`; returns how
@@ -199,7 +209,7 @@ impl<F: Fabric + ?Sized> Fabric for &mut F {
         now: Instant,
         header: &Header,
         meta: &[u8],
-        payload: &[&[u8]],
+        payload: &[SharedBytes<'_>],
     ) -> Result<(), FabricError> {
         (**self).send(now, header, meta, payload)
     }
@@ -233,7 +243,7 @@ pub fn check_send(
     local: NodeId,
     header: &Header,
     meta: &[u8],
-    payload: &[&[u8]],
+    payload: &[SharedBytes<'_>],
 ) -> Result<usize, FabricError> {
     if header.src != local {
         return Err(FabricError::WrongSource {
@@ -248,7 +258,7 @@ pub fn check_send(
             actual: meta.len() as u64,
         });
     }
-    let total: usize = payload.iter().map(|s| s.len()).sum();
+    let total: usize = payload.iter().map(SharedBytes::len).sum();
     if total as u64 != u64::from(header.payload_len) {
         return Err(FabricError::LengthMismatch {
             field: "payload_len",
@@ -271,6 +281,10 @@ mod tests {
     use super::*;
     use hamlyn_wire::{Flags, Op};
 
+    fn parts<'a>(slices: &[&'a [u8]]) -> Vec<SharedBytes<'a>> {
+        slices.iter().map(|&s| SharedBytes::from(s)).collect()
+    }
+
     #[test]
     fn check_send_catches_each_mistake() {
         let mut h = Header::new(Op::Write);
@@ -279,20 +293,20 @@ mod tests {
         h.meta_len = 2;
         h.payload_len = 5;
         let me = NodeId(1);
-        assert_eq!(check_send(me, &h, b"mm", &[b"ab", b"cde"]), Ok(5));
+        assert_eq!(check_send(me, &h, b"mm", &parts(&[b"ab", b"cde"])), Ok(5));
         assert!(matches!(
-            check_send(NodeId(2), &h, b"mm", &[b"abcde"]),
+            check_send(NodeId(2), &h, b"mm", &parts(&[b"abcde"])),
             Err(FabricError::WrongSource { .. })
         ));
         assert!(matches!(
-            check_send(me, &h, b"m", &[b"abcde"]),
+            check_send(me, &h, b"m", &parts(&[b"abcde"])),
             Err(FabricError::LengthMismatch {
                 field: "meta_len",
                 ..
             })
         ));
         assert!(matches!(
-            check_send(me, &h, b"mm", &[b"abcd"]),
+            check_send(me, &h, b"mm", &parts(&[b"abcd"])),
             Err(FabricError::LengthMismatch {
                 field: "payload_len",
                 ..
@@ -300,7 +314,7 @@ mod tests {
         ));
         h.flags = Flags::LAST; // metadata without FIRST does not parse
         assert!(matches!(
-            check_send(me, &h, b"mm", &[b"abcde"]),
+            check_send(me, &h, b"mm", &parts(&[b"abcde"])),
             Err(FabricError::BadHeader(_))
         ));
     }

@@ -22,7 +22,9 @@ pub mod rng;
 pub mod sim;
 pub mod tcp;
 
-pub use fabric::{Fabric, FabricError, Landing, PacketSink, PeerEvent};
+pub use fabric::{
+    Fabric, FabricError, Landing, PacketSink, PeerEvent, SharedBytes, SharedBytesMut,
+};
 pub use rng::SimRng;
 pub use sim::{SimConfig, SimError, SimFabric, SimNet, SimStats};
 pub use tcp::{TcpConfig, TcpError, TcpFabric};

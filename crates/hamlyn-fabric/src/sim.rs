@@ -28,7 +28,7 @@ use hamlyn_core::Instant;
 use hamlyn_wire::stats::{FabricStats, SimCounters};
 use hamlyn_wire::{Header, NodeId};
 
-use crate::fabric::{check_send, Fabric, FabricError, Landing, PacketSink, PeerEvent};
+use crate::fabric::{check_send, Fabric, FabricError, Landing, PacketSink, PeerEvent, SharedBytes};
 use crate::rng::SimRng;
 
 /// Parameters of a simulated network.
@@ -356,7 +356,7 @@ impl SimNet {
         now: Instant,
         header: &Header,
         meta: &[u8],
-        payload: &[&[u8]],
+        payload: &[SharedBytes<'_>],
     ) -> Result<(), FabricError> {
         let src = self.index(local).map_err(|_| FabricError::NoRoute(local))?;
         if !self.nodes[src].alive {
@@ -377,7 +377,7 @@ impl SimNet {
         }
         let mut bytes = Vec::with_capacity(total);
         for part in payload {
-            bytes.extend_from_slice(part);
+            part.append_to(&mut bytes);
         }
         let delay = self
             .rng
@@ -427,7 +427,7 @@ impl SimNet {
             count += 1;
             match sink.on_header(p.from, &p.header, &p.meta) {
                 Landing::Accept => {
-                    let buf = sink.payload_buf(&p.header);
+                    let mut buf = sink.payload_buf(&p.header);
                     if buf.len() != p.payload.len() {
                         self.stats.sink_errors += 1;
                         return Err(FabricError::SinkBuffer {
@@ -435,7 +435,7 @@ impl SimNet {
                             got: buf.len() as u64,
                         });
                     }
-                    buf.copy_from_slice(&p.payload);
+                    buf.copy_from(0, &p.payload);
                     sink.on_payload(p.from, &p.header, &p.meta);
                     self.stats.delivered += 1;
                 }
@@ -488,7 +488,7 @@ impl Fabric for SimFabric<'_> {
         now: Instant,
         header: &Header,
         meta: &[u8],
-        payload: &[&[u8]],
+        payload: &[SharedBytes<'_>],
     ) -> Result<(), FabricError> {
         self.net.send_from(self.node, now, header, meta, payload)
     }
@@ -506,6 +506,7 @@ impl Fabric for SimFabric<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fabric::SharedBytesMut;
     use hamlyn_wire::{Flags, Op, RequestId};
 
     #[derive(Default)]
@@ -520,8 +521,8 @@ mod tests {
             self.buf = vec![0; h.payload_len as usize];
             Landing::Accept
         }
-        fn payload_buf(&mut self, _: &Header) -> &mut [u8] {
-            &mut self.buf
+        fn payload_buf(&mut self, _: &Header) -> SharedBytesMut<'_> {
+            SharedBytesMut::from(&mut self.buf[..])
         }
         fn on_payload(&mut self, _: NodeId, h: &Header, _: &[u8]) {
             self.seqs.push(h.request.seq);

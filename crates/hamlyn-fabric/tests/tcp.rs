@@ -15,7 +15,7 @@ use std::time::Duration;
 use hamlyn_core::Instant;
 use hamlyn_fabric::tcp::frame::Hello;
 use hamlyn_fabric::tcp::{tcp_cluster, CloseReason, PeerState, TcpConfig, TcpError, TcpFabric};
-use hamlyn_fabric::{Fabric, FabricError, Landing, PacketSink, PeerEvent, SimRng};
+use hamlyn_fabric::{Fabric, FabricError, Landing, PacketSink, PeerEvent, SharedBytesMut, SimRng};
 use hamlyn_wire::{Flags, Header, NodeId, Op, RequestId, SlotId};
 
 /// Wall-clock bound of every wait in these tests.
@@ -38,8 +38,8 @@ impl PacketSink for Rec {
         self.landing.insert(key(h), vec![0; h.payload_len as usize]);
         Landing::Accept
     }
-    fn payload_buf(&mut self, h: &Header) -> &mut [u8] {
-        self.landing.get_mut(&key(h)).unwrap()
+    fn payload_buf(&mut self, h: &Header) -> SharedBytesMut<'_> {
+        SharedBytesMut::from(&mut self.landing.get_mut(&key(h)).unwrap()[..])
     }
     fn on_payload(&mut self, from: NodeId, h: &Header, meta: &[u8]) {
         let p = self.landing.remove(&key(h)).unwrap();
@@ -158,7 +158,12 @@ fn exchange(
     let before = rb.packets.len();
     for (h, m, p) in &sent {
         loop {
-            match a.send(time.now(), h, m, &[&p[..p.len() / 3], &p[p.len() / 3..]]) {
+            match a.send(
+                time.now(),
+                h,
+                m,
+                &[p[..p.len() / 3].into(), p[p.len() / 3..].into()],
+            ) {
                 Ok(()) => break,
                 Err(FabricError::Full) => {
                     a.poll(time.now(), ra, 64).unwrap();
@@ -402,9 +407,9 @@ fn striped_message_lands_whole() {
             self.order.push(h.request.seq);
             Landing::Accept
         }
-        fn payload_buf(&mut self, h: &Header) -> &mut [u8] {
+        fn payload_buf(&mut self, h: &Header) -> SharedBytesMut<'_> {
             let at = h.offset as usize;
-            &mut self.buf[at..at + h.payload_len as usize]
+            SharedBytesMut::from(&mut self.buf[at..at + h.payload_len as usize])
         }
         fn on_payload(&mut self, _: NodeId, _: &Header, _: &[u8]) {
             self.done += 1;
@@ -455,7 +460,7 @@ fn striped_message_lands_whole() {
                 seq: next as u32,
             };
             let p = &src[next * MTU..(next + 1) * MTU];
-            match a.send(time.now(), &h, &[], &[p]) {
+            match a.send(time.now(), &h, &[], &[p.into()]) {
                 Ok(()) => next += 1,
                 Err(FabricError::Full) => break,
                 Err(e) => panic!("send failed: {e}"),
@@ -539,7 +544,7 @@ fn restarted_peer_comes_back_with_its_new_incarnation() {
             );
             let (h, m, p) = packet(survivor as u32, victim as u32, 999, 10);
             assert_eq!(
-                s.send(time.now(), &h, &m, &[&p]),
+                s.send(time.now(), &h, &m, &[(&p).into()]),
                 Err(FabricError::PeerDown(NodeId(victim as u32)))
             );
         }
@@ -669,7 +674,7 @@ fn sleeping_in_wait_delivers_everything() {
     while rb.packets.len() < 200 {
         if ra.up(1).is_some() && sent < 200 {
             let (h, m, p) = packet(0, 1, sent, 1000);
-            match a.send(time.now(), &h, &m, &[&p]) {
+            match a.send(time.now(), &h, &m, &[(&p).into()]) {
                 Ok(()) => sent += 1,
                 Err(FabricError::Full) => {}
                 Err(e) => panic!("{e}"),

@@ -22,7 +22,7 @@ use std::time::Duration;
 use hamlyn_core::Instant;
 use hamlyn_fabric::tcp::frame::{check_join_reply, decode_members, JoinQuery};
 use hamlyn_fabric::tcp::{join, CloseReason, PeerState, TcpConfig, TcpError, TcpFabric};
-use hamlyn_fabric::{Fabric, Landing, PacketSink, PeerEvent};
+use hamlyn_fabric::{Fabric, Landing, PacketSink, PeerEvent, SharedBytesMut};
 use hamlyn_wire::{Flags, Header, NodeId, Op, RequestId, HEADER_LEN};
 
 /// Wall-clock bound of every wait in these tests.
@@ -45,8 +45,8 @@ impl PacketSink for Rec {
         self.landing.insert(key(h), vec![0; h.payload_len as usize]);
         Landing::Accept
     }
-    fn payload_buf(&mut self, h: &Header) -> &mut [u8] {
-        self.landing.get_mut(&key(h)).unwrap()
+    fn payload_buf(&mut self, h: &Header) -> SharedBytesMut<'_> {
+        SharedBytesMut::from(&mut self.landing.get_mut(&key(h)).unwrap()[..])
     }
     fn on_payload(&mut self, from: NodeId, h: &Header, _: &[u8]) {
         let p = self.landing.remove(&key(h)).unwrap();
@@ -114,7 +114,9 @@ fn deliver(time: &Time, fabrics: &mut [TcpFabric], recs: &mut [Rec], a: usize, b
     };
     let payload: Vec<u8> = (0..1000u32).map(|i| (i * 7 + src.0) as u8).collect();
     h.payload_len = payload.len() as u32;
-    fabrics[a].send(time.now(), &h, &[], &[&payload]).unwrap();
+    fabrics[a]
+        .send(time.now(), &h, &[], &[(&payload).into()])
+        .unwrap();
     loop {
         poll_all(time, fabrics, recs);
         if let Some((from, got, p)) = recs[b]

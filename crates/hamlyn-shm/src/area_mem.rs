@@ -4,14 +4,14 @@
 //!
 //! Memory another process can write is never held as a Rust reference here: every access
 //! copies in or out through `ShmRegion`'s raw, bounds-checked accessors, or is an atomic
-//! on the shared word. The one exception is [`AreaMem::landing`], which the core's
-//! zero-copy receive path needs (a fabric reads a payload straight into its place); it is
-//! `unsafe`, and its contract says why.
+//! on the shared word. A fabric sends from and receives into an area through
+//! [`AreaMem::bytes`] and [`AreaMem::bytes_mut`], views by raw parts ([`crate::bytes`]).
 
 use std::ops::Deref;
 
 use hamlyn_core::{Memory, OutOfRange};
 
+use crate::bytes::{SharedBytes, SharedBytesMut};
 use crate::region::ShmRegion;
 use crate::sync::Ordering;
 
@@ -46,20 +46,20 @@ impl<R: Deref<Target = ShmRegion>> AreaMem<R> {
         self.0.copy_to(s, &dst.0, d, n).map_err(|_| oor(dst_off, n))
     }
 
-    /// The bytes a fabric reads an arriving payload into.
-    ///
-    /// # Safety
-    ///
-    /// The caller must hold no other reference to this range while the slice lives, and
-    /// must only write through it (never read back what it wrote: the area's owner, in
-    /// another process, may write the same bytes concurrently; what it then reads is its
-    /// own business). The engine's receive path fills the slice and drops it within the
-    /// packet's delivery.
-    pub unsafe fn landing(&mut self, offset: u64, len: usize) -> Result<&mut [u8], OutOfRange> {
-        let off = at(offset, len)?;
-        // SAFETY: the caller's contract above: no other reference to the range lives, and
-        // the slice is only written.
-        unsafe { self.0.slice_mut(off, len) }.map_err(|_| oor(offset, len))
+    /// The bytes `offset..offset + len`, for a fabric to send from (a view by raw
+    /// parts: copied out or lent to `writev`, never referenced).
+    pub fn bytes(&self, offset: u64, len: usize) -> Result<SharedBytes<'_>, OutOfRange> {
+        self.0
+            .bytes(at(offset, len)?, len)
+            .map_err(|_| oor(offset, len))
+    }
+
+    /// The bytes `offset..offset + len`, for a fabric to read an arriving payload into (a
+    /// view by raw parts: copied into or lent to `readv`, never referenced).
+    pub fn bytes_mut(&mut self, offset: u64, len: usize) -> Result<SharedBytesMut<'_>, OutOfRange> {
+        self.0
+            .bytes_mut(at(offset, len)?, len)
+            .map_err(|_| oor(offset, len))
     }
 }
 
@@ -91,14 +91,6 @@ impl<R: Deref<Target = ShmRegion>> Memory for AreaMem<R> {
             .fetch_add_u32(at(offset, 4)?, v, Ordering::AcqRel)
             .map_err(|_| oor(offset, 4))?;
         Ok(old.wrapping_add(v))
-    }
-
-    fn slice_mut(&mut self, offset: u64, len: usize) -> Result<&mut [u8], OutOfRange> {
-        // SAFETY: `Memory::slice_mut` is the core's landing place for one packet's payload:
-        // the engine (the only caller on shared areas) fills it and drops it within the
-        // packet's delivery, holding no other reference to the range, and never reads
-        // back through it (`AreaMem::landing`'s contract).
-        unsafe { self.landing(offset, len) }
     }
 
     fn compare_swap_u64(&mut self, offset: u64, current: u64, new: u64) -> Result<u64, OutOfRange> {

@@ -5,6 +5,9 @@
 //!   areas (message, metadata, send) are regions.
 //! - [`area_mem`]: the one adapter from a region to the core's `Memory` (engine areas and
 //!   direct senders alike), copying in and out, never holding a reference.
+//! - [`bytes`]: [`SharedBytes`](bytes::SharedBytes) and
+//!   [`SharedBytesMut`](bytes::SharedBytesMut), bytes another process may write, held by
+//!   raw parts: what fabrics send from and receive into.
 //! - [`fdpass`]: passing region and eventfd descriptors over a `SOCK_SEQPACKET` socket.
 //! - [`spsc`]: single-producer single-consumer rings of fixed-size entries (termini),
 //!   robust against a hostile producer.
@@ -31,6 +34,7 @@
 
 #[cfg(not(loom))]
 pub mod area_mem;
+pub mod bytes;
 pub mod fdpass;
 pub mod memory;
 pub mod notifq;

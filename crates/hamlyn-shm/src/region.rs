@@ -11,8 +11,9 @@
 //!
 //! All access is by byte offset and bounds-checked. Bytes are copied in and out through
 //! raw pointers and never referenced in place (another process may be writing them, which
-//! the Rust memory model cannot see), except through the `unsafe`
-//! [`ShmRegion::slice_mut`] whose caller promises exclusive use of the range.
+//! the Rust memory model cannot see). A fabric sends from and receives into a region
+//! through [`ShmRegion::bytes`] and [`ShmRegion::bytes_mut`], views by raw parts
+//! ([`crate::bytes`]) that copy or lend a slice to one system call.
 
 use std::ffi::c_void;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -22,6 +23,7 @@ use rustix::fs::{MemfdFlags, SealFlags};
 use rustix::io::Errno;
 use rustix::mm::{MapFlags, ProtFlags};
 
+use crate::bytes::{SharedBytes, SharedBytesMut};
 use crate::memory::RingMemory;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
@@ -113,8 +115,8 @@ pub struct ShmRegion {
 // copies that are sound from any thread.
 unsafe impl Send for ShmRegion {}
 // SAFETY: shared access from several threads only ever copies bytes through raw pointers
-// or uses atomics; the one way to get `&mut [u8]` (`slice_mut`) is `unsafe` and its caller
-// promises exclusivity.
+// or uses atomics; no reference to the bytes is formed but the slices `SharedBytes` and
+// `SharedBytesMut` lend to one system call.
 unsafe impl Sync for ShmRegion {}
 
 impl ShmRegion {
@@ -299,8 +301,8 @@ impl ShmRegion {
     pub fn write(&self, off: usize, src: &[u8]) -> Result<(), RegionError> {
         self.check(off, src.len())?;
         // SAFETY: the destination range is inside the live, writable mapping (checked) and
-        // cannot overlap `src`. No Rust reference to those bytes exists except through
-        // `slice_mut`, whose caller promised not to hold one while others write.
+        // cannot overlap `src`. No Rust reference to those bytes exists (only the slices
+        // lent to a system call by `bytes_mut` views, which the kernel fills).
         unsafe {
             std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(off), src.len())
         };
@@ -377,42 +379,38 @@ impl ShmRegion {
             .compare_exchange(current, new, success, failure))
     }
 
-    /// A shared view of part of the region, for zero-copy sends (the engine hands a
-    /// sender's send-area bytes straight to `writev`).
-    ///
-    /// # Safety
-    ///
-    /// For as long as the returned slice lives, nothing in this process may write
-    /// `off..off + len` (no overlapping [`ShmRegion::slice_mut`], `write` or atomic store).
-    /// Another process may still write those bytes (a sender changing its own buffer
-    /// before its send completed): the slice must then only be copied out (as `writev`
-    /// does), never relied on to stay the same, and what was copied is the writer's
-    /// problem, not a memory-safety one for the copy.
-    pub unsafe fn slice(&self, off: usize, len: usize) -> Result<&[u8], RegionError> {
+    /// A view of `off..off + len` to send from (bounds-checked): the engine hands a
+    /// sender's send-area bytes to the fabric this way, which copies them out or lends
+    /// them to `writev` ([`SharedBytes`]), never holding a reference to them.
+    pub fn bytes(&self, off: usize, len: usize) -> Result<SharedBytes<'_>, RegionError> {
         self.check(off, len)?;
-        // SAFETY: the range is inside the live mapping (checked) and the mapping outlives
-        // `&self`; no in-process writer is the caller's contract above.
-        Ok(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(off), len) })
+        // SAFETY: the range is inside the mapping (checked), which stays mapped and
+        // readable as long as `&self` (unmapped only on drop). No Rust reference to the
+        // region's bytes is ever formed but the `IoSlice`s such views lend to system
+        // calls, which is `SharedBytes`'s own contract.
+        Ok(unsafe { SharedBytes::from_raw_parts(self.byte_ptr(off), len) })
     }
 
-    /// A mutable slice of the region, for zero-copy deposit (the engine writing a payload
-    /// straight into a receiver's area, or a sender building a message in its send area).
+    /// A view of `off..off + len` to receive into (bounds-checked): the engine hands the
+    /// admitted place of an arriving payload to the fabric this way, which copies into it
+    /// or lends it to `readv` ([`SharedBytesMut`]), never holding a reference to it.
     ///
-    /// # Safety
-    ///
-    /// For as long as the returned slice lives, the caller must ensure that nothing else
-    /// reads or writes `off..off + len`: no other slice from this function overlapping it,
-    /// no `read`/`write`/atomic access to those bytes through any `ShmRegion` of this file,
-    /// and no access by another process (the protocol must give the caller exclusive
-    /// ownership of the range, e.g. a slot range granted to this writer). Bytes written by
-    /// another process despite that contract are the caller's bug: the Rust compiler may
-    /// assume the slice does not change under it.
-    #[allow(clippy::mut_from_ref)]
-    pub unsafe fn slice_mut(&self, off: usize, len: usize) -> Result<&mut [u8], RegionError> {
+    /// Views of overlapping ranges may coexist, as other processes' accesses do: each only
+    /// copies through raw pointers or lends a slice to the kernel for one system call.
+    pub fn bytes_mut(&self, off: usize, len: usize) -> Result<SharedBytesMut<'_>, RegionError> {
         self.check(off, len)?;
-        // SAFETY: the range is inside the live mapping (checked) and the mapping outlives
-        // `&self`; exclusivity of the range is the caller's contract above.
-        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(off), len) })
+        // SAFETY: the range is inside the writable mapping (checked), which stays mapped
+        // as long as `&self`. No Rust reference to the region's bytes is ever formed but
+        // the slices such views lend to system calls (`SharedBytesMut::io_slice_mut`).
+        Ok(unsafe { SharedBytesMut::from_raw_parts(self.byte_ptr(off), len) })
+    }
+
+    /// The address of byte `off`, which the caller has checked to be at most `len`.
+    fn byte_ptr(&self, off: usize) -> NonNull<u8> {
+        debug_assert!(off <= self.len);
+        // SAFETY: `off <= len` (the callers check), so the address is inside the mapping
+        // or one past its last addressable byte.
+        unsafe { self.ptr.add(off) }
     }
 }
 
@@ -478,11 +476,12 @@ mod tests {
             r.compare_exchange_u64(16, 0, 9, Ordering::Relaxed, Ordering::Relaxed)?,
             Err(7)
         );
-        // SAFETY: nothing else touches bytes 200..204 of this private test region.
-        let s = unsafe { r.slice_mut(200, 4)? };
-        s.copy_from_slice(&[1, 2, 3, 4]);
+        r.bytes_mut(200, 4)?.copy_from(0, &[1, 2, 3, 4]);
         r.read(200, &mut buf[..4])?;
         assert_eq!(&buf[..4], &[1, 2, 3, 4]);
+        let mut back = [0u8; 3];
+        r.bytes(201, 3)?.copy_to(&mut back);
+        assert_eq!(back, [2, 3, 4]);
         Ok(())
     }
 
@@ -511,8 +510,9 @@ mod tests {
             Err(RegionError::OutOfBounds { .. })
         ));
         assert!(r.atomic_u64(56).is_ok());
-        // SAFETY: the call fails its bounds check before any slice exists.
-        assert!(unsafe { r.slice_mut(32, 33) }.is_err());
+        assert!(r.bytes_mut(32, 33).is_err());
+        assert!(r.bytes(usize::MAX, 2).is_err());
+        assert!(r.bytes(64, 0).is_ok());
         assert_eq!(ShmRegion::create("x", 0).err(), Some(RegionError::Empty));
         assert_eq!(
             ShmRegion::create("a\0b", 8).err(),

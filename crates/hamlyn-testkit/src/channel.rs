@@ -6,7 +6,7 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use hamlyn_core::Instant;
-use hamlyn_fabric::{Fabric, FabricError, Landing, PacketSink, PeerEvent};
+use hamlyn_fabric::{Fabric, FabricError, Landing, PacketSink, PeerEvent, SharedBytes};
 use hamlyn_wire::stats::{ChannelCounters, FabricStats};
 use hamlyn_wire::{Header, NodeId};
 
@@ -60,7 +60,7 @@ impl Fabric for ChannelFabric {
         _now: Instant,
         h: &Header,
         meta: &[u8],
-        payload: &[&[u8]],
+        payload: &[SharedBytes<'_>],
     ) -> Result<(), FabricError> {
         if h.dst != self.peer {
             return Err(FabricError::NoRoute(h.dst));
@@ -68,8 +68,12 @@ impl Fabric for ChannelFabric {
         if self.is_cut() {
             return Err(FabricError::PeerDown(self.peer));
         }
+        let mut bytes = Vec::with_capacity(payload.iter().map(SharedBytes::len).sum());
+        for part in payload {
+            part.append_to(&mut bytes);
+        }
         self.tx
-            .send((*h, meta.to_vec(), payload.concat()))
+            .send((*h, meta.to_vec(), bytes))
             .map_err(|_| FabricError::PeerDown(self.peer))?;
         self.counters.packets_sent += 1;
         Ok(())
@@ -103,7 +107,14 @@ impl Fabric for ChannelFabric {
                 break;
             };
             if sink.on_header(self.peer, &h, &meta) == Landing::Accept {
-                sink.payload_buf(&h).copy_from_slice(&payload);
+                let mut buf = sink.payload_buf(&h);
+                if buf.len() != payload.len() {
+                    return Err(FabricError::SinkBuffer {
+                        expected: payload.len() as u64,
+                        got: buf.len() as u64,
+                    });
+                }
+                buf.copy_from(0, &payload);
                 sink.on_payload(self.peer, &h, &meta);
             }
             n += 1;

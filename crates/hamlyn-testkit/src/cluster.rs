@@ -29,9 +29,9 @@ use std::collections::{BTreeMap, VecDeque};
 
 use hamlyn_core::nack::nack_reason;
 use hamlyn_core::{
-    peer_down_notification, AreaId, Areas, Committed, Instant, Interface, Memory, MetaRange,
-    Notification, OwnerId, PeerTable, Placement, QueueId, Reject, RejectReason, SegmentError,
-    SendSpec, SlotConfig, SlotError, SlotMode, SlotPerms, VecAreas,
+    peer_down_notification, AreaId, Committed, Instant, Interface, MetaRange, Notification,
+    OwnerId, PeerTable, Placement, QueueId, Reject, RejectReason, SegmentError, SendSpec,
+    SlotConfig, SlotError, SlotMode, SlotPerms, VecAreas,
 };
 use hamlyn_wire::{
     Flags, Header, NodeId, NotifEntry, Op, RequestId, SlotId, Ticket, TicketFlags, FULL_SHARE,
@@ -39,7 +39,8 @@ use hamlyn_wire::{
 };
 
 use hamlyn_fabric::{
-    Fabric, FabricError, Landing, PacketSink, PeerEvent, SimConfig, SimError, SimNet, SimRng,
+    Fabric, FabricError, Landing, PacketSink, PeerEvent, SharedBytesMut, SimConfig, SimError,
+    SimNet, SimRng,
 };
 
 /// Parameters of a simulated cluster.
@@ -499,12 +500,21 @@ impl PacketSink for NodeSink<'_> {
         }
     }
 
-    fn payload_buf(&mut self, header: &Header) -> &mut [u8] {
+    fn payload_buf(&mut self, header: &Header) -> SharedBytesMut<'_> {
         let len = header.payload_len as usize;
         let node = &mut *self.node;
         if let Some(p) = self.placement.filter(|p| p.len == header.payload_len) {
-            if let Some(Ok(buf)) = node.areas.area(p.area).map(|m| m.slice_mut(p.offset, len)) {
-                return buf;
+            // Plain heap areas (`VecAreas`): a slice of the area's own buffer.
+            let place = usize::try_from(p.offset)
+                .ok()
+                .and_then(|at| Some(at..at.checked_add(len)?));
+            if let Some(buf) = node
+                .areas
+                .bytes_mut(p.area)
+                .zip(place)
+                .and_then(|(area, r)| area.get_mut(r))
+            {
+                return SharedBytesMut::from(buf);
             }
         }
         // The placement vanished (cannot happen in one thread, but never trust it):
@@ -512,7 +522,7 @@ impl PacketSink for NodeSink<'_> {
         self.placement = None;
         node.scratch.clear();
         node.scratch.resize(len, 0);
-        &mut node.scratch
+        SharedBytesMut::from(&mut node.scratch[..])
     }
 
     fn on_payload(&mut self, from: NodeId, header: &Header, meta: &[u8]) {
@@ -971,7 +981,7 @@ impl SimCluster {
                     q.pop_front();
                     continue;
                 };
-                match fabric.send(now, &p.header, &p.meta, &[bytes]) {
+                match fabric.send(now, &p.header, &p.meta, &[bytes.into()]) {
                     Ok(()) => {
                         sent += 1;
                         if let Some(m) = message.and_then(|id| messages.get_mut(&id)) {

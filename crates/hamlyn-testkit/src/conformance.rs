@@ -27,7 +27,9 @@ use std::fmt;
 use hamlyn_core::Instant;
 use hamlyn_wire::{Flags, Header, NodeId, Op, RequestId, SlotId, MAX_META_LEN};
 
-use hamlyn_fabric::{Fabric, FabricError, Landing, PacketSink, PeerEvent, SimRng};
+use hamlyn_fabric::{
+    Fabric, FabricError, Landing, PacketSink, PeerEvent, SharedBytes, SharedBytesMut, SimRng,
+};
 
 /// A set of connected fabrics, one per node, as a check sees them.
 pub trait FabricSet {
@@ -165,6 +167,11 @@ fn make_pkt(src: usize, dst: usize, seq: u32, payload_len: usize, meta_len: usiz
     }
 }
 
+/// The pieces as a fabric takes them.
+fn parts<'a>(slices: &[&'a [u8]]) -> Vec<SharedBytes<'a>> {
+    slices.iter().map(|&s| SharedBytes::from(s)).collect()
+}
+
 /// Cuts `p` into `pieces` gather slices (some possibly empty).
 fn gather(p: &[u8], pieces: usize) -> Vec<&[u8]> {
     let pieces = pieces.max(1);
@@ -255,15 +262,15 @@ impl PacketSink for Recorder {
         Landing::Accept
     }
 
-    fn payload_buf(&mut self, header: &Header) -> &mut [u8] {
+    fn payload_buf(&mut self, header: &Header) -> SharedBytesMut<'_> {
         match self.landing.get_mut(&landing_key(header)) {
-            Some((h, buf)) if h == header => buf,
+            Some((h, buf)) if h == header => SharedBytesMut::from(&mut buf[..]),
             _ => {
                 self.protocol_errors.push(format!(
                     "payload_buf for {header:?}, which was not accepted"
                 ));
                 self.stray = vec![POISON; header.payload_len as usize];
-                &mut self.stray
+                SharedBytesMut::from(&mut self.stray[..])
             }
         }
     }
@@ -345,7 +352,7 @@ impl<S: FabricSet> Run<S> {
             }
             let now = self.set.now();
             while let Some(p) = self.outbox[i].front() {
-                let slices = gather(&p.payload, p.pieces);
+                let slices = parts(&gather(&p.payload, p.pieces));
                 let r = self.set.node(i).send(now, &p.header, &p.meta, &slices);
                 match r {
                     Ok(()) => {
@@ -605,10 +612,12 @@ pub fn full_then_resume<F: FabricFactory>(f: &mut F) -> Outcome {
     for _ in 0..run.limits.fill_limit {
         let p = make_pkt(0, 1, seq, 1024, 8);
         let now = run.set.now();
-        let r = run
-            .set
-            .node(0)
-            .send(now, &p.header, &p.meta, &gather(&p.payload, p.pieces));
+        let r = run.set.node(0).send(
+            now,
+            &p.header,
+            &p.meta,
+            &parts(&gather(&p.payload, p.pieces)),
+        );
         match r {
             Ok(()) => {
                 run.sent.push(p);
@@ -643,7 +652,7 @@ pub fn full_then_resume<F: FabricFactory>(f: &mut F) -> Outcome {
     for _ in 0..run.limits.max_rounds {
         run.poll_round()?;
         let now = run.set.now();
-        let slices = gather(&blocked.payload, blocked.pieces);
+        let slices = parts(&gather(&blocked.payload, blocked.pieces));
         let r = run
             .set
             .node(0)
@@ -738,7 +747,7 @@ pub fn bad_sends_refused<F: FabricFactory>(f: &mut F) -> Outcome {
         good.payload.clone(),
     ));
     for (what, h, meta, payload) in &cases {
-        let r = run.set.node(0).send(now, h, meta, &[payload]);
+        let r = run.set.node(0).send(now, h, meta, &[payload.into()]);
         match r {
             Err(FabricError::Full) | Ok(()) => {
                 return run.fail(format!("a send with {what} was not refused"))
@@ -769,7 +778,10 @@ pub fn down_peer_is_reported<F: FabricFactory>(f: &mut F) -> Outcome {
     for round in 0..run.limits.max_rounds {
         let p = make_pkt(0, 2, round as u32, 32, 0);
         let now = run.set.now();
-        let r = run.set.node(0).send(now, &p.header, &p.meta, &[&p.payload]);
+        let r = run
+            .set
+            .node(0)
+            .send(now, &p.header, &p.meta, &[(&p.payload).into()]);
         match r {
             Err(FabricError::PeerDown(n)) if n == dead => {
                 refused = true;

@@ -12,7 +12,9 @@
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use hamlyn_core::Instant;
-use hamlyn_fabric::{Fabric, FabricError, PacketSink, SimConfig, SimError, SimNet, SimStats};
+use hamlyn_fabric::{
+    Fabric, FabricError, PacketSink, SharedBytes, SimConfig, SimError, SimNet, SimStats,
+};
 use hamlyn_wire::{Header, NodeId};
 
 /// A simulated network shared by engines in one process.
@@ -93,7 +95,7 @@ impl Fabric for NetFabric {
         _now: Instant,
         h: &Header,
         meta: &[u8],
-        payload: &[&[u8]],
+        payload: &[SharedBytes<'_>],
     ) -> Result<(), FabricError> {
         let now = self.shared.now();
         self.shared

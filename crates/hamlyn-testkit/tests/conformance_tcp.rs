@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use hamlyn_core::Instant;
 use hamlyn_fabric::tcp::{tcp_cluster, Clock, TcpConfig, TcpError, TcpFabric};
-use hamlyn_fabric::{Fabric, FabricError, PacketSink};
+use hamlyn_fabric::{Fabric, FabricError, PacketSink, SharedBytes};
 use hamlyn_testkit::conformance::{self, FabricFactory, FabricSet, Limits};
 use hamlyn_wire::{Header, NodeId};
 
@@ -25,7 +25,7 @@ impl Fabric for Node<'_> {
         now: Instant,
         header: &Header,
         meta: &[u8],
-        payload: &[&[u8]],
+        payload: &[SharedBytes<'_>],
     ) -> Result<(), FabricError> {
         match &mut self.0 {
             Some(f) => f.send(now, header, meta, payload),

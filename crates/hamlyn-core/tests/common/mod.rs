@@ -104,7 +104,7 @@ impl Choices {
 pub enum Path {
     /// `Interface::receive`: admit, copy, commit in one call.
     Copy,
-    /// `admit`, then the payload written through `Memory::slice_mut`, then `commit`.
+    /// `admit`, then the payload written in place (as a fabric does), then `commit`.
     TwoPhase,
     /// The whole packet as bytes through `Interface::receive_packet`.
     Bytes,
@@ -135,9 +135,8 @@ pub fn deliver(
             let p = iface.admit(h, areas)?;
             assert_eq!(p.len as usize, payload.len(), "placement length");
             let mem = areas.area(p.area).expect("admitted area exists");
-            mem.slice_mut(p.offset, payload.len())
-                .expect("admitted range is inside the area")
-                .copy_from_slice(payload);
+            mem.write(p.offset, payload)
+                .expect("admitted range is inside the area");
             iface.commit(h, meta, areas).map(|c| c.notification)
         }
         Path::Bytes => {

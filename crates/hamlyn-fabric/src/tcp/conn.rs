@@ -178,14 +178,14 @@ impl Rx {
             let read = match (self.decoder.payload_remaining(), &self.landing) {
                 (Some((at, left)), RxLanding::Accept { header, .. }) if left > 0 => {
                     let header = *header;
-                    let buf = sink.payload_buf(&header);
+                    let mut buf = sink.payload_buf(&header);
                     if buf.len() != header.payload_len as usize {
                         return self.sink_error(&header, buf.len());
                     }
-                    let direct = &mut buf[at as usize..];
+                    let mut direct = buf.tail(at as usize);
                     asked += direct.len();
                     let mut iov = [
-                        IoSliceMut::new(direct),
+                        direct.io_slice_mut(),
                         IoSliceMut::new(&mut self.staging[..]),
                     ];
                     r.read_vectored(&mut iov).inspect(|&n| {
@@ -264,12 +264,11 @@ impl Rx {
                 Token::Payload { at, bytes } => {
                     if let RxLanding::Accept { header, .. } = &self.landing {
                         let header = *header;
-                        let buf = sink.payload_buf(&header);
+                        let mut buf = sink.payload_buf(&header);
                         if buf.len() != header.payload_len as usize {
                             return Some(self.sink_error(&header, buf.len()));
                         }
-                        let at = at as usize;
-                        buf[at..at + bytes.len()].copy_from_slice(bytes);
+                        buf.copy_from(at as usize, bytes);
                     }
                 }
                 Token::End => {
@@ -394,6 +393,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+    use crate::fabric::SharedBytesMut;
     use crate::tcp::frame::{heartbeat, Hello};
     use hamlyn_wire::{Flags, RequestId};
 
@@ -480,9 +480,9 @@ mod tests {
                 .insert(h.request.seq, vec![0; h.payload_len as usize]);
             Landing::Accept
         }
-        fn payload_buf(&mut self, h: &Header) -> &mut [u8] {
+        fn payload_buf(&mut self, h: &Header) -> SharedBytesMut<'_> {
             self.buf_calls += 1;
-            self.bufs.get_mut(&h.request.seq).unwrap()
+            SharedBytesMut::from(&mut self.bufs.get_mut(&h.request.seq).unwrap()[..])
         }
         fn on_payload(&mut self, _: NodeId, h: &Header, meta: &[u8]) {
             let p = self.bufs.remove(&h.request.seq).unwrap();
@@ -755,8 +755,8 @@ mod tests {
             fn on_header(&mut self, _: NodeId, _: &Header, _: &[u8]) -> Landing {
                 Landing::Accept
             }
-            fn payload_buf(&mut self, _: &Header) -> &mut [u8] {
-                &mut self.0
+            fn payload_buf(&mut self, _: &Header) -> SharedBytesMut<'_> {
+                SharedBytesMut::from(&mut self.0[..])
             }
             fn on_payload(&mut self, _: NodeId, _: &Header, _: &[u8]) {}
             fn on_peer(&mut self, _: PeerEvent) {}

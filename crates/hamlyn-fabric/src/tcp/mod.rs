@@ -120,7 +120,7 @@ use hamlyn_wire::{Header, NodeId, HEADER_LEN};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 
-use crate::fabric::{check_send, Fabric, FabricError, PacketSink, PeerEvent};
+use crate::fabric::{check_send, Fabric, FabricError, PacketSink, PeerEvent, SharedBytes};
 use conn::{Conn, Phase, Role, Rx, RxCounts, RxCtx, RxStop};
 use frame::{heartbeat, join_reply, Hello, JoinQuery, MAX_JOIN_MEMBERS, MAX_RAILS};
 use tx::{Pieces, TxQueue, HOLD_PACKET};
@@ -978,8 +978,10 @@ impl TcpFabric {
         };
         conn.phase = Phase::Answered;
         let hdr = reply.to_bytes();
-        conn.tx
-            .push(&Pieces::new([&hdr, &[], &[]], &[&payload[..]]), 0);
+        conn.tx.push(
+            &Pieces::new([&hdr, &[], &[]], &[SharedBytes::from(&payload[..])]),
+            0,
+        );
         conn.last_tx = now;
         match conn.tx.flush(&mut conn.stream) {
             Ok(_) if conn.tx.is_empty() => self.close_conn(i, CloseReason::JoinAnswered),
@@ -1403,7 +1405,7 @@ impl TcpFabric {
         node: NodeId,
         header: &Header,
         meta: &[u8],
-        payload: &[&[u8]],
+        payload: &[SharedBytes<'_>],
         pkt_len: usize,
     ) -> Result<(), FabricError> {
         let max_queued = self.config.max_queued_bytes;
@@ -1536,7 +1538,7 @@ impl Fabric for TcpFabric {
         now: Instant,
         header: &Header,
         meta: &[u8],
-        payload: &[&[u8]],
+        payload: &[SharedBytes<'_>],
     ) -> Result<(), FabricError> {
         if self.shut {
             return Err(FabricError::LocalDown);

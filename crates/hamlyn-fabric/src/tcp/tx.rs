@@ -15,6 +15,8 @@ use std::io::{self, IoSlice, Write};
 
 use hamlyn_core::Instant;
 
+use crate::fabric::SharedBytes;
+
 /// Most slices handed to one `writev` (well below every IOV_MAX).
 const MAX_IOV: usize = 64;
 
@@ -26,21 +28,25 @@ pub(crate) const HOLD_PACKET: usize = 8 << 10;
 pub(crate) const HOLD_BYTES: usize = 64 << 10;
 
 /// The bytes of one packet (or queued bytes followed by a packet) as gather pieces:
-/// up to three fixed pieces, then the payload slices.
+/// up to three fixed pieces (the fabric's own bytes), then the payload pieces (maybe a
+/// client's shared memory, held by raw parts).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Pieces<'a> {
     head: [&'a [u8]; 3],
-    tail: &'a [&'a [u8]],
+    tail: &'a [SharedBytes<'a>],
 }
 
 impl<'a> Pieces<'a> {
     /// `head` pieces (empty ones are skipped), then `tail`.
-    pub(crate) fn new(head: [&'a [u8]; 3], tail: &'a [&'a [u8]]) -> Pieces<'a> {
+    pub(crate) fn new(head: [&'a [u8]; 3], tail: &'a [SharedBytes<'a>]) -> Pieces<'a> {
         Pieces { head, tail }
     }
 
-    fn iter(&self) -> impl Iterator<Item = &'a [u8]> + '_ {
-        self.head.iter().copied().chain(self.tail.iter().copied())
+    fn iter(&self) -> impl Iterator<Item = SharedBytes<'a>> + '_ {
+        self.head
+            .iter()
+            .map(|&h| SharedBytes::from(h))
+            .chain(self.tail.iter().copied())
     }
 
     /// Total bytes.
@@ -56,7 +62,7 @@ impl<'a> Pieces<'a> {
                 skip -= p.len();
                 continue;
             }
-            out.extend_from_slice(&p[skip..]);
+            p.tail(skip).append_to(out);
             skip = 0;
         }
     }
@@ -85,7 +91,7 @@ pub(crate) fn write_gather<W: Write>(
             if n_iov == MAX_IOV {
                 break;
             }
-            iov[n_iov] = IoSlice::new(&p[skip_left..]);
+            iov[n_iov] = p.tail(skip_left).io_slice();
             skip_left = 0;
             n_iov += 1;
         }
@@ -164,7 +170,7 @@ impl TxQueue {
         &mut self,
         w: &mut W,
         head: [&[u8]; 2],
-        payload: &[&[u8]],
+        payload: &[SharedBytes<'_>],
         writable: bool,
         hold: Option<Instant>,
     ) -> io::Result<Sent> {
@@ -255,7 +261,7 @@ impl TxQueue {
 }
 
 fn packet_len(p: &Pieces<'_>) -> usize {
-    p.iter().map(<[u8]>::len).sum()
+    p.iter().map(|b| b.len()).sum()
 }
 
 #[cfg(test)]
@@ -320,7 +326,7 @@ pub(crate) mod tests {
 
     #[test]
     fn gather_writes_everything_when_there_is_room() {
-        let tail: Vec<&[u8]> = vec![b"cd", b"", b"efg"];
+        let tail: Vec<SharedBytes<'_>> = vec![b"cd".into(), b"".into(), b"efg".into()];
         let p = Pieces::new([b"a", b"", b"b"], &tail);
         assert_eq!(p.len(), 7);
         let mut w = Scripted::new(2, 100);
@@ -334,7 +340,7 @@ pub(crate) mod tests {
     #[test]
     fn more_pieces_than_one_writev_takes() {
         let bytes: Vec<u8> = (0..=255).collect();
-        let tail: Vec<&[u8]> = bytes.chunks(1).collect();
+        let tail: Vec<SharedBytes<'_>> = bytes.chunks(1).map(SharedBytes::from).collect();
         let p = Pieces::new([&[], &[], &[]], &tail);
         let mut w = Scripted::new(usize::MAX, usize::MAX);
         assert_eq!(write_gather(&mut w, &p, 0).unwrap(), 256);
@@ -355,7 +361,13 @@ pub(crate) mod tests {
         let mut q = TxQueue::default();
         let now = Instant(5);
         for i in 0..10u8 {
-            let s = q.send(&mut w, [b"HDR", &[i]], &[b"payload"], true, Some(now));
+            let s = q.send(
+                &mut w,
+                [b"HDR", &[i]],
+                &[b"payload".into()],
+                true,
+                Some(now),
+            );
             assert_eq!(
                 s.unwrap(),
                 Sent {
@@ -368,7 +380,7 @@ pub(crate) mod tests {
         assert_eq!((w.calls, q.held_since()), (0, Some(now)));
         // A packet written at once takes the held ones with it: one write.
         let big = vec![7u8; HOLD_PACKET];
-        let s = q.send(&mut w, [b"HDR", b""], &[&big], true, Some(now));
+        let s = q.send(&mut w, [b"HDR", b""], &[(&big).into()], true, Some(now));
         assert_eq!((s.unwrap().held, w.calls, q.len()), (false, 1, 0));
         assert_eq!(q.held_since(), None);
         assert_eq!(w.got.len(), 10 * 11 + 3 + HOLD_PACKET);
@@ -381,7 +393,7 @@ pub(crate) mod tests {
         let p = vec![1u8; 1000];
         let mut sends = 0;
         while w.calls == 0 {
-            q.send(&mut w, [b"", b""], &[&p], true, Some(Instant(0)))
+            q.send(&mut w, [b"", b""], &[(&p).into()], true, Some(Instant(0)))
                 .unwrap();
             sends += 1;
         }
@@ -431,7 +443,7 @@ pub(crate) mod tests {
                         let before = w.got.len();
                         let hold = hold.then_some(Instant(k as u64));
                         let s = q
-                            .send(&mut w, [&hdr, b""], &[&payload], writable, hold)
+                            .send(&mut w, [&hdr, b""], &[(&payload).into()], writable, hold)
                             .unwrap();
                         if s.held {
                             prop_assert!(writable && len + 3 <= HOLD_PACKET);
@@ -475,7 +487,7 @@ pub(crate) mod tests {
                 .enumerate()
                 .map(|(i, &l)| (0..l).map(|j| (i * 31 + j) as u8).collect())
                 .collect();
-            let tail: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+            let tail: Vec<SharedBytes<'_>> = data.iter().map(SharedBytes::from).collect();
             let p = Pieces::new([b"HEADER", b"", b"m"], &tail);
             let mut whole = Vec::new();
             p.copy_from(0, &mut whole);
