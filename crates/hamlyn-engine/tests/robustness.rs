@@ -132,11 +132,10 @@ fn a_scribbling_client_cannot_crash_hang_or_corrupt_the_engine_for_others() {
 #[test]
 fn a_client_cannot_make_the_engine_block_on_its_wake_up_descriptors() {
     use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
-    use std::os::fd::AsFd;
     let engine = EngineHandle::start(EngineConfig::embedded()).unwrap();
     let mut rx = RawClient::attach(engine.socket_path(), 1, 1, 4096);
     let mut tx = RawClient::attach(engine.socket_path(), 1, 1, 64);
-    let mut bad = RawClient::attach(engine.socket_path(), 1, 1, 64);
+    let bad = RawClient::attach(engine.socket_path(), 1, 1, 64);
     let (slot, key, region) = receiver_slot(&rx, 4096);
     let (bad_slot, bad_key, _) = receiver_slot(&bad, 4096);
     tx.open(0, 0);
@@ -172,7 +171,10 @@ fn a_client_cannot_make_the_engine_block_on_its_wake_up_descriptors() {
     tx.wait_finished(0, 2 * ROUNDS);
     assert!(tx.errors().is_empty());
     let stats = rx.stats();
-    assert!(stats.engine.sleeps > 0, "the engine slept and was woken: {stats:?}");
+    assert!(
+        stats.engine.sleeps > 0,
+        "the engine slept and was woken: {stats:?}"
+    );
     drop(bad);
     engine.stop().unwrap();
 }
