@@ -3,10 +3,14 @@
 //!
 //! This is the one place that pushes an error completion onto a client's error ring.
 //! A full ring is back-pressure, never a drop: [`Clients::push_error`] says so and its
-//! caller holds the request that failed; [`Clients::fail`] keeps the completion in a
-//! per-engine list and retries it on later turns ([`Clients::flush_late_errors`]).
+//! caller holds the request that failed; [`Clients::fail`] keeps the completion in the
+//! port's own list and retries it on later turns ([`Clients::flush_late_errors`]). While
+//! [`HOLD_AFTER`] are kept for a client, its termini are not served
+//! ([`Clients::is_held`]): a client that does not read its error ring stops itself, not
+//! the engine, and can cause no more of them. Past [`DROP_AFTER`] (more than its own sends
+//! can explain while held: forged NACKs) they are counted and not kept, so the list is
+//! bounded.
 
-use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
 
 use hamlyn_core::{Notification, QueueId};
@@ -31,6 +35,11 @@ pub(crate) struct Client {
     pub(crate) detached: bool,
 }
 
+/// Error completions kept for a client beyond which its termini are held.
+pub(crate) const HOLD_AFTER: usize = 1024;
+/// Error completions kept for a client at most.
+pub(crate) const DROP_AFTER: usize = 4 * HOLD_AFTER;
+
 /// The error ring of a client is full: the completion was not pushed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct RingFull;
@@ -40,8 +49,8 @@ pub(crate) struct RingFull;
 pub(crate) struct Clients {
     /// Clients by id (None: a free id).
     table: Vec<Option<Client>>,
-    /// Error completions that found their client's error ring full.
-    late_errors: VecDeque<(u32, Completion)>,
+    /// Error completions kept in all ports' `late` lists.
+    late_total: usize,
 }
 
 /// Queue ids pack the client id and the queue's index in its port.
@@ -122,8 +131,16 @@ impl Clients {
     /// go with it.
     pub(crate) fn remove(&mut self, cid: u32) -> Option<Client> {
         let client = self.table.get_mut(cid as usize).and_then(Option::take)?;
-        self.late_errors.retain(|(c, _)| *c != cid);
+        let late = client.port.as_ref().map_or(0, |p| p.late.len());
+        self.late_total = self.late_total.saturating_sub(late);
         Some(client)
+    }
+
+    /// Whether client `cid`'s termini are held: too many error completions wait for room
+    /// in its error ring.
+    #[inline]
+    pub(crate) fn is_held(port: &Port) -> bool {
+        port.late.len() >= HOLD_AFTER
     }
 
     /// Pushes an error completion onto client `cid`'s error ring; `Err(RingFull)` if
@@ -138,6 +155,10 @@ impl Clients {
         let Some(port) = self.port_mut(cid) else {
             return Ok(());
         };
+        // Behind completions already waiting, it waits too: they keep their order.
+        if !port.late.is_empty() {
+            return Err(RingFull);
+        }
         port.errors.try_push(&c.encode()).map_err(|_| RingFull)?;
         counters.error_completions += 1;
         Ok(())
@@ -147,24 +168,45 @@ impl Clients {
     /// completed (a NACK, a failed one-sided request): kept for a later turn if its error
     /// ring is full, never dropped.
     pub(crate) fn fail(&mut self, cid: u32, c: Completion, counters: &mut EngineCounters) {
-        if self.push_error(cid, &c, counters).is_err() {
-            self.late_errors.push_back((cid, c));
+        if self.push_error(cid, &c, counters).is_ok() {
+            return;
         }
+        let Some(port) = self.port_mut(cid) else {
+            return;
+        };
+        if port.late.len() >= DROP_AFTER {
+            counters.errors_dropped += 1;
+            return;
+        }
+        port.late.push_back(c);
+        self.late_total += 1;
     }
 
     /// Whether error completions are waiting for room.
     pub(crate) fn has_late_errors(&self) -> bool {
-        !self.late_errors.is_empty()
+        self.late_total > 0
     }
 
-    /// Retries the error completions that found a full ring, oldest first.
+    /// Retries the error completions that found a full ring, oldest first per client;
+    /// a client whose ring is still full costs one try.
     pub(crate) fn flush_late_errors(&mut self, counters: &mut EngineCounters) {
-        for _ in 0..self.late_errors.len() {
-            let Some((cid, c)) = self.late_errors.pop_front() else {
-                break;
-            };
-            self.fail(cid, c, counters);
+        let mut flushed = 0;
+        for port in self
+            .table
+            .iter_mut()
+            .flatten()
+            .filter_map(|c| c.port.as_mut())
+        {
+            while let Some(c) = port.late.front() {
+                if port.errors.try_push(&c.encode()).is_err() {
+                    break;
+                }
+                port.late.pop_front();
+                counters.error_completions += 1;
+                flushed += 1;
+            }
         }
+        self.late_total = self.late_total.saturating_sub(flushed);
     }
 
     /// Posts a notification to its queue (and wakes the receiver if it sleeps). A full

@@ -324,6 +324,7 @@ impl EngineState {
                 errors,
                 queues,
                 eventfd,
+                late: Default::default(),
             },
             fds,
         ))

@@ -125,11 +125,14 @@ impl EngineState {
     /// wait for room for its error completion, become).
     fn serve(&mut self, (cid, t): TerminusKey) -> bool {
         let t = usize::from(t);
-        let Some(term) = self
-            .clients
-            .port_mut(cid)
-            .and_then(|p| p.termini.get_mut(t))
-        else {
+        let Some(port) = self.clients.port_mut(cid) else {
+            return false;
+        };
+        if Clients::is_held(port) {
+            self.counters.termini_held += 1;
+            return false;
+        }
+        let Some(term) = port.termini.get_mut(t) else {
             return false;
         };
         // Tested first: `take` on an empty `Option<InFlight>` would still copy all of it.
@@ -313,9 +316,6 @@ impl EngineState {
     /// completion word. `false` if the error ring is full: the caller keeps the request
     /// in flight and tries again on a later turn (back-pressure, nothing dropped).
     fn end_request(&mut self, cid: u32, t: usize, seq: u32, failed: Option<RejectReason>) -> bool {
-        let Some(port) = self.clients.port_mut(cid) else {
-            return true;
-        };
         if let Some(reason) = failed {
             let c = Completion {
                 seq,
@@ -323,11 +323,17 @@ impl EngineState {
                 terminus: t as u16,
                 value: 0,
             };
-            if port.errors.try_push(&c.encode()).is_err() {
+            if self
+                .clients
+                .push_error(cid, &c, &mut self.counters)
+                .is_err()
+            {
                 return false;
             }
-            self.counters.error_completions += 1;
         }
+        let Some(port) = self.clients.port_mut(cid) else {
+            return true;
+        };
         port.finish(t);
         self.counters.completed += 1;
         true
@@ -355,6 +361,10 @@ impl EngineState {
                 Source::Bytes(b) => b,
                 Source::Areas { .. } => return Err(RejectReason::Malformed),
             };
+            if self.replies.is_full() {
+                // Back-pressure: the request waits in its terminus for a later turn.
+                return Ok(false);
+            }
             return self.execute_one_sided(&seg.header, body).map(|()| true);
         }
         self.deliver_packet(seg, meta, source)
@@ -481,8 +491,10 @@ impl EngineState {
         let Some(remote) = self.remote.as_mut() else {
             return false;
         };
+        let hold = self.replies.is_full();
         let polled = remote.poll(
             now,
+            hold,
             &mut self.delivery,
             &mut self.clients,
             &mut self.counters,

@@ -68,6 +68,10 @@ impl ReplyJob {
     }
 }
 
+/// Answers being sent at once, at most (each holds its request's reply ticket and
+/// packets; requests past this wait where they are).
+const MAX_REPLY_JOBS: usize = 1024;
+
 /// Answers being sent, served round robin one packet per turn.
 #[derive(Debug, Default)]
 pub(crate) struct Replies {
@@ -75,6 +79,13 @@ pub(crate) struct Replies {
 }
 
 impl Replies {
+    /// Whether as many answers are being sent as the engine keeps: requests from other
+    /// nodes are not taken (the fabric is not polled) and this node's wait in their
+    /// termini until one is done.
+    pub(crate) fn is_full(&self) -> bool {
+        self.jobs.len() >= MAX_REPLY_JOBS
+    }
+
     /// Whether no answer is being sent.
     pub(crate) fn is_empty(&self) -> bool {
         self.jobs.is_empty()

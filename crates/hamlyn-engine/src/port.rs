@@ -1,6 +1,7 @@
 //! The engine's side of a client's port: the rings it consumes, the queues it posts to,
 //! and the state of each terminus.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use hamlyn_core::{RejectReason, Segmenter};
@@ -11,7 +12,7 @@ use hamlyn_shm::region::ShmRegion;
 use hamlyn_shm::spsc;
 use hamlyn_shm::sync::Ordering;
 use hamlyn_shm::wake::EventFd;
-use hamlyn_wire::request::SendRequest;
+use hamlyn_wire::request::{Completion, SendRequest};
 
 /// A request being sent, one packet per turn.
 #[derive(Debug)]
@@ -56,8 +57,10 @@ pub(crate) struct Port {
     pub(crate) errors: spsc::Producer<Arc<ShmRegion>>,
     /// Notification queues by index (engine produces).
     pub(crate) queues: Vec<notifq::Producer<Arc<ShmRegion>>>,
-    /// The port's eventfd (a copy stays with the client).
+    /// The port's event descriptor, the end the engine (and direct senders) poke.
     pub(crate) eventfd: EventFd,
+    /// Error completions that found the error ring full, oldest first (`clients.rs`).
+    pub(crate) late: VecDeque<Completion>,
 }
 
 impl Port {

@@ -21,6 +21,9 @@ use crate::source::Piece;
 
 /// Packets taken from the fabric per poll.
 const POLL_BUDGET: usize = 64;
+/// NACKs waiting to be sent beyond which the fabric is not polled (so no more refusals
+/// are made) until they drain: the bound on the NACK queue, give or take one poll's worth.
+const MAX_NACKS: usize = 4096;
 
 /// The fabric and the state that goes with it.
 pub(crate) struct Remote {
@@ -132,14 +135,25 @@ impl Remote {
     }
 
     /// Polls the fabric: commits what arrived (through `fabric_rx`) and sends queued
-    /// NACKs. Returns what the engine must still handle.
+    /// NACKs. Returns what the engine must still handle. `hold`: take nothing new this
+    /// time (the engine's answers are backed up); NACKs still go out. Nothing new is taken
+    /// either while NACKs are backed up: the peers wait (their sends see `Full`).
     pub(crate) fn poll(
         &mut self,
         now: Instant,
+        hold: bool,
         delivery: &mut Delivery,
         clients: &mut Clients,
         counters: &mut EngineCounters,
     ) -> Polled {
+        let mut busy = self.send_nacks(now, counters);
+        if hold || self.nacks.len() >= MAX_NACKS {
+            counters.fabric_polls_held += 1;
+            return Polled {
+                busy,
+                ..Polled::default()
+            };
+        }
         let mut rx = Receive {
             inbound: &mut self.inbound,
             nacks: &mut self.nacks,
@@ -155,16 +169,8 @@ impl Remote {
                 0
             }
         };
-        let mut busy = got > 0;
-        while let Some(h) = self.nacks.front() {
-            match self.fabric.send(now, h, &[], &[]) {
-                Err(FabricError::Full) => break,
-                Ok(()) => counters.nacks_sent += 1,
-                Err(_) => counters.nacks_undeliverable += 1,
-            }
-            self.nacks.pop_front();
-            busy = true;
-        }
+        busy |= got > 0;
+        busy |= self.send_nacks(now, counters);
         let deferred = std::mem::take(&mut self.inbound.deferred);
         let events = std::mem::take(&mut self.inbound.events);
         busy |= !deferred.is_empty() || !events.is_empty();
@@ -173,6 +179,21 @@ impl Remote {
             deferred,
             events,
         }
+    }
+
+    /// Sends queued NACKs until the fabric is full; whether any went.
+    fn send_nacks(&mut self, now: Instant, counters: &mut EngineCounters) -> bool {
+        let mut sent = false;
+        while let Some(h) = self.nacks.front() {
+            match self.fabric.send(now, h, &[], &[]) {
+                Err(FabricError::Full) => break,
+                Ok(()) => counters.nacks_sent += 1,
+                Err(_) => counters.nacks_undeliverable += 1,
+            }
+            self.nacks.pop_front();
+            sent = true;
+        }
+        sent
     }
 
     /// `node` is down: what it was sending is forgotten, and the partly received messages

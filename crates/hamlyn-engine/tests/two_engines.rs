@@ -287,3 +287,81 @@ fn the_name_registry_answers_from_any_node() {
         "{stats:?}"
     );
 }
+
+/// Issue 17: a client that stops reading its error ring while the other engine refuses
+/// thousands of its writes. The error completions for it are kept (never dropped) within
+/// a bound: past it, its own termini are held, so it cannot cause more; another client of
+/// the same engine keeps exchanging messages meanwhile; when the stopped client reads its
+/// ring again, every refusal is there, each exactly once.
+#[test]
+fn a_client_that_leaves_its_error_ring_full_holds_only_itself() {
+    let (fa, fb, _cut) = link(NodeId(1), NodeId(2));
+    let (ea, eb) = (engine(1, fa), engine(2, fb));
+    let mut stopped = RawClient::attach(ea.socket_path(), 1, 1, 256);
+    let mut good = RawClient::attach(ea.socket_path(), 1, 1, 256);
+    let mut b = RawClient::attach(eb.socket_path(), 1, 1, 256);
+    let (slot, key, _region) = make_slot(&b, 4096, 4);
+    stopped.open(0, 0);
+    good.open(0, 0);
+
+    // More refused writes than the error ring (1,024) and the hold bound (1,024) together.
+    const BAD: u64 = 3000;
+    let mut pushed = 0u64;
+    let mut rounds = 0u64;
+    let deadline = StdInstant::now() + Duration::from_secs(60);
+    while pushed < BAD {
+        assert!(StdInstant::now() < deadline, "pushed only {pushed}");
+        // Push what fits; a held terminus fills up and refuses (back-pressure).
+        while pushed < BAD
+            && stopped
+                .push(0, inline(2, slot, key ^ 1, 0, 0, b"forged?", pushed))
+                .is_ok()
+        {
+            pushed += 1;
+        }
+        // Meanwhile the other client's messages keep arriving.
+        let msg = rounds.to_le_bytes();
+        good.push(0, inline(2, slot, key, 1, 8, &msg, rounds))
+            .unwrap();
+        let n = b.wait_notif(0).expect("the good client's message arrives");
+        assert_eq!(n.word.get(), rounds);
+        rounds += 1;
+        let s = stopped.stats();
+        if s.engine.termini_held > 0 && pushed < BAD {
+            // Held: it can cause no more until it reads its ring.
+            break;
+        }
+    }
+    let held = stopped.stats();
+    assert!(held.engine.termini_held > 0, "{:?}", held.engine);
+    assert_eq!(held.engine.errors_dropped, 0);
+    // Now it reads its ring: every refusal comes back exactly once, in order, and the
+    // rest of its writes go out and are refused in turn.
+    let mut seqs = Vec::new();
+    let deadline = StdInstant::now() + Duration::from_secs(60);
+    while (seqs.len() as u64) < pushed {
+        assert!(
+            StdInstant::now() < deadline,
+            "{} of {pushed} refusals",
+            seqs.len()
+        );
+        for c in stopped.errors() {
+            assert_eq!(c.status, u16::from(RejectReason::BadKey.code()));
+            seqs.push(c.seq);
+        }
+        while pushed < BAD
+            && stopped
+                .push(0, inline(2, slot, key ^ 1, 0, 0, b"forged?", pushed))
+                .is_ok()
+        {
+            pushed += 1;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(pushed, BAD);
+    let mut sorted = seqs.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len() as u64, BAD, "each refusal exactly once");
+    assert!(good.errors().is_empty());
+}

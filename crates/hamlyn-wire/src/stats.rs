@@ -160,6 +160,16 @@ counters! {
         direct_opens,
         /// `OpenDirect` requests refused.
         direct_refusals,
+        /// Polls of the fabric put off because NACKs to send or answers to reads and
+        /// atomics were backed up (back-pressure on the peers; nothing is dropped).
+        fabric_polls_held,
+        /// Turns a client's termini were not served because error completions for it were
+        /// backed up (its error ring full): back-pressure on that client only.
+        termini_held,
+        /// Error completions for NACKs beyond any a client's own sends can explain (more
+        /// than the hard cap backed up while its termini were held): forged NACKs,
+        /// counted and not kept.
+        errors_dropped,
     }
 }
 
