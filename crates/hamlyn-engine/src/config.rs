@@ -58,11 +58,18 @@ impl EngineConfig {
     }
 
     /// An engine for one application: its socket in the temporary directory, named after
-    /// the process and a counter so several embedded engines never collide.
+    /// the process and a counter so several embedded engines never collide, and a random
+    /// incarnation, so that two embedded engines (both node 0) are told apart: a ticket
+    /// of one used at the other is refused as naming another incarnation of the node
+    /// (`StaleIncarnation`), not as a bad key. (A daemon's incarnation comes from the clock,
+    /// so that it grows across restarts, which its peers rely on.)
     pub fn embedded() -> EngineConfig {
         // Relaxed: only uniqueness matters.
         let n = EMBEDDED_COUNT.fetch_add(1, Ordering::Relaxed);
         let name = format!("hamlyn-{}-{n}.sock", std::process::id());
-        EngineConfig::daemon(std::env::temp_dir().join(name))
+        let mut cfg = EngineConfig::daemon(std::env::temp_dir().join(name));
+        // 0 (no randomness) falls back to the clock, as for a daemon.
+        cfg.incarnation = hamlyn_shm::keys::random_key().map_or(0, |k| (k as u32) | 1);
+        cfg
     }
 }

@@ -84,17 +84,10 @@ fn direct_refusal(reason: RejectReason, tombstone: bool) -> Answer {
     }
 }
 
-/// A fresh random key (never 0): keys are sparse 64-bit capabilities.
-pub(crate) fn random_key() -> u64 {
-    let mut b = [0u8; 8];
-    loop {
-        if let Ok(8) = rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty()) {
-            let k = u64::from_le_bytes(b);
-            if k != 0 {
-                return k;
-            }
-        }
-    }
+/// A fresh random key (never 0): keys are sparse 64-bit capabilities. No randomness is
+/// the client's refusal (`Exhausted`), never a loop in the engine.
+fn random_key() -> Result<u64, Answer> {
+    hamlyn_shm::keys::random_key().map_err(|e| err(ControlErrorCode::Exhausted, e.to_string()))
 }
 
 fn dup(fd: impl AsFd) -> Result<OwnedFd, rustix::io::Errno> {
@@ -162,7 +155,10 @@ impl EngineState {
                 cid, area, base, len, mode, perms, meta_area, meta_base, meta_count, queue,
             ),
             Request::Rekey { slot } => {
-                let key = random_key();
+                let key = match random_key() {
+                    Ok(k) => k,
+                    Err(refusal) => return refusal,
+                };
                 match self
                     .delivery
                     .iface
@@ -452,7 +448,10 @@ impl EngineState {
                 atomic: perms & perm::ATOMIC != 0,
             },
         };
-        let key = random_key();
+        let key = match random_key() {
+            Ok(k) => k,
+            Err(refusal) => return refusal,
+        };
         let created = if direct {
             self.delivery.iface.slots_mut().create_direct(config, key)
         } else {

@@ -8,6 +8,7 @@
 //! - [`bytes`]: [`SharedBytes`](bytes::SharedBytes) and
 //!   [`SharedBytesMut`](bytes::SharedBytesMut), bytes another process may write, held by
 //!   raw parts: what fabrics send from and receive into.
+//! - [`keys`]: random 64-bit keys (engine and library share the generator).
 //! - [`fdpass`]: passing region and eventfd descriptors over a `SOCK_SEQPACKET` socket.
 //! - [`spsc`]: single-producer single-consumer rings of fixed-size entries (termini),
 //!   robust against a hostile producer.
@@ -36,6 +37,7 @@
 pub mod area_mem;
 pub mod bytes;
 pub mod fdpass;
+pub mod keys;
 pub mod memory;
 pub mod notifq;
 pub mod port;

@@ -352,3 +352,25 @@ fn a_dropped_node_is_a_clean_exit_not_a_lost_client() {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+/// Two embedded engines are both node 0; a ticket of one used at the other is refused as
+/// naming another incarnation of the node, not as a bad key, and nothing lands.
+#[test]
+fn a_ticket_of_another_embedded_engine_is_refused_as_foreign() {
+    let a = Node::embedded().expect("engine a");
+    let b = Node::embedded().expect("engine b");
+    assert_eq!(a.id(), b.id(), "both are node 0");
+    assert_ne!(
+        a.incarnation(),
+        b.incarnation(),
+        "told apart by incarnation"
+    );
+    let in_a = inbox(&a, 64, 1, 0);
+    let to_a = in_a.slot.ticket_all().expect("ticket");
+    let mut t = b.terminus(0).expect("terminus");
+    let h = t
+        .send(&to_a, &SendOptions::new(), Data::Inline(b"lost?"))
+        .expect("queued");
+    assert_eq!(h.wait(WAIT), Status::Failed(RejectReason::StaleIncarnation));
+    assert_eq!(in_a.area.read_vec(0, 5).expect("read"), vec![0; 5]);
+}
