@@ -40,7 +40,7 @@ struct Cli {
 enum Command {
     /// Run the node daemon: an engine that local processes attach to through its control
     /// socket. Stops cleanly on SIGINT or SIGTERM.
-    Node(cmd::node::NodeArgs),
+    Node(Box<cmd::node::NodeArgs>),
     /// Show a running engine's counters: ports, slots, peers, totals and rejects by reason.
     Stat(cmd::stat::StatArgs),
     /// Round trips through this node's engine and another node's engine.
@@ -93,7 +93,7 @@ fn main() -> ExitCode {
     let rust_log = std::env::var(EnvFilter::DEFAULT_ENV).ok();
     init_logging(log_filter(cli.log, rust_log.as_deref(), default_level));
     let result: Result<(), Box<dyn std::error::Error>> = match cli.command {
-        Command::Node(args) => cmd::node::run(args),
+        Command::Node(args) => cmd::node::run(*args),
         Command::Stat(args) => cmd::stat::run(args).map_err(Into::into),
         Command::Ping(args) => cmd::ping::run(args).map_err(Into::into),
         Command::Seed(args) => cmd::seed::run(args).map_err(Into::into),

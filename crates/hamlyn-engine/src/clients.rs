@@ -33,6 +33,21 @@ pub(crate) struct Client {
     pub(crate) port: Option<Port>,
     /// It said goodbye (`Detach`): its socket closing is a clean exit, not a loss.
     pub(crate) detached: bool,
+    /// What it holds, against its quotas.
+    pub(crate) usage: Usage,
+    /// When it connected (a connection that does not attach in time is closed).
+    pub(crate) since: std::time::Instant,
+}
+
+/// What a client holds, counted against its quotas.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Usage {
+    /// Areas registered.
+    pub(crate) areas: u32,
+    /// Bytes of those areas.
+    pub(crate) area_bytes: u64,
+    /// Slots created and not destroyed.
+    pub(crate) slots: u32,
 }
 
 /// Error completions kept for a client beyond which its termini are held.
@@ -103,6 +118,19 @@ impl Clients {
         self.iter_mut().filter_map(|c| c.port.as_mut())
     }
 
+    /// Bytes of areas mapped for every client together.
+    pub(crate) fn mapped(&self) -> u64 {
+        self.iter().map(|c| c.usage.area_bytes).sum()
+    }
+
+    /// Clients that connected more than `limit` ago and have not attached.
+    pub(crate) fn unattached_since(&self, limit: std::time::Duration) -> Vec<u32> {
+        self.iter()
+            .filter(|c| c.port.is_none() && c.since.elapsed() > limit)
+            .map(|c| c.id)
+            .collect()
+    }
+
     /// Clients connected now, attached or not.
     pub(crate) fn live(&self) -> usize {
         self.iter().count()
@@ -123,6 +151,8 @@ impl Clients {
             sock,
             port: None,
             detached: false,
+            usage: Usage::default(),
+            since: std::time::Instant::now(),
         });
         id as u32
     }

@@ -35,6 +35,45 @@ pub struct EngineConfig {
     pub max_clients: u32,
     /// The node holding the cluster's name registry (`None`: this node).
     pub registry: Option<u32>,
+    /// What one client may hold at once.
+    pub quotas: Quotas,
+    /// Bytes of client areas the engine maps in all (its address space is shared by every
+    /// client: one must not be able to use it up).
+    pub max_mapped: u64,
+    /// A connection that has not attached this long after it was accepted is closed (so
+    /// idle connections cannot fill `max_clients`).
+    pub attach_timeout: Duration,
+}
+
+/// What one client may hold at once; a request past it is refused with
+/// `ControlErrorCode::Quota` and counted, and the client's other work goes on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Quotas {
+    /// Areas registered.
+    pub areas: u32,
+    /// Bytes of areas registered (each is mapped by the engine).
+    pub area_bytes: u64,
+    /// Slots (each costs the engine a slot-table entry, about 200 bytes).
+    pub slots: u32,
+    /// Termini per port.
+    pub termini: u16,
+    /// Notification queues per port.
+    pub queues: u16,
+}
+
+impl Default for Quotas {
+    /// 4,096 areas of 64 GiB in all (a whole machine's memory, many times, but a small
+    /// share of the engine's 128 TiB of address space), 262,144 slots (about 50 MB of
+    /// slot table), and the port layout's own limits for termini and queues.
+    fn default() -> Quotas {
+        Quotas {
+            areas: 4096,
+            area_bytes: 64 << 30,
+            slots: 1 << 18,
+            termini: hamlyn_shm::port::MAX_TERMINI,
+            queues: hamlyn_shm::port::MAX_QUEUES,
+        }
+    }
 }
 
 static EMBEDDED_COUNT: AtomicU32 = AtomicU32::new(0);
@@ -54,6 +93,10 @@ impl EngineConfig {
             remote_mtu: 256 * 1024,
             max_clients: 1024,
             registry: None,
+            quotas: Quotas::default(),
+            // A quarter of x86-64's 128 TiB of user address space.
+            max_mapped: 32 << 40,
+            attach_timeout: Duration::from_secs(2),
         }
     }
 

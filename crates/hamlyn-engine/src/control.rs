@@ -135,7 +135,16 @@ impl EngineState {
                 }) {
                     return err(ControlErrorCode::Busy, "a slot still uses the area");
                 }
+                let len = self
+                    .delivery
+                    .areas
+                    .owned(cid, AreaId(area))
+                    .map_or(0, |r| r.len() as u64);
                 if self.delivery.areas.unregister(cid, AreaId(area)) {
+                    if let Some(c) = self.clients.get_mut(cid) {
+                        c.usage.areas = c.usage.areas.saturating_sub(1);
+                        c.usage.area_bytes = c.usage.area_bytes.saturating_sub(len);
+                    }
                     ok(Reply::Ok)
                 } else {
                     err(ControlErrorCode::NotFound, "no such area of this client")
@@ -198,7 +207,12 @@ impl EngineState {
                     .slots_mut()
                     .destroy(OwnerId(cid), SlotId(slot))
                 {
-                    Ok(_) => ok(Reply::Ok),
+                    Ok(_) => {
+                        if let Some(c) = self.clients.get_mut(cid) {
+                            c.usage.slots = c.usage.slots.saturating_sub(1);
+                        }
+                        ok(Reply::Ok)
+                    }
                     Err(e) => slot_err(e),
                 }
             }
@@ -225,7 +239,21 @@ impl EngineState {
         }
     }
 
+    /// A refusal for going past a quota, counted.
+    #[cold]
+    fn over_quota(&mut self, what: String) -> Answer {
+        self.counters.quota_refusals += 1;
+        err(ControlErrorCode::Quota, what)
+    }
+
     fn attach(&mut self, cid: u32, pid: u32, termini: u16, queues: u16, queue_cap: u32) -> Answer {
+        let q = self.cfg.quotas;
+        if termini > q.termini || queues > q.queues {
+            return self.over_quota(format!(
+                "{termini} termini and {queues} queues asked; a port may have {} and {}",
+                q.termini, q.queues
+            ));
+        }
         if !(64..=65536).contains(&queue_cap) || !queue_cap.is_power_of_two() {
             return err(
                 ControlErrorCode::InvalidArgument,
@@ -342,9 +370,35 @@ impl EngineState {
         let Some(fd) = fds.pop() else {
             return err(ControlErrorCode::BadArea, "no fd");
         };
+        let usage = self
+            .clients
+            .get_mut(cid)
+            .map(|c| c.usage)
+            .unwrap_or_default();
+        let q = self.cfg.quotas;
+        if usage.areas >= q.areas {
+            return self.over_quota(format!("a client may register {} areas", q.areas));
+        }
+        if usage.area_bytes.saturating_add(len) > q.area_bytes {
+            return self.over_quota(format!(
+                "a client may register {} bytes of areas; it has {}",
+                q.area_bytes, usage.area_bytes
+            ));
+        }
+        if self.clients.mapped().saturating_add(len) > self.cfg.max_mapped {
+            return self.over_quota(format!(
+                "the engine maps at most {} bytes of areas in all",
+                self.cfg.max_mapped
+            ));
+        }
+        // A failure to map is this client's error (BadArea), never the engine's.
         match ShmRegion::from_fd(fd, len as usize) {
             Ok(region) => {
                 let id = self.delivery.areas.register(cid, region);
+                if let Some(c) = self.clients.get_mut(cid) {
+                    c.usage.areas += 1;
+                    c.usage.area_bytes += len;
+                }
                 ok(Reply::Area { area: id.0 })
             }
             Err(e) => err(ControlErrorCode::BadArea, e.to_string()),
@@ -365,6 +419,11 @@ impl EngineState {
         meta_count: u32,
         queue: u32,
     ) -> Answer {
+        let slots = self.clients.get_mut(cid).map_or(0, |c| c.usage.slots);
+        if slots >= self.cfg.quotas.slots {
+            let n = self.cfg.quotas.slots;
+            return self.over_quota(format!("a client may hold {n} slots"));
+        }
         let Some(region) = self.delivery.areas.owned(cid, AreaId(area)) else {
             return err(ControlErrorCode::NotFound, "no such area of this client");
         };
@@ -460,6 +519,9 @@ impl EngineState {
         match created {
             Ok(id) => {
                 self.delivery.reborn(id);
+                if let Some(c) = self.clients.get_mut(cid) {
+                    c.usage.slots += 1;
+                }
                 ok(Reply::Slot { slot: id.0, key })
             }
             Err(e) => slot_err(e),

@@ -43,6 +43,8 @@ pub(crate) struct Engine {
     events: Events,
     listener: OwnedFd,
     buf: Vec<u8>,
+    /// When connections that never attached were last looked for.
+    last_sweep: std::time::Instant,
 }
 
 impl Engine {
@@ -123,6 +125,7 @@ impl Engine {
             events: Events::with_capacity(256),
             listener,
             buf: vec![0; MAX_CONTROL_MSG],
+            last_sweep: std::time::Instant::now(),
         })
     }
 
@@ -247,6 +250,15 @@ impl Engine {
                 // The fabric is polled on every turn; waking is all this is for.
                 FABRIC => {}
                 Token(t) => self.client_readable((t - FIRST_CLIENT) as u32),
+            }
+        }
+        // Off the busy path: this runs when the engine sleeps or every few hundred turns.
+        let timeout = self.state.cfg.attach_timeout;
+        if self.last_sweep.elapsed() >= timeout / 4 {
+            self.last_sweep = std::time::Instant::now();
+            for cid in self.state.clients.unattached_since(timeout) {
+                self.state.counters.idle_closed += 1;
+                self.drop_client(cid, "did not attach in time");
             }
         }
         Ok(())

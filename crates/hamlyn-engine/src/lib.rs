@@ -45,6 +45,6 @@ mod sched;
 mod source;
 mod stats;
 
-pub use config::EngineConfig;
+pub use config::{EngineConfig, Quotas};
 pub use error::EngineError;
 pub use handle::{run_daemon, run_daemon_with_fabric, EngineHandle};

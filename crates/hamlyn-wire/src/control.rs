@@ -280,6 +280,9 @@ pub enum ControlErrorCode {
     NotDirect = 13,
     /// The slot is write-inhibited.
     Inhibited = 14,
+    /// The request would take the client past one of its quotas (areas, bytes mapped,
+    /// slots, termini, queues) or the engine past its mapping budget.
+    Quota = 15,
 }
 
 impl ControlErrorCode {
@@ -301,6 +304,7 @@ impl ControlErrorCode {
             Revoked,
             NotDirect,
             Inhibited,
+            Quota,
         ]
         .into_iter()
         .find(|c| *c as u16 == v)
@@ -774,10 +778,10 @@ mod tests {
             Some(ControlErrorCode::NotOwner)
         );
         assert_eq!(ControlErrorCode::from_u16(0), None);
-        for v in 1..=14 {
-            let c = ControlErrorCode::from_u16(v).expect("every code up to 14 is known");
+        for v in 1..=15 {
+            let c = ControlErrorCode::from_u16(v).expect("every code up to 15 is known");
             assert_eq!(c as u16, v);
         }
-        assert_eq!(ControlErrorCode::from_u16(15), None);
+        assert_eq!(ControlErrorCode::from_u16(16), None);
     }
 }

@@ -170,6 +170,11 @@ counters! {
         /// than the hard cap backed up while its termini were held): forged NACKs,
         /// counted and not kept.
         errors_dropped,
+        /// Control requests refused because a client's quota (or the engine's mapping
+        /// budget) would be exceeded.
+        quota_refusals,
+        /// Connections closed because they did not attach in time.
+        idle_closed,
     }
 }
 

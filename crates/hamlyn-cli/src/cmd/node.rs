@@ -48,6 +48,49 @@ impl EngineArgs {
     }
 }
 
+/// Per-client quotas of `hamlyn node` (a request past one is refused with a `Quota`
+/// error and counted in `hamlyn stat`; defaults: the engine's).
+#[derive(Clone, Debug, Default, Args)]
+pub struct QuotaArgs {
+    /// Areas one client may register.
+    #[arg(long, value_name = "N")]
+    pub max_areas: Option<u32>,
+    /// Bytes of areas one client may register.
+    #[arg(long, value_name = "BYTES")]
+    pub max_area_bytes: Option<u64>,
+    /// Slots one client may hold.
+    #[arg(long, value_name = "N")]
+    pub max_slots: Option<u32>,
+    /// Bytes of areas the engine maps for all clients together.
+    #[arg(long, value_name = "BYTES")]
+    pub max_mapped: Option<u64>,
+    /// Milliseconds a connection may take to attach before it is closed.
+    #[arg(long, value_name = "MS")]
+    pub attach_timeout_ms: Option<u64>,
+}
+
+impl QuotaArgs {
+    /// `base` with these quotas applied.
+    pub fn apply(&self, mut base: EngineConfig) -> EngineConfig {
+        if let Some(n) = self.max_areas {
+            base.quotas.areas = n;
+        }
+        if let Some(n) = self.max_area_bytes {
+            base.quotas.area_bytes = n;
+        }
+        if let Some(n) = self.max_slots {
+            base.quotas.slots = n;
+        }
+        if let Some(n) = self.max_mapped {
+            base.max_mapped = n;
+        }
+        if let Some(ms) = self.attach_timeout_ms {
+            base.attach_timeout = Duration::from_millis(ms);
+        }
+        base
+    }
+}
+
 /// `hamlyn node` arguments.
 #[derive(Debug, Args)]
 pub struct NodeArgs {
@@ -60,6 +103,9 @@ pub struct NodeArgs {
     /// Engine settings.
     #[command(flatten)]
     pub engine: EngineArgs,
+    /// What one client may hold.
+    #[command(flatten)]
+    pub quotas: QuotaArgs,
     /// Cluster settings: the TCP fabric to other nodes' engines.
     #[command(flatten)]
     pub fabric: FabricArgs,
@@ -162,7 +208,9 @@ pub fn clock_incarnation() -> u32 {
 impl NodeArgs {
     /// The engine configuration these arguments ask for.
     pub fn config(&self) -> EngineConfig {
-        let mut cfg = self.engine.apply(EngineConfig::daemon(&self.socket));
+        let mut cfg = self
+            .quotas
+            .apply(self.engine.apply(EngineConfig::daemon(&self.socket)));
         cfg.node = self.node_id;
         cfg.registry = self.fabric.registry;
         cfg.incarnation = self.fabric.incarnation.unwrap_or_else(clock_incarnation);

@@ -124,6 +124,11 @@ pub fn render(s: &Stats) -> String {
         ("clients lost", e.clients_lost),
         ("direct slots opened", e.direct_opens),
         ("direct opens refused", e.direct_refusals),
+        ("quota refusals", e.quota_refusals),
+        ("idle connections closed", e.idle_closed),
+        ("termini held (error ring full)", e.termini_held),
+        ("error completions dropped (forged)", e.errors_dropped),
+        ("fabric polls held (back-pressure)", e.fabric_polls_held),
         ("engine sleeps", e.sleeps),
     ]);
     let _ = writeln!(out, "Totals\n{totals}\n");
