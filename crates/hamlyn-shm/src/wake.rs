@@ -63,6 +63,10 @@ pub enum WakeError {
     /// `FUTEX_WAIT` failed other than by timeout, interruption or a changed word.
     #[error("futex wait failed: {0}")]
     Futex(Errno),
+    /// The other end of a wake-up channel is closed for good (every process holding it
+    /// is gone): nobody will poke again.
+    #[error("the other end of the wake-up channel is closed")]
+    Closed,
     /// A system call on a wake-up channel ([`EventFd`]) failed.
     #[error("wake-up channel {op} failed: {source}")]
     EventFd {
@@ -262,11 +266,15 @@ const DRAIN_MAX: u32 = 4096;
 
 /// One end of a wake-up channel across a trust boundary: the port's event descriptor
 /// (engine and direct senders poke, the client waits on it in epoll) and the engine's
-/// doorbell (clients poke, the engine waits). It is an end of a close-on-exec datagram
-/// socket pair, not an eventfd(2): the two ends are separate open file descriptions, and
+/// doorbell (clients poke, the engine waits). It is an end of a close-on-exec
+/// `SOCK_SEQPACKET` socket pair, not an eventfd(2): the two ends are separate open file
+/// descriptions, and
 /// every send and receive is non-blocking by its own flag (`MSG_DONTWAIT`), so nothing the
 /// other side does to its descriptor (clearing `O_NONBLOCK`, filling the channel) can make
 /// a poke or a drain block. A full channel is readable already, which is all a poke is for.
+/// When every descriptor of the poking end is closed (the engine died), the waiting end
+/// becomes readable with a hang-up, and [`EventFd::drain`] says [`WakeError::Closed`]: an
+/// event loop learns it at once.
 #[derive(Debug)]
 pub struct EventFd {
     fd: OwnedFd,
@@ -280,7 +288,7 @@ impl EventFd {
         use rustix::net::{socketpair, AddressFamily, SocketFlags, SocketType};
         let (a, b) = socketpair(
             AddressFamily::UNIX,
-            SocketType::DGRAM,
+            SocketType::SEQPACKET,
             SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
             None,
         )
@@ -327,6 +335,9 @@ impl EventFd {
         let mut n = 0;
         while n < DRAIN_MAX {
             match recv(&self.fd, &mut buf, RecvFlags::DONTWAIT) {
+                // Every poke is one byte: an empty read is the end of the channel.
+                Ok((0, _)) if n == 0 => return Err(WakeError::Closed),
+                Ok((0, _)) => break,
                 Ok(_) => n += 1,
                 Err(Errno::INTR) => continue,
                 Err(Errno::AGAIN) => break,
@@ -466,6 +477,26 @@ mod tests {
         drop(their_waiter);
         drop(waiter);
         poker.notify().expect("poke to nobody");
+    }
+
+    /// When the poking side is gone (the engine died), the waiting side's descriptor
+    /// becomes readable and a drain says the channel is closed: an event loop learns it.
+    #[test]
+    fn the_waiter_learns_that_the_poker_is_gone() {
+        let (poker, waiter) = EventFd::pair().expect("wake-up channel");
+        poker.notify().expect("poke");
+        drop(poker);
+        let mut fds = [rustix::event::PollFd::new(
+            &waiter,
+            rustix::event::PollFlags::IN,
+        )];
+        let zero = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        assert_eq!(rustix::event::poll(&mut fds, Some(&zero)), Ok(1));
+        assert_eq!(waiter.drain(), Ok(1), "the last poke is still read");
+        assert_eq!(waiter.drain(), Err(WakeError::Closed));
     }
 }
 

@@ -1067,6 +1067,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "65,536 slots: minutes under miri; the native run covers it"
+    )]
     fn a_page_fits_a_control_message_and_progresses() {
         let all: Vec<SlotStats> = (0..65_536).map(slot).collect();
         let mut start = 0;
@@ -1096,6 +1100,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "5,000 slots: minutes under miri; the native run covers it"
+    )]
     fn fetch_walks_every_page() {
         let all: Vec<SlotStats> = (0..5000).map(slot).collect();
         let mut asked = 0;
@@ -1148,7 +1156,8 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(4096))]
+        // Miri interprets every case: CI's miri step gets a handful.
+        #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 16 } else { 4096 }))]
 
         #[test]
         fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {

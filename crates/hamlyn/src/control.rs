@@ -118,6 +118,14 @@ impl Control {
     }
 
     /// [`Control::call`] for requests answered by [`Reply::Ok`] and no descriptors.
+    /// A duplicate of the connection, to poll for a hang-up without the control lock.
+    pub(crate) fn watch(&self) -> Result<OwnedFd, Error> {
+        rustix::io::fcntl_dupfd_cloexec(&self.sock, 0).map_err(|e| Error::Io {
+            op: "duplicating the control socket",
+            source: e.into(),
+        })
+    }
+
     pub(crate) fn call_ok(&mut self, req: &Request) -> Result<(), Error> {
         match self.call(req, &[])? {
             (Reply::Ok, fds) if fds.is_empty() => Ok(()),

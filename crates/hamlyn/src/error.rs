@@ -37,6 +37,10 @@ pub enum Error {
     /// The control connection failed earlier (or timed out) and is no longer used.
     #[error("the control connection to the engine is broken")]
     Disconnected,
+    /// The engine is gone (its process died or it stopped): this node can do nothing
+    /// more. Connect again (`Node::connect`) to a restarted engine.
+    #[error("the engine is gone")]
+    EngineGone,
     /// The engine refused a request.
     #[error("the engine refused the request ({code:?}, code {raw}): {message}")]
     Refused {
@@ -156,6 +160,9 @@ pub enum SendError {
     /// some requests (poll a [`crate::SendHandle`] or a notification queue meanwhile).
     #[error("terminus full")]
     Full,
+    /// The engine is gone ([`Error::EngineGone`]): nothing can be sent through it.
+    #[error("the engine is gone")]
+    EngineGone,
     /// The message does not fit the ticket, its metadata entries, its packet budget or
     /// its mode (the checks the engine would make, done before queueing).
     #[error("{0}")]

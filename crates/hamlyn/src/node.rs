@@ -8,7 +8,7 @@ use std::time::Duration;
 use hamlyn_shm::port::{PortLayout, MAX_QUEUES, MAX_TERMINI};
 use hamlyn_shm::region::ShmRegion;
 use hamlyn_shm::spsc;
-use hamlyn_shm::sync::{AtomicU64, Ordering};
+use hamlyn_shm::sync::{AtomicBool, AtomicU64, Ordering};
 use hamlyn_shm::wake::EventFd;
 use hamlyn_wire::control::{Reply, Request, CONTROL_VERSION};
 use hamlyn_wire::{NodeId, Ticket, TicketFlags};
@@ -106,6 +106,11 @@ pub(crate) struct Shared {
     pub(crate) options: NodeOptions,
     /// The engine's control socket.
     socket: PathBuf,
+    /// A duplicate of the control connection, only ever polled for a hang-up (without
+    /// the control lock): how waiters learn that the engine is gone.
+    watch: OwnedFd,
+    /// The engine was found gone (latched).
+    gone: AtomicBool,
     /// The embedded engine, if this node started one.
     _engine: Option<EngineGuard>,
 }
@@ -134,7 +139,79 @@ impl Drop for Shared {
     }
 }
 
+/// How long a waiter sleeps before it looks whether the engine is still there.
+const GONE_CHECK: Duration = Duration::from_millis(100);
+
 impl Shared {
+    /// Waits by calling `once(spin, slice)` — spin `spin` times, then sleep at most
+    /// `slice` — until it yields a value or `timeout` passes (`Ok(None)`); between slices
+    /// it looks whether the engine is gone (`Err(EngineGone)`): a wait never outlives its
+    /// engine by more than a slice. Only the first slice spins.
+    pub(crate) fn wait_sliced<T>(
+        &self,
+        spin: u32,
+        timeout: Option<Duration>,
+        mut once: impl FnMut(u32, Duration) -> Result<Option<T>, Error>,
+    ) -> Result<Option<T>, Error> {
+        let deadline = timeout.and_then(|t| std::time::Instant::now().checked_add(t));
+        let mut spin = spin;
+        loop {
+            let slice = match deadline {
+                None => GONE_CHECK,
+                Some(d) => d
+                    .saturating_duration_since(std::time::Instant::now())
+                    .min(GONE_CHECK),
+            };
+            if let Some(v) = once(spin, slice)? {
+                return Ok(Some(v));
+            }
+            spin = 0;
+            if self.engine_gone() {
+                return Err(Error::EngineGone);
+            }
+            if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Whether the engine is gone: latched once seen; otherwise one zero-timeout poll of
+    /// the control connection for a hang-up (never called on a fast path: waits ask
+    /// between sleeps).
+    pub(crate) fn engine_gone(&self) -> bool {
+        // Relaxed: a latch read by this process only; the poll below is the real check.
+        if self.gone.load(Ordering::Relaxed) {
+            return true;
+        }
+        use rustix::event::{poll, PollFd, PollFlags, Timespec};
+        let mut fds = [PollFd::new(&self.watch, PollFlags::RDHUP)];
+        let zero = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        let hung_up = matches!(poll(&mut fds, Some(&zero)), Ok(n) if n > 0)
+            && fds[0]
+                .revents()
+                .intersects(PollFlags::HUP | PollFlags::RDHUP | PollFlags::ERR);
+        if hung_up {
+            self.mark_gone();
+        }
+        hung_up
+    }
+
+    /// Latches that the engine is gone.
+    pub(crate) fn mark_gone(&self) {
+        // Relaxed: see `engine_gone`.
+        self.gone.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the engine was already found gone (one load: for fast paths).
+    #[inline]
+    pub(crate) fn known_gone(&self) -> bool {
+        // Relaxed: see `engine_gone`.
+        self.gone.load(Ordering::Relaxed)
+    }
+
     /// The control connection; a panic in another thread while it held the lock does not
     /// make it unusable (every call leaves it consistent or marks it broken).
     pub(crate) fn control(&self) -> MutexGuard<'_, Control> {
@@ -256,6 +333,7 @@ impl Node {
             return Err(control.violation("port geometry differs from the one asked for"));
         }
         let errors = spsc::Consumer::attach(port.clone(), layout.errors)?;
+        let watch = control.watch()?;
         let shared = Shared {
             instance: INSTANCES.fetch_add(1, Ordering::Relaxed),
             control: Mutex::new(control),
@@ -275,6 +353,8 @@ impl Node {
             queues_taken: AtomicU64::new(0),
             options,
             socket,
+            watch,
+            gone: AtomicBool::new(false),
             _engine: engine,
         };
         Ok(Node {
@@ -433,8 +513,24 @@ impl Node {
     }
 
     /// Resets the port eventfd's counter, returning it (0 if it was not readable).
+    ///
+    /// When the engine is gone the event fd becomes readable for good, and this returns
+    /// [`Error::EngineGone`].
     pub fn drain_event_fd(&self) -> Result<u64, Error> {
-        Ok(self.shared.port_event.drain()?)
+        match self.shared.port_event.drain() {
+            Ok(n) => Ok(n),
+            Err(hamlyn_shm::wake::WakeError::Closed) => {
+                self.shared.mark_gone();
+                Err(Error::EngineGone)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Whether the engine is gone (it died or stopped): one non-blocking look at the
+    /// control connection. Waits notice it by themselves.
+    pub fn engine_gone(&self) -> bool {
+        self.shared.engine_gone()
     }
 
     /// Publishes `seed` under `name` in the cluster's name registry (on the registry node,

@@ -147,11 +147,23 @@ impl NotifyQueue {
     /// The next notification, waiting up to `timeout` (`None`: forever) for one: spins
     /// briefly ([`crate::NodeOptions::spin`]), then sleeps on the queue's futex until the
     /// engine posts (no core burnt). `Ok(None)` on timeout.
+    ///
+    /// If the engine dies meanwhile, the wait ends with [`Error::EngineGone`] (within a
+    /// tenth of a second while asleep), after the notifications already posted.
     pub fn wait(&mut self, timeout: Option<Duration>) -> Result<Option<Notification>, Error> {
-        Ok(self
-            .consumer
-            .wait(self.shared.options.spin, timeout)?
-            .map(|e| Notification::from_entry(&e)))
+        let shared = self.shared.clone();
+        let consumer = &mut self.consumer;
+        let got = shared.wait_sliced(shared.options.spin, timeout, |spin, slice| {
+            Ok(consumer.wait(spin, Some(slice))?)
+        });
+        match got {
+            Ok(e) => Ok(e.map(|e| Notification::from_entry(&e))),
+            Err(Error::EngineGone) => match self.poll() {
+                Some(n) => Ok(Some(n)),
+                None => Err(Error::EngineGone),
+            },
+            Err(e) => Err(e),
+        }
     }
 
     /// Event-loop mode: asks the engine (and direct senders) to make

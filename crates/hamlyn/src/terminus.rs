@@ -247,6 +247,9 @@ impl Terminus {
         req: &hamlyn_wire::request::SendRequest,
         spans: &[crate::Span<'_>],
     ) -> Result<SendHandle, SendError> {
+        if self.shared.known_gone() {
+            return Err(SendError::EngineGone);
+        }
         let mut entry = [0u8; REQUEST_LEN];
         req.encode(&mut entry);
         match self.ring.try_push(&entry) {
@@ -284,6 +287,8 @@ impl Terminus {
         self.drain_errors();
         match self.ring.try_push(entry) {
             Ok(()) => Ok(()),
+            // Full for good if nobody is there to take from it.
+            Err(PushError::Full) if self.shared.engine_gone() => Err(SendError::EngineGone),
             Err(PushError::Full) => Err(SendError::Full),
             Err(_) => Err(SendError::Corrupt),
         }
@@ -327,14 +332,20 @@ impl Terminus {
     /// Waits until every queued request is finished or `timeout` passes; returns whether
     /// the terminus is idle. Polls the completion word, spinning first, then sleeping
     /// in short, growing naps (the engine does not signal completions).
+    ///
+    /// `false` also when the engine is gone ([`crate::Node::engine_gone`]).
     pub fn wait_idle(&mut self, timeout: Option<Duration>) -> bool {
         let last = self.next;
-        let idle = poll_until(self.shared.options.spin, timeout, || {
-            self.drain_errors();
-            self.finished() >= last
+        let shared = self.shared.clone();
+        let idle = shared.wait_sliced(shared.options.spin, timeout, |spin, slice| {
+            let done = poll_until(spin, Some(slice), || {
+                self.drain_errors();
+                self.finished() >= last
+            });
+            Ok(done.then_some(()))
         });
         self.retire();
-        idle
+        matches!(idle, Ok(Some(())))
     }
 }
 
@@ -427,26 +438,40 @@ impl SendHandle {
 
     /// The request's status: pending until the engine finishes it, then sent or failed.
     /// A remote refusal may turn sent into failed later.
+    ///
+    /// A request still pending when the engine is found gone is
+    /// `Failed(RejectReason::PeerDown)`: the engine it depended on is down, and it never
+    /// will finish.
     pub fn status(&self) -> Status {
-        completion::status(
+        let s = completion::status(
             &self.shared.port,
             &self.shared.layout,
             &self.shared.errors,
             self.terminus,
             self.pos,
-        )
+        );
+        if s == Status::Pending && self.shared.known_gone() {
+            return Status::Failed(crate::RejectReason::PeerDown);
+        }
+        s
     }
 
     /// Waits until the request is finished or `timeout` passes and returns its status
     /// ([`Status::Pending`] on timeout). Spins, then naps (see [`Terminus::wait_idle`]).
+    ///
+    /// If the engine dies meanwhile, the wait ends (within a tenth of a second) with
+    /// `Failed(RejectReason::PeerDown)` for a request it had not finished.
     pub fn wait(&self, timeout: Option<Duration>) -> Status {
         let s = &self.shared;
-        poll_until(s.options.spin, timeout, || {
-            if self.is_done() {
-                return true;
-            }
-            completion::drain(&s.port, &s.layout, &s.errors);
-            false
+        let _ = s.wait_sliced(s.options.spin, timeout, |spin, slice| {
+            let done = poll_until(spin, Some(slice), || {
+                if self.is_done() {
+                    return true;
+                }
+                completion::drain(&s.port, &s.layout, &s.errors);
+                false
+            });
+            Ok(done.then_some(()))
         });
         self.status()
     }

@@ -1,0 +1,165 @@
+//! Issue 17: a client learns that its engine died. The engine runs in a child process
+//! (a daemon, as `hamlyn node` would be) and is killed with SIGKILL; the client's waits
+//! end with `EngineGone` instead of hanging, its unfinished sends fail, its event fd
+//! becomes readable, and a restarted engine on the same socket can be connected to.
+
+#[allow(dead_code)]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{child_env, Proc, WAIT};
+use hamlyn::{Data, Error, Node, RejectReason, SendError, SendOptions, Status};
+use hamlyn_engine::{EngineConfig, EngineHandle};
+
+/// Child entry point: an engine on the socket the parent names, until stdin closes.
+#[test]
+fn child_engine() {
+    let Some(mut env) = child_env("child_engine") else {
+        return;
+    };
+    let engine = EngineHandle::start(EngineConfig::daemon(&env.socket)).expect("engine");
+    env.say("ready", 1);
+    while env.next_command().is_some() {}
+    drop(engine);
+}
+
+fn socket() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("hamlyn-gone-{}.sock", std::process::id()))
+}
+
+fn readable(fd: std::os::fd::BorrowedFd<'_>, within: Duration) -> bool {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+    let t = Timespec {
+        tv_sec: within.as_secs() as i64,
+        tv_nsec: 0,
+    };
+    matches!(poll(&mut fds, Some(&t)), Ok(1))
+}
+
+#[test]
+fn a_client_learns_that_its_engine_died_and_can_reconnect() {
+    let path = socket();
+    let mut engine = Proc::spawn("child_engine", &path);
+    engine.expect("ready", WAIT);
+    let node = Node::connect(&path).expect("connect");
+    let inbox = node.area(4096).expect("area");
+    let meta = node.meta_area(1).expect("meta");
+    let slot = node
+        .slot(&inbox)
+        .meta(&meta)
+        .queue(0)
+        .create()
+        .expect("slot");
+    let ticket = slot.ticket_all().expect("ticket");
+    let mut queue = node.queue(0).expect("queue");
+    let mut queue1 = node.queue(1).expect("queue 1");
+    let mut terminus = node.terminus(0).expect("terminus");
+
+    // It works: one message goes through.
+    terminus
+        .send(&ticket, &SendOptions::new().tag(1), Data::Inline(b"hello"))
+        .expect("send");
+    assert_eq!(
+        queue.wait(Some(WAIT)).expect("wait").expect("message").word,
+        1
+    );
+
+    // A thread sleeps in a wait with no timeout; the event fd is armed.
+    let sleeper = std::thread::spawn(move || queue1.wait(None));
+    assert!(!queue.arm(), "nothing is waiting");
+    // Sends go out as the engine dies.
+    let handles: Vec<_> = (0..32)
+        .filter_map(|i| {
+            terminus
+                .send(
+                    &ticket,
+                    &SendOptions::new().tag(100 + i),
+                    Data::Inline(b"x"),
+                )
+                .ok()
+        })
+        .collect();
+    engine.kill();
+
+    // The sleeping wait ends, with EngineGone (bounded here only so that a regression
+    // fails instead of hanging).
+    let deadline = Instant::now() + WAIT;
+    while !sleeper.is_finished() {
+        assert!(
+            Instant::now() < deadline,
+            "a wait(None) outlived its engine"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(matches!(
+        sleeper.join().expect("sleeper"),
+        Err(Error::EngineGone)
+    ));
+    // The event fd is readable, and says why.
+    assert!(readable(node.event_fd(), WAIT), "the event fd fires");
+    // Pokes sent before the death are drained first; then the fd says why it fires.
+    let mut drains = 0;
+    loop {
+        match node.drain_event_fd() {
+            Ok(_) if drains < 8 => drains += 1,
+            Err(Error::EngineGone) => break,
+            other => panic!("{other:?} after {drains} drains"),
+        }
+        assert!(readable(node.event_fd(), WAIT), "still readable");
+    }
+    assert!(node.engine_gone());
+    // Every send is finished one way or another: none is left pending.
+    for h in &handles {
+        let s = h.wait(Some(WAIT));
+        assert!(
+            matches!(s, Status::Sent | Status::Failed(RejectReason::PeerDown)),
+            "{s:?}"
+        );
+    }
+    // New sends and waits say so at once.
+    assert_eq!(
+        terminus
+            .send(&ticket, &SendOptions::new(), Data::Inline(b"?"))
+            .err(),
+        Some(SendError::EngineGone)
+    );
+    // What was posted before the death is still read, then the wait says it is gone.
+    loop {
+        match queue.wait(Some(WAIT)) {
+            Ok(Some(_)) => continue,
+            Err(Error::EngineGone) => break,
+            other => panic!("{other:?}"),
+        }
+    }
+    drop((terminus, queue, slot, meta, inbox, node));
+
+    // A restarted engine on the same socket: connect again and carry on.
+    let mut again = Proc::spawn("child_engine", &path);
+    again.expect("ready", WAIT);
+    let node = Node::connect(&path).expect("reconnect");
+    let inbox = node.area(64).expect("area");
+    let meta = node.meta_area(1).expect("meta");
+    let slot = node
+        .slot(&inbox)
+        .meta(&meta)
+        .queue(0)
+        .create()
+        .expect("slot");
+    let mut queue = node.queue(0).expect("queue");
+    node.terminus(0)
+        .expect("terminus")
+        .send(
+            &slot.ticket_all().expect("ticket"),
+            &SendOptions::new().tag(7),
+            Data::Inline(b"back"),
+        )
+        .expect("send");
+    assert_eq!(
+        queue.wait(Some(WAIT)).expect("wait").expect("message").word,
+        7
+    );
+    drop((queue, slot, meta, inbox, node));
+    again.finish();
+}
