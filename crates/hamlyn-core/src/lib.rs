@@ -21,7 +21,7 @@ pub mod slot;
 pub mod time;
 
 pub use memory::{AreaId, Areas, EntryMemory, Memory, OutOfRange, VecAreas};
-pub use peers::{peer_down_notification, PartialMessage, PeerState, PeerTable};
+pub use peers::{peer_down_notification, Contributors, PartialMessage, PeerState, PeerTable};
 pub use receive::{
     count_packet, notification_entry, Access, Committed, Interface, InterfaceStats, Notification,
     Placement, QueueId,

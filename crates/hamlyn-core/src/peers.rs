@@ -27,12 +27,76 @@ pub struct PeerState {
 /// A message partly received: the slot and metadata entry whose accumulator it counts on.
 pub type PartialMessage = (SlotId, u32);
 
+/// Who contributed packets to the messages still partly received, so that losing a
+/// contributor (a peer node, or a local client) breaks exactly its messages. `K` names a
+/// contributor: a `NodeId` for peers (inside [`PeerTable`]), a client id in the engine.
+#[derive(Clone, Debug)]
+pub struct Contributors<K> {
+    partial: HashMap<PartialMessage, Vec<K>>,
+}
+
+impl<K> Default for Contributors<K> {
+    fn default() -> Contributors<K> {
+        Contributors {
+            partial: HashMap::new(),
+        }
+    }
+}
+
+impl<K: Copy + PartialEq> Contributors<K> {
+    /// A packet from `from` was committed: a message still incomplete now counts on
+    /// `from`; a complete one (`message_done`) counts on no one any more.
+    pub fn committed(&mut self, from: K, h: &Header, message_done: bool) {
+        let key = (h.slot, h.meta_index);
+        if message_done {
+            self.message_done(key);
+        } else if !h.is_fast() {
+            let from_list = self.partial.entry(key).or_default();
+            if !from_list.contains(&from) {
+                from_list.push(from);
+            }
+        }
+    }
+
+    /// A message completed (perhaps by another contributor): forget its contributors.
+    pub fn message_done(&mut self, key: PartialMessage) {
+        if !self.partial.is_empty() {
+            self.partial.remove(&key);
+        }
+    }
+
+    /// `from` is lost: the partly received messages it contributed to, in a fixed order
+    /// (each will never complete; its receiver must be told).
+    pub fn lost(&mut self, from: K) -> Vec<PartialMessage> {
+        let mut hit = Vec::new();
+        self.partial.retain(|&key, list| {
+            if let Some(i) = list.iter().position(|p| *p == from) {
+                list.swap_remove(i);
+                hit.push(key);
+            }
+            !list.is_empty()
+        });
+        hit.sort_unstable();
+        hit
+    }
+
+    /// Messages partly received.
+    pub fn len(&self) -> usize {
+        self.partial.len()
+    }
+
+    /// Whether no message is partly received.
+    pub fn is_empty(&self) -> bool {
+        self.partial.is_empty()
+    }
+}
+
 /// Peers by node id and the contributors of partly received messages.
 #[derive(Clone, Debug, Default)]
 pub struct PeerTable {
     peers: BTreeMap<NodeId, PeerState>,
     /// Partly received messages → peers whose packets were counted in them.
-    partial: HashMap<PartialMessage, Vec<NodeId>>,
+    partial: Contributors<NodeId>,
 }
 
 impl PeerTable {
@@ -64,16 +128,7 @@ impl PeerTable {
                 incarnation,
             },
         );
-        let mut hit = Vec::new();
-        self.partial.retain(|&key, from| {
-            if let Some(i) = from.iter().position(|p| *p == node) {
-                from.swap_remove(i);
-                hit.push(key);
-            }
-            !from.is_empty()
-        });
-        hit.sort_unstable();
-        hit
+        self.partial.lost(node)
     }
 
     /// The peer, if it was ever seen.
@@ -107,22 +162,12 @@ impl PeerTable {
     /// A packet from `from` was committed: a message still incomplete now counts on
     /// `from`; a complete one (`message_done`) counts on no one any more.
     pub fn committed(&mut self, from: NodeId, h: &Header, message_done: bool) {
-        let key = (h.slot, h.meta_index);
-        if message_done {
-            self.message_done(key);
-        } else if !h.is_fast() {
-            let from_list = self.partial.entry(key).or_default();
-            if !from_list.contains(&from) {
-                from_list.push(from);
-            }
-        }
+        self.partial.committed(from, h, message_done);
     }
 
     /// A message completed (perhaps with a local packet): forget its contributors.
     pub fn message_done(&mut self, key: PartialMessage) {
-        if !self.partial.is_empty() {
-            self.partial.remove(&key);
-        }
+        self.partial.message_done(key);
     }
 
     /// Messages partly received from some peer.

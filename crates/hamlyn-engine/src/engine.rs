@@ -23,7 +23,7 @@ use crate::config::EngineConfig;
 use crate::counters::EngineCounters;
 use crate::deliver::Delivery;
 use crate::one_sided::Replies;
-use crate::port::{InFlight, TerminusState};
+use crate::port::{InFlight, Port, TerminusState};
 use crate::registry::{Place, Registry};
 use crate::remote::Remote;
 use crate::sched::{Scheduler, TerminusKey};
@@ -563,6 +563,38 @@ impl EngineState {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// A client is gone with `port`: every receiver on this node of a message it left
+    /// half sent (a request in flight, some packets delivered, the rest never to come) is
+    /// told the message will never complete, with a `PeerDown` notification naming this
+    /// node. A request it finished broke nothing, whatever else its message waits for.
+    pub(crate) fn client_gone(&mut self, port: &Port) {
+        let node = self.delivery.node();
+        let half_sent: Vec<_> = port
+            .termini
+            .iter()
+            .filter_map(|t| t.current.as_ref())
+            .filter(|cur| {
+                cur.failed.is_none()
+                    && cur.req.dst_node == node.0
+                    && cur.req.op == RequestOp::Write
+                    && !cur.req.is_fast()
+            })
+            .map(|cur| (SlotId(cur.req.slot), cur.req.meta_index))
+            .collect();
+        for partial in half_sent {
+            let queue = self
+                .delivery
+                .iface
+                .slots()
+                .get(partial.0)
+                .and_then(|s| s.config.queue);
+            if let Some(queue) = queue {
+                let n = hamlyn_core::peer_down_notification(queue, partial, node);
+                self.clients.notify(n, &mut self.counters);
+            }
         }
     }
 

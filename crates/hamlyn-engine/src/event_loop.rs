@@ -365,6 +365,9 @@ impl Engine {
             .registry()
             .deregister(&mut SourceFd(&client.sock.as_raw_fd()));
         let slots = self.state.delivery.bury_owner(cid);
+        if let Some(port) = &client.port {
+            self.state.client_gone(port);
+        }
         self.state.sched.remove_client(cid);
         let areas = self.state.delivery.areas.remove_owner(cid);
         if client.port.is_some() {

@@ -12,7 +12,8 @@ use hamlyn_core::RejectReason;
 use hamlyn_engine::{EngineConfig, EngineHandle};
 use hamlyn_shm::memory::RingMemory;
 use hamlyn_wire::control::{mode, perm, Reply, Request};
-use hamlyn_wire::request::REQUEST_LEN;
+use hamlyn_wire::request::{Gather, Payload, REQUEST_LEN};
+use hamlyn_wire::NotifKind;
 
 /// A receiver with one normal slot of `len` bytes over 4 metadata entries, posting to
 /// queue 0; returns (slot, key, area region).
@@ -176,6 +177,68 @@ fn a_client_cannot_make_the_engine_block_on_its_wake_up_descriptors() {
         "the engine slept and was woken: {stats:?}"
     );
     drop(bad);
+    engine.stop().unwrap();
+}
+
+/// Issue 17: a client that dies with a message half sent (a request of thousands of
+/// packets still in flight) leaves its receiver told that the message will never
+/// complete, as a lost peer would; a message it finished is not reported, and other
+/// senders' messages are untouched.
+#[test]
+fn a_client_that_dies_mid_message_leaves_its_receiver_told() {
+    let mut cfg = EngineConfig::embedded();
+    // One packet per turn, and a message of thousands: the engine sees the sender's
+    // socket close (every few hundred busy turns) long before the last packet.
+    cfg.intra_mtu = 512;
+    let engine = EngineHandle::start(cfg).unwrap();
+    let mut rx = RawClient::attach(engine.socket_path(), 1, 1, 256);
+    let mut done_tx = RawClient::attach(engine.socket_path(), 1, 1, 64);
+    let mut dying = RawClient::attach(engine.socket_path(), 1, 1, 64);
+    const BIG: usize = 32 << 20;
+    let (slot, key, region) = receiver_slot(&rx, BIG);
+    done_tx.open(0, 0);
+    dying.open(0, 0);
+    // A whole message on entry 0 from one client, then it leaves: nothing to report.
+    done_tx
+        .push(0, inline(rx.node, slot, key, 0, 0, b"whole", 1))
+        .unwrap();
+    let n = rx.wait_notif(0).expect("the whole message");
+    assert_eq!(n.kind(), Some(NotifKind::Message));
+    // 65,536 packets on entry 1; the sender dies once the first have landed.
+    let (area, src) = dying.area(BIG);
+    src.write(0, b"first packet").unwrap();
+    let mut req = inline(rx.node, slot, key, 1, 0, b"", 2);
+    let mut list = [Gather::default(); hamlyn_wire::request::MAX_GATHER];
+    list[0] = Gather {
+        area,
+        offset: 0,
+        len: BIG as u64,
+    };
+    req.payload = Payload::Gather { list, count: 1 };
+    dying.push(0, req).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut b = [0u8; 12];
+        region.read(0, &mut b).unwrap();
+        if &b == b"first packet" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the message never started");
+        std::hint::spin_loop();
+    }
+    drop(dying);
+    let n = rx.wait_notif(0).expect("a peer-down notification");
+    assert_eq!(n.kind(), Some(NotifKind::PeerDown), "{n:?}");
+    assert_eq!((n.slot.get(), n.meta_index.get()), (slot, 1));
+    assert_eq!(n.src_node.get(), rx.node);
+    // Only that message: the survivor's traffic goes on, nothing else is reported.
+    drop(done_tx);
+    let mut tx = RawClient::attach(engine.socket_path(), 1, 1, 64);
+    tx.open(0, 0);
+    tx.push(0, inline(rx.node, slot, key, 2, 0, b"again", 3))
+        .unwrap();
+    let n = rx.wait_notif(0).expect("the next message");
+    assert_eq!((n.kind(), n.word.get()), (Some(NotifKind::Message), 3));
     engine.stop().unwrap();
 }
 
