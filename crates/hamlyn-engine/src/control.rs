@@ -90,6 +90,13 @@ fn random_key() -> Result<u64, Answer> {
     hamlyn_shm::keys::random_key().map_err(|e| err(ControlErrorCode::Exhausted, e.to_string()))
 }
 
+/// Descriptors the engine may spend on areas: its open-file limit, less room for its
+/// own (sockets, ports, the fabric).
+fn fd_budget() -> u64 {
+    let lim = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    lim.current.unwrap_or(u64::MAX).saturating_sub(256)
+}
+
 fn dup(fd: impl AsFd) -> Result<OwnedFd, rustix::io::Errno> {
     rustix::io::fcntl_dupfd_cloexec(fd, 0)
 }
@@ -383,6 +390,17 @@ impl EngineState {
             return self.over_quota(format!(
                 "a client may register {} bytes of areas; it has {}",
                 q.area_bytes, usage.area_bytes
+            ));
+        }
+        // Each area holds a descriptor: the engine's are shared out among the clients
+        // connected (at least 64 each), and never all spent on areas.
+        let budget = fd_budget();
+        let live = self.clients.live().max(1) as u64;
+        let share = (budget / live).max(64);
+        let total_areas: u64 = self.clients.iter().map(|c| u64::from(c.usage.areas)).sum();
+        if u64::from(usage.areas) >= share || total_areas >= budget {
+            return self.over_quota(format!(
+                "the engine's descriptors: {share} areas per client while {live} are connected"
             ));
         }
         if self.clients.mapped().saturating_add(len) > self.cfg.max_mapped {

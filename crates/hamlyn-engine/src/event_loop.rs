@@ -139,6 +139,8 @@ impl Engine {
         let mut idle: u32 = 0;
         let mut idle_since = std::time::Instant::now();
         let mut turns: u32 = 0;
+        // The last turn was the first after a sleep.
+        let mut woke = false;
         // Acquire: pairs with the Release store of the stop flag in `EngineHandle::drop`
         // (or the daemon's signal handler).
         while !self.state.stop.load(StdOrdering::Acquire) {
@@ -151,12 +153,20 @@ impl Engine {
             }
             if busy {
                 idle = 0;
+                woke = false;
                 if turns % IO_EVERY == 0 {
                     self.poll_io(Some(Duration::ZERO))?;
                 }
                 continue;
             }
             let busy_poll = self.state.cfg.busy_poll;
+            // Woken for nothing (a timer; a doorbell rung with no request behind it, as a
+            // client ringing in a loop would): back to sleep without spinning, so such a
+            // client costs the engine one turn per ring, not a spin.
+            let woke_for_nothing = std::mem::take(&mut woke) && !busy_poll;
+            if woke_for_nothing {
+                self.state.counters.idle_wakes += 1;
+            }
             if idle == 0 && !busy_poll {
                 idle_since = std::time::Instant::now();
             }
@@ -165,7 +175,8 @@ impl Engine {
             // spins before it sleeps reads it every CLOCK_EVERY-th idle turn only (reading
             // the clock costs more than an idle turn, and would delay the next request).
             let spinning = busy_poll
-                || (idle < self.state.cfg.spin_turns
+                || (!woke_for_nothing
+                    && idle < self.state.cfg.spin_turns
                     && (idle % CLOCK_EVERY != 0 || idle_since.elapsed() < self.state.cfg.spin));
             if spinning {
                 if idle % IO_EVERY == 0 {
@@ -190,6 +201,7 @@ impl Engine {
             // Whoever rang may be a cold terminus: look at every one next turn.
             self.state.look_at_all = true;
             idle = 0;
+            woke = true;
         }
         tracing::info!("engine stopping");
         Ok(())

@@ -80,9 +80,29 @@ impl Drop for EngineHandle {
     }
 }
 
-/// Runs an engine on the calling thread until `stop` is set (the daemon).
+/// Runs an engine on the calling thread until `stop` is set (the daemon). The process's
+/// open-file limit is raised to its maximum first: every client costs the engine
+/// descriptors (its socket, and one per area), which it divides among them.
 pub fn run_daemon(cfg: EngineConfig, stop: Arc<AtomicBool>) -> Result<(), EngineError> {
+    raise_fd_limit();
     Engine::new(cfg, stop)?.run()
+}
+
+/// Raises the soft open-file limit to the hard one (a daemon owns its process; an
+/// embedded engine leaves its application's limits alone).
+fn raise_fd_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let lim = getrlimit(Resource::Nofile);
+    if lim.current != lim.maximum {
+        let raised = Rlimit {
+            current: lim.maximum,
+            maximum: lim.maximum,
+        };
+        match setrlimit(Resource::Nofile, raised) {
+            Ok(()) => tracing::info!(limit = ?lim.maximum, "open-file limit raised"),
+            Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
+        }
+    }
 }
 
 /// Runs an engine with a fabric to other nodes on the calling thread until `stop` is set.
@@ -91,5 +111,6 @@ pub fn run_daemon_with_fabric(
     stop: Arc<AtomicBool>,
     fabric: Box<dyn hamlyn_fabric::Fabric + Send>,
 ) -> Result<(), EngineError> {
+    raise_fd_limit();
     Engine::with_fabric(cfg, stop, Some(fabric))?.run()
 }

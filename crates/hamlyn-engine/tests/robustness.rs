@@ -242,6 +242,46 @@ fn a_client_that_dies_mid_message_leaves_its_receiver_told() {
     engine.stop().unwrap();
 }
 
+/// Issue 17: a client that rings the doorbell in a loop, with nothing behind the rings,
+/// costs the engine one turn per ring: each such wake-up is counted and the engine goes
+/// straight back to sleep (no spin), while a well-behaved pair keeps exchanging messages.
+#[test]
+fn a_doorbell_rung_for_nothing_sends_the_engine_back_to_sleep() {
+    let engine = EngineHandle::start(EngineConfig::embedded()).unwrap();
+    let mut rx = RawClient::attach(engine.socket_path(), 1, 1, 256);
+    let mut tx = RawClient::attach(engine.socket_path(), 1, 1, 64);
+    let bad = RawClient::attach(engine.socket_path(), 1, 1, 64);
+    let (slot, key, _region) = receiver_slot(&rx, 4096);
+    tx.open(0, 0);
+    // Let the engine settle into its sleep.
+    std::thread::sleep(Duration::from_millis(20));
+    let before = rx.stats().engine;
+    for round in 0..200u64 {
+        bad.doorbell.notify().unwrap();
+        std::thread::sleep(Duration::from_micros(200));
+        if round % 20 == 0 {
+            tx.push(
+                0,
+                inline(tx.node, slot, key, 0, 0, &round.to_le_bytes(), round),
+            )
+            .unwrap();
+            let n = rx.wait_notif(0).expect("the good message arrives");
+            assert_eq!(n.word.get(), round);
+        }
+    }
+    let after = rx.stats().engine;
+    let idle_wakes = after.idle_wakes - before.idle_wakes;
+    let sleeps = after.sleeps - before.sleeps;
+    assert!(idle_wakes > 0, "rings for nothing are counted: {after:?}");
+    assert!(
+        sleeps >= idle_wakes,
+        "each wake-up for nothing went back to sleep: {sleeps} sleeps, {idle_wakes} idle wakes"
+    );
+    assert!(tx.errors().is_empty());
+    drop(bad);
+    engine.stop().unwrap();
+}
+
 #[test]
 fn a_full_terminus_is_back_pressure_and_nothing_is_dropped() {
     let engine = EngineHandle::start(EngineConfig::embedded()).unwrap();
