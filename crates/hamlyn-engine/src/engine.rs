@@ -540,16 +540,7 @@ impl EngineState {
                 let broken = remote.peer_down(node);
                 self.registry.peer_down(node, &mut self.clients);
                 for partial in broken {
-                    let queue = self
-                        .delivery
-                        .iface
-                        .slots()
-                        .get(partial.0)
-                        .and_then(|s| s.config.queue);
-                    if let Some(queue) = queue {
-                        let n = hamlyn_core::peer_down_notification(queue, partial, node);
-                        self.clients.notify(n, &mut self.counters);
-                    }
+                    self.tell_broken(partial, node);
                 }
                 for port in self.clients.ports_mut() {
                     for term in &mut port.termini {
@@ -585,16 +576,23 @@ impl EngineState {
             .map(|cur| (SlotId(cur.req.slot), cur.req.meta_index))
             .collect();
         for partial in half_sent {
-            let queue = self
-                .delivery
-                .iface
-                .slots()
-                .get(partial.0)
-                .and_then(|s| s.config.queue);
-            if let Some(queue) = queue {
-                let n = hamlyn_core::peer_down_notification(queue, partial, node);
-                self.clients.notify(n, &mut self.counters);
-            }
+            self.tell_broken(partial, node);
+        }
+    }
+
+    /// Tells the receiver of a partly received message that it will never complete
+    /// because `lost` (a peer node, or this node for a dead local client) is gone.
+    #[cold]
+    fn tell_broken(&mut self, partial: hamlyn_core::PartialMessage, lost: NodeId) {
+        let queue = self
+            .delivery
+            .iface
+            .slots()
+            .get(partial.0)
+            .and_then(|s| s.config.queue);
+        if let Some(queue) = queue {
+            let n = hamlyn_core::peer_down_notification(queue, partial, lost);
+            self.clients.notify(n, &mut self.counters);
         }
     }
 
