@@ -33,6 +33,8 @@ pub(crate) struct Client {
     pub(crate) port: Option<Port>,
     /// It said goodbye (`Detach`): its socket closing is a clean exit, not a loss.
     pub(crate) detached: bool,
+    /// The user it runs as (`SO_PEERCRED`; `u32::MAX` if the kernel would not say).
+    pub(crate) uid: u32,
     /// What it holds, against its quotas.
     pub(crate) usage: Usage,
     /// When it connected (a connection that does not attach in time is closed).
@@ -136,8 +138,13 @@ impl Clients {
         self.iter().count()
     }
 
-    /// Takes a new client on socket `sock` under the lowest free id.
-    pub(crate) fn insert(&mut self, sock: OwnedFd) -> u32 {
+    /// Connections of user `uid`.
+    pub(crate) fn of_user(&self, uid: u32) -> usize {
+        self.iter().filter(|c| c.uid == uid).count()
+    }
+
+    /// Takes a new client of user `uid` on socket `sock` under the lowest free id.
+    pub(crate) fn insert(&mut self, sock: OwnedFd, uid: u32) -> u32 {
         let id = match self.table.iter().position(Option::is_none) {
             Some(i) => i,
             None => {
@@ -151,6 +158,7 @@ impl Clients {
             sock,
             port: None,
             detached: false,
+            uid,
             usage: Usage::default(),
             since: std::time::Instant::now(),
         });

@@ -33,6 +33,8 @@ pub struct EngineConfig {
     pub remote_mtu: u64,
     /// Most clients attached at once.
     pub max_clients: u32,
+    /// Most connections of one user (uid) at once, so one user cannot lock others out.
+    pub max_clients_per_user: u32,
     /// The node holding the cluster's name registry (`None`: this node).
     pub registry: Option<u32>,
     /// What one client may hold at once.
@@ -92,6 +94,8 @@ impl EngineConfig {
             intra_mtu: 256 * 1024,
             remote_mtu: 256 * 1024,
             max_clients: 1024,
+            // Three quarters: one user can never take every place.
+            max_clients_per_user: 768,
             registry: None,
             quotas: Quotas::default(),
             // A quarter of x86-64's 128 TiB of user address space.

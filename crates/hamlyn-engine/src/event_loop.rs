@@ -290,12 +290,16 @@ impl Engine {
                     return;
                 }
             };
-            if self.state.clients.live() >= self.state.cfg.max_clients as usize {
-                tracing::warn!("client refused: max_clients reached");
+            let uid =
+                rustix::net::sockopt::socket_peercred(&sock).map_or(u32::MAX, |c| c.uid.as_raw());
+            let cfg = &self.state.cfg;
+            let full = self.state.clients.live() >= cfg.max_clients as usize;
+            if full || self.state.clients.of_user(uid) >= cfg.max_clients_per_user as usize {
+                self.refused(uid, full);
                 continue;
             }
             let raw = sock.as_raw_fd();
-            let id = self.state.clients.insert(sock);
+            let id = self.state.clients.insert(sock, uid);
             let token = Token(FIRST_CLIENT + id as usize);
             if let Err(e) =
                 self.poll
@@ -308,6 +312,26 @@ impl Engine {
             }
             // The client may have written before we registered (edge-triggered): read now.
             self.client_readable(id);
+        }
+    }
+
+    /// A connection refused at accept: counted, and logged only now and then (a flood of
+    /// connections must not become a flood of log lines).
+    #[cold]
+    fn refused(&mut self, uid: u32, all_full: bool) {
+        let c = &mut self.state.counters.connections_refused;
+        *c += 1;
+        if c.is_power_of_two() {
+            tracing::warn!(
+                uid,
+                refused = *c,
+                why = if all_full {
+                    "max_clients"
+                } else {
+                    "the user's share of max_clients"
+                },
+                "connection refused"
+            );
         }
     }
 

@@ -246,3 +246,39 @@ fn connections_that_never_attach_are_closed_and_make_room() {
     drop(idle);
     engine.stop().unwrap();
 }
+
+#[test]
+fn one_user_cannot_take_every_place() {
+    let mut cfg = EngineConfig::embedded();
+    cfg.max_clients = 16;
+    cfg.max_clients_per_user = 6;
+    let engine = EngineHandle::start(cfg).unwrap();
+    // The test runs as one user: the pair takes 2 of its 6 places.
+    let mut good = Pair::new(&engine);
+    let held: Vec<_> = (0..4)
+        .map(|_| RawClient::attach(engine.socket_path(), 1, 1, 64))
+        .collect();
+    good.round();
+    // A seventh connection of the same user is refused (closed at once) and counted.
+    let extra = connect(engine.socket_path());
+    let mut buf = [0u8; 16];
+    let n = rustix::io::read(&extra, &mut buf).unwrap_or(0);
+    assert_eq!(n, 0, "closed without a word");
+    let s = good.rx.stats();
+    assert_eq!(s.engine.connections_refused, 1, "{:?}", s.engine);
+    // One leaves: there is a place again.
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        good.round();
+        if good.rx.stats().ports.len() == 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the places never came back");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let again = RawClient::attach(engine.socket_path(), 1, 1, 64);
+    assert!(again.client < 16);
+    good.round();
+    engine.stop().unwrap();
+}

@@ -175,6 +175,9 @@ counters! {
         quota_refusals,
         /// Connections closed because they did not attach in time.
         idle_closed,
+        /// Connections refused at once: the engine's `max_clients`, or the connecting
+        /// user's share of it, was reached.
+        connections_refused,
         /// Wake-ups that found no work (a timer, or a doorbell rung for nothing): the
         /// engine went straight back to sleep, without its spin.
         idle_wakes,

@@ -67,6 +67,9 @@ pub struct QuotaArgs {
     /// Milliseconds a connection may take to attach before it is closed.
     #[arg(long, value_name = "MS")]
     pub attach_timeout_ms: Option<u64>,
+    /// Connections one user (uid) may hold at once.
+    #[arg(long, value_name = "N")]
+    pub max_clients_per_user: Option<u32>,
 }
 
 impl QuotaArgs {
@@ -86,6 +89,9 @@ impl QuotaArgs {
         }
         if let Some(ms) = self.attach_timeout_ms {
             base.attach_timeout = Duration::from_millis(ms);
+        }
+        if let Some(n) = self.max_clients_per_user {
+            base.max_clients_per_user = n;
         }
         base
     }

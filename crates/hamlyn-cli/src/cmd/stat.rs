@@ -126,6 +126,8 @@ pub fn render(s: &Stats) -> String {
         ("direct opens refused", e.direct_refusals),
         ("quota refusals", e.quota_refusals),
         ("idle connections closed", e.idle_closed),
+        ("connections refused", e.connections_refused),
+        ("wake-ups for nothing", e.idle_wakes),
         ("termini held (error ring full)", e.termini_held),
         ("error completions dropped (forged)", e.errors_dropped),
         ("fabric polls held (back-pressure)", e.fabric_polls_held),
