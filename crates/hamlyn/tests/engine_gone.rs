@@ -38,12 +38,11 @@ fn readable(fd: std::os::fd::BorrowedFd<'_>, within: Duration) -> bool {
     matches!(poll(&mut fds, Some(&t)), Ok(1))
 }
 
-#[test]
-fn a_client_learns_that_its_engine_died_and_can_reconnect() {
-    let path = socket();
-    let mut engine = Proc::spawn("child_engine", &path);
+/// An engine in a child process on `path`, a client of it, and an inbox slot on queue 0.
+fn start(path: &std::path::Path) -> (Proc, Node, (hamlyn::Area, hamlyn::MetaArea, hamlyn::Slot)) {
+    let mut engine = Proc::spawn("child_engine", path);
     engine.expect("ready", WAIT);
-    let node = Node::connect(&path).expect("connect");
+    let node = Node::connect(path).expect("connect");
     let inbox = node.area(4096).expect("area");
     let meta = node.meta_area(1).expect("meta");
     let slot = node
@@ -52,6 +51,13 @@ fn a_client_learns_that_its_engine_died_and_can_reconnect() {
         .queue(0)
         .create()
         .expect("slot");
+    (engine, node, (inbox, meta, slot))
+}
+
+#[test]
+fn a_client_learns_that_its_engine_died_and_can_reconnect() {
+    let path = socket();
+    let (mut engine, node, (inbox, meta, slot)) = start(&path);
     let ticket = slot.ticket_all().expect("ticket");
     let mut queue = node.queue(0).expect("queue");
     let mut queue1 = node.queue(1).expect("queue 1");
@@ -136,17 +142,7 @@ fn a_client_learns_that_its_engine_died_and_can_reconnect() {
     drop((terminus, queue, slot, meta, inbox, node));
 
     // A restarted engine on the same socket: connect again and carry on.
-    let mut again = Proc::spawn("child_engine", &path);
-    again.expect("ready", WAIT);
-    let node = Node::connect(&path).expect("reconnect");
-    let inbox = node.area(64).expect("area");
-    let meta = node.meta_area(1).expect("meta");
-    let slot = node
-        .slot(&inbox)
-        .meta(&meta)
-        .queue(0)
-        .create()
-        .expect("slot");
+    let (again, node, (inbox, meta, slot)) = start(&path);
     let mut queue = node.queue(0).expect("queue");
     node.terminus(0)
         .expect("terminus")
