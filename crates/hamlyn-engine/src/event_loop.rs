@@ -401,6 +401,7 @@ impl Engine {
             .registry()
             .deregister(&mut SourceFd(&client.sock.as_raw_fd()));
         let slots = self.state.delivery.bury_owner(cid);
+        self.state.registry.forget_client(cid);
         if let Some(port) = &client.port {
             self.state.client_gone(port);
         }

@@ -21,6 +21,11 @@ use crate::remote::Remote;
 
 /// Most names one registry holds.
 pub(crate) const MAX_ENTRIES: usize = 65_536;
+/// Forwarded requests one client may have waiting at once (the library makes one at a
+/// time; a client that pipelines more is told `Busy`).
+const MAX_PENDING_PER_CLIENT: usize = 16;
+/// Forwarded requests waiting at once, for all clients.
+const MAX_PENDING: usize = 4096;
 
 /// The registry's entries (on the registry node) and requests waiting for a forwarded
 /// answer (on every node).
@@ -112,6 +117,14 @@ impl Registry {
                 "the registry node is unreachable: no fabric",
             ));
         };
+        if self.pending.len() >= MAX_PENDING
+            || self.pending.values().filter(|(c, _)| *c == cid).count() >= MAX_PENDING_PER_CLIENT
+        {
+            return Some(error(
+                ControlErrorCode::Busy,
+                "too many registry requests waiting for an answer",
+            ));
+        }
         let seq = self.next;
         self.next = seq.wrapping_add(1);
         let mut h = Header::new(Op::Registry);
@@ -172,6 +185,12 @@ impl Registry {
         let reply = Reply::decode(body)
             .unwrap_or_else(|e| error(ControlErrorCode::BadRequest, e.to_string()));
         reply_to(clients, cid, &reply);
+    }
+
+    /// Client `cid` is gone: answers to its forwarded requests go nowhere (and never to a
+    /// later client given the same id).
+    pub(crate) fn forget_client(&mut self, cid: u32) {
+        self.pending.retain(|_, (c, _)| *c != cid);
     }
 
     /// A node is lost: every client waiting on an answer from it gets an error.

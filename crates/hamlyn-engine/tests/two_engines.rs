@@ -365,3 +365,49 @@ fn a_client_that_leaves_its_error_ring_full_holds_only_itself() {
     assert_eq!(sorted.len() as u64, BAD, "each refusal exactly once");
     assert!(good.errors().is_empty());
 }
+
+/// Issue 17: forwarded registry requests are bounded per client. The registry node's
+/// engine never answers (its end of the link is there, nobody polls it): a client that
+/// pipelines lookups has 16 forwarded and the rest refused as `Busy` at once; when the
+/// node is lost, the 16 waiting get an error each.
+#[test]
+fn a_client_cannot_pile_up_forwarded_registry_requests() {
+    use hamlyn_wire::control::ControlErrorCode;
+    use std::os::fd::AsFd;
+    let (fa, _silent_b, cut) = link(NodeId(1), NodeId(2));
+    let mut cfg = EngineConfig::embedded();
+    cfg.node = 1;
+    cfg.incarnation = 7;
+    cfg.registry = Some(2);
+    let ea = EngineHandle::start_with_fabric(cfg, Some(Box::new(fa))).unwrap();
+    let a = RawClient::attach(ea.socket_path(), 1, 1, 64);
+    const ASKED: usize = 20;
+    for i in 0..ASKED {
+        let req = Request::Lookup {
+            name: format!("name-{i}"),
+        };
+        hamlyn_shm::fdpass::send_with_fds(a.sock.as_fd(), &req.encode(), &[]).unwrap();
+    }
+    let mut buf = vec![0u8; hamlyn_wire::control::MAX_CONTROL_MSG];
+    let mut next_reply = || {
+        let r = hamlyn_shm::fdpass::recv_with_fds(a.sock.as_fd(), &mut buf).unwrap();
+        Reply::decode(&buf[..r.len]).unwrap()
+    };
+    for _ in 0..ASKED - 16 {
+        let r = next_reply();
+        assert!(
+            matches!(r, Reply::Error { code, .. } if code == ControlErrorCode::Busy as u16),
+            "{r:?}"
+        );
+    }
+    *cut.lock().unwrap() = true;
+    for _ in 0..16 {
+        let r = next_reply();
+        assert!(
+            matches!(r, Reply::Error { code, .. } if code == ControlErrorCode::NotFound as u16),
+            "{r:?}"
+        );
+    }
+    drop(a);
+    ea.stop().unwrap();
+}
