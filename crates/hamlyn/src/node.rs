@@ -86,7 +86,8 @@ pub(crate) struct Shared {
     pub(crate) queue_file: Arc<ShmRegion>,
     /// Where everything in the port is.
     pub(crate) layout: PortLayout,
-    /// The port's eventfd: readable when an armed queue has work.
+    /// The port's event descriptor (our end of a socket pair the engine pokes): readable
+    /// when an armed queue has work, or for good once the engine is gone.
     pub(crate) port_event: EventFd,
     /// The engine's doorbell, written when the engine sleeps.
     pub(crate) doorbell: EventFd,
@@ -505,14 +506,16 @@ impl Node {
         Ok(out)
     }
 
-    /// The port's eventfd, for epoll, tokio or any event loop: it becomes readable when a
-    /// queue armed with [`NotifyQueue::arm`] gets an entry. Drain it with
-    /// [`Node::drain_event_fd`], consume, and re-arm.
+    /// The port's event descriptor, for epoll, tokio or any event loop: it becomes
+    /// readable when a queue armed with [`NotifyQueue::arm`] gets an entry (and, with a
+    /// hang-up, when the engine dies). Drain it with [`Node::drain_event_fd`], consume,
+    /// and re-arm.
     pub fn event_fd(&self) -> BorrowedFd<'_> {
         self.shared.port_event.as_fd()
     }
 
-    /// Resets the port eventfd's counter, returning it (0 if it was not readable).
+    /// Takes the pokes waiting on the event descriptor, returning how many (0 if it was
+    /// not readable).
     ///
     /// When the engine is gone the event fd becomes readable for good, and this returns
     /// [`Error::EngineGone`].

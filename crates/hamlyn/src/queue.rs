@@ -151,8 +151,11 @@ impl NotifyQueue {
     /// If the engine dies meanwhile, the wait ends with [`Error::EngineGone`] (within a
     /// tenth of a second while asleep), after the notifications already posted.
     pub fn wait(&mut self, timeout: Option<Duration>) -> Result<Option<Notification>, Error> {
-        let shared = self.shared.clone();
-        let consumer = &mut self.consumer;
+        // Already there: no clock read, no reference count touched.
+        if let Some(n) = self.poll() {
+            return Ok(Some(n));
+        }
+        let (shared, consumer) = (&self.shared, &mut self.consumer);
         let got = shared.wait_sliced(shared.options.spin, timeout, |spin, slice| {
             Ok(consumer.wait(spin, Some(slice))?)
         });

@@ -336,7 +336,7 @@ impl Terminus {
     /// `false` also when the engine is gone ([`crate::Node::engine_gone`]).
     pub fn wait_idle(&mut self, timeout: Option<Duration>) -> bool {
         let last = self.next;
-        let shared = self.shared.clone();
+        let shared = &self.shared;
         let idle = shared.wait_sliced(shared.options.spin, timeout, |spin, slice| {
             let done = poll_until(spin, Some(slice), || {
                 self.drain_errors();
@@ -463,6 +463,9 @@ impl SendHandle {
     /// `Failed(RejectReason::PeerDown)` for a request it had not finished.
     pub fn wait(&self, timeout: Option<Duration>) -> Status {
         let s = &self.shared;
+        if self.is_done() {
+            return self.status();
+        }
         let _ = s.wait_sliced(s.options.spin, timeout, |spin, slice| {
             let done = poll_until(spin, Some(slice), || {
                 if self.is_done() {
