@@ -174,8 +174,7 @@ impl NotifyQueue {
     /// Skips the head entry if its producer has left it reserved and unwritten for the
     /// stall bound, and polls again.
     fn skip_dead_producer(&mut self) -> Option<Notification> {
-        if !self.consumer.head_reserved()
-            || !self.consumer.skip_stalled(std::time::Instant::now())
+        if !self.consumer.head_reserved() || !self.consumer.skip_stalled(std::time::Instant::now())
         {
             return None;
         }
