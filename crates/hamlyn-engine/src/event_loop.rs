@@ -18,6 +18,7 @@ use mio::{Events, Interest, Poll, Token};
 use rustix::io::Errno;
 use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 
+use crate::clients::Clients;
 use crate::config::EngineConfig;
 use crate::engine::EngineState;
 use crate::error::EngineError;
@@ -219,15 +220,9 @@ impl Engine {
             let Some(word) = region.atomic_u32(header::DOORBELL) else {
                 continue;
             };
+            let held = Clients::is_held(port);
             let termini = &mut port.termini;
-            work |= wake::arm_eventfd(word, || {
-                termini.iter_mut().any(|t| {
-                    t.current.is_some()
-                        || t.ring
-                            .as_mut()
-                            .is_some_and(|r| !t.broken && !matches!(r.is_empty(), Ok(true)))
-                })
-            });
+            work |= wake::arm_eventfd(word, || termini.iter_mut().any(|t| t.has_work(held)));
         }
         work
     }
