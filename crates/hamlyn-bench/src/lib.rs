@@ -247,6 +247,7 @@ fn tcp_setup(args: &BenchArgs, engine: &EngineConfig) -> TcpSetup {
         rails: args.rails.unwrap_or(defaults.rails),
         busy_poll: engine.busy_poll,
         remote_mtu: args.remote_mtu,
+        danger_insecure: false,
     }
 }
 

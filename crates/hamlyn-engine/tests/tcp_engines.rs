@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::{atomic_req, inline, read_req, reply_ticket, RawClient};
 use hamlyn_core::RejectReason;
 use hamlyn_engine::{EngineConfig, EngineHandle};
-use hamlyn_fabric::tcp::{tcp_cluster, TcpConfig};
+use hamlyn_fabric::tcp::{tcp_cluster, ClusterSecret, TcpConfig};
 use hamlyn_wire::control::{mode, perm, Reply, Request};
 use hamlyn_wire::request::{Gather, Payload};
 use hamlyn_wire::rma::AtomicOp;
@@ -19,6 +19,7 @@ use hamlyn_wire::{NodeId, NotifKind};
 
 fn engines(rails: usize) -> (EngineHandle, EngineHandle) {
     let mut cfg = TcpConfig::new(NodeId(0), "127.0.0.1:0".parse().unwrap());
+    cfg.secret = Some(ClusterSecret::from_bytes([0x42; 32]));
     cfg.rails = rails;
     cfg.incarnation = 5;
     let mut fabrics = tcp_cluster(2, &cfg).unwrap();

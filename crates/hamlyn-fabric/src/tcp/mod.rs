@@ -105,6 +105,8 @@
 
 mod conn;
 pub mod frame;
+pub mod secret;
+pub mod secure;
 pub mod stats;
 mod tx;
 
@@ -123,8 +125,10 @@ use mio::{Events, Interest, Poll, Token};
 use crate::fabric::{check_send, Fabric, FabricError, PacketSink, PeerEvent, SharedBytes};
 use conn::{Conn, Phase, Role, Rx, RxCounts, RxCtx, RxStop};
 use frame::{heartbeat, join_reply, Hello, JoinQuery, MAX_JOIN_MEMBERS, MAX_RAILS};
+use secure::Link;
 use tx::{Pieces, TxQueue, HOLD_PACKET};
 
+pub use secret::{ClusterSecret, SecretError};
 pub use stats::{CloseCounts, CloseReason, PeerStats, RailStats, TcpStats};
 
 /// In busy-poll mode, the poller is consulted once every this many polls.
@@ -167,13 +171,25 @@ pub struct TcpConfig {
     pub learn_peers: bool,
     /// Most accepted connections waiting for their HELLO at once; more are closed.
     pub max_handshakes: usize,
+    /// The cluster secret: every link proves both ends hold it and is integrity-protected
+    /// and encrypted under keys derived from it ([`secure`]). A fabric with neither a
+    /// secret nor [`TcpConfig::danger_insecure`] refuses to start.
+    pub secret: Option<ClusterSecret>,
+    /// Links in clear and unauthenticated: anyone who reaches the listener can claim to
+    /// be any node, read and forge its traffic. For a physically secure network only;
+    /// such a node and a secure one refuse each other.
+    pub danger_insecure: bool,
+    /// Most peers the table holds; a HELLO or membership query from an unknown node
+    /// past it is refused ([`CloseReason::TooManyPeers`]).
+    pub max_peers: usize,
 }
 
 impl TcpConfig {
     /// A configuration with defaults: incarnation 1, no peers, 2 rails, no busy poll,
     /// heartbeat every 500 ms, peer timeout 3 s, reconnect every 250 ms, 4 MiB queued
     /// per peer, 16 MiB payloads, small packets held up to 20 µs, learning peers, 64
-    /// pending handshakes.
+    /// pending handshakes, at most 4,096 peers, and no secret yet: set
+    /// [`TcpConfig::secret`] (or, knowingly, [`TcpConfig::danger_insecure`]).
     pub fn new(node: NodeId, listen: SocketAddr) -> TcpConfig {
         TcpConfig {
             node,
@@ -190,6 +206,9 @@ impl TcpConfig {
             hold: Duration::from_micros(20),
             learn_peers: true,
             max_handshakes: 64,
+            secret: None,
+            danger_insecure: false,
+            max_peers: 4096,
         }
     }
 }
@@ -362,6 +381,20 @@ impl TcpFabric {
         {
             return Err(TcpError::Config("intervals and timeouts must be positive"));
         }
+        match (&config.secret, config.danger_insecure) {
+            (None, false) => return Err(TcpError::Config(
+                "no cluster secret: links must be authenticated (or, knowingly, danger_insecure)",
+            )),
+            (Some(_), true) => {
+                return Err(TcpError::Config(
+                    "a cluster secret and danger_insecure: choose one",
+                ))
+            }
+            _ => {}
+        }
+        if config.max_peers == 0 {
+            return Err(TcpError::Config("max_peers must be positive"));
+        }
         let poll = Poll::new().map_err(TcpError::Poll)?;
         let mut listener = TcpListener::bind(config.listen).map_err(|source| TcpError::Bind {
             addr: config.listen,
@@ -454,7 +487,7 @@ impl TcpFabric {
                 tracing::warn!(node = %me, "join: too many members, not asking the rest");
                 break;
             }
-            match join(addr, me, port, timeout) {
+            match join(addr, me, port, timeout, self.config.secret.as_ref()) {
                 Ok(members) => {
                     seed_answered |= node.is_none();
                     if let Some(&(n, _)) = members.first() {
@@ -560,7 +593,7 @@ impl TcpFabric {
         !self.out.is_empty()
             || self.listener_ready
             || self.conns.iter().flatten().any(|c| {
-                c.rx.has_work()
+                c.rx_work()
                     && match c.phase {
                         Phase::Connecting | Phase::Answered => false,
                         Phase::AwaitHello | Phase::AwaitReply => true,
@@ -586,6 +619,14 @@ impl TcpFabric {
             p.session = None;
         }
         self.shut = true;
+    }
+
+    /// The secret links use (`None`: `danger_insecure`).
+    fn secret(&self) -> Option<&ClusterSecret> {
+        self.config
+            .secret
+            .as_ref()
+            .filter(|_| !self.config.danger_insecure)
     }
 
     fn conn(&self, i: usize) -> Option<&Conn> {
@@ -637,10 +678,13 @@ impl TcpFabric {
             return;
         };
         let (peer, addr, rail) = (conn.peer, conn.addr, conn.rail);
-        if reason.is_violation() {
+        // Violations are logged at the 1st, 2nd, 4th, 8th ... of each reason, so a flood
+        // of bad connections costs a log line per doubling (every one is counted).
+        let nth = self.stats.closes.get(reason) + 1;
+        if reason.is_violation() && nth.is_power_of_two() {
             tracing::warn!(
-                node = %self.config.node, peer = ?peer, %addr, rail, %reason, detail,
-                "tcp fabric: closing connection"
+                node = %self.config.node, peer = ?peer, %addr, rail, %reason, detail, nth,
+                "tcp fabric: closing connection (logged at powers of two of each reason)"
             );
         } else {
             tracing::debug!(
@@ -724,12 +768,25 @@ impl TcpFabric {
                         .filter(|c| matches!(c.phase, Phase::AwaitHello | Phase::Answered))
                         .count();
                     if waiting >= self.config.max_handshakes {
-                        tracing::warn!(node = %self.config.node, %addr, "tcp fabric: too many handshakes, refusing connection");
+                        let nth = self.stats.closes.get(CloseReason::TooManyHandshakes) + 1;
+                        if nth.is_power_of_two() {
+                            tracing::warn!(node = %self.config.node, %addr, nth, "tcp fabric: too many handshakes, refusing connection (logged at powers of two)");
+                        }
                         self.stats.closes.add(CloseReason::TooManyHandshakes);
                         continue;
                     }
                     let _ = stream.set_nodelay(true);
-                    let conn = self.new_conn(stream, addr, Role::Acceptor, None, 0, now);
+                    let mut conn = self.new_conn(stream, addr, Role::Acceptor, None, 0, now);
+                    if let Some(secret) = self.secret() {
+                        match Link::acceptor(secret) {
+                            Ok(link) => conn.link = Some(link),
+                            Err(e) => {
+                                tracing::warn!(node = %self.config.node, %addr, error = %e, "tcp fabric: cannot set up a secure link");
+                                self.stats.closes.add(CloseReason::Io);
+                                continue;
+                            }
+                        }
+                    }
                     if let Err(e) = self.insert_conn(conn) {
                         tracing::warn!(node = %self.config.node, %addr, error = %e, "tcp fabric: cannot register connection");
                         self.stats.closes.add(CloseReason::Io);
@@ -767,6 +824,7 @@ impl TcpFabric {
             addr,
             rx: Rx::new(self.config.max_payload),
             tx: TxQueue::default(),
+            link: None,
             writable: false,
             opened: now,
             last_rx: now,
@@ -851,22 +909,28 @@ impl TcpFabric {
                 Ok(true) => {
                     let _ = conn.stream.set_nodelay(true);
                     conn.phase = Phase::AwaitReply;
-                    let (Some(peer), rail) = (conn.peer, conn.rail) else {
-                        continue;
-                    };
-                    let Some(session) = self.peers.get(&peer).and_then(|p| p.session.as_ref())
+                    let Some(secret) = self
+                        .config
+                        .secret
+                        .as_ref()
+                        .filter(|_| !self.config.danger_insecure)
                     else {
+                        self.send_hello(i, now);
                         continue;
                     };
-                    let hello = Hello {
-                        from: self.config.node,
-                        to: peer,
-                        incarnation: self.config.incarnation,
-                        session: session.id,
-                        rail: rail as u32,
-                        rails: session.rails.len() as u32,
-                    };
-                    self.send_control(i, &hello.to_header(), now);
+                    // The Noise handshake first; the HELLO goes in the first record.
+                    match Link::dialer(secret) {
+                        Ok((link, first)) => {
+                            if let Some(conn) = self.conn_mut(i) {
+                                conn.link = Some(link);
+                            }
+                            self.send_bytes(i, &first, false, now);
+                        }
+                        Err(e) => {
+                            let detail = e.to_string();
+                            self.fail_conn(i, CloseReason::Io, &detail, now);
+                        }
+                    }
                 }
                 Err(e) => {
                     let detail = e.to_string();
@@ -876,30 +940,100 @@ impl TcpFabric {
         }
     }
 
-    /// Queues and flushes a control header (HELLO, heartbeat) on connection `i`.
-    fn send_control(&mut self, i: usize, h: &Header, now: Instant) {
-        let Some(conn) = self.conn_mut(i) else {
+    /// Sends the dialer's HELLO on connection `i` (its connect, and on a secure fabric
+    /// its Noise handshake, completed).
+    fn send_hello(&mut self, i: usize, now: Instant) {
+        let Some(conn) = self.conn(i) else {
             return;
         };
-        let bytes = h.to_bytes();
-        conn.tx.push(&Pieces::new([&bytes, &[], &[]], &[]), 0);
+        let (Some(peer), rail) = (conn.peer, conn.rail) else {
+            return;
+        };
+        let Some(session) = self.peers.get(&peer).and_then(|p| p.session.as_ref()) else {
+            return;
+        };
+        let hello = Hello {
+            from: self.config.node,
+            to: peer,
+            incarnation: self.config.incarnation,
+            session: session.id,
+            rail: rail as u32,
+            rails: session.rails.len() as u32,
+        };
+        self.send_control(i, &hello.to_header(), now);
+    }
+
+    /// The Noise handshake of connection `i` completed: an acceptor sends its reply
+    /// (and then waits for the HELLO record), a dialer its HELLO.
+    fn on_secured(&mut self, i: usize, now: Instant) {
+        let Some(conn) = self.conn(i) else {
+            return;
+        };
+        match conn.role {
+            Role::Acceptor => {
+                let reply = conn
+                    .link
+                    .as_ref()
+                    .map(|l| l.handshake_reply().to_vec())
+                    .unwrap_or_default();
+                self.send_bytes(i, &reply, false, now);
+            }
+            Role::Dialer => self.send_hello(i, now),
+        }
+    }
+
+    /// Queues and flushes `bytes` on connection `i`, sealed in a record if `seal` and
+    /// the connection has a link (handshake messages go unsealed). Returns false if
+    /// the connection failed (and was closed).
+    fn send_bytes(&mut self, i: usize, bytes: &[u8], seal: bool, now: Instant) -> bool {
+        self.send_pieces(i, &Pieces::new([bytes, &[], &[]], &[]), seal, now)
+    }
+
+    fn send_pieces(&mut self, i: usize, pieces: &Pieces<'_>, seal: bool, now: Instant) -> bool {
+        let Some(conn) = self.conn_mut(i) else {
+            return false;
+        };
+        match conn.link.as_mut().filter(|_| seal) {
+            Some(link) => match link.seal(pieces) {
+                Ok(sealed) => conn.tx.push(&Pieces::new([sealed, &[], &[]], &[]), 0),
+                Err(e) => {
+                    let detail = e.to_string();
+                    self.fail_conn(i, CloseReason::Io, &detail, now);
+                    return false;
+                }
+            },
+            None => conn.tx.push(pieces, 0),
+        }
         conn.last_tx = now;
-        let (peer, rail) = (conn.peer, conn.rail);
         match conn.tx.flush(&mut conn.stream) {
             Ok(_) => {
                 if !conn.tx.is_empty() {
                     conn.writable = false;
                 }
-                if let Some(p) = peer.and_then(|p| self.peers.get_mut(&p)) {
-                    let r = p.stats.rail(rail);
-                    r.packets_sent += 1;
-                    r.bytes_sent += HEADER_LEN as u64;
-                }
+                true
             }
             Err(e) => {
                 let detail = e.to_string();
                 self.fail_conn(i, CloseReason::Io, &detail, now);
+                false
             }
+        }
+    }
+
+    /// Queues and flushes a control header (HELLO, heartbeat) on connection `i`.
+    fn send_control(&mut self, i: usize, h: &Header, now: Instant) {
+        let bytes = h.to_bytes();
+        if !self.send_bytes(i, &bytes, true, now) {
+            return;
+        }
+        let Some(conn) = self.conn(i) else {
+            return;
+        };
+        let (peer, rail) = (conn.peer, conn.rail);
+        if let Some(p) = peer.and_then(|p| self.peers.get_mut(&p)) {
+            let r = p.stats.rail(rail);
+            r.packets_sent += 1;
+            r.bytes_sent += HEADER_LEN as u64;
         }
     }
 
@@ -962,6 +1096,9 @@ impl TcpFabric {
                 .take(MAX_JOIN_MEMBERS - 1),
         );
         let known = self.peers.contains_key(&q.from);
+        if !known && q.listen_port != 0 && self.peers.len() >= self.config.max_peers {
+            return self.fail_conn(i, CloseReason::TooManyPeers, "peer table full", now);
+        }
         if q.listen_port != 0 && (known || self.config.learn_peers) {
             let addr = SocketAddr::new(remote.ip(), q.listen_port);
             if self.add_peer(q.from, addr).is_ok() && !known {
@@ -978,18 +1115,11 @@ impl TcpFabric {
         };
         conn.phase = Phase::Answered;
         let hdr = reply.to_bytes();
-        conn.tx.push(
-            &Pieces::new([&hdr, &[], &[]], &[SharedBytes::from(&payload[..])]),
-            0,
-        );
-        conn.last_tx = now;
-        match conn.tx.flush(&mut conn.stream) {
-            Ok(_) if conn.tx.is_empty() => self.close_conn(i, CloseReason::JoinAnswered),
-            Ok(_) => conn.writable = false,
-            Err(e) => {
-                let detail = e.to_string();
-                self.fail_conn(i, CloseReason::Io, &detail, now);
-            }
+        let body = [SharedBytes::from(&payload[..])];
+        let pieces = Pieces::new([&hdr, &[], &[]], &body);
+        if self.send_pieces(i, &pieces, true, now) && self.conn(i).is_some_and(|c| c.tx.is_empty())
+        {
+            self.close_conn(i, CloseReason::JoinAnswered);
         }
     }
 
@@ -1011,6 +1141,14 @@ impl TcpFabric {
             )
         } else if !self.peers.contains_key(&from) && !self.config.learn_peers {
             refuse(CloseReason::UnknownNode, format!("{from} is not a peer"))
+        } else if !self.peers.contains_key(&from) && self.peers.len() >= self.config.max_peers {
+            refuse(
+                CloseReason::TooManyPeers,
+                format!(
+                    "{from} would make more than {} peers",
+                    self.config.max_peers
+                ),
+            )
         } else {
             None
         };
@@ -1250,8 +1388,7 @@ impl TcpFabric {
                 let Some(mut conn) = self.conns.get_mut(i).and_then(Option::take) else {
                     break;
                 };
-                if matches!(conn.phase, Phase::Connecting | Phase::Answered) || !conn.rx.has_work()
-                {
+                if matches!(conn.phase, Phase::Connecting | Phase::Answered) || !conn.rx_work() {
                     self.conns[i] = Some(conn);
                     break;
                 }
@@ -1271,7 +1408,9 @@ impl TcpFabric {
                     budget: &mut *budget,
                     counts: &mut counts,
                 };
-                let stop = conn.rx.pump(&mut conn.stream, sink, &mut ctx);
+                let stop = conn
+                    .rx
+                    .pump(&mut conn.stream, conn.link.as_mut(), sink, &mut ctx);
                 if std::mem::take(&mut conn.rx.got_bytes) {
                     conn.last_rx = now;
                 }
@@ -1288,6 +1427,10 @@ impl TcpFabric {
                 match stop {
                     RxStop::Hello(h) => {
                         self.on_hello(i, &h, now);
+                        continue;
+                    }
+                    RxStop::Secured => {
+                        self.on_secured(i, now);
                         continue;
                     }
                     RxStop::Close(reason, detail) => self.fail_conn(i, reason, &detail, now),
@@ -1348,7 +1491,7 @@ impl TcpFabric {
                     continue;
                 };
                 // Unread bytes (a poll whose budget ran out) count as life.
-                if now.nanos_since(conn.last_rx) >= t.timeout && !conn.rx.has_work() {
+                if now.nanos_since(conn.last_rx) >= t.timeout && !conn.rx_work() {
                     dead = Some(i);
                     break;
                 }
@@ -1469,10 +1612,26 @@ impl TcpFabric {
             return Err(FabricError::PeerDown(node));
         };
         let hdr = header.to_bytes();
-        match conn
-            .tx
-            .send(&mut conn.stream, [&hdr, meta], payload, conn.writable, hold)
-        {
+        let sent = match conn.link.as_mut() {
+            None => conn
+                .tx
+                .send(&mut conn.stream, [&hdr, meta], payload, conn.writable, hold),
+            Some(link) => {
+                let sealed = link.seal(&Pieces::new([&hdr, meta, &[]], payload));
+                let sent = match sealed {
+                    Ok(sealed) => {
+                        conn.tx
+                            .send(&mut conn.stream, [sealed, &[]], &[], conn.writable, hold)
+                    }
+                    Err(e) => Err(io::Error::other(e)),
+                };
+                if pkt_len > 1 << 20 {
+                    link.trim();
+                }
+                sent
+            }
+        };
+        match sent {
             Ok(sent) => {
                 conn.writable = sent.writable;
                 peer.stats.bytes_queued += sent.queued as u64;
@@ -1512,7 +1671,10 @@ impl Fabric for TcpFabric {
     }
 
     fn fabric_stats(&self) -> Option<FabricStats> {
-        Some(FabricStats::Tcp(self.stats.counters(self.config.rails)))
+        Some(FabricStats::Tcp(
+            self.stats
+                .counters(self.config.rails, self.secret().is_some()),
+        ))
     }
 
     fn link_stats(&self) -> Vec<(NodeId, LinkStats)> {
@@ -1648,12 +1810,15 @@ const _: fn() = || {
 /// the port it listens on (the member adds it as a peer at the connection's source
 /// address with that port; 0 asks without being added). Blocking, with `timeout` for the
 /// connect and for each read and write; the reply is at most
-/// [`frame::MAX_JOIN_MEMBERS`] entries.
+/// [`frame::MAX_JOIN_MEMBERS`] entries. With a `secret` the query and the reply travel
+/// over an authenticated link ([`secure`]), as every member's listener requires unless
+/// it runs `danger_insecure` (then pass `None`).
 pub fn join(
     addr: SocketAddr,
     me: NodeId,
     listen_port: u16,
     timeout: Duration,
+    secret: Option<&ClusterSecret>,
 ) -> Result<Vec<(NodeId, SocketAddr)>, TcpError> {
     use std::io::{Read, Write};
     let fail = |reason: String| TcpError::Join { addr, reason };
@@ -1670,19 +1835,74 @@ pub fn join(
         from: me,
         listen_port,
     };
-    s.write_all(&query.to_header().to_bytes())
-        .map_err(|e| io("send", e))?;
-    let mut hdr = [0u8; HEADER_LEN];
-    s.read_exact(&mut hdr).map_err(|e| io("reply", e))?;
-    let h = Header::parse(&hdr).map_err(|e| fail(format!("reply header: {e}")))?;
-    frame::check_join_reply(&h, me).map_err(|e| fail(e.to_string()))?;
-    let mut payload = vec![0u8; h.payload_len as usize];
-    s.read_exact(&mut payload).map_err(|e| io("reply", e))?;
+    let query = query.to_header().to_bytes();
+    let (h, payload) = match secret {
+        None => {
+            s.write_all(&query).map_err(|e| io("send", e))?;
+            let mut hdr = [0u8; HEADER_LEN];
+            s.read_exact(&mut hdr).map_err(|e| io("reply", e))?;
+            let h = Header::parse(&hdr).map_err(|e| fail(format!("reply header: {e}")))?;
+            frame::check_join_reply(&h, me).map_err(|e| fail(e.to_string()))?;
+            let mut payload = vec![0u8; h.payload_len as usize];
+            s.read_exact(&mut payload).map_err(|e| io("reply", e))?;
+            (h, payload)
+        }
+        Some(secret) => join_secure(&mut s, secret, &query, me).map_err(fail)?,
+    };
     let members = frame::decode_members(&payload).map_err(|e| fail(e.to_string()))?;
     if members.first().map(|m| m.0) != Some(h.src) {
         return Err(fail(format!("{} does not list itself first", h.src)));
     }
     Ok(members)
+}
+
+/// The secure half of [`join`]: the Noise handshake, the query in a record, and the
+/// reply read from records until its header and payload are whole.
+fn join_secure(
+    s: &mut std::net::TcpStream,
+    secret: &ClusterSecret,
+    query: &[u8],
+    me: NodeId,
+) -> Result<(Header, Vec<u8>), String> {
+    use secure::Opened;
+    use std::io::{Read, Write};
+    let (mut link, first) = Link::dialer(secret).map_err(|e| e.to_string())?;
+    s.write_all(&first).map_err(|e| format!("send: {e}"))?;
+    let mut plain = vec![0u8; secure::MAX_PLAIN];
+    let mut got = Vec::new();
+    let mut header: Option<Header> = None;
+    let mut secured = false;
+    loop {
+        match link.open(&mut plain).map_err(|e| format!("reply: {e}"))? {
+            Opened::Secured if !secured => {
+                secured = true;
+                let sealed = link.seal_bytes(query).map_err(|e| e.to_string())?;
+                s.write_all(sealed).map_err(|e| format!("send: {e}"))?;
+                continue;
+            }
+            Opened::Plain(n) if secured => got.extend_from_slice(&plain[..n]),
+            Opened::NeedMore => {
+                let n = s.read(link.read_buf()).map_err(|e| format!("reply: {e}"))?;
+                if n == 0 {
+                    return Err("reply: end of stream".into());
+                }
+                link.filled(n);
+            }
+            other => return Err(format!("reply: unexpected {other:?}")),
+        }
+        if header.is_none() && got.len() >= HEADER_LEN {
+            let h = Header::parse(&got[..HEADER_LEN]).map_err(|e| format!("reply header: {e}"))?;
+            frame::check_join_reply(&h, me).map_err(|e| e.to_string())?;
+            header = Some(h);
+        }
+        if let Some(h) = header {
+            let total = HEADER_LEN + h.payload_len as usize;
+            if got.len() >= total {
+                got.truncate(total);
+                return Ok((h, got.split_off(HEADER_LEN)));
+            }
+        }
+    }
 }
 
 /// A monotonic clock that gives the `now` the fabric wants: nanoseconds since it was

@@ -1,0 +1,481 @@
+//! An authenticated, encrypted link: the Noise protocol (`snow`) over one TCP
+//! connection, sans-IO.
+//!
+//! The pattern is `Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s` with the cluster secret as the
+//! pre-shared key and a prologue naming this protocol: the dialer sends a fresh ephemeral
+//! key, the acceptor answers with its own, and only a party holding the secret can derive
+//! the session keys from the two. Both handshake messages are 48 bytes behind a
+//! big-endian `u16` length; a length other than 48 is refused before any cryptography.
+//!
+//! After the handshake every byte of the fabric's frame stream travels in *records*: a
+//! big-endian `u16` length, then at most 65,535 bytes of ChaCha20-Poly1305 ciphertext
+//! with its 16-byte tag, each direction numbering its records with its own counter
+//! nonce. A record that does not authenticate (altered, injected, replayed, reordered or
+//! sealed under another key) is a [`LinkError::BadRecord`]; the fabric closes the
+//! connection. Records do not follow frame boundaries: they cut the plaintext stream
+//! wherever a write ends or 65,519 bytes are reached, and the frame decoder runs on what
+//! they open.
+//!
+//! A replayed handshake gets nowhere: the acceptor answers it with a new ephemeral key,
+//! so the session keys depend on an ephemeral private key only the original dialer had,
+//! and the first record the replayer sends (the dialer's HELLO, copied) fails to open.
+//! That is why the node id, incarnation and session a dialer declares travel in a
+//! record (the HELLO frame), never in the handshake's own messages.
+
+use snow::{HandshakeState, TransportState};
+
+use super::secret::ClusterSecret;
+use super::tx::Pieces;
+
+/// The Noise protocol name.
+pub const NOISE_PARAMS: &str = "Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s";
+
+/// Bound into the handshake hash: both ends must speak this protocol.
+const PROLOGUE: &[u8] = b"hamlyn tcp fabric, records v1";
+
+/// Bytes of each handshake message (an ephemeral key and an empty payload's tag).
+pub const HANDSHAKE_LEN: usize = 48;
+
+/// Bytes of a record's length prefix.
+pub const LEN_PREFIX: usize = 2;
+
+/// Bytes of an authentication tag.
+pub const TAG_LEN: usize = 16;
+
+/// Longest record (ciphertext and tag): Noise's message limit.
+pub const MAX_RECORD: usize = 65_535;
+
+/// Most plaintext bytes in one record.
+pub const MAX_PLAIN: usize = MAX_RECORD - TAG_LEN;
+
+/// Bytes of ciphertext a link buffers: two of the longest records with their prefixes.
+const INBUF_LEN: usize = 2 * (LEN_PREFIX + MAX_RECORD);
+
+/// Why a link failed. Any of them closes the connection.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LinkError {
+    /// A handshake message has the wrong length (not a Hamlyn secure link, e.g. a
+    /// `--danger-insecure` node's plain HELLO).
+    #[error("handshake message of {0} bytes, not {HANDSHAKE_LEN}")]
+    HandshakeLength(usize),
+    /// A handshake message did not authenticate: the peer does not hold the cluster
+    /// secret, or the message was altered.
+    #[error("handshake refused: {0}")]
+    Handshake(String),
+    /// A record's length is impossible (shorter than a tag with one byte).
+    #[error("record of {0} bytes")]
+    RecordLength(usize),
+    /// A record did not authenticate (altered, injected, replayed or out of order).
+    #[error("record does not authenticate")]
+    BadRecord,
+    /// A frame was to be sealed before the handshake completed, or after a failure.
+    #[error("link not established")]
+    NotEstablished,
+    /// The Noise library refused to set up or seal.
+    #[error("noise: {0}")]
+    Noise(String),
+}
+
+/// What [`Link::open`] produced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Opened {
+    /// No complete message is buffered: read more.
+    NeedMore,
+    /// This many plaintext bytes were written at the start of the output.
+    Plain(usize),
+    /// The handshake just completed. An acceptor must send
+    /// [`Link::handshake_reply`] first; a dialer may now send its HELLO.
+    Secured,
+}
+
+enum State {
+    Handshake(Box<HandshakeState>),
+    Transport(Box<TransportState>),
+    Failed,
+}
+
+/// One connection's Noise state, its received ciphertext and its sealing buffers.
+pub struct Link {
+    state: State,
+    dialer: bool,
+    inbuf: Box<[u8]>,
+    in_start: usize,
+    in_end: usize,
+    /// One record's plaintext, gathered before it is sealed.
+    chunk: Vec<u8>,
+    /// Sealed bytes ready for the socket (or the acceptor's handshake reply).
+    sealed: Vec<u8>,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link")
+            .field("dialer", &self.dialer)
+            .field("secured", &self.is_secured())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Length of the message at the start of `buffered`, prefix included, once the prefix
+/// is in.
+fn message_len(buffered: &[u8]) -> Option<usize> {
+    match buffered {
+        [hi, lo, ..] => Some(LEN_PREFIX + usize::from(u16::from_be_bytes([*hi, *lo]))),
+        _ => None,
+    }
+}
+
+fn noise(e: snow::Error) -> LinkError {
+    LinkError::Noise(e.to_string())
+}
+
+impl Link {
+    fn build(secret: &ClusterSecret, dialer: bool) -> Result<Link, LinkError> {
+        let params = NOISE_PARAMS.parse().map_err(noise)?;
+        let b = snow::Builder::new(params)
+            .psk(0, secret.as_bytes())
+            .map_err(noise)?
+            .prologue(PROLOGUE)
+            .map_err(noise)?;
+        let hs = if dialer {
+            b.build_initiator()
+        } else {
+            b.build_responder()
+        }
+        .map_err(noise)?;
+        Ok(Link {
+            state: State::Handshake(Box::new(hs)),
+            dialer,
+            inbuf: vec![0; INBUF_LEN].into_boxed_slice(),
+            in_start: 0,
+            in_end: 0,
+            chunk: Vec::with_capacity(MAX_PLAIN),
+            sealed: Vec::new(),
+        })
+    }
+
+    /// The dialer's side, and the first handshake message to send (with its prefix).
+    pub fn dialer(secret: &ClusterSecret) -> Result<(Link, Vec<u8>), LinkError> {
+        let mut link = Link::build(secret, true)?;
+        let State::Handshake(hs) = &mut link.state else {
+            return Err(LinkError::NotEstablished);
+        };
+        let mut msg = vec![0u8; LEN_PREFIX + HANDSHAKE_LEN];
+        let n = hs
+            .write_message(&[], &mut msg[LEN_PREFIX..])
+            .map_err(noise)?;
+        if n != HANDSHAKE_LEN {
+            return Err(LinkError::HandshakeLength(n));
+        }
+        msg[..LEN_PREFIX].copy_from_slice(&(n as u16).to_be_bytes());
+        Ok((link, msg))
+    }
+
+    /// The acceptor's side: waits for the dialer's first message.
+    pub fn acceptor(secret: &ClusterSecret) -> Result<Link, LinkError> {
+        Link::build(secret, false)
+    }
+
+    /// Whether the handshake completed.
+    pub fn is_secured(&self) -> bool {
+        matches!(self.state, State::Transport(_))
+    }
+
+    /// Whether a whole message (handshake message or record) waits in the buffer.
+    pub fn has_message(&self) -> bool {
+        self.message_len().is_some_and(|n| self.buffered() >= n)
+    }
+
+    /// Whether part of a message is buffered (the stream would end inside it).
+    pub fn partial(&self) -> bool {
+        self.buffered() > 0
+    }
+
+    fn buffered(&self) -> usize {
+        self.in_end - self.in_start
+    }
+
+    /// Length of the buffered message with its prefix, once the prefix is in.
+    fn message_len(&self) -> Option<usize> {
+        message_len(&self.inbuf[self.in_start..self.in_end])
+    }
+
+    /// Free space to read ciphertext into (at least one longest record's worth once
+    /// [`Link::open`] said [`Opened::NeedMore`]).
+    pub fn read_buf(&mut self) -> &mut [u8] {
+        if self.in_start == self.in_end {
+            self.in_start = 0;
+            self.in_end = 0;
+        } else if self.in_start > 0 && self.inbuf.len() - self.in_end < LEN_PREFIX + MAX_RECORD {
+            self.inbuf.copy_within(self.in_start..self.in_end, 0);
+            self.in_end -= self.in_start;
+            self.in_start = 0;
+        }
+        &mut self.inbuf[self.in_end..]
+    }
+
+    /// `n` bytes were read into [`Link::read_buf`].
+    pub fn filled(&mut self, n: usize) {
+        self.in_end = (self.in_end + n).min(self.inbuf.len());
+    }
+
+    /// Appends ciphertext (tests and fuzzing; the fabric reads into
+    /// [`Link::read_buf`]). Returns how many bytes fit.
+    pub fn push(&mut self, bytes: &[u8]) -> usize {
+        let buf = self.read_buf();
+        let n = buf.len().min(bytes.len());
+        buf[..n].copy_from_slice(&bytes[..n]);
+        self.filled(n);
+        n
+    }
+
+    /// Processes buffered messages: during the handshake, the next handshake message;
+    /// after it, every whole record whose plaintext fits in `out` (at least one when
+    /// `out` holds [`MAX_PLAIN`] bytes), opened into `out`.
+    pub fn open(&mut self, out: &mut [u8]) -> Result<Opened, LinkError> {
+        match self.open_inner(out) {
+            Ok(o) => Ok(o),
+            Err(e) => {
+                self.state = State::Failed;
+                Err(e)
+            }
+        }
+    }
+
+    fn open_inner(&mut self, out: &mut [u8]) -> Result<Opened, LinkError> {
+        let dialer = self.dialer;
+        match &mut self.state {
+            State::Failed => Err(LinkError::NotEstablished),
+            State::Handshake(hs) => {
+                let Some(len) = message_len(&self.inbuf[self.in_start..self.in_end]) else {
+                    return Ok(Opened::NeedMore);
+                };
+                if len != LEN_PREFIX + HANDSHAKE_LEN {
+                    return Err(LinkError::HandshakeLength(len - LEN_PREFIX));
+                }
+                if self.in_end - self.in_start < len {
+                    return Ok(Opened::NeedMore);
+                }
+                let msg = &self.inbuf[self.in_start + LEN_PREFIX..self.in_start + len];
+                let mut payload = [0u8; HANDSHAKE_LEN];
+                let n = hs
+                    .read_message(msg, &mut payload)
+                    .map_err(|e| LinkError::Handshake(e.to_string()))?;
+                if n != 0 {
+                    return Err(LinkError::Handshake("handshake payload".into()));
+                }
+                self.in_start += len;
+                if !dialer {
+                    let mut reply = [0u8; LEN_PREFIX + HANDSHAKE_LEN];
+                    let n = hs
+                        .write_message(&[], &mut reply[LEN_PREFIX..])
+                        .map_err(noise)?;
+                    if n != HANDSHAKE_LEN {
+                        return Err(LinkError::HandshakeLength(n));
+                    }
+                    reply[..LEN_PREFIX].copy_from_slice(&(n as u16).to_be_bytes());
+                    self.sealed.clear();
+                    self.sealed.extend_from_slice(&reply);
+                }
+                if !hs.is_handshake_finished() {
+                    return Err(LinkError::Handshake("handshake not finished".into()));
+                }
+                let State::Handshake(hs) = std::mem::replace(&mut self.state, State::Failed) else {
+                    return Err(LinkError::NotEstablished);
+                };
+                let t = hs.into_transport_mode().map_err(noise)?;
+                self.state = State::Transport(Box::new(t));
+                Ok(Opened::Secured)
+            }
+            State::Transport(t) => {
+                let mut produced = 0;
+                while let Some(len) = message_len(&self.inbuf[self.in_start..self.in_end]) {
+                    let body = len - LEN_PREFIX;
+                    if body <= TAG_LEN {
+                        return Err(LinkError::RecordLength(body));
+                    }
+                    if self.in_end - self.in_start < len || produced + body - TAG_LEN > out.len() {
+                        break;
+                    }
+                    let msg = &self.inbuf[self.in_start + LEN_PREFIX..self.in_start + len];
+                    let n = t
+                        .read_message(msg, &mut out[produced..])
+                        .map_err(|_| LinkError::BadRecord)?;
+                    produced += n;
+                    self.in_start += len;
+                }
+                Ok(if produced == 0 {
+                    Opened::NeedMore
+                } else {
+                    Opened::Plain(produced)
+                })
+            }
+        }
+    }
+
+    /// The acceptor's handshake reply, to send as soon as [`Link::open`] returned
+    /// [`Opened::Secured`] (empty for a dialer).
+    pub fn handshake_reply(&self) -> &[u8] {
+        if self.dialer {
+            &[]
+        } else {
+            &self.sealed
+        }
+    }
+
+    /// Seals `pieces` into records and returns them (valid until the next call). The
+    /// buffers are reused, so a steady stream of small frames allocates nothing.
+    pub(crate) fn seal(&mut self, pieces: &Pieces<'_>) -> Result<&[u8], LinkError> {
+        let State::Transport(t) = &mut self.state else {
+            return Err(LinkError::NotEstablished);
+        };
+        self.sealed.clear();
+        let mut pieces = pieces.iter();
+        let mut current = pieces.next();
+        loop {
+            // Gather up to one record's plaintext.
+            self.chunk.clear();
+            while self.chunk.len() < MAX_PLAIN {
+                let Some(p) = current else {
+                    break;
+                };
+                let take = p.len().min(MAX_PLAIN - self.chunk.len());
+                let at = self.chunk.len();
+                self.chunk.resize(at + take, 0);
+                p.copy_to(&mut self.chunk[at..]);
+                current = if take == p.len() {
+                    pieces.next()
+                } else {
+                    Some(p.tail(take))
+                };
+            }
+            if self.chunk.is_empty() {
+                break;
+            }
+            let at = self.sealed.len();
+            let body = self.chunk.len() + TAG_LEN;
+            self.sealed.resize(at + LEN_PREFIX + body, 0);
+            self.sealed[at..at + LEN_PREFIX].copy_from_slice(&(body as u16).to_be_bytes());
+            let n = t
+                .write_message(&self.chunk, &mut self.sealed[at + LEN_PREFIX..])
+                .map_err(noise)?;
+            if n != body {
+                return Err(LinkError::Noise(format!("sealed {n} bytes, not {body}")));
+            }
+        }
+        Ok(&self.sealed)
+    }
+
+    /// Seals plain bytes (tests and fuzzing).
+    pub fn seal_bytes(&mut self, bytes: &[u8]) -> Result<&[u8], LinkError> {
+        self.seal(&Pieces::new([bytes, &[], &[]], &[]))
+    }
+
+    /// Gives back memory a very large frame made the sealing buffer take.
+    pub(crate) fn trim(&mut self) {
+        if self.sealed.capacity() > 1 << 20 {
+            self.sealed = Vec::new();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn pair(a: &ClusterSecret, b: &ClusterSecret) -> Result<(Link, Link), LinkError> {
+        let (mut d, first) = Link::dialer(a)?;
+        let mut acc = Link::acceptor(b)?;
+        acc.push(&first);
+        let mut out = vec![0; MAX_PLAIN];
+        assert_eq!(acc.open(&mut out)?, Opened::Secured);
+        d.push(acc.handshake_reply());
+        assert_eq!(d.open(&mut out)?, Opened::Secured);
+        Ok((d, acc))
+    }
+
+    fn secret(b: u8) -> ClusterSecret {
+        ClusterSecret::from_bytes([b; 32])
+    }
+
+    #[test]
+    fn records_round_trip_in_any_cut() {
+        let (mut d, mut a) = pair(&secret(1), &secret(1)).unwrap();
+        let big: Vec<u8> = (0..200_000u32).map(|i| (i * 7) as u8).collect();
+        let mut wire = d.seal_bytes(b"hello").unwrap().to_vec();
+        wire.extend_from_slice(d.seal_bytes(&big).unwrap());
+        let mut got = Vec::new();
+        let mut out = vec![0; MAX_PLAIN + 1];
+        for chunk in wire.chunks(1000) {
+            assert_eq!(a.push(chunk), chunk.len());
+            loop {
+                match a.open(&mut out).unwrap() {
+                    Opened::Plain(n) => got.extend_from_slice(&out[..n]),
+                    Opened::NeedMore => break,
+                    Opened::Secured => unreachable!(),
+                }
+            }
+        }
+        assert_eq!(&got[..5], b"hello");
+        assert_eq!(&got[5..], &big[..]);
+        assert!(!a.partial());
+    }
+
+    #[test]
+    fn wrong_secret_fails_the_handshake() {
+        let (_, first) = Link::dialer(&secret(1)).unwrap();
+        let mut acc = Link::acceptor(&secret(2)).unwrap();
+        acc.push(&first);
+        assert!(matches!(
+            acc.open(&mut [0; 64]),
+            Err(LinkError::Handshake(_))
+        ));
+    }
+
+    #[test]
+    fn altered_replayed_and_plain_bytes_are_refused() {
+        let (mut d, mut a) = pair(&secret(3), &secret(3)).unwrap();
+        let rec = d.seal_bytes(b"a frame").unwrap().to_vec();
+        let mut out = vec![0; MAX_PLAIN];
+        // One byte altered: refused, and the link stays failed.
+        let mut a2 = {
+            let (mut d2, mut a2) = pair(&secret(3), &secret(3)).unwrap();
+            let r2 = d2.seal_bytes(b"a frame").unwrap().to_vec();
+            let mut bad2 = r2.clone();
+            bad2[5] ^= 1;
+            a2.push(&bad2);
+            assert_eq!(a2.open(&mut out), Err(LinkError::BadRecord));
+            a2
+        };
+        assert_eq!(a2.open(&mut out), Err(LinkError::NotEstablished));
+        // Replayed: the second copy fails (the nonce moved on).
+        a.push(&rec);
+        assert_eq!(a.open(&mut out), Ok(Opened::Plain(7)));
+        a.push(&rec);
+        assert_eq!(a.open(&mut out), Err(LinkError::BadRecord));
+        // A plain HELLO where a handshake message belongs.
+        let mut acc = Link::acceptor(&secret(3)).unwrap();
+        acc.push(&[0x48, 0x4d, 1, 7]);
+        assert_eq!(acc.open(&mut out), Err(LinkError::HandshakeLength(0x484d)));
+    }
+
+    #[test]
+    fn a_replayed_handshake_yields_other_keys() {
+        let (mut d, first) = Link::dialer(&secret(4)).unwrap();
+        let mut acc = Link::acceptor(&secret(4)).unwrap();
+        acc.push(&first);
+        let mut out = vec![0; MAX_PLAIN];
+        assert_eq!(acc.open(&mut out).unwrap(), Opened::Secured);
+        d.push(acc.handshake_reply());
+        assert_eq!(d.open(&mut out).unwrap(), Opened::Secured);
+        let hello = d.seal_bytes(b"HELLO from node 1").unwrap().to_vec();
+        // The replayer sends the same first message and the same record.
+        let mut victim = Link::acceptor(&secret(4)).unwrap();
+        victim.push(&first);
+        assert_eq!(victim.open(&mut out).unwrap(), Opened::Secured);
+        victim.push(&hello);
+        assert_eq!(victim.open(&mut out), Err(LinkError::BadRecord));
+    }
+}
