@@ -152,6 +152,12 @@ impl Net {
         }
         cmd.args(["--rails", "2", "--registry", "1", "--heartbeat-ms", "250"]);
         cmd.args(["--peer-timeout-ms", &PEER_TIMEOUT_MS.to_string()]);
+        // One machine's secret for the whole cluster, as between machines; never the
+        // developer's own file.
+        cmd.env(
+            "HAMLYN_SECRET",
+            "5ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7",
+        );
         cmd.stdout(Stdio::null()).stderr(log);
         self.daemons[i] = Some(cmd.spawn().expect("start hamlyn node"));
         let deadline = Instant::now() + Duration::from_secs(30);

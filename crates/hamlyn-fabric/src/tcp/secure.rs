@@ -4,8 +4,11 @@
 //! The pattern is `Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s` with the cluster secret as the
 //! pre-shared key and a prologue naming this protocol: the dialer sends a fresh ephemeral
 //! key, the acceptor answers with its own, and only a party holding the secret can derive
-//! the session keys from the two. Both handshake messages are 48 bytes behind a
-//! big-endian `u16` length; a length other than 48 is refused before any cryptography.
+//! the session keys from the two. Both handshake messages are 64 bytes behind a
+//! big-endian `u16` length (the key, then [`HANDSHAKE_PAYLOAD`] and its tag); a length
+//! other than 64 is refused before any cryptography. The 66 bytes of the first message
+//! make a `danger_insecure` acceptor, which reads a 64-byte header, refuse it at once
+//! (bad magic) instead of waiting for its handshake timeout.
 //!
 //! After the handshake every byte of the fabric's frame stream travels in *records*: a
 //! big-endian `u16` length, then at most 65,535 bytes of ChaCha20-Poly1305 ciphertext
@@ -33,8 +36,11 @@ pub const NOISE_PARAMS: &str = "Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s";
 /// Bound into the handshake hash: both ends must speak this protocol.
 const PROLOGUE: &[u8] = b"hamlyn tcp fabric, records v1";
 
-/// Bytes of each handshake message (an ephemeral key and an empty payload's tag).
-pub const HANDSHAKE_LEN: usize = 48;
+/// What each handshake message carries (authenticated; it names the protocol again).
+pub const HANDSHAKE_PAYLOAD: [u8; 16] = *b"hamlyn tcp v1\0\0\0";
+
+/// Bytes of each handshake message: an ephemeral key, [`HANDSHAKE_PAYLOAD`] and its tag.
+pub const HANDSHAKE_LEN: usize = 32 + HANDSHAKE_PAYLOAD.len() + 16;
 
 /// Bytes of a record's length prefix.
 pub const LEN_PREFIX: usize = 2;
@@ -163,7 +169,7 @@ impl Link {
         };
         let mut msg = vec![0u8; LEN_PREFIX + HANDSHAKE_LEN];
         let n = hs
-            .write_message(&[], &mut msg[LEN_PREFIX..])
+            .write_message(&HANDSHAKE_PAYLOAD, &mut msg[LEN_PREFIX..])
             .map_err(noise)?;
         if n != HANDSHAKE_LEN {
             return Err(LinkError::HandshakeLength(n));
@@ -262,14 +268,14 @@ impl Link {
                 let n = hs
                     .read_message(msg, &mut payload)
                     .map_err(|e| LinkError::Handshake(e.to_string()))?;
-                if n != 0 {
-                    return Err(LinkError::Handshake("handshake payload".into()));
+                if payload.get(..n) != Some(&HANDSHAKE_PAYLOAD[..]) {
+                    return Err(LinkError::Handshake("another protocol's payload".into()));
                 }
                 self.in_start += len;
                 if !dialer {
                     let mut reply = [0u8; LEN_PREFIX + HANDSHAKE_LEN];
                     let n = hs
-                        .write_message(&[], &mut reply[LEN_PREFIX..])
+                        .write_message(&HANDSHAKE_PAYLOAD, &mut reply[LEN_PREFIX..])
                         .map_err(noise)?;
                     if n != HANDSHAKE_LEN {
                         return Err(LinkError::HandshakeLength(n));
