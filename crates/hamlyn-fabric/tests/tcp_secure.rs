@@ -447,3 +447,37 @@ fn no_secret_no_fabric() {
     both.danger_insecure = true;
     assert!(TcpFabric::new(both).is_err());
 }
+
+/// Seeds for the `link` fuzz target (`fuzz/fuzz_targets/link.rs`), written into
+/// `$HAMLYN_FUZZ_SEEDS/link` when that is set (`.ci/run` does); otherwise nothing.
+#[test]
+fn write_fuzz_seeds() {
+    use hamlyn_fabric::tcp::secure::{Link, Opened, MAX_PLAIN};
+    let Some(dir) = std::env::var_os("HAMLYN_FUZZ_SEEDS") else {
+        return;
+    };
+    let dir = std::path::PathBuf::from(dir).join("link");
+    std::fs::create_dir_all(&dir).unwrap();
+    // The target's secret.
+    let s = secret(0x5e);
+    let (_, first) = Link::dialer(&s).unwrap();
+    let mut acceptor = Link::acceptor(&s).unwrap();
+    acceptor.push(&first);
+    assert_eq!(
+        acceptor.open(&mut vec![0; MAX_PLAIN]).unwrap(),
+        Opened::Secured
+    );
+    let frame = packet(0, 1, 1).0.to_bytes();
+    let files: [(&str, Vec<u8>); 4] = [
+        ("stranger-first-message", [&[0, 7][..], &first].concat()),
+        (
+            "dialer-answer",
+            [&[1, 5][..], acceptor.handshake_reply()].concat(),
+        ),
+        ("session", [&[2, 64, 0xff, 0xff][..], &frame].concat()),
+        ("session-flipped", [&[2, 64, 40, 0][..], &frame].concat()),
+    ];
+    for (name, bytes) in files {
+        std::fs::write(dir.join(name), bytes).unwrap();
+    }
+}
