@@ -481,3 +481,46 @@ fn write_fuzz_seeds() {
         std::fs::write(dir.join(name), bytes).unwrap();
     }
 }
+
+/// What peers can make a node keep is bounded and freed: past `max_peers` an unknown
+/// node is refused (and counted), and a peer learned because it dialed in is forgotten
+/// a peer timeout after it went down.
+#[test]
+fn learned_peers_are_bounded_and_forgotten() {
+    let time = Time::new();
+    let mk = |node: u32, max_peers: usize, timeout: Duration| {
+        let mut c = TcpConfig::new(NodeId(node), ([127, 0, 0, 1], 0).into());
+        c.rails = 1;
+        c.peer_timeout = timeout;
+        c.heartbeat_interval = Duration::from_millis(100);
+        c.reconnect_interval = Duration::from_millis(10);
+        c.secret = Some(secret(8));
+        c.max_peers = max_peers;
+        TcpFabric::new(c).unwrap()
+    };
+    let mut b = mk(9, 1, Duration::from_secs(1));
+    let mut a = mk(3, 4, Duration::from_secs(30));
+    a.add_peer(NodeId(9), b.local_addr()).unwrap();
+    let mut r = [Rec::default(), Rec::default()];
+    // Node 3 is learned (the table had room for one).
+    until_up(&time, &mut a, &mut b, &mut r);
+    // Node 4 finds the table full: refused, counted, never learned.
+    let mut c = mk(4, 4, Duration::from_secs(30));
+    c.add_peer(NodeId(9), b.local_addr()).unwrap();
+    let mut rc = [Rec::default(), Rec::default()];
+    while b.stats().closes.get(CloseReason::TooManyPeers) == 0 {
+        poll(&time, &mut [&mut c, &mut b], &mut rc);
+        time.check("the peer past max_peers to be refused");
+    }
+    assert!(b.peer_state(NodeId(4)).is_none());
+    drop(c);
+    // Node 3 goes away: down, then forgotten.
+    drop(a);
+    while b.peer_state(NodeId(3)).is_some() {
+        b.poll(time.now(), &mut r[1], 64).unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+        time.check("the learned peer to be forgotten");
+    }
+    assert_eq!(b.stats().peers_forgotten, 1);
+    assert!(r[1].downs() >= 1);
+}

@@ -329,6 +329,9 @@ pub struct TcpCounters {
     /// Connections closed because a frame did not authenticate (altered, injected or
     /// replayed on the way).
     pub frames_refused: u64,
+    /// Peers that dialed in, stayed down a peer timeout and were dropped from the peer
+    /// table (state a node id that went away no longer holds).
+    pub peers_forgotten: u64,
     /// Closed connections by reason (`PeerClosed`, `HeartbeatTimeout`, ...).
     pub closes: Counts,
 }
@@ -754,7 +757,9 @@ impl FabricStats {
                     .u64(t.frame_errors)
                     .u64(t.violations);
                 put_bool(w, t.authenticated);
-                w.u64(t.auth_failures).u64(t.frames_refused);
+                w.u64(t.auth_failures)
+                    .u64(t.frames_refused)
+                    .u64(t.peers_forgotten);
                 put_counts(w, &t.closes);
             }
             FabricStats::Sim(s) => {
@@ -779,6 +784,7 @@ impl FabricStats {
                 authenticated: get_bool(r, "authenticated")?,
                 auth_failures: r.u64()?,
                 frames_refused: r.u64()?,
+                peers_forgotten: r.u64()?,
                 closes: get_counts(r)?,
             }),
             2 => FabricStats::Sim(SimCounters::get(r)?),
@@ -1010,6 +1016,7 @@ mod tests {
                     authenticated: true,
                     auth_failures: 1,
                     frames_refused: 1,
+                    peers_forgotten: 3,
                     closes: counts(&[("PeerClosed", 4)]),
                 })),
                 areas: 3,

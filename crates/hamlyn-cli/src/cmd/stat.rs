@@ -179,6 +179,7 @@ pub fn render(s: &Stats) -> String {
                 ("protocol violations", t.violations),
                 ("authentication failures", t.auth_failures),
                 ("frames refused (did not authenticate)", t.frames_refused),
+                ("learned peers forgotten", t.peers_forgotten),
             ]);
             let links = if t.authenticated {
                 "authenticated, encrypted (cluster secret)"
@@ -386,6 +387,7 @@ mod tests {
                 authenticated: true,
                 auth_failures: 0,
                 frames_refused: 0,
+                peers_forgotten: 0,
                 closes: counts(&[("PeerClosed", 6)]),
             })),
             areas: 3,

@@ -294,6 +294,9 @@ struct Peer {
     next_session: u64,
     /// Next rail for round robin.
     rr: usize,
+    /// When it was last announced Down (a learned peer is forgotten a peer timeout
+    /// later).
+    down_since: Option<Instant>,
     stats: PeerStats,
 }
 
@@ -310,6 +313,7 @@ impl Peer {
             since: None,
             next_session: 0,
             rr: 0,
+            down_since: None,
             stats: PeerStats::default(),
         }
     }
@@ -718,6 +722,7 @@ impl TcpFabric {
         };
         if session.up {
             peer.state = PeerState::Down;
+            peer.down_since = Some(now);
             peer.stats.downs += 1;
             self.out.push_back(PeerEvent::Down { node });
             tracing::info!(node = %self.config.node, peer = %node, %reason, "tcp fabric: peer down");
@@ -1326,6 +1331,7 @@ impl TcpFabric {
         s.up = true;
         peer.known_incarnation = Some(incarnation);
         peer.state = PeerState::Up { incarnation };
+        peer.down_since = None;
         peer.stats.ups += 1;
         peer.rr = 0;
         self.out.push_back(PeerEvent::Up { node, incarnation });
@@ -1466,9 +1472,26 @@ impl TcpFabric {
             let since = *peer.since.get_or_insert(now);
             if peer.state == PeerState::Connecting && now.nanos_since(since) >= t.timeout {
                 peer.state = PeerState::Down;
+                peer.down_since = Some(now);
                 peer.stats.downs += 1;
                 self.out.push_back(PeerEvent::Down { node });
                 tracing::info!(node = %self.config.node, peer = %node, "tcp fabric: peer never came up");
+            }
+            // A peer learned only because it dialed us (no address of ours to dial it
+            // back), down for a peer timeout, is forgotten: a node id that stops dialing
+            // costs nothing after that. It is learned again if it dials again.
+            let forget = peer.addr.is_none()
+                && !peer.dial
+                && peer.session.is_none()
+                && peer.state == PeerState::Down
+                && peer
+                    .down_since
+                    .is_some_and(|d| now.nanos_since(d) >= t.timeout);
+            if forget {
+                self.peers.remove(&node);
+                self.stats.peers_forgotten += 1;
+                tracing::debug!(node = %self.config.node, peer = %node, "tcp fabric: forgot a learned peer that stayed down");
+                continue;
             }
             let Some(session) = peer.session.as_ref() else {
                 if peer.dial && peer.addr.is_some() && now >= peer.next_dial {

@@ -302,6 +302,9 @@ pub struct TcpStats {
     pub dialed: u64,
     /// Closed connections by reason.
     pub closes: CloseCounts,
+    /// Learned peers (no address, they dialed us) removed from the peer table after a
+    /// peer timeout down.
+    pub peers_forgotten: u64,
 }
 
 impl TcpStats {
@@ -317,6 +320,7 @@ impl TcpStats {
             violations: self.closes.violations(),
             auth_failures: self.closes.get(CloseReason::AuthFailed),
             frames_refused: self.closes.get(CloseReason::BadRecord),
+            peers_forgotten: self.peers_forgotten,
             closes: self
                 .closes
                 .iter()
