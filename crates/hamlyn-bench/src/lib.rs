@@ -149,6 +149,10 @@ pub struct BenchArgs {
     /// TCP mode: payload bytes per packet between the engines (default: the engine's).
     #[arg(long, value_name = "BYTES")]
     pub remote_mtu: Option<u64>,
+    /// TCP mode: links in clear and unauthenticated, to see what the default
+    /// (authenticated, encrypted links under a fresh secret) costs, run against run.
+    #[arg(long)]
+    pub tcp_danger_insecure: bool,
     /// Tiny iteration counts, for the test suite (figures are rough).
     #[arg(long, hide = true)]
     pub smoke: bool,
@@ -247,7 +251,7 @@ fn tcp_setup(args: &BenchArgs, engine: &EngineConfig) -> TcpSetup {
         rails: args.rails.unwrap_or(defaults.rails),
         busy_poll: engine.busy_poll,
         remote_mtu: args.remote_mtu,
-        danger_insecure: false,
+        danger_insecure: args.tcp_danger_insecure,
     }
 }
 
@@ -264,9 +268,11 @@ fn check_args(args: &BenchArgs) -> Result<(), BenchError> {
     if args.modes.is_empty() {
         return Err(BenchError::Usage("--modes names no mode"));
     }
-    if !args.has(Mode::Tcp) && (args.rails.is_some() || args.remote_mtu.is_some()) {
+    if !args.has(Mode::Tcp)
+        && (args.rails.is_some() || args.remote_mtu.is_some() || args.tcp_danger_insecure)
+    {
         return Err(BenchError::Usage(
-            "--rails and --remote-mtu apply to the tcp mode only",
+            "--rails, --remote-mtu and --tcp-danger-insecure apply to the tcp mode only",
         ));
     }
     Ok(())
