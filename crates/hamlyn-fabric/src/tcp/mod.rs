@@ -1,6 +1,33 @@
 //! The TCP fabric: engines on different machines exchange packets over several TCP
 //! connections per peer ("rails"), striped packet by packet (DESIGN §2 "Fabrics").
 //!
+//! # Authenticated links
+//!
+//! Unless [`TcpConfig::danger_insecure`] is set, every connection first runs a Noise
+//! handshake ([`secure`]: `Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s`, the cluster secret
+//! [`TcpConfig::secret`] as the pre-shared key, fresh ephemeral keys on both sides), and
+//! then carries the whole frame stream below — HELLOs, membership queries and replies,
+//! packets, heartbeats — in ChaCha20-Poly1305 records with a counter nonce per direction.
+//! So nothing is read from a connection before its other end proved it holds the secret;
+//! the node id, incarnation and session a dialer declares arrive in its first record,
+//! bound to that handshake; and a frame altered, injected, replayed or reordered on the
+//! way does not open. A connection that fails its handshake is closed as
+//! [`CloseReason::AuthFailed`] (a replayed handshake fails there too: its copied HELLO
+//! record does not open under the new keys), a record that fails after it as
+//! [`CloseReason::BadRecord`]; both are counted (`auth_failures`, `frames_refused` in
+//! the statistics). Links are always encrypted: integrity alone would cost nearly as
+//! much (the MAC is most of the work) and would leave slot keys in clear. An insecure
+//! fabric and a secure one refuse each other. A fabric with neither a secret nor
+//! `danger_insecure` does not start.
+//!
+//! What a peer can make the fabric keep is bounded: at most
+//! [`TcpConfig::max_handshakes`] connections in their handshake (each holding one
+//! handshake message until it completes, closed after the peer timeout), at most
+//! [`TcpConfig::max_peers`] peers (a new node past it is refused as
+//! [`CloseReason::TooManyPeers`]), and a peer learned only because it dialed in is
+//! forgotten a peer timeout after it went down. Violations are logged at the 1st, 2nd,
+//! 4th, ... close of each reason, and every one is counted.
+//!
 //! # Connections and the handshake
 //!
 //! - **Who dials.** Of two nodes, the one with the lower id dials the higher one, each
@@ -13,7 +40,8 @@
 //!   ([`frame::Hello`]: an `Op::Hello` header with `src`/`dst`, `word` = incarnation,
 //!   `key` = session number, `slot` = rail index, `offset` = rail count). The acceptor
 //!   checks it and answers on the same connection with its own HELLO echoing session and
-//!   rail. The rail count is the dialer's. A side announces [`PeerEvent::Up`] (with the
+//!   rail (on a secure fabric both HELLOs travel in records, after the Noise
+//!   handshake). The rail count is the dialer's. A side announces [`PeerEvent::Up`] (with the
 //!   peer's incarnation) once *all* rails of the session completed their handshake;
 //!   until then nothing but HELLOs is read from them.
 //! - **Rejections.** A connection whose HELLO names an unknown node (when not learning),

@@ -54,7 +54,9 @@ pub const MAX_RECORD: usize = 65_535;
 /// Most plaintext bytes in one record.
 pub const MAX_PLAIN: usize = MAX_RECORD - TAG_LEN;
 
-/// Bytes of ciphertext a link buffers: two of the longest records with their prefixes.
+/// Bytes of ciphertext a link buffers once secured: two of the longest records with
+/// their prefixes. Until then it holds one handshake message: a stranger who opens
+/// connections and never completes a handshake costs little each.
 const INBUF_LEN: usize = 2 * (LEN_PREFIX + MAX_RECORD);
 
 /// Why a link failed. Any of them closes the connection.
@@ -153,10 +155,10 @@ impl Link {
         Ok(Link {
             state: State::Handshake(Box::new(hs)),
             dialer,
-            inbuf: vec![0; INBUF_LEN].into_boxed_slice(),
+            inbuf: vec![0; LEN_PREFIX + HANDSHAKE_LEN].into_boxed_slice(),
             in_start: 0,
             in_end: 0,
-            chunk: Vec::with_capacity(MAX_PLAIN),
+            chunk: Vec::new(),
             sealed: Vec::new(),
         })
     }
@@ -292,6 +294,11 @@ impl Link {
                 };
                 let t = hs.into_transport_mode().map_err(noise)?;
                 self.state = State::Transport(Box::new(t));
+                let mut inbuf = vec![0; INBUF_LEN].into_boxed_slice();
+                let left = self.in_end - self.in_start;
+                inbuf[..left].copy_from_slice(&self.inbuf[self.in_start..self.in_end]);
+                self.inbuf = inbuf;
+                (self.in_start, self.in_end) = (0, left);
                 Ok(Opened::Secured)
             }
             State::Transport(t) => {
