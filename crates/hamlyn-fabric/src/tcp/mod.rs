@@ -15,8 +15,9 @@
 //! [`CloseReason::AuthFailed`] (a replayed handshake fails there too: its copied HELLO
 //! record does not open under the new keys), a record that fails after it as
 //! [`CloseReason::BadRecord`]; both are counted (`auth_failures`, `frames_refused` in
-//! the statistics). Links are always encrypted: integrity alone would cost nearly as
-//! much (the MAC is most of the work) and would leave slot keys in clear. An insecure
+//! the statistics). Links are always encrypted (Noise's transport is an AEAD; integrity
+//! alone would need a second construction outside Noise, save only the ChaCha20
+//! keystream, and leave slot keys in clear), so "integrity only" is this same setting. An insecure
 //! fabric and a secure one refuse each other. A fabric with neither a secret nor
 //! `danger_insecure` does not start.
 //!
