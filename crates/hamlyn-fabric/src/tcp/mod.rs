@@ -17,9 +17,9 @@
 //! [`CloseReason::BadRecord`]; both are counted (`auth_failures`, `frames_refused` in
 //! the statistics). Links are always encrypted (Noise's transport is an AEAD; integrity
 //! alone would need a second construction outside Noise, save only the ChaCha20
-//! keystream, and leave slot keys in clear), so "integrity only" is this same setting. An insecure
-//! fabric and a secure one refuse each other. A fabric with neither a secret nor
-//! `danger_insecure` does not start.
+//! keystream, and leave slot keys in clear), so "integrity only" is this same setting.
+//! An insecure fabric and a secure one refuse each other. A fabric with neither a secret
+//! nor `danger_insecure` does not start.
 //!
 //! What a peer can make the fabric keep is bounded: at most
 //! [`TcpConfig::max_handshakes`] connections in their handshake (each holding one
@@ -42,9 +42,9 @@
 //!   `key` = session number, `slot` = rail index, `offset` = rail count). The acceptor
 //!   checks it and answers on the same connection with its own HELLO echoing session and
 //!   rail (on a secure fabric both HELLOs travel in records, after the Noise
-//!   handshake). The rail count is the dialer's. A side announces [`PeerEvent::Up`] (with the
-//!   peer's incarnation) once *all* rails of the session completed their handshake;
-//!   until then nothing but HELLOs is read from them.
+//!   handshake). The rail count is the dialer's. A side announces [`PeerEvent::Up`]
+//!   (with the peer's incarnation) once *all* rails of the session completed their
+//!   handshake; until then nothing but HELLOs is read from them.
 //! - **Rejections.** A connection whose HELLO names an unknown node (when not learning),
 //!   a node that should not dial us, another destination, an older incarnation or an
 //!   older session, a taken rail or a malformed rail count is closed with a
