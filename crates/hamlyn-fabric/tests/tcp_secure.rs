@@ -524,3 +524,29 @@ fn learned_peers_are_bounded_and_forgotten() {
     assert_eq!(b.stats().peers_forgotten, 1);
     assert!(r[1].downs() >= 1);
 }
+
+/// `tcp_cluster` gives a configuration without a secret a fresh one its fabrics share
+/// (in-process clusters, tests and benchmarks need no secret file), and keeps a given
+/// one or `danger_insecure`.
+#[test]
+fn an_in_process_cluster_shares_a_fresh_secret() {
+    use hamlyn_fabric::tcp::tcp_cluster;
+    let time = Time::new();
+    let mut c = TcpConfig::new(NodeId(0), ([127, 0, 0, 1], 0).into());
+    c.rails = 1;
+    let mut v = tcp_cluster(2, &c).unwrap();
+    let (mut b, mut a) = (v.pop().unwrap(), v.pop().unwrap());
+    assert!(a.config().secret.is_some());
+    assert_eq!(a.config().secret, b.config().secret);
+    let mut r = [Rec::default(), Rec::default()];
+    until_up(&time, &mut a, &mut b, &mut r);
+    deliver(&time, &mut a, &mut b, &mut r, 1);
+    let again = tcp_cluster(1, &c).unwrap();
+    assert_ne!(
+        again[0].config().secret,
+        a.config().secret,
+        "fresh per cluster"
+    );
+    c.danger_insecure = true;
+    assert!(tcp_cluster(1, &c).unwrap()[0].config().secret.is_none());
+}

@@ -1982,12 +1982,22 @@ impl Default for Clock {
 
 /// `nodes` fabrics in one process, with ids `0..nodes`, on 127.0.0.1 and ephemeral ports,
 /// each knowing every other's address; `config` gives every other setting (its `node`,
-/// `listen` and `peers` are replaced). Nothing connects until the fabrics are polled.
+/// `listen` and `peers` are replaced). A `config` with neither a secret nor
+/// `danger_insecure` gets a fresh random secret the fabrics share (they are one cluster,
+/// made in one place; nothing is read from or written to a secret file). Nothing
+/// connects until the fabrics are polled.
 ///
 /// Public API, not only a test helper: `hamlyn bench` runs its in-process TCP engines
 /// over it, and tests of the fabric and the engine use it.
 pub fn tcp_cluster(nodes: usize, config: &TcpConfig) -> Result<Vec<TcpFabric>, TcpError> {
     let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+    let mut config = config.clone();
+    if config.secret.is_none() && !config.danger_insecure {
+        config.secret = Some(
+            ClusterSecret::generate()
+                .map_err(|_| TcpError::Config("no random bytes for the cluster's secret"))?,
+        );
+    }
     let mut fabrics = Vec::with_capacity(nodes);
     for i in 0..nodes {
         let mut c = config.clone();
