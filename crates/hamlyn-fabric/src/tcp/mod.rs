@@ -1561,6 +1561,12 @@ impl TcpFabric {
                 continue;
             }
             let hb = heartbeat(self.config.node, node, self.config.incarnation);
+            for &i in &beats {
+                // Idle: a link gives back what a very large frame made it hold.
+                if let Some(link) = self.conn_mut(i).and_then(|c| c.link.as_mut()) {
+                    link.trim();
+                }
+            }
             for i in beats {
                 self.send_control(i, &hb, now);
                 if let Some(p) = self.peers.get_mut(&node) {
@@ -1670,17 +1676,13 @@ impl TcpFabric {
                 .send(&mut conn.stream, [&hdr, meta], payload, conn.writable, hold),
             Some(link) => {
                 let sealed = link.seal(&Pieces::new([&hdr, meta, &[]], payload));
-                let sent = match sealed {
+                match sealed {
                     Ok(sealed) => {
                         conn.tx
                             .send(&mut conn.stream, [sealed, &[]], &[], conn.writable, hold)
                     }
                     Err(e) => Err(io::Error::other(e)),
-                };
-                if pkt_len > 1 << 20 {
-                    link.trim();
                 }
-                sent
             }
         };
         match sent {

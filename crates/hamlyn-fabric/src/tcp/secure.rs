@@ -385,7 +385,8 @@ impl Link {
         self.seal(&Pieces::new([bytes, &[], &[]], &[]))
     }
 
-    /// Gives back memory a very large frame made the sealing buffer take.
+    /// Gives back memory a very large frame made the sealing buffer take (the fabric
+    /// calls it on idle rails, not per frame, so a stream of large frames reuses it).
     pub(crate) fn trim(&mut self) {
         if self.sealed.capacity() > 1 << 20 {
             self.sealed = Vec::new();
