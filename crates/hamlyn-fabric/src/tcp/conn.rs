@@ -487,6 +487,16 @@ impl Conn {
     pub(crate) fn rx_work(&self) -> bool {
         self.rx.has_work() || self.link.as_ref().is_some_and(Link::has_message)
     }
+
+    /// Since when small packets are held back to share a write: in the send queue, or
+    /// (on a secure link) as plaintext to share a record too.
+    pub(crate) fn held_since(&self) -> Option<Instant> {
+        let link = self.link.as_ref().and_then(Link::held_since);
+        match (self.tx.held_since(), link) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -155,7 +155,7 @@ use crate::fabric::{check_send, Fabric, FabricError, PacketSink, PeerEvent, Shar
 use conn::{Conn, Phase, Role, Rx, RxCounts, RxCtx, RxStop};
 use frame::{heartbeat, join_reply, Hello, JoinQuery, MAX_JOIN_MEMBERS, MAX_RAILS};
 use secure::Link;
-use tx::{Pieces, TxQueue, HOLD_PACKET};
+use tx::{Pieces, Sent, TxQueue, HOLD_BYTES, HOLD_PACKET};
 
 pub use secret::{ClusterSecret, SecretError};
 pub use stats::{CloseCounts, CloseReason, PeerStats, RailStats, TcpStats};
@@ -588,11 +588,7 @@ impl TcpFabric {
     /// must wake by then.
     pub fn next_timer(&self) -> Instant {
         // Packets held to share a write must not wait past their hold time either.
-        let held = self
-            .conns
-            .iter()
-            .flatten()
-            .filter_map(|c| c.tx.held_since());
+        let held = self.conns.iter().flatten().filter_map(Conn::held_since);
         held.map(|t| t.plus_nanos(self.timing.hold))
             .fold(self.next_tick, std::cmp::min)
     }
@@ -1378,15 +1374,24 @@ impl TcpFabric {
             let Some(conn) = self.conn_mut(i) else {
                 continue;
             };
-            if conn.phase == Phase::Connecting || !conn.writable || conn.tx.is_empty() {
+            if conn.phase == Phase::Connecting || !conn.writable {
                 continue;
             }
-            if keep_holding
-                && conn
-                    .tx
-                    .held_since()
-                    .is_some_and(|t| now.nanos_since(t) < hold)
-            {
+            if keep_holding && conn.held_since().is_some_and(|t| now.nanos_since(t) < hold) {
+                continue;
+            }
+            // Frames a link holds as plaintext are sealed into the queue, in one record.
+            if let Some(link) = conn.link.as_mut().filter(|l| l.held() > 0) {
+                match link.seal(&Pieces::new([&[], &[], &[]], &[])) {
+                    Ok(sealed) => conn.tx.push(&Pieces::new([sealed, &[], &[]], &[]), 0),
+                    Err(e) => {
+                        let detail = e.to_string();
+                        self.fail_conn(i, CloseReason::Io, &detail, now);
+                        continue;
+                    }
+                }
+            }
+            if conn.tx.is_empty() {
                 continue;
             }
             match conn.tx.flush(&mut conn.stream) {
@@ -1636,12 +1641,12 @@ impl TcpFabric {
             else {
                 continue;
             };
-            let q = c.tx.len();
+            let q = c.tx.len() + c.link.as_ref().map_or(0, Link::held);
             queued += q;
             if q == 0 && empty.is_none() {
                 empty = Some(rail);
             }
-            if holding.is_none() && c.writable && c.tx.held_since().is_some() {
+            if holding.is_none() && c.writable && c.held_since().is_some() {
                 holding = Some(rail);
             }
             if best.is_none_or(|(bq, _)| q < bq) {
@@ -1674,14 +1679,26 @@ impl TcpFabric {
             None => conn
                 .tx
                 .send(&mut conn.stream, [&hdr, meta], payload, conn.writable, hold),
+            // A small frame of a stream is held as plaintext, to be sealed with the
+            // ones after it in one record; any other is sealed now, behind what is held.
             Some(link) => {
-                let sealed = link.seal(&Pieces::new([&hdr, meta, &[]], payload));
-                match sealed {
-                    Ok(sealed) => {
-                        conn.tx
-                            .send(&mut conn.stream, [sealed, &[]], &[], conn.writable, hold)
+                let packet = Pieces::new([&hdr, meta, &[]], payload);
+                match hold {
+                    Some(now) if conn.writable && link.held() + pkt_len < HOLD_BYTES => {
+                        link.hold(&packet, now);
+                        Ok(Sent {
+                            writable: true,
+                            queued: 0,
+                            held: true,
+                        })
                     }
-                    Err(e) => Err(io::Error::other(e)),
+                    _ => match link.seal(&packet) {
+                        Ok(sealed) => {
+                            conn.tx
+                                .send(&mut conn.stream, [sealed, &[]], &[], conn.writable, None)
+                        }
+                        Err(e) => Err(io::Error::other(e)),
+                    },
                 }
             }
         };

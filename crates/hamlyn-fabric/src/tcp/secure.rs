@@ -25,10 +25,12 @@
 //! That is why the node id, incarnation and session a dialer declares travel in a
 //! record (the HELLO frame), never in the handshake's own messages.
 
+use hamlyn_core::Instant;
 use snow::{HandshakeState, TransportState};
 
 use super::secret::ClusterSecret;
 use super::tx::Pieces;
+use crate::fabric::SharedBytes;
 
 /// The Noise protocol name.
 pub const NOISE_PARAMS: &str = "Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s";
@@ -114,6 +116,11 @@ pub struct Link {
     chunk: Vec<u8>,
     /// Sealed bytes ready for the socket (or the acceptor's handshake reply).
     sealed: Vec<u8>,
+    /// Plaintext of small frames held to share one record (and one write) with the
+    /// frames after them; sealed, in front of them, by the next [`Link::seal`].
+    held: Vec<u8>,
+    /// When the first held frame was held.
+    held_since: Option<Instant>,
 }
 
 impl std::fmt::Debug for Link {
@@ -160,6 +167,8 @@ impl Link {
             in_end: 0,
             chunk: Vec::new(),
             sealed: Vec::new(),
+            held: Vec::new(),
+            held_since: None,
         })
     }
 
@@ -337,47 +346,81 @@ impl Link {
         }
     }
 
-    /// Seals `pieces` into records and returns them (valid until the next call). The
-    /// buffers are reused, so a steady stream of small frames allocates nothing.
+    /// Holds a small frame's plaintext (a copy) to be sealed with the frames after it
+    /// in one record: a record per 8-byte message would cost a tag and a cipher call
+    /// each. The next [`Link::seal`] seals it first.
+    pub(crate) fn hold(&mut self, pieces: &Pieces<'_>, now: Instant) {
+        pieces.copy_from(0, &mut self.held);
+        self.held_since.get_or_insert(now);
+    }
+
+    /// Plaintext bytes held.
+    pub(crate) fn held(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Since when frames are held (`None`: nothing is).
+    pub(crate) fn held_since(&self) -> Option<Instant> {
+        self.held_since
+    }
+
+    /// Seals what is held, then `pieces`, into records and returns them (valid until the
+    /// next call). The buffers are reused, so a steady stream of small frames allocates
+    /// nothing.
     pub(crate) fn seal(&mut self, pieces: &Pieces<'_>) -> Result<&[u8], LinkError> {
-        let State::Transport(t) = &mut self.state else {
+        let Link {
+            state,
+            chunk,
+            sealed,
+            held,
+            held_since,
+            ..
+        } = self;
+        let State::Transport(t) = state else {
             return Err(LinkError::NotEstablished);
         };
-        self.sealed.clear();
-        let mut pieces = pieces.iter();
-        let mut current = pieces.next();
-        loop {
-            // Gather up to one record's plaintext.
-            self.chunk.clear();
-            while self.chunk.len() < MAX_PLAIN {
-                let Some(p) = current else {
+        sealed.clear();
+        {
+            let first = SharedBytes::from(&held[..]);
+            let mut pieces = std::iter::once(first)
+                .filter(|p| !p.is_empty())
+                .chain(pieces.iter());
+            let mut current = pieces.next();
+            loop {
+                // Gather up to one record's plaintext.
+                chunk.clear();
+                while chunk.len() < MAX_PLAIN {
+                    let Some(p) = current else {
+                        break;
+                    };
+                    let take = p.len().min(MAX_PLAIN - chunk.len());
+                    let at = chunk.len();
+                    chunk.resize(at + take, 0);
+                    p.copy_to(&mut chunk[at..]);
+                    current = if take == p.len() {
+                        pieces.next()
+                    } else {
+                        Some(p.tail(take))
+                    };
+                }
+                if chunk.is_empty() {
                     break;
-                };
-                let take = p.len().min(MAX_PLAIN - self.chunk.len());
-                let at = self.chunk.len();
-                self.chunk.resize(at + take, 0);
-                p.copy_to(&mut self.chunk[at..]);
-                current = if take == p.len() {
-                    pieces.next()
-                } else {
-                    Some(p.tail(take))
-                };
-            }
-            if self.chunk.is_empty() {
-                break;
-            }
-            let at = self.sealed.len();
-            let body = self.chunk.len() + TAG_LEN;
-            self.sealed.resize(at + LEN_PREFIX + body, 0);
-            self.sealed[at..at + LEN_PREFIX].copy_from_slice(&(body as u16).to_be_bytes());
-            let n = t
-                .write_message(&self.chunk, &mut self.sealed[at + LEN_PREFIX..])
-                .map_err(noise)?;
-            if n != body {
-                return Err(LinkError::Noise(format!("sealed {n} bytes, not {body}")));
+                }
+                let at = sealed.len();
+                let body = chunk.len() + TAG_LEN;
+                sealed.resize(at + LEN_PREFIX + body, 0);
+                sealed[at..at + LEN_PREFIX].copy_from_slice(&(body as u16).to_be_bytes());
+                let n = t
+                    .write_message(chunk, &mut sealed[at + LEN_PREFIX..])
+                    .map_err(noise)?;
+                if n != body {
+                    return Err(LinkError::Noise(format!("sealed {n} bytes, not {body}")));
+                }
             }
         }
-        Ok(&self.sealed)
+        held.clear();
+        *held_since = None;
+        Ok(sealed)
     }
 
     /// Seals plain bytes (tests and fuzzing).
@@ -435,6 +478,23 @@ mod tests {
         assert_eq!(&got[..5], b"hello");
         assert_eq!(&got[5..], &big[..]);
         assert!(!a.partial());
+    }
+
+    #[test]
+    fn held_frames_share_one_record_in_order() {
+        let (mut d, mut a) = pair(&secret(9), &secret(9)).unwrap();
+        let t = Instant(5);
+        for f in [&b"one "[..], b"two ", b"three "] {
+            d.hold(&Pieces::new([f, &[], &[]], &[]), t);
+        }
+        assert_eq!((d.held(), d.held_since()), (14, Some(t)));
+        let wire = d.seal_bytes(b"four").unwrap().to_vec();
+        assert_eq!(wire.len(), LEN_PREFIX + 18 + TAG_LEN, "one record");
+        assert_eq!((d.held(), d.held_since()), (0, None));
+        let mut out = vec![0; MAX_PLAIN];
+        a.push(&wire);
+        assert_eq!(a.open(&mut out), Ok(Opened::Plain(18)));
+        assert_eq!(&out[..18], b"one two three four");
     }
 
     #[test]
