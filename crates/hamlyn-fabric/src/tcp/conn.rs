@@ -21,7 +21,7 @@ use hamlyn_core::Instant;
 use hamlyn_wire::{Header, NodeId, Op, WireError, MAX_META_LEN};
 
 use super::frame::{FrameDecoder, FrameError, Token};
-use super::secure::{Link, LinkError, Opened};
+use super::secure::{Link, LinkError, Opened, ReplayGuard};
 use super::stats::CloseReason;
 use super::tx::TxQueue;
 use crate::fabric::{Landing, PacketSink, PeerEvent};
@@ -122,6 +122,9 @@ pub(crate) struct RxCtx<'a> {
     pub(crate) budget: &'a mut usize,
     /// Counters to add to.
     pub(crate) counts: &'a mut RxCounts,
+    /// The listener's memory of first handshake messages (acceptors of a secure
+    /// fabric).
+    pub(crate) replay: Option<&'a mut ReplayGuard>,
 }
 
 /// The receive half of a connection.
@@ -250,9 +253,9 @@ impl Rx {
         &mut self,
         r: &mut R,
         link: &mut Link,
-        ctx: &RxCtx<'_>,
+        ctx: &mut RxCtx<'_>,
     ) -> Option<RxStop> {
-        match link.open(&mut self.staging) {
+        match link.open_guarded(&mut self.staging, ctx.replay.as_deref_mut()) {
             Ok(Opened::Plain(n)) => {
                 self.end = n;
                 return None;
@@ -638,6 +641,7 @@ mod tests {
             events: &mut events,
             budget: &mut budget,
             counts: &mut counts,
+            replay: None,
         };
         let stop = pump_events(rx, s, sink, &mut ctx);
         (stop, counts)
@@ -704,6 +708,7 @@ mod tests {
             events: &mut events,
             budget: &mut budget,
             counts: &mut counts,
+            replay: None,
         };
         // One read, short: the socket is drained until the poller says otherwise.
         assert_eq!(rx.pump(&mut s, None, &mut sink, &mut ctx), RxStop::Idle);
@@ -745,6 +750,7 @@ mod tests {
             events: &mut events,
             budget: &mut budget,
             counts: &mut counts,
+            replay: None,
         };
         assert!(matches!(
             rx.pump(&mut s, None, &mut sink, &mut ctx),
@@ -833,6 +839,7 @@ mod tests {
             events: &mut events,
             budget: &mut budget,
             counts: &mut counts,
+            replay: None,
         };
         assert_eq!(
             rx.pump(&mut s, None, &mut sink, &mut ctx),
@@ -888,6 +895,7 @@ mod tests {
             events: &mut events,
             budget: &mut budget,
             counts: &mut counts,
+            replay: None,
         };
         let mut short = Short(vec![0; 3]);
         assert_eq!(

@@ -12,8 +12,10 @@
 //! the node id, incarnation and session a dialer declares arrive in its first record,
 //! bound to that handshake; and a frame altered, injected, replayed or reordered on the
 //! way does not open. A connection that fails its handshake is closed as
-//! [`CloseReason::AuthFailed`] (a replayed handshake fails there too: its copied HELLO
-//! record does not open under the new keys), a record that fails after it as
+//! [`CloseReason::AuthFailed`] (a replayed handshake fails there too: the listener
+//! remembers the last 4,096 ephemeral keys it accepted and refuses a first message that
+//! repeats one before computing anything for it; an older replay's copied HELLO record
+//! would not open under the new keys), a record that fails after it as
 //! [`CloseReason::BadRecord`]; both are counted (`auth_failures`, `frames_refused` in
 //! the statistics). Links are always encrypted (Noise's transport is an AEAD; integrity
 //! alone would need a second construction outside Noise, save only the ChaCha20
@@ -154,7 +156,7 @@ use mio::{Events, Interest, Poll, Token};
 use crate::fabric::{check_send, Fabric, FabricError, PacketSink, PeerEvent, SharedBytes};
 use conn::{Conn, Phase, Role, Rx, RxCounts, RxCtx, RxStop};
 use frame::{heartbeat, join_reply, Hello, JoinQuery, MAX_JOIN_MEMBERS, MAX_RAILS};
-use secure::Link;
+use secure::{Link, ReplayGuard};
 use tx::{Pieces, Sent, TxQueue, HOLD_BYTES, HOLD_PACKET};
 
 pub use secret::{ClusterSecret, SecretError};
@@ -164,6 +166,10 @@ pub use stats::{CloseCounts, CloseReason, PeerStats, RailStats, TcpStats};
 pub const BUSY_POLL_EVENTS_EVERY: u64 = 16;
 
 const LISTENER: Token = Token(0);
+
+/// First handshake messages whose ephemeral keys a listener remembers, to refuse their
+/// replays before any Diffie-Hellman (32 bytes each, twice).
+const REPLAY_MEMORY: usize = 4096;
 
 /// Configuration of one node's TCP fabric.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -388,6 +394,8 @@ pub struct TcpFabric {
     next_ask: Instant,
     shut: bool,
     stats: TcpStats,
+    /// Ephemeral keys of the last first handshake messages the listener accepted.
+    replay: ReplayGuard,
 }
 
 impl std::fmt::Debug for TcpFabric {
@@ -468,6 +476,7 @@ impl TcpFabric {
             next_ask: Instant(0),
             shut: false,
             stats: TcpStats::default(),
+            replay: ReplayGuard::new(REPLAY_MEMORY),
             config: config.clone(),
         };
         for (node, addr) in config.peers {
@@ -1447,6 +1456,7 @@ impl TcpFabric {
                     events: &mut self.out,
                     budget: &mut *budget,
                     counts: &mut counts,
+                    replay: Some(&mut self.replay),
                 };
                 let stop = conn
                     .rx

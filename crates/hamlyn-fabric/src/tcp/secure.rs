@@ -23,7 +23,12 @@
 //! so the session keys depend on an ephemeral private key only the original dialer had,
 //! and the first record the replayer sends (the dialer's HELLO, copied) fails to open.
 //! That is why the node id, incarnation and session a dialer declares travel in a
-//! record (the HELLO frame), never in the handshake's own messages.
+//! record (the HELLO frame), never in the handshake's own messages. A [`ReplayGuard`]
+//! shared by a listener's links refuses a first message whose ephemeral key it has seen
+//! already, before the acceptor makes a key or computes anything for it: replaying a
+//! recorded handshake cannot make a node spend its Diffie-Hellman on the replayer.
+
+use std::collections::{HashSet, VecDeque};
 
 use hamlyn_core::Instant;
 use snow::{HandshakeState, TransportState};
@@ -79,12 +84,50 @@ pub enum LinkError {
     /// A record did not authenticate (altered, injected, replayed or out of order).
     #[error("record does not authenticate")]
     BadRecord,
+    /// A first handshake message that authenticated but carries an ephemeral key the
+    /// listener has seen before: a recorded handshake, replayed.
+    #[error("replayed handshake (an ephemeral key seen before)")]
+    ReplayedHandshake,
     /// A frame was to be sealed before the handshake completed, or after a failure.
     #[error("link not established")]
     NotEstablished,
     /// The Noise library refused to set up or seal.
     #[error("noise: {0}")]
     Noise(String),
+}
+
+/// The ephemeral keys of the last first-handshake-messages a listener accepted, to
+/// refuse one that comes again (bounded: the oldest is forgotten first).
+#[derive(Debug)]
+pub struct ReplayGuard {
+    seen: HashSet<[u8; 32]>,
+    order: VecDeque<[u8; 32]>,
+    cap: usize,
+}
+
+impl ReplayGuard {
+    /// A guard remembering the last `cap` keys (at least 1).
+    pub fn new(cap: usize) -> ReplayGuard {
+        ReplayGuard {
+            seen: HashSet::new(),
+            order: VecDeque::new(),
+            cap: cap.max(1),
+        }
+    }
+
+    /// Whether `key` is new (and remembers it).
+    pub fn fresh(&mut self, key: [u8; 32]) -> bool {
+        if !self.seen.insert(key) {
+            return false;
+        }
+        self.order.push_back(key);
+        if self.order.len() > self.cap {
+            if let Some(old) = self.order.pop_front() {
+                self.seen.remove(&old);
+            }
+        }
+        true
+    }
 }
 
 /// What [`Link::open`] produced.
@@ -251,7 +294,17 @@ impl Link {
     /// after it, every whole record whose plaintext fits in `out` (at least one when
     /// `out` holds [`MAX_PLAIN`] bytes), opened into `out`.
     pub fn open(&mut self, out: &mut [u8]) -> Result<Opened, LinkError> {
-        match self.open_inner(out) {
+        self.open_guarded(out, None)
+    }
+
+    /// [`Link::open`], with an acceptor's first handshake message checked against
+    /// `guard` (after it authenticated, before the reply is made).
+    pub fn open_guarded(
+        &mut self,
+        out: &mut [u8],
+        guard: Option<&mut ReplayGuard>,
+    ) -> Result<Opened, LinkError> {
+        match self.open_inner(out, guard) {
             Ok(o) => Ok(o),
             Err(e) => {
                 self.state = State::Failed;
@@ -260,7 +313,11 @@ impl Link {
         }
     }
 
-    fn open_inner(&mut self, out: &mut [u8]) -> Result<Opened, LinkError> {
+    fn open_inner(
+        &mut self,
+        out: &mut [u8],
+        guard: Option<&mut ReplayGuard>,
+    ) -> Result<Opened, LinkError> {
         let dialer = self.dialer;
         match &mut self.state {
             State::Failed => Err(LinkError::NotEstablished),
@@ -281,6 +338,12 @@ impl Link {
                     .map_err(|e| LinkError::Handshake(e.to_string()))?;
                 if payload.get(..n) != Some(&HANDSHAKE_PAYLOAD[..]) {
                     return Err(LinkError::Handshake("another protocol's payload".into()));
+                }
+                // The dialer's ephemeral key: the message's first 32 bytes, in clear.
+                if let (false, Some(guard), Some(e)) = (dialer, guard, msg.first_chunk::<32>()) {
+                    if !guard.fresh(*e) {
+                        return Err(LinkError::ReplayedHandshake);
+                    }
                 }
                 self.in_start += len;
                 if !dialer {
@@ -533,6 +596,28 @@ mod tests {
         let mut acc = Link::acceptor(&secret(3)).unwrap();
         acc.push(&[0x48, 0x4d, 1, 7]);
         assert_eq!(acc.open(&mut out), Err(LinkError::HandshakeLength(0x484d)));
+    }
+
+    #[test]
+    fn a_guard_refuses_a_replayed_first_message_and_forgets_the_oldest() {
+        let mut guard = ReplayGuard::new(2);
+        let (_, first) = Link::dialer(&secret(4)).unwrap();
+        let mut out = vec![0; MAX_PLAIN];
+        let mut acc = Link::acceptor(&secret(4)).unwrap();
+        acc.push(&first);
+        assert_eq!(
+            acc.open_guarded(&mut out, Some(&mut guard)),
+            Ok(Opened::Secured)
+        );
+        let mut again = Link::acceptor(&secret(4)).unwrap();
+        again.push(&first);
+        assert_eq!(
+            again.open_guarded(&mut out, Some(&mut guard)),
+            Err(LinkError::ReplayedHandshake)
+        );
+        assert!(again.handshake_reply().is_empty(), "no reply made");
+        assert!(guard.fresh([1; 32]) && guard.fresh([2; 32]));
+        assert!(guard.fresh(first[2..34].try_into().unwrap()), "forgotten");
     }
 
     #[test]
