@@ -5,13 +5,23 @@
 //! was not sealed, and an altered record never opens.
 #![no_main]
 
-use hamlyn_fabric::tcp::secure::{Link, Opened, MAX_PLAIN};
+use hamlyn_fabric::tcp::secure::{Link, Opened, ReplayGuard, MAX_PLAIN};
 use hamlyn_fabric::tcp::ClusterSecret;
 use libfuzzer_sys::fuzz_target;
 
 /// Feeds `bytes` to `link` in chunks of `step` and opens after each; returns the
 /// plaintext opened, or `None` once the link failed.
 fn feed(link: &mut Link, bytes: &[u8], step: usize) -> Option<Vec<u8>> {
+    feed_guarded(link, bytes, step, None)
+}
+
+/// [`feed`], an acceptor's first message checked against `guard`.
+fn feed_guarded(
+    link: &mut Link,
+    bytes: &[u8],
+    step: usize,
+    mut guard: Option<&mut ReplayGuard>,
+) -> Option<Vec<u8>> {
     let mut out = vec![0u8; MAX_PLAIN];
     let mut plain = Vec::new();
     for chunk in bytes.chunks(step.max(1)) {
@@ -21,7 +31,7 @@ fn feed(link: &mut Link, bytes: &[u8], step: usize) -> Option<Vec<u8>> {
             let n = link.push(rest);
             rest = &rest[n..];
             loop {
-                match link.open(&mut out) {
+                match link.open_guarded(&mut out, guard.as_deref_mut()) {
                     Ok(Opened::NeedMore) => break,
                     Ok(Opened::Plain(k)) => {
                         assert!(k > 0 && k <= out.len());
@@ -51,7 +61,8 @@ fuzz_target!(|data: &[u8]| {
             let Ok(mut acceptor) = Link::acceptor(&secret) else {
                 return;
             };
-            if let Some(plain) = feed(&mut acceptor, rest, step) {
+            let mut guard = ReplayGuard::new(4);
+            if let Some(plain) = feed_guarded(&mut acceptor, rest, step, Some(&mut guard)) {
                 assert!(plain.is_empty(), "a stranger's bytes opened");
             }
         }
