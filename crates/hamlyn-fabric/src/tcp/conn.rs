@@ -683,6 +683,84 @@ mod tests {
         );
     }
 
+    /// Through a secure link: packets arrive whole and in order however the records are
+    /// cut into reads, one packet per pump (the budget), and after every stop the
+    /// fabric's test for more work (`Conn::rx_work`: staged plaintext, readiness, or a
+    /// whole record the link holds) or the poller's next event finds what is left.
+    #[test]
+    fn a_secure_link_delivers_whatever_the_cuts_and_budget() {
+        use crate::tcp::secret::ClusterSecret;
+        use crate::tcp::secure::MAX_PLAIN;
+        let secret = ClusterSecret::from_bytes([3; 32]);
+        let mut scratch = vec![0; MAX_PLAIN];
+        let mixed: Vec<_> = [(4, 300_000), (0, 10), (60, 0), (1, 5), (0, 70_000)]
+            .iter()
+            .enumerate()
+            .map(|(i, &(m, len))| pkt(i as u32, m, len))
+            .collect();
+        // A packet that fills one record exactly (64 + 65,455 = 65,519 bytes), then a
+        // small one, in one short read: the pump that delivers the first ends on a
+        // boundary with its staging buffer empty, the socket drained, and the second
+        // record whole in the link, where only `rx_work` can see it.
+        let exact = vec![pkt(0, 0, 65_455), pkt(1, 0, 10)];
+        let cases = [
+            (&mixed, 7000),
+            (&mixed, 65_537),
+            (&mixed, 200_000),
+            (&mixed, 1 << 20),
+            (&exact, 1 << 20),
+        ];
+        for (pkts, cut) in cases {
+            let (mut d, first) = Link::dialer(&secret).unwrap();
+            let mut acc = Link::acceptor(&secret).unwrap();
+            acc.push(&first);
+            assert_eq!(acc.open(&mut scratch).unwrap(), Opened::Secured);
+            d.push(acc.handshake_reply());
+            assert_eq!(d.open(&mut scratch).unwrap(), Opened::Secured);
+            let mut wire = Vec::new();
+            for (h, m, p) in pkts {
+                wire.extend_from_slice(d.seal_bytes(&h.to_packet(m, p).unwrap()).unwrap());
+            }
+            let mut s = Script {
+                chunks: wire.chunks(cut).map(<[u8]>::to_vec).collect(),
+                eof: false,
+                reads: 0,
+            };
+            let mut link = Some(acc);
+            let mut rx = Rx::new(16 << 20);
+            let mut sink = Sink::default();
+            for _ in 0..10_000 {
+                if sink.done.len() == pkts.len() {
+                    break;
+                }
+                let mut events = VecDeque::new();
+                let (mut budget, mut counts) = (1, RxCounts::default());
+                let mut ctx = RxCtx {
+                    me: NodeId(2),
+                    peer: Some(NodeId(1)),
+                    handshake: false,
+                    deliver: true,
+                    events: &mut events,
+                    budget: &mut budget,
+                    counts: &mut counts,
+                    replay: None,
+                };
+                match rx.pump(&mut s, link.as_mut(), &mut sink, &mut ctx) {
+                    RxStop::Budget | RxStop::Idle => {}
+                    other => panic!("{other:?}"),
+                }
+                if sink.done.len() < pkts.len() {
+                    let more = rx.has_work() || link.as_ref().is_some_and(Link::has_message);
+                    assert!(
+                        more || s.event(&mut rx),
+                        "cut {cut}: stalled with bytes unread"
+                    );
+                }
+            }
+            assert_eq!(&sink.done, pkts, "cut {cut}");
+        }
+    }
+
     #[test]
     fn a_short_read_ends_the_pump_without_asking_again() {
         let pkts: Vec<_> = (0..40).map(|i| pkt(i, 2, 8)).collect();
