@@ -97,6 +97,9 @@ impl ClusterSecret {
             source,
         };
         let meta = std::fs::metadata(path).map_err(io)?;
+        if meta.len() > 4096 {
+            return Err(SecretError::Format);
+        }
         let mode = meta.permissions().mode() & 0o777;
         if mode & 0o077 != 0 {
             return Err(SecretError::Permissions {
