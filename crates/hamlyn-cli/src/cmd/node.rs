@@ -12,6 +12,7 @@ use hamlyn_fabric::tcp::{TcpConfig, TcpFabric};
 use hamlyn_shm::sync::{AtomicBool, Ordering};
 use hamlyn_wire::NodeId;
 
+use crate::cmd::secret::{SecretSource, SECRET_ENV};
 use crate::socket::{DEFAULT_SOCKET, SOCKET_ENV};
 
 /// Engine settings shared by `hamlyn node` and the embedded engine of `hamlyn bench`.
@@ -176,6 +177,16 @@ pub struct FabricArgs {
     /// This run's incarnation (default: from the clock, so every restart is newer).
     #[arg(long, value_name = "N")]
     pub incarnation: Option<u32>,
+    /// The cluster secret's file (64 hexadecimal digits, readable by its owner only;
+    /// `hamlyn secret generate` makes one). Default: `$HAMLYN_SECRET`, else this user's
+    /// file (`hamlyn secret path`), created on first use.
+    #[arg(long, value_name = "PATH")]
+    pub secret_file: Option<PathBuf>,
+    /// DANGER: links in clear and unauthenticated — anyone who reaches the listener can
+    /// claim any node id, read every key and forge packets. Only for a physically secure
+    /// network; secure nodes refuse such a node.
+    #[arg(long)]
+    pub danger_insecure: bool,
 }
 
 impl FabricArgs {
@@ -235,6 +246,18 @@ impl NodeArgs {
             return Ok(None);
         };
         let mut c = TcpConfig::new(NodeId(self.node_id), listen);
+        let source = SecretSource::choose(
+            self.fabric.danger_insecure,
+            self.fabric.secret_file.as_deref(),
+            std::env::var(SECRET_ENV).ok(),
+        )?;
+        c.secret = source.load()?;
+        c.danger_insecure = c.secret.is_none();
+        if c.danger_insecure {
+            tracing::warn!(
+                "--danger-insecure: links to other nodes are NOT authenticated or encrypted"
+            );
+        }
         c.incarnation = incarnation;
         c.rails = self.fabric.rails;
         c.busy_poll = self.engine.busy_poll;
