@@ -231,6 +231,72 @@ fn stat_shows_the_peer_the_tcp_fabric_and_all_65536_slots() {
     assert_eq!(cells[5], "2/2", "{row}");
     let slot_rows = section(&table, "Slots");
     assert_eq!(slot_rows.len(), SLOTS, "one table row per slot");
+
+    // Neither daemon was told where the registry is: both chose the lowest id, node 0.
+    for s in &sockets {
+        assert_eq!(stat_json(s).registry.home, 0, "{}", s.display());
+    }
+    // `hamlyn seed publish` on node 1 holds the name while it runs; node 0 finds it, and
+    // once the publisher is interrupted the name is gone.
+    let seed = hamlyn_wire::Seed::single(slots[0].ticket_all().expect("ticket"))
+        .to_text()
+        .expect("seed text");
+    let socket1 = sockets[1].to_str().expect("utf-8 path");
+    let socket0 = sockets[0].to_str().expect("utf-8 path");
+    let mut publisher = Daemon(
+        Command::new(BIN)
+            .args(["seed", "publish", "--socket", socket1, "inbox", &seed])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start hamlyn seed publish"),
+    );
+    let lookup = || {
+        run(
+            &["seed", "lookup", "--socket", socket0, "inbox"],
+            Duration::from_secs(60),
+        )
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = lookup();
+        if out.status.success() {
+            assert_eq!(text(&out.stdout).trim(), seed);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never published: {}",
+            text(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pid = rustix::process::Pid::from_raw(publisher.0.id() as i32).expect("pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).expect("interrupt");
+    assert!(publisher.0.wait().expect("publisher exits").success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = lookup();
+        if !out.status.success() {
+            assert!(
+                text(&out.stderr).contains("no seed published"),
+                "{}",
+                text(&out.stderr)
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "the name outlived its publisher");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // A node nobody knows is unreachable, and the error says which.
+    let out = run(
+        &["ping", "--socket", socket0, "-c", "1", "9"],
+        Duration::from_secs(60),
+    );
+    assert!(!out.status.success());
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(said.contains("node 9 unreachable"), "{said}");
     drop(slots);
 }
 

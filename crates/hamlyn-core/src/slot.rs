@@ -370,14 +370,16 @@ mod tests {
     /// survivor's slot keeps its number, and numbers are handed out compactly afterwards.
     #[test]
     fn an_emptied_table_gives_its_memory_back() {
+        // Miri interprets every step: a smaller table shows the same.
+        let n = if cfg!(miri) { 500 } else { 100_000 };
         let mut t = SlotTable::new();
         let survivor = t.create(fast(1), 7).expect("slot");
-        for _ in 0..100_000 {
+        for _ in 0..n {
             t.create(fast(2), 9).expect("slot");
         }
         let big = t.slots.capacity();
-        assert!(big > 100_000);
-        assert_eq!(t.destroy_owner(OwnerId(2)).len(), 100_000);
+        assert!(big > n);
+        assert_eq!(t.destroy_owner(OwnerId(2)).len(), n);
         assert_eq!(t.len(), 1);
         assert!(
             t.slots.capacity() < 16,

@@ -538,7 +538,12 @@ impl EngineState {
         match ev {
             PeerEvent::Up { node, incarnation } => {
                 tracing::info!(peer = node.0, incarnation, "peer up");
+                let before = remote.peers.last_incarnation(node);
                 remote.peers.peer_up(node, incarnation);
+                if before.is_some_and(|b| b != incarnation) {
+                    // A restart: the clients that published there are gone.
+                    self.registry.node_gone(node);
+                }
             }
             PeerEvent::Down { node } => {
                 tracing::warn!(peer = node.0, "peer down");

@@ -351,7 +351,10 @@ impl Engine {
             };
             let (reply, fds) = match Request::decode(&self.buf[..received.len]) {
                 Ok(
-                    req @ (Request::Publish { .. } | Request::Lookup { .. } | Request::Ping { .. }),
+                    req @ (Request::Publish { .. }
+                    | Request::Unpublish { .. }
+                    | Request::Lookup { .. }
+                    | Request::Ping { .. }),
                 ) => {
                     let at = self.state.registry_place();
                     let remote = self.state.remote.as_mut();
@@ -396,7 +399,10 @@ impl Engine {
             .registry()
             .deregister(&mut SourceFd(&client.sock.as_raw_fd()));
         let slots = self.state.delivery.bury_owner(cid);
-        self.state.registry.forget_client(cid);
+        let at = self.state.registry_place();
+        self.state
+            .registry
+            .forget_client(cid, at, self.state.remote.as_mut());
         if let Some(port) = &client.port {
             self.state.client_gone(port);
         }
