@@ -4,7 +4,7 @@
 //! fetch-and-add and notifications for the barrier.
 //!
 //! ```no_run
-//! let job = hamlyn_job::Job::init()?;
+//! let mut job = hamlyn_job::Job::init()?;
 //! println!("rank {} of {}", job.rank(), job.size());
 //! job.barrier()?;
 //! # Ok::<(), hamlyn_job::JobError>(())
