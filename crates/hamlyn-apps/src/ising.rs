@@ -24,6 +24,8 @@ use std::time::Duration;
 use hamlyn::{Area, Data, Node, SendOptions, Ticket};
 use hamlyn_job::Job;
 
+use crate::AppError;
+
 /// A run's parameters; every rank must be given the same.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Params {
@@ -36,35 +38,6 @@ pub struct Params {
     pub beta: f64,
     /// Seed of the initial spins and of every random draw.
     pub seed: u64,
-}
-
-/// What can fail in a parallel run.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum IsingError {
-    /// The job layer failed (a rank died, a timeout).
-    #[error(transparent)]
-    Job(#[from] hamlyn_job::JobError),
-    /// The Hamlyn library failed.
-    #[error(transparent)]
-    Hamlyn(#[from] hamlyn::Error),
-    /// A remote write was refused.
-    #[error(transparent)]
-    Send(#[from] hamlyn::SendError),
-    /// A remote write finished as failed.
-    #[error("a boundary row could not be written: {0:?}")]
-    Failed(hamlyn::Status),
-    /// The parameters do not fit the job.
-    #[error("{0}")]
-    Params(String),
-    /// A neighbour's row did not arrive in time.
-    #[error("phase {phase}: {got} of 2 boundary rows arrived")]
-    Timeout {
-        /// The phase.
-        phase: u64,
-        /// Rows that arrived.
-        got: u32,
-    },
 }
 
 fn mix(mut x: u64) -> u64 {
@@ -168,10 +141,10 @@ fn ghost(local: usize, parity: u64, which: usize) -> usize {
 
 /// This rank's share of the parallel run: returns its rows (row-major) after `p.sweeps`
 /// sweeps. `node` carries the boundary rows; `job` gives the rank and exchanges tickets.
-pub fn parallel(job: &mut Job, node: &Node, p: &Params) -> Result<Vec<i8>, IsingError> {
+pub fn parallel(job: &mut Job, node: &Node, p: &Params) -> Result<Vec<i8>, AppError> {
     let (rank, size, n) = (job.rank(), job.size(), p.n);
     if n < 2 || n % 2 == 1 || (size as usize) > n {
-        return Err(IsingError::Params(format!(
+        return Err(AppError::Params(format!(
             "a {n}×{n} grid (even, at least 2) cannot be split among {size} processes"
         )));
     }
@@ -194,10 +167,10 @@ pub fn parallel(job: &mut Job, node: &Node, p: &Params) -> Result<Vec<i8>, Ising
     let all = job.all_gather(&seed)?;
     let up = (rank + size - 1) % size;
     let down = (rank + 1) % size;
-    let ticket = |r: u32| -> Result<Ticket, IsingError> {
+    let ticket = |r: u32| -> Result<Ticket, AppError> {
         all.get(r as usize)
             .and_then(|s| s.tickets.first().copied())
-            .ok_or_else(|| IsingError::Params(format!("rank {r} published no ghost rows")))
+            .ok_or_else(|| AppError::Params(format!("rank {r} published no ghost rows")))
     };
     let (to_up, to_down) = (ticket(up)?, ticket(down)?);
 
@@ -253,7 +226,7 @@ pub fn parallel(job: &mut Job, node: &Node, p: &Params) -> Result<Vec<i8>, Ising
         for h in [h_up, h_down] {
             let s = h.wait(Some(Duration::from_secs(120)));
             if s != hamlyn::Status::Sent {
-                return Err(IsingError::Failed(s));
+                return Err(AppError::Failed(s));
             }
         }
         // Wait for this phase's two rows from the neighbours.
@@ -261,10 +234,10 @@ pub fn parallel(job: &mut Job, node: &Node, p: &Params) -> Result<Vec<i8>, Ising
         while arrived.get(&phase).copied().unwrap_or(0) < 2 {
             let now = std::time::Instant::now();
             if now >= deadline {
-                return Err(IsingError::Timeout {
-                    phase,
-                    got: arrived.get(&phase).copied().unwrap_or(0),
-                });
+                return Err(AppError::Timeout(format!(
+                    "phase {phase}: {} of 2 boundary rows arrived",
+                    arrived.get(&phase).copied().unwrap_or(0)
+                )));
             }
             if let Some(note) = queue.wait(Some(deadline - now))? {
                 if note.slot == ghosts.id() {
