@@ -1,0 +1,217 @@
+//! The client stub: connect by service name, call by procedure name.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use hamlyn::{
+    Area, Data, MetaArea, Node, NotifyQueue, Seed, SendHandle, SendOptions, Slot, Terminus, Ticket,
+};
+
+use crate::frame::{self, Status, FRAMES, FRAME_BYTES, REPLY_BYTES};
+use crate::server::{client_name, frames_name, service_name};
+use crate::RpcError;
+
+/// A call started with [`RpcClient::start`], to [`RpcClient::finish`].
+#[derive(Debug)]
+#[must_use = "a started call holds a frame until it is finished"]
+pub struct Call {
+    id: u64,
+    frame: usize,
+    sent: SendHandle,
+}
+
+/// A connection to one RPC service (see the crate docs).
+pub struct RpcClient {
+    node: Node,
+    names: Vec<String>,
+    frames: Vec<Ticket>,
+    busy: [bool; FRAMES],
+    next: u64,
+    queue: NotifyQueue,
+    terminus: Terminus,
+    reply: Slot,
+    replies: Area,
+    _meta: MetaArea,
+    /// Frames' staging copies for arguments too long to send inline.
+    staging: Area,
+    /// Replies that arrived for calls not yet finished.
+    arrived: HashSet<u64>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for RpcClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RpcClient")
+            .field("procedures", &self.names)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RpcClient {
+    /// Connects to `service` through `node` (a connection the client keeps for itself),
+    /// waiting at most `timeout` for the server to give it frames.
+    pub fn connect(node: Node, service: &str, timeout: Duration) -> Result<RpcClient, RpcError> {
+        let deadline = Instant::now() + timeout;
+        let door = node
+            .lookup(&service_name(service))
+            .map_err(|_| RpcError::NoService(service.to_owned()))?;
+        let names: Vec<String> = String::from_utf8(door.data.clone())
+            .map_err(|_| RpcError::NoService(service.to_owned()))?
+            .split('\n')
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
+        let door = *door
+            .tickets
+            .first()
+            .ok_or_else(|| RpcError::NoService(service.to_owned()))?;
+        let replies = node.area((FRAMES * REPLY_BYTES) as u64)?;
+        let meta = node.meta_area(4)?;
+        let reply = node.slot(&replies).meta(&meta).queue(0).create()?;
+        let staging = node.area((FRAMES * FRAME_BYTES) as u64)?;
+        let key = reply.key() ^ (u64::from(node.id().0) << 48) ^ u64::from(node.client_id());
+        let mine = client_name(service, key);
+        node.publish(&mine, &Seed::single(reply.ticket_all()?))?;
+        let mut terminus = node.terminus(0)?;
+        terminus.send(&door, &SendOptions::new().tag(key), Data::Inline(b"!"))?;
+        let frames = loop {
+            match node.lookup(&frames_name(service, key)) {
+                Ok(seed) if seed.tickets.len() == FRAMES => break seed.tickets,
+                Ok(_) => return Err(RpcError::Malformed("frames seed")),
+                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(1)),
+                Err(_) => return Err(RpcError::Timeout(timeout)),
+            }
+        };
+        // The name stays published while the client is connected: the server looks for
+        // it to learn that the client is gone (the registry drops it then).
+        Ok(RpcClient {
+            queue: node.queue(0)?,
+            node,
+            names,
+            frames,
+            busy: [false; FRAMES],
+            next: 1,
+            terminus,
+            reply,
+            replies,
+            _meta: meta,
+            staging,
+            arrived: HashSet::new(),
+            timeout: Duration::from_secs(30),
+        })
+    }
+
+    /// How long a call waits for its reply (30 s unless set).
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
+    }
+
+    /// The procedures the service offers.
+    pub fn procedures(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The client's connection.
+    pub fn node(&self) -> &Node {
+        &self.node
+    }
+
+    /// Calls `procedure` with `args` and waits for its result.
+    pub fn call(&mut self, procedure: &str, args: &[u8]) -> Result<Vec<u8>, RpcError> {
+        let c = self.start(procedure, args)?;
+        self.finish(c)
+    }
+
+    /// Starts a call: writes its frame and activates the server. At most [`FRAMES`]
+    /// calls are outstanding ([`RpcError::Busy`]).
+    pub fn start(&mut self, procedure: &str, args: &[u8]) -> Result<Call, RpcError> {
+        let p = self
+            .names
+            .iter()
+            .position(|n| n == procedure)
+            .ok_or_else(|| RpcError::NoProcedure(procedure.to_owned()))?;
+        self.start_number(p as u32, args)
+    }
+
+    /// [`RpcClient::start`] by procedure number (the position of its name in
+    /// [`RpcClient::procedures`]); a number the server does not know is refused there.
+    pub fn start_number(&mut self, procedure: u32, args: &[u8]) -> Result<Call, RpcError> {
+        let frame = self.busy.iter().position(|b| !b).ok_or(RpcError::Busy)?;
+        let id = self.next;
+        self.next += 1;
+        let bytes = frame::encode_call(procedure, id, args).ok_or(RpcError::TooLong {
+            what: "arguments",
+            len: args.len(),
+            max: frame::MAX_ARGS,
+        })?;
+        let opts = SendOptions::new().tag(id);
+        let sent = if bytes.len() <= hamlyn::MAX_INLINE {
+            self.terminus
+                .send(&self.frames[frame], &opts, Data::Inline(&bytes))?
+        } else {
+            // The staging copy of this frame is free: its previous call has finished.
+            let at = (frame * FRAME_BYTES) as u64;
+            self.staging.write(at, &bytes)?;
+            let span = [self.staging.span(at, bytes.len() as u64)];
+            self.terminus
+                .send(&self.frames[frame], &opts, Data::Gather(&span))?
+        };
+        self.busy[frame] = true;
+        Ok(Call { id, frame, sent })
+    }
+
+    /// Waits for a started call's result.
+    pub fn finish(&mut self, call: Call) -> Result<Vec<u8>, RpcError> {
+        let result = self.wait_reply(&call);
+        self.busy[call.frame] = false;
+        result
+    }
+
+    fn wait_reply(&mut self, call: &Call) -> Result<Vec<u8>, RpcError> {
+        let deadline = Instant::now() + self.timeout;
+        while !self.arrived.remove(&call.id) {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(RpcError::Timeout(self.timeout));
+            }
+            let slice = (deadline - now).min(Duration::from_millis(20));
+            match self.queue.wait(Some(slice))? {
+                Some(n) if n.slot == self.reply.id() => {
+                    self.arrived.insert(n.word);
+                }
+                Some(_) => {}
+                None => {
+                    let s = call.sent.status();
+                    if s.is_failed() {
+                        return Err(RpcError::ServerGone(s));
+                    }
+                }
+            }
+        }
+        let bytes = self
+            .replies
+            .read_vec((call.frame * REPLY_BYTES) as u64, REPLY_BYTES)?;
+        let r = frame::decode_reply(&bytes).ok_or(RpcError::Malformed("reply"))?;
+        if r.call != call.id {
+            return Err(RpcError::Malformed("reply for another call"));
+        }
+        match r.status {
+            Status::Ok => Ok(r.body.to_vec()),
+            Status::Failed => Err(RpcError::Procedure(
+                String::from_utf8_lossy(r.body).into_owned(),
+            )),
+            other => Err(RpcError::Refused(other)),
+        }
+    }
+
+    /// The ticket of call frame `i` (to show what the server refuses while a call runs;
+    /// a stub never needs it).
+    pub fn frame_ticket(&self, i: usize) -> Option<Ticket> {
+        self.frames.get(i).copied()
+    }
+
+    /// The terminus calls are sent on.
+    pub fn terminus(&mut self) -> &mut Terminus {
+        &mut self.terminus
+    }
+}

@@ -1,0 +1,30 @@
+//! RPC over remote memory, as seed 004 §3.1 builds it, on the public API of `hamlyn`.
+//!
+//! - The server publishes its service by name in the registry; a client connects by
+//!   name, and the server exports to it [`FRAMES`] *call frames* (the paper's stacks),
+//!   each a slot of its own.
+//! - A call: the client stub writes the call frame (procedure, arguments) with a remote
+//!   write whose notification activates the server; the server write-inhibits the frame
+//!   while the procedure runs (a client scribbling over it meanwhile is refused with
+//!   `Inhibited`, and counted), then writes the result into the client's reply slot with
+//!   a remote write, and lifts the inhibition.
+//! - Several calls per client are outstanding at once (one per frame); every call has a
+//!   timeout; a server that is gone is an error at the client ([`RpcError::ServerGone`]);
+//!   a client that is gone has its frames freed (its registry name leaves with it, and
+//!   the server looks every half second; or a reply cannot be delivered).
+//! - Procedures are registered by name; [`typed`] gives fixed-layout arguments and
+//!   results (`zerocopy`), so a user writes a procedure and calls it without
+//!   hand-marshalling.
+//!
+//! The frame and reply layouts are in [`frame`] (sans-IO, checked against lying lengths).
+
+mod client;
+mod error;
+pub mod frame;
+mod server;
+pub mod typed;
+
+pub use client::{Call, RpcClient};
+pub use error::RpcError;
+pub use frame::{FRAMES, FRAME_BYTES, MAX_ARGS, MAX_RESULT, REPLY_BYTES};
+pub use server::{RpcServer, ServerCounters};

@@ -1,0 +1,332 @@
+//! The server: a door for connections, call frames per client, procedures by name.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use hamlyn::{
+    Area, Data, MetaArea, Node, NotifyQueue, Seed, SendHandle, SendOptions, Slot, SlotId, Terminus,
+    Ticket,
+};
+
+use crate::frame::{self, Status, FRAMES, FRAME_BYTES, REPLY_BYTES};
+use crate::RpcError;
+
+/// A procedure: arguments in, result (or an error's message) out.
+pub type Procedure = Box<dyn FnMut(&[u8]) -> Result<Vec<u8>, String> + Send>;
+
+/// What a server has done and refused, for tests and statistics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ServerCounters {
+    /// Clients connected.
+    pub connected: u64,
+    /// Calls whose procedure ran (successfully or not).
+    pub calls: u64,
+    /// Calls whose procedure returned an error.
+    pub failed: u64,
+    /// Calls naming no procedure.
+    pub unknown_procedure: u64,
+    /// Frames whose lengths did not fit.
+    pub bad_frames: u64,
+    /// Frames rewritten between their notification and the server's read.
+    pub mismatched: u64,
+    /// Clients whose replies could not be delivered: their frames were freed.
+    pub clients_freed: u64,
+}
+
+/// One connected client: its frames and where its replies go.
+struct Client {
+    frames: Vec<Slot>,
+    area: Area,
+    _meta: MetaArea,
+    reply: Ticket,
+    /// The last reply sent, to learn whether the client is still there.
+    last: Option<SendHandle>,
+    /// The frames' seed is still published (until the first call).
+    published: Option<String>,
+}
+
+/// An RPC server (see the crate docs).
+pub struct RpcServer {
+    node: Node,
+    service: String,
+    procedures: Vec<Procedure>,
+    queue: NotifyQueue,
+    terminus: Terminus,
+    door: Slot,
+    _door_mem: (Area, MetaArea),
+    clients: HashMap<u64, Client>,
+    /// Frame slot → (client, frame index).
+    frames: HashMap<SlotId, (u64, usize)>,
+    protect: bool,
+    counters: ServerCounters,
+    /// When clients were last looked for in the registry.
+    probed: std::time::Instant,
+}
+
+/// How often the server looks whether its clients are still there: a client keeps its
+/// name published while it is connected, and the registry drops it when it disconnects.
+const PROBE_EVERY: Duration = Duration::from_millis(500);
+
+impl std::fmt::Debug for RpcServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RpcServer")
+            .field("service", &self.service)
+            .field("clients", &self.clients.len())
+            .field("counters", &self.counters)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The registry name of a service.
+pub(crate) fn service_name(service: &str) -> String {
+    format!("rpc/{service}")
+}
+
+/// The registry name under which a connecting client names its reply slot.
+pub(crate) fn client_name(service: &str, key: u64) -> String {
+    format!("rpc/{service}/client/{key:016x}")
+}
+
+/// The registry name under which the server gives a client its frames.
+pub(crate) fn frames_name(service: &str, key: u64) -> String {
+    format!("rpc/{service}/frames/{key:016x}")
+}
+
+impl RpcServer {
+    /// Serves `procedures` (name, procedure) as `service` through `node` (a connection
+    /// the server keeps for itself: its first queue and terminus are the server's).
+    pub fn publish(
+        node: Node,
+        service: &str,
+        procedures: Vec<(String, Procedure)>,
+    ) -> Result<RpcServer, RpcError> {
+        let area = node.area(4096)?;
+        let meta = node.meta_area(4)?;
+        let door = node
+            .slot(&area)
+            .range(0..64)
+            .meta(&meta)
+            .queue(0)
+            .create()?;
+        let (names, procedures): (Vec<String>, Vec<Procedure>) = procedures.into_iter().unzip();
+        let mut seed = Seed::single(door.ticket_all()?);
+        seed.data = names.join("\n").into_bytes();
+        node.publish(&service_name(service), &seed)?;
+        Ok(RpcServer {
+            queue: node.queue(0)?,
+            terminus: node.terminus(0)?,
+            node,
+            service: service.to_owned(),
+            procedures,
+            door,
+            _door_mem: (area, meta),
+            clients: HashMap::new(),
+            frames: HashMap::new(),
+            protect: true,
+            counters: ServerCounters::default(),
+            probed: std::time::Instant::now(),
+        })
+    }
+
+    /// Whether frames are write-inhibited while their procedure runs (the paper's
+    /// protection of the server; on by default). Off saves two control calls per call.
+    pub fn set_protect_frames(&mut self, on: bool) {
+        self.protect = on;
+    }
+
+    /// What the server has done so far.
+    pub fn counters(&self) -> ServerCounters {
+        self.counters
+    }
+
+    /// Clients connected now.
+    pub fn clients(&self) -> usize {
+        self.clients.len()
+    }
+
+    /// Handles what arrives within `timeout`: a connection, or a call. Returns whether
+    /// anything was handled.
+    pub fn serve_once(&mut self, timeout: Option<Duration>) -> Result<bool, RpcError> {
+        self.free_lost_clients();
+        let Some(n) = self.queue.wait(timeout)? else {
+            return Ok(false);
+        };
+        if n.slot == self.door.id() {
+            self.connect(n.word)?;
+            return Ok(true);
+        }
+        if let Some(&(client, index)) = self.frames.get(&n.slot) {
+            self.call(client, index, n.word)?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Serves until `stop` returns true (checked between arrivals, at least every
+    /// tenth of a second). Clients that disconnect are noticed within a second.
+    pub fn serve_until(&mut self, mut stop: impl FnMut() -> bool) -> Result<(), RpcError> {
+        while !stop() {
+            self.serve_once(Some(Duration::from_millis(100)))?;
+        }
+        Ok(())
+    }
+
+    /// A client knocked with its key: its reply slot is published under that key; give
+    /// it its frames.
+    fn connect(&mut self, key: u64) -> Result<(), RpcError> {
+        if self.clients.contains_key(&key) {
+            return Ok(());
+        }
+        let Ok(seed) = self.node.lookup(&client_name(&self.service, key)) else {
+            // A knock without a published reply slot: ignored (and harmless).
+            return Ok(());
+        };
+        let Some(&reply) = seed.tickets.first() else {
+            return Ok(());
+        };
+        // Frames, then a staging copy of each reply, in one area.
+        let area = self
+            .node
+            .area((FRAMES * (FRAME_BYTES + REPLY_BYTES)) as u64)?;
+        let meta = self.node.meta_area(FRAMES as u32)?;
+        let mut frames = Vec::with_capacity(FRAMES);
+        let mut tickets = Vec::with_capacity(FRAMES);
+        for i in 0..FRAMES {
+            let at = (i * FRAME_BYTES) as u64;
+            let slot = self
+                .node
+                .slot(&area)
+                .range(at..at + FRAME_BYTES as u64)
+                .meta(&meta)
+                .queue(0)
+                .create()?;
+            tickets.push(slot.ticket(0..FRAME_BYTES as u64, i as u32..i as u32 + 1)?);
+            self.frames.insert(slot.id(), (key, i));
+            frames.push(slot);
+        }
+        let name = frames_name(&self.service, key);
+        self.node.publish(
+            &name,
+            &Seed {
+                protocol: 0,
+                tickets,
+                data: Vec::new(),
+            },
+        )?;
+        self.clients.insert(
+            key,
+            Client {
+                frames,
+                area,
+                _meta: meta,
+                reply,
+                last: None,
+                published: Some(name),
+            },
+        );
+        self.counters.connected += 1;
+        Ok(())
+    }
+
+    /// A call arrived in frame `index` of `client`, announced with id `call`.
+    fn call(&mut self, client: u64, index: usize, call: u64) -> Result<(), RpcError> {
+        let Some(c) = self.clients.get_mut(&client) else {
+            return Ok(());
+        };
+        if let Some(name) = c.published.take() {
+            // The client has its frames: the name can go.
+            let _ = self.node.unpublish(&name);
+        }
+        let frame = &c.frames[index];
+        if self.protect {
+            frame.inhibit(true)?;
+        }
+        let bytes = c.area.read_vec((index * FRAME_BYTES) as u64, FRAME_BYTES)?;
+        let (status, body) = match frame::decode_call(&bytes) {
+            Err(s) => {
+                self.counters.bad_frames += 1;
+                (s, Vec::new())
+            }
+            Ok(f) if f.call != call => {
+                self.counters.mismatched += 1;
+                (Status::Mismatch, Vec::new())
+            }
+            Ok(f) => match self.procedures.get_mut(f.procedure as usize) {
+                None => {
+                    self.counters.unknown_procedure += 1;
+                    (Status::UnknownProcedure, Vec::new())
+                }
+                Some(p) => {
+                    self.counters.calls += 1;
+                    match p(f.args) {
+                        Ok(r) => (Status::Ok, r),
+                        Err(msg) => {
+                            self.counters.failed += 1;
+                            (Status::Failed, msg.into_bytes())
+                        }
+                    }
+                }
+            },
+        };
+        // The procedure is done with the frame: lift the inhibition before the reply
+        // goes, so the client's next call on this frame (which may follow the reply at
+        // once) is never refused.
+        if self.protect {
+            c.frames[index].inhibit(false)?;
+        }
+        let reply = frame::encode_reply(status, call, &body);
+        let at = (FRAMES * FRAME_BYTES + index * REPLY_BYTES) as u64;
+        c.area.write(at, &reply)?;
+        let span = [c.area.span(at, reply.len() as u64)];
+        let opts = SendOptions::new()
+            .tag(call)
+            .offset((index * REPLY_BYTES) as u64);
+        let sent = self.terminus.send(&c.reply, &opts, Data::Gather(&span));
+        match sent {
+            Ok(h) => c.last = Some(h),
+            // A reply ticket that no longer works: the client is gone.
+            Err(_) => {
+                self.forget(client);
+            }
+        }
+        Ok(())
+    }
+
+    /// Frees the frames of clients that are gone: their last reply failed, or (looked
+    /// for every [`PROBE_EVERY`]) their name left the registry with them.
+    fn free_lost_clients(&mut self) {
+        let mut lost: Vec<u64> = self
+            .clients
+            .iter()
+            .filter(|(_, c)| c.last.as_ref().is_some_and(|h| h.status().is_failed()))
+            .map(|(k, _)| *k)
+            .collect();
+        if self.probed.elapsed() >= PROBE_EVERY {
+            self.probed = std::time::Instant::now();
+            for &k in self.clients.keys() {
+                if let Err(hamlyn::Error::Refused {
+                    code: Some(hamlyn::ControlErrorCode::NotFound),
+                    ..
+                }) = self.node.lookup(&client_name(&self.service, k))
+                {
+                    lost.push(k);
+                }
+            }
+        }
+        for k in lost {
+            self.forget(k);
+        }
+    }
+
+    fn forget(&mut self, client: u64) {
+        if let Some(c) = self.clients.remove(&client) {
+            for f in &c.frames {
+                self.frames.remove(&f.id());
+            }
+            if let Some(name) = &c.published {
+                let _ = self.node.unpublish(name);
+            }
+            self.counters.clients_freed += 1;
+        }
+    }
+}

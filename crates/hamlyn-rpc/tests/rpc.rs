@@ -1,0 +1,247 @@
+//! RPC over remote memory (seed 004 §3.1), a server and clients on separate connections
+//! to one engine: typed and byte calls, many outstanding, failures and refusals, a client
+//! scribbling over its frame while the procedure runs, a server that goes away, a client
+//! that goes away.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hamlyn::{Data, Node, RejectReason, SendOptions, Status};
+use hamlyn_engine::{EngineConfig, EngineHandle};
+use hamlyn_rpc::typed::procedure;
+use hamlyn_rpc::{frame, RpcClient, RpcError, RpcServer, ServerCounters};
+use hamlyn_shm::sync::{AtomicBool, Ordering};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+/// Seed 004 Table 4's "Simple" call: four integers in, one out.
+#[derive(Clone, Copy, Debug, IntoBytes, FromBytes, Immutable, KnownLayout)]
+#[repr(C)]
+struct Four {
+    a: u64,
+    b: u64,
+    c: u64,
+    d: u64,
+}
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A server in a thread; returns its counters when stopped.
+struct Served {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<(ServerCounters, usize)>>,
+}
+
+impl Served {
+    fn start(
+        path: &std::path::Path,
+        service: &str,
+        gate: Option<mpsc::Receiver<()>>,
+        running: Option<mpsc::Sender<()>>,
+    ) -> Served {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let thread = {
+            let (stop, path, service) = (stop.clone(), path.to_path_buf(), service.to_owned());
+            std::thread::spawn(move || {
+                let node = Node::connect(&path).unwrap();
+                let mut procs = vec![
+                    (
+                        "add".to_string(),
+                        procedure(|x: &Four| Ok(x.a + x.b + x.c + x.d)),
+                    ),
+                    (
+                        "echo".to_string(),
+                        Box::new(|b: &[u8]| Ok(b.iter().rev().copied().collect())) as _,
+                    ),
+                    (
+                        "fail".to_string(),
+                        Box::new(|_: &[u8]| Err("no such luck".to_string())) as _,
+                    ),
+                ];
+                if let (Some(gate), Some(running)) = (gate, running) {
+                    procs.push((
+                        "slow".to_string(),
+                        Box::new(move |b: &[u8]| {
+                            running.send(()).unwrap();
+                            gate.recv_timeout(WAIT).unwrap();
+                            Ok(b.to_vec())
+                        }) as _,
+                    ));
+                }
+                let mut server = RpcServer::publish(node, &service, procs).unwrap();
+                ready_tx.send(()).unwrap();
+                // Acquire: pairs with the Release store in `stop`.
+                server.serve_until(|| stop.load(Ordering::Acquire)).unwrap();
+                (server.counters(), server.clients())
+            })
+        };
+        ready_rx.recv_timeout(WAIT).unwrap();
+        Served {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn stop(mut self) -> (ServerCounters, usize) {
+        // Release: pairs with the server loop's Acquire load.
+        self.stop.store(true, Ordering::Release);
+        self.thread.take().unwrap().join().unwrap()
+    }
+}
+
+#[test]
+fn calls_typed_and_bytes_many_outstanding_failures_and_refusals() {
+    let engine = EngineHandle::start(EngineConfig::embedded()).unwrap();
+    let server = Served::start(engine.socket_path(), "calc", None, None);
+    let mut client =
+        RpcClient::connect(Node::connect(engine.socket_path()).unwrap(), "calc", WAIT).unwrap();
+    assert_eq!(client.procedures(), ["add", "echo", "fail"]);
+    let sum: u64 = client
+        .call_typed(
+            "add",
+            &Four {
+                a: 1,
+                b: 2,
+                c: 3,
+                d: 400,
+            },
+        )
+        .unwrap();
+    assert_eq!(sum, 406);
+    // Arguments longer than a packet's inline bytes go from a staging copy.
+    let long: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
+    let back = client.call("echo", &long).unwrap();
+    assert_eq!(back, long.iter().rev().copied().collect::<Vec<_>>());
+    // Every frame outstanding at once, finished in any order.
+    let calls: Vec<_> = (0..frame::FRAMES as u8)
+        .map(|i| client.start("echo", &[i, i + 1]).unwrap())
+        .collect();
+    assert!(matches!(client.start("echo", b"x"), Err(RpcError::Busy)));
+    for (i, c) in calls.into_iter().enumerate().rev() {
+        let i = i as u8;
+        assert_eq!(client.finish(c).unwrap(), vec![i + 1, i]);
+    }
+    // Failures and refusals, with the server still serving after each.
+    assert!(matches!(client.call("fail", b""), Err(RpcError::Procedure(m)) if m == "no such luck"));
+    assert!(matches!(
+        client.call("nope", b""),
+        Err(RpcError::NoProcedure(_))
+    ));
+    let c = client.start_number(99, b"").unwrap();
+    assert!(matches!(
+        client.finish(c),
+        Err(RpcError::Refused(frame::Status::UnknownProcedure))
+    ));
+    let c = client.start_number(0, b"short").unwrap();
+    assert!(
+        matches!(client.finish(c), Err(RpcError::Procedure(m)) if m.contains("expected 32")),
+        "typed arguments of the wrong size"
+    );
+    // A frame whose lengths lie, written raw: refused at the server, counted.
+    let raw = {
+        let mut f = frame::encode_call(1, 777, b"abc").unwrap();
+        f[4..8].copy_from_slice(&5000u32.to_le_bytes());
+        f
+    };
+    // (Frame 1: the next call takes frame 0, so this one is read as written.)
+    let t = client.frame_ticket(1).unwrap();
+    let h = client
+        .terminus()
+        .send(&t, &SendOptions::new().tag(777), Data::Inline(&raw))
+        .unwrap();
+    assert_eq!(h.wait(Some(WAIT)), Status::Sent);
+    assert_eq!(
+        client
+            .call_typed::<Four, u64>(
+                "add",
+                &Four {
+                    a: 1,
+                    b: 1,
+                    c: 1,
+                    d: 1
+                }
+            )
+            .unwrap(),
+        4
+    );
+    drop(client);
+    let (counters, _) = server.stop();
+    assert_eq!(counters.bad_frames, 1, "{counters:?}");
+    assert_eq!(counters.unknown_procedure, 1, "{counters:?}");
+    assert_eq!(counters.failed, 2, "{counters:?}");
+    engine.stop().unwrap();
+}
+
+#[test]
+fn a_frame_is_write_inhibited_while_its_procedure_runs() {
+    let engine = EngineHandle::start(EngineConfig::embedded()).unwrap();
+    let (go_tx, go_rx) = mpsc::channel();
+    let (running_tx, running_rx) = mpsc::channel();
+    let server = Served::start(engine.socket_path(), "slow", Some(go_rx), Some(running_tx));
+    let mut client =
+        RpcClient::connect(Node::connect(engine.socket_path()).unwrap(), "slow", WAIT).unwrap();
+    let call = client.start("slow", b"the real arguments").unwrap();
+    running_rx.recv_timeout(WAIT).unwrap();
+    // The procedure runs: the client scribbles over its own frame, and is refused.
+    let t = client.frame_ticket(0).unwrap();
+    let h = client
+        .terminus()
+        .send(
+            &t,
+            &SendOptions::new().tag(1),
+            Data::Inline(b"scribble scribble"),
+        )
+        .unwrap();
+    assert_eq!(h.wait(Some(WAIT)), Status::Failed(RejectReason::Inhibited));
+    go_tx.send(()).unwrap();
+    assert_eq!(client.finish(call).unwrap(), b"the real arguments");
+    // Lifted afterwards: the next call goes through.
+    let call = client.start("echo", b"ab").unwrap();
+    assert_eq!(client.finish(call).unwrap(), b"ba");
+    drop(client);
+    server.stop();
+    engine.stop().unwrap();
+}
+
+#[test]
+fn a_server_that_is_gone_is_an_error_and_a_client_that_is_gone_is_forgotten() {
+    let engine = EngineHandle::start(EngineConfig::embedded()).unwrap();
+    let server = Served::start(engine.socket_path(), "svc", None, None);
+    // A client that goes away: the server frees its frames.
+    let gone =
+        RpcClient::connect(Node::connect(engine.socket_path()).unwrap(), "svc", WAIT).unwrap();
+    let mut staying =
+        RpcClient::connect(Node::connect(engine.socket_path()).unwrap(), "svc", WAIT).unwrap();
+    assert_eq!(staying.call("echo", b"12").unwrap(), b"21");
+    drop(gone);
+    let deadline = Instant::now() + WAIT;
+    let counters = loop {
+        // The server thread's view, through a call that still works.
+        assert_eq!(staying.call("echo", b"xy").unwrap(), b"yx");
+        let stats = staying.node().stats().unwrap();
+        // Frames are slots of the server: 8 per client still connected, and a door.
+        let server_slots = stats
+            .slots
+            .iter()
+            .filter(|s| s.owner != staying.node().client_id())
+            .count();
+        if server_slots == 1 + frame::FRAMES {
+            break server_slots;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the gone client's frames stayed ({server_slots} slots)"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(counters, 9);
+    // The server goes away: calls fail as such, within their timeout.
+    let (c, clients) = server.stop();
+    assert_eq!((c.clients_freed, clients), (1, 1), "{c:?}");
+    staying.set_timeout(Duration::from_secs(10));
+    let err = staying.call("echo", b"?").unwrap_err();
+    assert!(matches!(err, RpcError::ServerGone(_)), "{err}");
+    engine.stop().unwrap();
+}
