@@ -37,7 +37,12 @@ pub struct RpcClient {
     /// Replies that arrived for calls not yet finished.
     arrived: HashSet<u64>,
     timeout: Duration,
+    /// The service's registry name: while it is there, the server is.
+    service: String,
 }
+
+/// How often a waiting call looks whether the server's name is still published.
+const PROBE_EVERY: Duration = Duration::from_millis(500);
 
 impl std::fmt::Debug for RpcClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -98,6 +103,7 @@ impl RpcClient {
             staging,
             arrived: HashSet::new(),
             timeout: Duration::from_secs(30),
+            service: service_name(service),
         })
     }
 
@@ -169,6 +175,7 @@ impl RpcClient {
 
     fn wait_reply(&mut self, call: &Call) -> Result<Vec<u8>, RpcError> {
         let deadline = Instant::now() + self.timeout;
+        let mut probed = Instant::now();
         while !self.arrived.remove(&call.id) {
             let now = Instant::now();
             if now >= deadline {
@@ -184,6 +191,16 @@ impl RpcClient {
                     let s = call.sent.status();
                     if s.is_failed() {
                         return Err(RpcError::ServerGone(s));
+                    }
+                    if probed.elapsed() >= PROBE_EVERY {
+                        probed = Instant::now();
+                        if let Err(hamlyn::Error::Refused {
+                            code: Some(hamlyn::ControlErrorCode::NotFound),
+                            ..
+                        }) = self.node.lookup(&self.service)
+                        {
+                            return Err(RpcError::ServerGone(s));
+                        }
                     }
                 }
             }

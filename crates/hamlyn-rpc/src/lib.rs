@@ -9,7 +9,9 @@
 //!   `Inhibited`, and counted), then writes the result into the client's reply slot with
 //!   a remote write, and lifts the inhibition.
 //! - Several calls per client are outstanding at once (one per frame); every call has a
-//!   timeout; a server that is gone is an error at the client ([`RpcError::ServerGone`]);
+//!   timeout; a server that is gone is an error at the client ([`RpcError::ServerGone`]:
+//!   its frames refuse the call, or its service name left the registry with it, looked
+//!   for every half second while a call waits);
 //!   a client that is gone has its frames freed (its registry name leaves with it, and
 //!   the server looks every half second; or a reply cannot be delivered).
 //! - Procedures are registered by name; [`typed`] gives fixed-layout arguments and
@@ -27,4 +29,4 @@ pub mod typed;
 pub use client::{Call, RpcClient};
 pub use error::RpcError;
 pub use frame::{FRAMES, FRAME_BYTES, MAX_ARGS, MAX_RESULT, REPLY_BYTES};
-pub use server::{RpcServer, ServerCounters};
+pub use server::{Procedure, RpcServer, ServerCounters};

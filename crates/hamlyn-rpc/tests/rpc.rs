@@ -245,3 +245,61 @@ fn a_server_that_is_gone_is_an_error_and_a_client_that_is_gone_is_forgotten() {
     assert!(matches!(err, RpcError::ServerGone(_)), "{err}");
     engine.stop().unwrap();
 }
+
+/// The server side of `a_server_killed_mid_call_is_an_error_within_the_timeout`: a
+/// process that serves `svc` (with a procedure that never returns) until it is killed.
+#[test]
+fn child_server() {
+    let Ok(path) = std::env::var("HAMLYN_RPC_CHILD_SERVER") else {
+        return;
+    };
+    let node = Node::connect(&path).unwrap();
+    let procs: Vec<(String, hamlyn_rpc::Procedure)> = vec![
+        ("echo".to_string(), Box::new(|b: &[u8]| Ok(b.to_vec()))),
+        (
+            "hang".to_string(),
+            Box::new(|_: &[u8]| {
+                std::thread::sleep(Duration::from_secs(600));
+                Ok(Vec::new())
+            }),
+        ),
+    ];
+    let mut server = RpcServer::publish(node, "remote", procs).unwrap();
+    server.serve_until(|| false).unwrap();
+}
+
+/// Across processes: a server in another process answers; killed in the middle of a
+/// call, the client's call ends with an error (not a hang) within its timeout, and the
+/// next call says the server is gone.
+#[test]
+fn a_server_killed_mid_call_is_an_error_within_the_timeout() {
+    let engine = EngineHandle::start(EngineConfig::embedded()).unwrap();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_server", "--nocapture"])
+        .env("HAMLYN_RPC_CHILD_SERVER", engine.socket_path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + WAIT;
+    let mut client = loop {
+        match RpcClient::connect(Node::connect(engine.socket_path()).unwrap(), "remote", WAIT) {
+            Ok(c) => break c,
+            Err(RpcError::NoService(_)) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    assert_eq!(client.call("echo", b"across").unwrap(), b"across");
+    client.set_timeout(Duration::from_secs(20));
+    let call = client.start("hang", b"").unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let err = client.finish(call).unwrap_err();
+    assert!(matches!(err, RpcError::ServerGone(_)), "{err}");
+    let err = client.call("echo", b"?").unwrap_err();
+    assert!(matches!(err, RpcError::ServerGone(_)), "{err}");
+    engine.stop().unwrap();
+}
