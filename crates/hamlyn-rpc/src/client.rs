@@ -142,14 +142,44 @@ impl RpcClient {
     /// [`RpcClient::start`] by procedure number (the position of its name in
     /// [`RpcClient::procedures`]); a number the server does not know is refused there.
     pub fn start_number(&mut self, procedure: u32, args: &[u8]) -> Result<Call, RpcError> {
+        self.start_with(procedure, args, None)
+    }
+
+    /// Calls `procedure` by reference: besides `args`, the server may read and write
+    /// `segment`'s range of this client's memory (its ticket travels in the frame; give
+    /// it read and write permission) while the procedure runs.
+    pub fn call_by_ref(
+        &mut self,
+        procedure: &str,
+        args: &[u8],
+        segment: &Ticket,
+    ) -> Result<Vec<u8>, RpcError> {
+        let p = self
+            .names
+            .iter()
+            .position(|n| n == procedure)
+            .ok_or_else(|| RpcError::NoProcedure(procedure.to_owned()))?;
+        let c = self.start_with(p as u32, args, Some(segment))?;
+        self.finish(c)
+    }
+
+    fn start_with(
+        &mut self,
+        procedure: u32,
+        args: &[u8],
+        segment: Option<&Ticket>,
+    ) -> Result<Call, RpcError> {
         let frame = self.busy.iter().position(|b| !b).ok_or(RpcError::Busy)?;
         let id = self.next;
         self.next += 1;
-        let bytes = frame::encode_call(procedure, id, args).ok_or(RpcError::TooLong {
-            what: "arguments",
-            len: args.len(),
-            max: frame::MAX_ARGS,
-        })?;
+        let ticket = segment.map(Ticket::to_bytes);
+        let bytes = frame::encode_call_by_ref(procedure, id, args, ticket.as_ref()).ok_or(
+            RpcError::TooLong {
+                what: "arguments",
+                len: args.len(),
+                max: frame::MAX_ARGS,
+            },
+        )?;
         let opts = SendOptions::new().tag(id);
         let sent = if bytes.len() <= hamlyn::MAX_INLINE {
             self.terminus

@@ -4,10 +4,11 @@
 //!
 //! | offset | bytes | field |
 //! |---|---|---|
-//! | 0 | 4 | procedure number |
+//! | 0 | 4 | procedure number; bit 31: a segment ticket follows the arguments |
 //! | 4 | 4 | argument length |
 //! | 8 | 8 | call id (also the write's tag) |
 //! | 16 | `len` | arguments |
+//! | 16 + `len` | 64 | with bit 31: the ticket of the client's segment (call by reference) |
 //!
 //! A reply (in the client's memory, written by the server), one slot of [`REPLY_BYTES`]
 //! per frame:
@@ -80,16 +81,37 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
+/// Bit of the procedure field saying a segment ticket follows the arguments.
+const BY_REF: u32 = 1 << 31;
+/// Bytes of a segment ticket.
+pub const SEGMENT: usize = 64;
+
 /// A call frame's bytes (header and arguments); `None` if the arguments do not fit.
 pub fn encode_call(procedure: u32, call: u64, args: &[u8]) -> Option<Vec<u8>> {
-    if args.len() > MAX_ARGS {
+    encode_call_by_ref(procedure, call, args, None)
+}
+
+/// A call frame naming a segment of the client (its ticket's bytes) besides the
+/// arguments; `None` if they do not fit or the procedure number uses bit 31.
+pub fn encode_call_by_ref(
+    procedure: u32,
+    call: u64,
+    args: &[u8],
+    segment: Option<&[u8; SEGMENT]>,
+) -> Option<Vec<u8>> {
+    let extra = if segment.is_some() { SEGMENT } else { 0 };
+    if args.len() + extra > MAX_ARGS || procedure & BY_REF != 0 {
         return None;
     }
-    let mut b = Vec::with_capacity(HEADER + args.len());
-    b.extend_from_slice(&procedure.to_le_bytes());
+    let mut b = Vec::with_capacity(HEADER + args.len() + extra);
+    let field = procedure | if segment.is_some() { BY_REF } else { 0 };
+    b.extend_from_slice(&field.to_le_bytes());
     b.extend_from_slice(&(args.len() as u32).to_le_bytes());
     b.extend_from_slice(&call.to_le_bytes());
     b.extend_from_slice(args);
+    if let Some(t) = segment {
+        b.extend_from_slice(t);
+    }
     Some(b)
 }
 
@@ -102,21 +124,34 @@ pub struct CallFrame<'a> {
     pub call: u64,
     /// The arguments.
     pub args: &'a [u8],
+    /// The client's segment ticket, for a call by reference (not checked here: the
+    /// engine checks it when the server uses it).
+    pub segment: Option<&'a [u8]>,
 }
 
 /// Decodes a frame as the server finds it (any bytes: the client wrote them).
 pub fn decode_call(frame: &[u8]) -> Result<CallFrame<'_>, Status> {
-    let procedure = u32_at(frame, 0).ok_or(Status::BadFrame)?;
+    let field = u32_at(frame, 0).ok_or(Status::BadFrame)?;
     let len = u32_at(frame, 4).ok_or(Status::BadFrame)? as usize;
     let call = u64_at(frame, 8).ok_or(Status::BadFrame)?;
-    if len > MAX_ARGS {
+    let extra = if field & BY_REF != 0 { SEGMENT } else { 0 };
+    if len + extra > MAX_ARGS {
         return Err(Status::BadFrame);
     }
     let args = frame.get(HEADER..HEADER + len).ok_or(Status::BadFrame)?;
+    let segment = match extra {
+        0 => None,
+        _ => Some(
+            frame
+                .get(HEADER + len..HEADER + len + SEGMENT)
+                .ok_or(Status::BadFrame)?,
+        ),
+    };
     Ok(CallFrame {
-        procedure,
+        procedure: field & !BY_REF,
         call,
         args,
+        segment,
     })
 }
 
@@ -173,9 +208,18 @@ mod tests {
             Ok(CallFrame {
                 procedure: 3,
                 call: 99,
-                args: b"args"
+                args: b"args",
+                segment: None,
             })
         );
+        let t = [7u8; SEGMENT];
+        let f = encode_call_by_ref(3, 100, b"a", Some(&t)).expect("fits");
+        let d = decode_call(&f).expect("decodes");
+        assert_eq!(
+            (d.procedure, d.args, d.segment),
+            (3, &b"a"[..], Some(&t[..]))
+        );
+        assert!(encode_call_by_ref(BY_REF, 1, b"", None).is_none());
         let r = encode_reply(Status::Ok, 99, b"result");
         let d = decode_reply(&r).expect("decodes");
         assert_eq!((d.status, d.call, d.body), (Status::Ok, 99, &b"result"[..]));

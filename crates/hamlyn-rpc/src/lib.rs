@@ -14,6 +14,9 @@
 //!   for every half second while a call waits);
 //!   a client that is gone has its frames freed (its registry name leaves with it, and
 //!   the server looks every half second; or a reply cannot be delivered).
+//! - Call by reference: a call may name a segment of the client's memory (its ticket
+//!   travels in the frame); the procedure reads and writes it through its [`Ctx`] with
+//!   remote reads and writes, which the engine checks against the ticket.
 //! - Procedures are registered by name; [`typed`] gives fixed-layout arguments and
 //!   results (`zerocopy`), so a user writes a procedure and calls it without
 //!   hand-marshalling.
@@ -29,4 +32,4 @@ pub mod typed;
 pub use client::{Call, RpcClient};
 pub use error::RpcError;
 pub use frame::{FRAMES, FRAME_BYTES, MAX_ARGS, MAX_RESULT, REPLY_BYTES};
-pub use server::{Procedure, RpcServer, ServerCounters};
+pub use server::{Ctx, Procedure, RpcServer, ServerCounters};

@@ -1,18 +1,142 @@
 //! The server: a door for connections, call frames per client, procedures by name.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use hamlyn::{
-    Area, Data, MetaArea, Node, NotifyQueue, Seed, SendHandle, SendOptions, Slot, SlotId, Terminus,
-    Ticket,
+    Area, Data, MetaArea, Node, Notification, NotificationKind, NotifyQueue, ReadArgs, Seed,
+    SendHandle, SendOptions, Slot, SlotId, Status as SendStatus, Terminus, Ticket,
 };
 
 use crate::frame::{self, Status, FRAMES, FRAME_BYTES, REPLY_BYTES};
 use crate::RpcError;
 
-/// A procedure: arguments in, result (or an error's message) out.
-pub type Procedure = Box<dyn FnMut(&[u8]) -> Result<Vec<u8>, String> + Send>;
+/// A procedure: arguments in, result (or an error's message) out; through its
+/// [`Ctx`] it may read and write the caller's segment (call by reference).
+pub type Procedure = Box<dyn FnMut(&[u8], &mut Ctx<'_>) -> Result<Vec<u8>, String> + Send>;
+
+/// Bytes moved per remote read or write of a caller's segment.
+const SCRATCH: usize = 64 * 1024;
+/// How long one remote read or write of a segment may take.
+const SEGMENT_WAIT: Duration = Duration::from_secs(30);
+
+/// The server's own sending and receiving: its terminus, its queue (with what arrived
+/// while a procedure waited for a segment), and a scratch slot for segment reads.
+struct Io {
+    terminus: Terminus,
+    queue: NotifyQueue,
+    backlog: VecDeque<Notification>,
+    scratch: Area,
+    scratch_slot: Slot,
+    scratch_ticket: Ticket,
+    _scratch_meta: MetaArea,
+}
+
+/// What a running procedure may use besides its arguments.
+pub struct Ctx<'a> {
+    io: &'a mut Io,
+    segment: Option<Ticket>,
+}
+
+impl std::fmt::Debug for Ctx<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ctx")
+            .field("segment", &self.segment.map(|t| t.len))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Ctx<'_> {
+    /// Bytes of the caller's segment, if the call named one (call by reference).
+    pub fn segment_len(&self) -> Option<u64> {
+        self.segment.map(|t| t.len)
+    }
+
+    fn segment(&self) -> Result<Ticket, String> {
+        self.segment
+            .ok_or_else(|| "the call named no segment".to_owned())
+    }
+
+    /// Reads `len` bytes at `offset` of the caller's segment (remote reads; the engine
+    /// checks the caller's ticket: a forged or too short one is an error here).
+    pub fn read(&mut self, offset: u64, len: usize) -> Result<Vec<u8>, String> {
+        let seg = self.segment()?;
+        let mut out = Vec::with_capacity(len);
+        while out.len() < len {
+            let n = (len - out.len()).min(SCRATCH);
+            let at = offset + out.len() as u64;
+            let io = &mut *self.io;
+            let h = io
+                .terminus
+                .read(&ReadArgs {
+                    source: &seg,
+                    offset: at,
+                    len: n as u64,
+                    reply: &io.scratch_ticket,
+                    reply_offset: 0,
+                })
+                .map_err(|e| format!("segment read: {e}"))?;
+            let want = h.request();
+            let deadline = std::time::Instant::now() + SEGMENT_WAIT;
+            loop {
+                let s = h.status();
+                if s.is_failed() {
+                    return Err(format!("segment read: {s:?}"));
+                }
+                let now = std::time::Instant::now();
+                if now >= deadline {
+                    return Err("segment read: no answer".to_owned());
+                }
+                match io
+                    .queue
+                    .wait(Some((deadline - now).min(Duration::from_millis(20))))
+                {
+                    Ok(Some(note))
+                        if note.kind == NotificationKind::ReadDone
+                            && note.request == Some(want)
+                            && note.slot == io.scratch_slot.id() =>
+                    {
+                        break
+                    }
+                    Ok(Some(other)) => io.backlog.push_back(other),
+                    Ok(None) => {}
+                    Err(e) => return Err(format!("segment read: {e}")),
+                }
+            }
+            out.extend(
+                io.scratch
+                    .read_vec(0, n)
+                    .map_err(|e| format!("segment read: {e}"))?,
+            );
+        }
+        Ok(out)
+    }
+
+    /// Writes `bytes` at `offset` of the caller's segment (remote writes, no
+    /// notification to the caller; the engine checks the ticket).
+    pub fn write(&mut self, offset: u64, bytes: &[u8]) -> Result<(), String> {
+        let seg = self.segment()?;
+        for (i, chunk) in bytes.chunks(SCRATCH).enumerate() {
+            let io = &mut *self.io;
+            io.scratch
+                .write(0, chunk)
+                .map_err(|e| format!("segment write: {e}"))?;
+            let span = [io.scratch.span(0, chunk.len() as u64)];
+            let opts = SendOptions::new()
+                .offset(offset + (i * SCRATCH) as u64)
+                .notify(false);
+            let h = io
+                .terminus
+                .send(&seg, &opts, Data::Gather(&span))
+                .map_err(|e| format!("segment write: {e}"))?;
+            match h.wait(Some(SEGMENT_WAIT)) {
+                SendStatus::Sent => {}
+                s => return Err(format!("segment write: {s:?}")),
+            }
+        }
+        Ok(())
+    }
+}
 
 /// What a server has done and refused, for tests and statistics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -50,8 +174,7 @@ pub struct RpcServer {
     node: Node,
     service: String,
     procedures: Vec<Procedure>,
-    queue: NotifyQueue,
-    terminus: Terminus,
+    io: Io,
     door: Slot,
     _door_mem: (Area, MetaArea),
     clients: HashMap<u64, Client>,
@@ -112,9 +235,20 @@ impl RpcServer {
         let mut seed = Seed::single(door.ticket_all()?);
         seed.data = names.join("\n").into_bytes();
         node.publish(&service_name(service), &seed)?;
-        Ok(RpcServer {
-            queue: node.queue(0)?,
+        let scratch = node.area(SCRATCH as u64)?;
+        let scratch_meta = node.meta_area(1)?;
+        let scratch_slot = node.slot(&scratch).meta(&scratch_meta).queue(0).create()?;
+        let io = Io {
             terminus: node.terminus(0)?,
+            queue: node.queue(0)?,
+            backlog: VecDeque::new(),
+            scratch_ticket: scratch_slot.ticket_all()?,
+            scratch,
+            scratch_slot,
+            _scratch_meta: scratch_meta,
+        };
+        Ok(RpcServer {
+            io,
             node,
             service: service.to_owned(),
             procedures,
@@ -148,8 +282,12 @@ impl RpcServer {
     /// anything was handled.
     pub fn serve_once(&mut self, timeout: Option<Duration>) -> Result<bool, RpcError> {
         self.free_lost_clients();
-        let Some(n) = self.queue.wait(timeout)? else {
-            return Ok(false);
+        let n = match self.io.backlog.pop_front() {
+            Some(n) => n,
+            None => match self.io.queue.wait(timeout)? {
+                Some(n) => n,
+                None => return Ok(false),
+            },
         };
         if n.slot == self.door.id() {
             self.connect(n.word)?;
@@ -258,7 +396,11 @@ impl RpcServer {
                 }
                 Some(p) => {
                     self.counters.calls += 1;
-                    match p(f.args) {
+                    let mut ctx = Ctx {
+                        io: &mut self.io,
+                        segment: f.segment.and_then(|b| Ticket::from_bytes(b).ok()),
+                    };
+                    match p(f.args, &mut ctx) {
                         Ok(r) => (Status::Ok, r),
                         Err(msg) => {
                             self.counters.failed += 1;
@@ -281,7 +423,7 @@ impl RpcServer {
         let opts = SendOptions::new()
             .tag(call)
             .offset((index * REPLY_BYTES) as u64);
-        let sent = self.terminus.send(&c.reply, &opts, Data::Gather(&span));
+        let sent = self.io.terminus.send(&c.reply, &opts, Data::Gather(&span));
         match sent {
             Ok(h) => c.last = Some(h),
             // A reply ticket that no longer works: the client is gone.

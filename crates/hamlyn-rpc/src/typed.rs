@@ -16,7 +16,7 @@ impl<T: IntoBytes + FromBytes + Immutable + KnownLayout + Sized> Wire for T {}
 pub fn procedure<A: Wire, R: Wire>(
     mut f: impl FnMut(&A) -> Result<R, String> + Send + 'static,
 ) -> Procedure {
-    Box::new(move |bytes: &[u8]| {
+    Box::new(move |bytes: &[u8], _: &mut crate::server::Ctx<'_>| {
         let args = A::read_from_bytes(bytes).map_err(|_| {
             format!(
                 "arguments of {} bytes, expected {}",

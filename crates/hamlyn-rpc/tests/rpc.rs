@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use hamlyn::{Data, Node, RejectReason, SendOptions, Status};
 use hamlyn_engine::{EngineConfig, EngineHandle};
 use hamlyn_rpc::typed::procedure;
-use hamlyn_rpc::{frame, RpcClient, RpcError, RpcServer, ServerCounters};
+use hamlyn_rpc::{frame, Ctx, RpcClient, RpcError, RpcServer, ServerCounters};
 use hamlyn_shm::sync::{AtomicBool, Ordering};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
@@ -53,17 +53,36 @@ impl Served {
                     ),
                     (
                         "echo".to_string(),
-                        Box::new(|b: &[u8]| Ok(b.iter().rev().copied().collect())) as _,
+                        Box::new(|b: &[u8], _: &mut Ctx<'_>| Ok(b.iter().rev().copied().collect()))
+                            as _,
                     ),
                     (
                         "fail".to_string(),
-                        Box::new(|_: &[u8]| Err("no such luck".to_string())) as _,
+                        Box::new(|_: &[u8], _: &mut Ctx<'_>| Err("no such luck".to_string())) as _,
                     ),
                 ];
+                procs.push((
+                    "sum_and_double".to_string(),
+                    Box::new(|_: &[u8], ctx: &mut Ctx<'_>| {
+                        let len = ctx.segment_len().ok_or("no segment")? as usize;
+                        let bytes = ctx.read(0, len)?;
+                        let mut sum = 0u64;
+                        let doubled: Vec<u8> = bytes
+                            .chunks(8)
+                            .flat_map(|w| {
+                                let v = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
+                                sum = sum.wrapping_add(v);
+                                (v * 2).to_le_bytes()
+                            })
+                            .collect();
+                        ctx.write(0, &doubled)?;
+                        Ok(sum.to_le_bytes().to_vec())
+                    }) as _,
+                ));
                 if let (Some(gate), Some(running)) = (gate, running) {
                     procs.push((
                         "slow".to_string(),
-                        Box::new(move |b: &[u8]| {
+                        Box::new(move |b: &[u8], _: &mut Ctx<'_>| {
                             running.send(()).unwrap();
                             gate.recv_timeout(WAIT).unwrap();
                             Ok(b.to_vec())
@@ -97,7 +116,10 @@ fn calls_typed_and_bytes_many_outstanding_failures_and_refusals() {
     let server = Served::start(engine.socket_path(), "calc", None, None);
     let mut client =
         RpcClient::connect(Node::connect(engine.socket_path()).unwrap(), "calc", WAIT).unwrap();
-    assert_eq!(client.procedures(), ["add", "echo", "fail"]);
+    assert_eq!(
+        client.procedures(),
+        ["add", "echo", "fail", "sum_and_double"]
+    );
     let sum: u64 = client
         .call_typed(
             "add",
@@ -221,13 +243,14 @@ fn a_server_that_is_gone_is_an_error_and_a_client_that_is_gone_is_forgotten() {
         // The server thread's view, through a call that still works.
         assert_eq!(staying.call("echo", b"xy").unwrap(), b"yx");
         let stats = staying.node().stats().unwrap();
-        // Frames are slots of the server: 8 per client still connected, and a door.
+        // Frames are slots of the server: 8 per client still connected, a door and the
+        // scratch slot segment reads land in.
         let server_slots = stats
             .slots
             .iter()
             .filter(|s| s.owner != staying.node().client_id())
             .count();
-        if server_slots == 1 + frame::FRAMES {
+        if server_slots == 2 + frame::FRAMES {
             break server_slots;
         }
         assert!(
@@ -236,7 +259,7 @@ fn a_server_that_is_gone_is_an_error_and_a_client_that_is_gone_is_forgotten() {
         );
         std::thread::sleep(Duration::from_millis(20));
     };
-    assert_eq!(counters, 9);
+    assert_eq!(counters, 10);
     // The server goes away: calls fail as such, within their timeout.
     let (c, clients) = server.stop();
     assert_eq!((c.clients_freed, clients), (1, 1), "{c:?}");
@@ -255,10 +278,13 @@ fn child_server() {
     };
     let node = Node::connect(&path).unwrap();
     let procs: Vec<(String, hamlyn_rpc::Procedure)> = vec![
-        ("echo".to_string(), Box::new(|b: &[u8]| Ok(b.to_vec()))),
+        (
+            "echo".to_string(),
+            Box::new(|b: &[u8], _: &mut Ctx<'_>| Ok(b.to_vec())),
+        ),
         (
             "hang".to_string(),
-            Box::new(|_: &[u8]| {
+            Box::new(|_: &[u8], _: &mut Ctx<'_>| {
                 std::thread::sleep(Duration::from_secs(600));
                 Ok(Vec::new())
             }),
@@ -301,5 +327,68 @@ fn a_server_killed_mid_call_is_an_error_within_the_timeout() {
     assert!(matches!(err, RpcError::ServerGone(_)), "{err}");
     let err = client.call("echo", b"?").unwrap_err();
     assert!(matches!(err, RpcError::ServerGone(_)), "{err}");
+    engine.stop().unwrap();
+}
+
+/// Call by reference (seed 004 §3.1): the frame names a segment of the client; the
+/// procedure reads it and writes it back through remote reads and writes, past the size
+/// of one transfer; a forged segment ticket fails the call, not the server.
+#[test]
+fn call_by_reference_reads_and_writes_the_callers_segment() {
+    let engine = EngineHandle::start(EngineConfig::embedded()).unwrap();
+    let server = Served::start(engine.socket_path(), "byref", None, None);
+    let node = Node::connect(engine.socket_path()).unwrap();
+    const WORDS: u64 = 25_000; // 200 KB: several transfers each way
+    let area = node.area(WORDS * 8).unwrap();
+    let meta = node.meta_area(1).unwrap();
+    let words: Vec<u8> = (0..WORDS).flat_map(|i| (i * 3).to_le_bytes()).collect();
+    area.write(0, &words).unwrap();
+    let segment = node
+        .slot(&area)
+        .meta(&meta)
+        .perms(hamlyn::SlotPerms {
+            write: true,
+            read: true,
+            atomic: false,
+        })
+        .create()
+        .unwrap();
+    let ticket = segment.ticket_all().unwrap();
+    let mut client =
+        RpcClient::connect(Node::connect(engine.socket_path()).unwrap(), "byref", WAIT).unwrap();
+    let sum = client.call_by_ref("sum_and_double", b"", &ticket).unwrap();
+    let want: u64 = (0..WORDS).map(|i| i * 3).sum();
+    assert_eq!(sum, want.to_le_bytes());
+    let back = area.read_vec(0, (WORDS * 8) as usize).unwrap();
+    for (i, w) in back.chunks(8).enumerate() {
+        assert_eq!(
+            u64::from_le_bytes(w.try_into().unwrap()),
+            i as u64 * 6,
+            "word {i}"
+        );
+    }
+    // A forged ticket (wrong key): the procedure's read is refused by the engine.
+    let mut forged = ticket;
+    forged.key ^= 1;
+    let err = client
+        .call_by_ref("sum_and_double", b"", &forged)
+        .unwrap_err();
+    assert!(
+        matches!(&err, RpcError::Procedure(m) if m.contains("segment read")),
+        "{err}"
+    );
+    // A call without a segment, to a procedure that wants one.
+    let err = client.call("sum_and_double", b"").unwrap_err();
+    assert!(
+        matches!(&err, RpcError::Procedure(m) if m.contains("no segment")),
+        "{err}"
+    );
+    assert_eq!(
+        client.call("echo", b"ok").unwrap(),
+        b"ko",
+        "the server serves on"
+    );
+    drop(client);
+    server.stop();
     engine.stop().unwrap();
 }
