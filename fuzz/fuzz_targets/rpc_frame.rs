@@ -3,7 +3,9 @@
 //! bytes, and what decodes re-encodes to the same meaning.
 #![no_main]
 
-use hamlyn_rpc::frame::{decode_call, decode_reply, encode_call_by_ref, encode_reply, SEGMENT};
+use hamlyn_rpc::frame::{
+    decode_call, decode_reply, encode_call_by_ref, encode_reply_after_writes, SEGMENT,
+};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -14,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(decode_call(&again), Ok(f));
     }
     if let Some(r) = decode_reply(data) {
-        let again = encode_reply(r.status, r.call, r.body);
+        let again = encode_reply_after_writes(r.status, r.call, r.body, r.writes);
         assert_eq!(decode_reply(&again), Some(r));
     }
 });

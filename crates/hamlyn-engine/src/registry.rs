@@ -227,6 +227,14 @@ impl Registry {
                 }
                 None
             }
+            // Back-pressure (or a link still coming up): the request can be made again.
+            Err(hamlyn_fabric::FabricError::Full) => Some(error(
+                ControlErrorCode::Busy,
+                format!(
+                    "{what} node {}: its link is full or not up yet; try again",
+                    home.0
+                ),
+            )),
             Err(e) => Some(unreachable(what, home, e)),
         }
     }

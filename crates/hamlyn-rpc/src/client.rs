@@ -1,6 +1,6 @@
 //! The client stub: connect by service name, call by procedure name.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use hamlyn::{
@@ -20,6 +20,23 @@ pub struct Call {
     sent: SendHandle,
 }
 
+/// A part of the client's memory a call by reference names: the server reads and writes
+/// it while the procedure runs ([`RpcClient::segment`], [`RpcClient::call_by_ref`]).
+pub struct Segment {
+    /// The slot the ticket names (kept as long as the segment).
+    _slot: Slot,
+    ticket: Ticket,
+    _meta: MetaArea,
+}
+
+impl std::fmt::Debug for Segment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Segment")
+            .field("len", &self.ticket.len)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A connection to one RPC service (see the crate docs).
 pub struct RpcClient {
     node: Node,
@@ -36,6 +53,11 @@ pub struct RpcClient {
     staging: Area,
     /// Replies that arrived for calls not yet finished.
     arrived: HashSet<u64>,
+    /// Segment writes that arrived, by call (counted for outstanding calls only, so a
+    /// server cannot grow it).
+    written: HashMap<u64, u32>,
+    /// Calls started and not finished.
+    outstanding: HashSet<u64>,
     timeout: Duration,
     /// The service's registry name: while it is there, the server is.
     service: String,
@@ -102,6 +124,8 @@ impl RpcClient {
             _meta: meta,
             staging,
             arrived: HashSet::new(),
+            written: HashMap::new(),
+            outstanding: HashSet::new(),
             timeout: Duration::from_secs(30),
             service: service_name(service),
         })
@@ -152,6 +176,47 @@ impl RpcClient {
         &mut self,
         procedure: &str,
         args: &[u8],
+        segment: &Segment,
+    ) -> Result<Vec<u8>, RpcError> {
+        let p = self
+            .names
+            .iter()
+            .position(|n| n == procedure)
+            .ok_or_else(|| RpcError::NoProcedure(procedure.to_owned()))?;
+        let c = self.start_with(p as u32, args, Some(&segment.ticket))?;
+        self.finish(c)
+    }
+
+    /// Makes `area` (an area of this client's connection, [`RpcClient::node`]) a segment
+    /// calls by reference can name: the server may read and write all of it while such a
+    /// call runs, and the call returns only once every write has landed.
+    pub fn segment(&self, area: &Area) -> Result<Segment, RpcError> {
+        let meta = self.node.meta_area(1)?;
+        let slot = self
+            .node
+            .slot(area)
+            .meta(&meta)
+            .queue(0)
+            .perms(hamlyn::SlotPerms {
+                write: true,
+                read: true,
+                atomic: false,
+            })
+            .create()?;
+        Ok(Segment {
+            ticket: slot.ticket_all()?,
+            _slot: slot,
+            _meta: meta,
+        })
+    }
+
+    /// A call by reference with a segment ticket of the caller's choosing (a test of what
+    /// the server refuses: a stub never needs it). The call does not wait for segment
+    /// writes to land.
+    pub fn call_by_ticket(
+        &mut self,
+        procedure: &str,
+        args: &[u8],
         segment: &Ticket,
     ) -> Result<Vec<u8>, RpcError> {
         let p = self
@@ -193,6 +258,7 @@ impl RpcClient {
                 .send(&self.frames[frame], &opts, Data::Gather(&span))?
         };
         self.busy[frame] = true;
+        self.outstanding.insert(id);
         Ok(Call { id, frame, sent })
     }
 
@@ -200,6 +266,9 @@ impl RpcClient {
     pub fn finish(&mut self, call: Call) -> Result<Vec<u8>, RpcError> {
         let result = self.wait_reply(&call);
         self.busy[call.frame] = false;
+        self.outstanding.remove(&call.id);
+        self.written.remove(&call.id);
+        self.arrived.remove(&call.id);
         result
     }
 
@@ -216,7 +285,7 @@ impl RpcClient {
                 Some(n) if n.slot == self.reply.id() => {
                     self.arrived.insert(n.word);
                 }
-                Some(_) => {}
+                Some(n) => self.note_segment_write(&n),
                 None => {
                     let s = call.sent.status();
                     if s.is_failed() {
@@ -242,12 +311,36 @@ impl RpcClient {
         if r.call != call.id {
             return Err(RpcError::Malformed("reply for another call"));
         }
+        // The procedure's writes into our segment may still be on their way (over TCP a
+        // reply can overtake them): count them in before the caller looks.
+        let writes = u32::from(r.writes);
+        while self.written.get(&call.id).copied().unwrap_or(0) < writes {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(RpcError::Timeout(self.timeout));
+            }
+            if let Some(n) = self.queue.wait(Some(deadline - now))? {
+                if n.slot == self.reply.id() {
+                    self.arrived.insert(n.word);
+                } else {
+                    self.note_segment_write(&n);
+                }
+            }
+        }
+        self.written.remove(&call.id);
         match r.status {
             Status::Ok => Ok(r.body.to_vec()),
             Status::Failed => Err(RpcError::Procedure(
                 String::from_utf8_lossy(r.body).into_owned(),
             )),
             other => Err(RpcError::Refused(other)),
+        }
+    }
+
+    /// A write into one of our segments arrived (tagged with its call).
+    fn note_segment_write(&mut self, n: &hamlyn::Notification) {
+        if n.kind == hamlyn::NotificationKind::Message && self.outstanding.contains(&n.word) {
+            *self.written.entry(n.word).or_insert(0) += 1;
         }
     }
 

@@ -15,7 +15,8 @@
 //!
 //! | offset | bytes | field |
 //! |---|---|---|
-//! | 0 | 4 | [`Status`] |
+//! | 0 | 2 | [`Status`] |
+//! | 2 | 2 | writes the procedure made into the caller's segment (each notifies it) |
 //! | 4 | 4 | result length |
 //! | 8 | 8 | call id |
 //! | 16 | `len` | result (or the error's message) |
@@ -157,13 +158,21 @@ pub fn decode_call(frame: &[u8]) -> Result<CallFrame<'_>, Status> {
 
 /// A reply's bytes; a result that does not fit is cut to a `Failed` reply saying so.
 pub fn encode_reply(status: Status, call: u64, body: &[u8]) -> Vec<u8> {
+    encode_reply_after_writes(status, call, body, 0)
+}
+
+/// A reply that also says how many writes the procedure made into the caller's segment:
+/// the caller counts their arrivals before it trusts the segment (over TCP a reply can
+/// overtake the writes before it).
+pub fn encode_reply_after_writes(status: Status, call: u64, body: &[u8], writes: u16) -> Vec<u8> {
     let (status, body): (Status, &[u8]) = if body.len() > MAX_RESULT {
         (Status::Failed, b"result longer than a reply")
     } else {
         (status, body)
     };
     let mut b = Vec::with_capacity(HEADER + body.len());
-    b.extend_from_slice(&status.code().to_le_bytes());
+    b.extend_from_slice(&(status.code() as u16).to_le_bytes());
+    b.extend_from_slice(&writes.to_le_bytes());
     b.extend_from_slice(&(body.len() as u32).to_le_bytes());
     b.extend_from_slice(&call.to_le_bytes());
     b.extend_from_slice(body);
@@ -179,11 +188,15 @@ pub struct Reply<'a> {
     pub call: u64,
     /// The result, or the error's message.
     pub body: &'a [u8],
+    /// Writes made into the caller's segment before the reply.
+    pub writes: u16,
 }
 
 /// Decodes a reply as the client finds it (the server wrote it).
 pub fn decode_reply(reply: &[u8]) -> Option<Reply<'_>> {
-    let status = Status::from_code(u32_at(reply, 0)?)?;
+    let word = u32_at(reply, 0)?;
+    let status = Status::from_code(word & 0xFFFF)?;
+    let writes = (word >> 16) as u16;
     let len = u32_at(reply, 4)? as usize;
     let call = u64_at(reply, 8)?;
     if len > MAX_RESULT {
@@ -193,6 +206,7 @@ pub fn decode_reply(reply: &[u8]) -> Option<Reply<'_>> {
         status,
         call,
         body: reply.get(HEADER..HEADER + len)?,
+        writes,
     })
 }
 
@@ -243,6 +257,8 @@ mod tests {
         assert!(decode_reply(&r).is_none());
         r[0..4].copy_from_slice(&77u32.to_le_bytes());
         assert!(decode_reply(&r).is_none(), "unknown status");
+        let w = encode_reply_after_writes(Status::Ok, 3, b"", 513);
+        assert_eq!(decode_reply(&w).map(|r| r.writes), Some(513));
         let big = encode_reply(Status::Ok, 5, &vec![1; MAX_RESULT + 1]);
         assert_eq!(decode_reply(&big).map(|r| r.status), Some(Status::Failed));
     }

@@ -29,7 +29,7 @@ pub mod frame;
 mod server;
 pub mod typed;
 
-pub use client::{Call, RpcClient};
+pub use client::{Call, RpcClient, Segment};
 pub use error::RpcError;
 pub use frame::{FRAMES, FRAME_BYTES, MAX_ARGS, MAX_RESULT, REPLY_BYTES};
 pub use server::{Ctx, Procedure, RpcServer, ServerCounters};

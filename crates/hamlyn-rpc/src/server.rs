@@ -36,6 +36,10 @@ struct Io {
 pub struct Ctx<'a> {
     io: &'a mut Io,
     segment: Option<Ticket>,
+    /// The call (tag of every segment write, so the caller can count them).
+    call: u64,
+    /// Segment writes made.
+    writes: u16,
 }
 
 impl std::fmt::Debug for Ctx<'_> {
@@ -122,9 +126,15 @@ impl Ctx<'_> {
                 .write(0, chunk)
                 .map_err(|e| format!("segment write: {e}"))?;
             let span = [io.scratch.span(0, chunk.len() as u64)];
+            // Each write notifies the caller, tagged with the call: the reply says how
+            // many to count before the segment is whole (a reply may overtake them).
+            self.writes = self
+                .writes
+                .checked_add(1)
+                .ok_or_else(|| "more than 65,535 segment writes in one call".to_owned())?;
             let opts = SendOptions::new()
                 .offset(offset + (i * SCRATCH) as u64)
-                .notify(false);
+                .tag(self.call);
             let h = io
                 .terminus
                 .send(&seg, &opts, Data::Gather(&span))
@@ -380,6 +390,7 @@ impl RpcServer {
             frame.inhibit(true)?;
         }
         let bytes = c.area.read_vec((index * FRAME_BYTES) as u64, FRAME_BYTES)?;
+        let mut writes = 0;
         let (status, body) = match frame::decode_call(&bytes) {
             Err(s) => {
                 self.counters.bad_frames += 1;
@@ -399,8 +410,12 @@ impl RpcServer {
                     let mut ctx = Ctx {
                         io: &mut self.io,
                         segment: f.segment.and_then(|b| Ticket::from_bytes(b).ok()),
+                        call,
+                        writes: 0,
                     };
-                    match p(f.args, &mut ctx) {
+                    let result = p(f.args, &mut ctx);
+                    writes = ctx.writes;
+                    match result {
                         Ok(r) => (Status::Ok, r),
                         Err(msg) => {
                             self.counters.failed += 1;
@@ -416,7 +431,7 @@ impl RpcServer {
         if self.protect {
             c.frames[index].inhibit(false)?;
         }
-        let reply = frame::encode_reply(status, call, &body);
+        let reply = frame::encode_reply_after_writes(status, call, &body, writes);
         let at = (FRAMES * FRAME_BYTES + index * REPLY_BYTES) as u64;
         c.area.write(at, &reply)?;
         let span = [c.area.span(at, reply.len() as u64)];

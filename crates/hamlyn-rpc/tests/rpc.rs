@@ -337,26 +337,14 @@ fn a_server_killed_mid_call_is_an_error_within_the_timeout() {
 fn call_by_reference_reads_and_writes_the_callers_segment() {
     let engine = EngineHandle::start(EngineConfig::embedded()).unwrap();
     let server = Served::start(engine.socket_path(), "byref", None, None);
-    let node = Node::connect(engine.socket_path()).unwrap();
-    const WORDS: u64 = 25_000; // 200 KB: several transfers each way
-    let area = node.area(WORDS * 8).unwrap();
-    let meta = node.meta_area(1).unwrap();
-    let words: Vec<u8> = (0..WORDS).flat_map(|i| (i * 3).to_le_bytes()).collect();
-    area.write(0, &words).unwrap();
-    let segment = node
-        .slot(&area)
-        .meta(&meta)
-        .perms(hamlyn::SlotPerms {
-            write: true,
-            read: true,
-            atomic: false,
-        })
-        .create()
-        .unwrap();
-    let ticket = segment.ticket_all().unwrap();
     let mut client =
         RpcClient::connect(Node::connect(engine.socket_path()).unwrap(), "byref", WAIT).unwrap();
-    let sum = client.call_by_ref("sum_and_double", b"", &ticket).unwrap();
+    const WORDS: u64 = 25_000; // 200 KB: several transfers each way
+    let area = client.node().area(WORDS * 8).unwrap();
+    let words: Vec<u8> = (0..WORDS).flat_map(|i| (i * 3).to_le_bytes()).collect();
+    area.write(0, &words).unwrap();
+    let segment = client.segment(&area).unwrap();
+    let sum = client.call_by_ref("sum_and_double", b"", &segment).unwrap();
     let want: u64 = (0..WORDS).map(|i| i * 3).sum();
     assert_eq!(sum, want.to_le_bytes());
     let back = area.read_vec(0, (WORDS * 8) as usize).unwrap();
@@ -368,10 +356,12 @@ fn call_by_reference_reads_and_writes_the_callers_segment() {
         );
     }
     // A forged ticket (wrong key): the procedure's read is refused by the engine.
-    let mut forged = ticket;
+    let meta = client.node().meta_area(1).unwrap();
+    let other = client.node().slot(&area).meta(&meta).create().unwrap();
+    let mut forged = other.ticket_all().unwrap();
     forged.key ^= 1;
     let err = client
-        .call_by_ref("sum_and_double", b"", &forged)
+        .call_by_ticket("sum_and_double", b"", &forged)
         .unwrap_err();
     assert!(
         matches!(&err, RpcError::Procedure(m) if m.contains("segment read")),

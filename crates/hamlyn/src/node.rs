@@ -542,50 +542,62 @@ impl Node {
     /// The name is this node handle's (its connection's) until it unpublishes it or
     /// disconnects: publishing it again replaces the seed; another client's publish or
     /// unpublish of it is refused with `NotOwner`. A registry node that cannot be reached
-    /// is `Unreachable` ([`hamlyn_wire::control::ControlErrorCode`]), naming the node.
+    /// is `Unreachable` ([`hamlyn_wire::control::ControlErrorCode`]), naming the node; one
+    /// whose link is full or still coming up (`Busy`) is asked again, for at most the
+    /// control timeout (so a publish right after the nodes start waits for their link).
     pub fn publish(&self, name: &str, seed: &hamlyn_wire::Seed) -> Result<(), Error> {
         let text = seed.to_text().map_err(Error::Seed)?;
-        let mut control = self.shared.control();
-        match control.call(
-            &Request::Publish {
-                name: name.to_owned(),
-                seed: text,
-            },
-            &[],
-        )? {
-            (Reply::Ok, fds) if fds.is_empty() => Ok(()),
-            _ => Err(control.violation("expected Ok")),
+        match self.registry_call(&Request::Publish {
+            name: name.to_owned(),
+            seed: text,
+        })? {
+            Reply::Ok => Ok(()),
+            _ => Err(self.shared.control().violation("expected Ok")),
         }
     }
 
     /// Removes `name`, which this node handle published, from the cluster's name registry
     /// (`NotOwner` if another client published it, `NotFound` if no one did).
     pub fn unpublish(&self, name: &str) -> Result<(), Error> {
-        let mut control = self.shared.control();
-        match control.call(
-            &Request::Unpublish {
-                name: name.to_owned(),
-            },
-            &[],
-        )? {
-            (Reply::Ok, fds) if fds.is_empty() => Ok(()),
-            _ => Err(control.violation("expected Ok")),
+        match self.registry_call(&Request::Unpublish {
+            name: name.to_owned(),
+        })? {
+            Reply::Ok => Ok(()),
+            _ => Err(self.shared.control().violation("expected Ok")),
         }
     }
 
     /// Looks `name` up in the cluster's name registry.
     pub fn lookup(&self, name: &str) -> Result<hamlyn_wire::Seed, Error> {
-        let mut control = self.shared.control();
-        match control.call(
-            &Request::Lookup {
-                name: name.to_owned(),
-            },
-            &[],
-        )? {
-            (Reply::Seed { seed }, fds) if fds.is_empty() => {
-                hamlyn_wire::Seed::from_text(&seed).map_err(Error::Seed)
+        match self.registry_call(&Request::Lookup {
+            name: name.to_owned(),
+        })? {
+            Reply::Seed { seed } => hamlyn_wire::Seed::from_text(&seed).map_err(Error::Seed),
+            _ => Err(self.shared.control().violation("expected Seed")),
+        }
+    }
+
+    /// A registry request, made again while the engine says `Busy` (the registry node's
+    /// link is full or still coming up, or too many requests wait) for at most the
+    /// control timeout ([`NodeOptions::control_timeout`]).
+    fn registry_call(&self, req: &Request) -> Result<Reply, Error> {
+        let deadline = std::time::Instant::now() + self.shared.options.control_timeout;
+        let mut pause = std::time::Duration::from_millis(1);
+        loop {
+            let mut control = self.shared.control();
+            match control.call(req, &[]) {
+                Ok((reply, fds)) if fds.is_empty() => return Ok(reply),
+                Ok(_) => return Err(control.violation("descriptors with a registry reply")),
+                Err(Error::Refused {
+                    code: Some(hamlyn_wire::control::ControlErrorCode::Busy),
+                    ..
+                }) if std::time::Instant::now() + pause < deadline => {
+                    drop(control);
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(std::time::Duration::from_millis(50));
+                }
+                Err(e) => return Err(e),
             }
-            _ => Err(control.violation("expected Seed")),
         }
     }
 
