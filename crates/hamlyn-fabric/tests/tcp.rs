@@ -28,6 +28,7 @@ const DEADLINE: Duration = Duration::from_secs(20);
 struct Rec {
     packets: Vec<(NodeId, Header, Vec<u8>, Vec<u8>)>,
     events: Vec<PeerEvent>,
+    unconfirmed: Vec<(NodeId, Header)>,
     landing: BTreeMap<(u32, u64), Vec<u8>>,
 }
 
@@ -49,6 +50,9 @@ impl PacketSink for Rec {
     }
     fn on_peer(&mut self, e: PeerEvent) {
         self.events.push(e);
+    }
+    fn on_unconfirmed(&mut self, to: NodeId, h: &Header) {
+        self.unconfirmed.push((to, *h));
     }
 }
 
@@ -425,6 +429,7 @@ fn striped_message_lands_whole() {
         fn on_peer(&mut self, e: PeerEvent) {
             self.events.push(e);
         }
+        fn on_unconfirmed(&mut self, _: NodeId, _: &Header) {}
     }
 
     const LEN: usize = 4 << 20;

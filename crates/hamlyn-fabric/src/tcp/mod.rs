@@ -134,6 +134,7 @@
 //! [`BUSY_POLL_EVENTS_EVERY`] polls for new connections (and on every poll while a
 //! handshake is in progress).
 
+mod ack;
 mod conn;
 pub mod frame;
 pub mod secret;
@@ -154,6 +155,7 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 
 use crate::fabric::{check_send, Fabric, FabricError, PacketSink, PeerEvent, SharedBytes};
+use ack::{Received, Unacked};
 use conn::{Conn, Phase, Role, Rx, RxCounts, RxCtx, RxStop};
 use frame::{heartbeat, join_reply, Hello, JoinQuery, MAX_JOIN_MEMBERS, MAX_RAILS};
 use secure::{Link, ReplayGuard};
@@ -382,6 +384,9 @@ pub struct TcpFabric {
     free: Vec<usize>,
     peers: BTreeMap<NodeId, Peer>,
     out: VecDeque<PeerEvent>,
+    /// Packets a lost session left unacknowledged, to report to the sink
+    /// ([`PacketSink::on_unconfirmed`]) at the end of the poll.
+    unconfirmed: VecDeque<(NodeId, Header)>,
     next_tick: Instant,
     polls: u64,
     rx_cursor: usize,
@@ -468,6 +473,7 @@ impl TcpFabric {
             free: Vec::new(),
             peers: BTreeMap::new(),
             out: VecDeque::new(),
+            unconfirmed: VecDeque::new(),
             next_tick: Instant(0),
             polls: 0,
             rx_cursor: 0,
@@ -766,6 +772,16 @@ impl TcpFabric {
         if peer.dial {
             peer.next_dial = now.plus_nanos(self.timing.reconnect);
         }
+        // What the session carried that the peer did not acknowledge may be lost: each
+        // such packet is reported, so its request fails rather than stay "sent".
+        for i in session.conns() {
+            if let Some(Some(conn)) = self.conns.get_mut(i) {
+                for h in conn.unacked.drain() {
+                    peer.stats.packets_unconfirmed += 1;
+                    self.unconfirmed.push_back((node, h));
+                }
+            }
+        }
         for i in session.conns() {
             self.close_conn(i, reason);
         }
@@ -868,6 +884,8 @@ impl TcpFabric {
             opened: now,
             last_rx: now,
             last_tx: now,
+            unacked: Unacked::default(),
+            received: Received::default(),
         }
     }
 
@@ -1073,6 +1091,19 @@ impl TcpFabric {
             let r = p.stats.rail(rail);
             r.packets_sent += 1;
             r.bytes_sent += HEADER_LEN as u64;
+        }
+    }
+
+    /// Acknowledges on rail `i` the first `count` packets it brought from `node` (a
+    /// heartbeat carrying the count, `ack.rs`).
+    fn send_ack(&mut self, i: usize, node: NodeId, count: u64, now: Instant) {
+        let hb = heartbeat(self.config.node, node, self.config.incarnation, count);
+        self.send_control(i, &hb, now);
+        if let Some(c) = self.conn_mut(i) {
+            c.received.told(count);
+        }
+        if let Some(p) = self.peers.get_mut(&node) {
+            p.stats.acks_sent += 1;
         }
     }
 
@@ -1464,8 +1495,18 @@ impl TcpFabric {
                 if std::mem::take(&mut conn.rx.got_bytes) {
                     conn.last_rx = now;
                 }
+                conn.received.packets(counts.whole);
+                let ack = conn.received.ack_due(false);
+                let bad_ack = counts.acked.and_then(|n| conn.unacked.ack(n).err());
                 let (peer, rail) = (conn.peer, conn.rail);
                 self.conns[i] = Some(conn);
+                if let Some(e) = bad_ack {
+                    self.fail_conn(i, CloseReason::BadAck, &e.to_string(), now);
+                    break;
+                }
+                if let (Some(n), Some(p)) = (ack, peer) {
+                    self.send_ack(i, p, n, now);
+                }
                 if let Some(p) = peer.and_then(|p| self.peers.get_mut(&p)) {
                     p.stats.packets_received += counts.packets;
                     p.stats.bytes_received += counts.bytes;
@@ -1553,7 +1594,7 @@ impl TcpFabric {
             let rails: Vec<usize> = session.conns().collect();
             let mut dead = None;
             let mut beats = Vec::new();
-            for i in rails {
+            for &i in &rails {
                 let Some(conn) = self.conn(i) else {
                     continue;
                 };
@@ -1575,15 +1616,29 @@ impl TcpFabric {
                 );
                 continue;
             }
-            let hb = heartbeat(self.config.node, node, self.config.incarnation);
             for &i in &beats {
                 // Idle: a link gives back what a very large frame made it hold.
                 if let Some(link) = self.conn_mut(i).and_then(|c| c.link.as_mut()) {
                     link.trim();
                 }
             }
+            // Every tick acknowledges what arrived since the last acknowledgement, so a
+            // sender learns within a tick which packets the peer has.
+            let acks: Vec<(usize, u64)> = rails
+                .into_iter()
+                .filter(|i| !beats.contains(i))
+                .filter_map(|i| Some((i, self.conn(i)?.received.ack_due(true)?)))
+                .collect();
+            for (i, n) in acks {
+                self.send_ack(i, node, n, now);
+            }
             for i in beats {
+                let acked = self.conn(i).map_or(0, |c| c.received.delivered());
+                let hb = heartbeat(self.config.node, node, self.config.incarnation, acked);
                 self.send_control(i, &hb, now);
+                if let Some(c) = self.conn_mut(i) {
+                    c.received.told(acked);
+                }
                 if let Some(p) = self.peers.get_mut(&node) {
                     p.stats.heartbeats_sent += 1;
                 }
@@ -1604,6 +1659,9 @@ impl TcpFabric {
     fn flush_events(&mut self, sink: &mut dyn PacketSink) {
         while let Some(ev) = self.out.pop_front() {
             sink.on_peer(ev);
+        }
+        while let Some((node, h)) = self.unconfirmed.pop_front() {
+            sink.on_unconfirmed(node, &h);
         }
     }
 
@@ -1684,6 +1742,12 @@ impl TcpFabric {
         let Some(conn) = self.conns.get_mut(i).and_then(Option::as_mut) else {
             return Err(FabricError::PeerDown(node));
         };
+        // A rail keeps every packet until the peer acknowledges it (`ack.rs`); with as
+        // many as it may keep, the peer must catch up first.
+        if !conn.unacked.has_room() {
+            peer.stats.refused_full += 1;
+            return Err(FabricError::Full);
+        }
         let hdr = header.to_bytes();
         let sent = match conn.link.as_mut() {
             None => conn
@@ -1728,6 +1792,7 @@ impl TcpFabric {
             }
         }
         conn.last_tx = now;
+        conn.unacked.sent(header);
         self.sends_since_poll += 1;
         peer.stats.packets_sent += 1;
         peer.stats.bytes_sent += pkt_len as u64;
