@@ -711,6 +711,18 @@ impl TcpFabric {
         };
         let _ = self.poll.registry().deregister(&mut conn.stream);
         conn.tx.clear();
+        // What the rail carried that the peer did not acknowledge may be lost: each such
+        // packet is reported, so its request fails rather than stay "sent".
+        if let Some(node) = conn.peer {
+            let mut n = 0;
+            for h in conn.unacked.drain() {
+                self.unconfirmed.push_back((node, h));
+                n += 1;
+            }
+            if let Some(p) = self.peers.get_mut(&node) {
+                p.stats.packets_unconfirmed += n;
+            }
+        }
         self.free.push(i);
         self.stats.closes.add(reason);
     }
@@ -771,16 +783,6 @@ impl TcpFabric {
         }
         if peer.dial {
             peer.next_dial = now.plus_nanos(self.timing.reconnect);
-        }
-        // What the session carried that the peer did not acknowledge may be lost: each
-        // such packet is reported, so its request fails rather than stay "sent".
-        for i in session.conns() {
-            if let Some(Some(conn)) = self.conns.get_mut(i) {
-                for h in conn.unacked.drain() {
-                    peer.stats.packets_unconfirmed += 1;
-                    self.unconfirmed.push_back((node, h));
-                }
-            }
         }
         for i in session.conns() {
             self.close_conn(i, reason);
