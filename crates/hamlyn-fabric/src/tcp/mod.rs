@@ -54,8 +54,9 @@
 //! - **Failure is per session.** If any rail of an up session fails (end of stream, reset,
 //!   a frame error, heartbeat timeout), every rail of that session is closed and
 //!   [`PeerEvent::Down`] is announced: packets striped over the lost rail may be lost, and
-//!   the Down is how the loss is announced. The other end sees its rails close and
-//!   announces Down too. The dialer then starts a new session every
+//!   the Down is how the loss is announced; each packet sent that the peer had not
+//!   acknowledged is named to the sink ([`PacketSink::on_unconfirmed`], "Delivery"
+//!   below). The other end sees its rails close and announces Down too. The dialer then starts a new session every
 //!   [`TcpConfig::reconnect_interval`] until one comes up.
 //! - **Restarts.** A HELLO with a newer incarnation (or a newer session of the same
 //!   incarnation) replaces the current session: Down, then Up with the new incarnation.
@@ -78,7 +79,8 @@
 //!   no known address and are not listed.
 //! - **Heartbeats.** On an up session, a rail that sent nothing for
 //!   [`TcpConfig::heartbeat_interval`] sends an `Op::Heartbeat` header; heartbeats are
-//!   consumed by the fabric, never shown to the sink. A rail that received nothing for
+//!   consumed by the fabric, never shown to the sink, and carry the rail's
+//!   acknowledgement (below). A rail that received nothing for
 //!   [`TcpConfig::peer_timeout`] takes its session down. A peer that never came up within
 //!   the peer timeout of the fabric's first poll is announced Down.
 //!
@@ -115,6 +117,24 @@
 //! the rail waits for the poller's next event instead of reading again to hear
 //! `WouldBlock`. Any frame error closes that connection (and its session) with a logged
 //! reason; other connections are untouched.
+//!
+//! # Delivery: what the peer acknowledged
+//!
+//! A packet `send` accepted is on its way, not yet arrived, and a lost session can lose
+//! it (bytes in the kernel's buffers, or on a cut cable). So that no loss goes unnamed,
+//! each rail's receiver counts the packets it delivered whole to its sink (payload placed
+//! or skipped) and sends the count back on the same connection in a heartbeat's `offset`
+//! — at every timer tick when something new arrived, and after every 512 packets; the
+//! sender keeps each accepted packet's header until a count covers it (a TCP connection
+//! is ordered, so the count is all it takes). When a rail closes, for any reason, the
+//! headers it still keeps are handed to the sink one by one
+//! ([`PacketSink::on_unconfirmed`]), after the Down: the engine fails their requests
+//! with `PeerDown`. So a packet either arrived, or its sender is told it may not have
+//! (it may have: the acknowledgement itself can be what was lost). Nothing is resent:
+//! a new session starts empty. A rail keeps at most 4,096 unacknowledged headers; past
+//! that `send` is `Full` until acknowledgements come. An acknowledgement of more than
+//! was sent closes the connection ([`CloseReason::BadAck`]). The sans-IO state machine
+//! is `ack.rs`.
 //!
 //! # Driving it from an engine
 //!
