@@ -776,3 +776,43 @@ fn a_lost_session_reports_exactly_the_unacknowledged_packets() {
     assert_eq!(lost, (200..250).collect::<Vec<u32>>());
     assert_eq!(a.peer_stats(NodeId(1)).unwrap().packets_unconfirmed, 50);
 }
+
+/// With the clock frozen (no timer tick ever acknowledges), a stream of small packets
+/// far past what a rail may keep unacknowledged (4,096) still flows: the receiver
+/// acknowledges every 512 packets, so the sender's `Full` is only ever passing.
+#[test]
+fn acknowledgements_keep_a_long_stream_flowing_without_timers() {
+    const COUNT: u32 = 20_000;
+    let real = Time::new();
+    let mut fabrics = tcp_cluster(2, &config(2)).unwrap();
+    let (a, b) = two(&mut fabrics);
+    let t = Instant(0);
+    let (mut ra, mut rb) = (Rec::default(), Rec::default());
+    while ra.up(1).is_none() || rb.up(0).is_none() {
+        a.poll(t, &mut ra, 64).unwrap();
+        b.poll(t, &mut rb, 64).unwrap();
+        assert!(!real.expired());
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    for seq in 0..COUNT {
+        let (h, m, p) = packet(0, 1, seq, 16);
+        loop {
+            match a.send(t, &h, &m, &[p[..].into()]) {
+                Ok(()) => break,
+                Err(FabricError::Full) => {
+                    a.poll(t, &mut ra, 64).unwrap();
+                    b.poll(t, &mut rb, 64).unwrap();
+                    assert!(!real.expired(), "stuck on Full at {seq}");
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    while rb.packets.len() < COUNT as usize {
+        a.poll(t, &mut ra, 64).unwrap();
+        b.poll(t, &mut rb, 64).unwrap();
+        assert!(!real.expired(), "{} of {COUNT} arrived", rb.packets.len());
+    }
+    assert!(b.peer_stats(NodeId(0)).unwrap().acks_sent >= u64::from(COUNT) / 512 - 2);
+    assert!(ra.unconfirmed.is_empty() && ra.downs(1) == 0);
+}
