@@ -525,7 +525,42 @@ impl EngineState {
         for ev in polled.events {
             self.peer_event(ev);
         }
+        if !polled.unconfirmed.is_empty() {
+            self.unconfirmed(&polled.unconfirmed);
+        }
         polled.busy
+    }
+
+    /// Writes the fabric accepted (their requests may already read `Sent`) whose session
+    /// was lost before the receiver acknowledged them: each request fails with
+    /// `PeerDown`, once (a message's packets are reported one by one). A request still
+    /// sending was failed by the `Down` that came first and reports itself when it ends.
+    #[cold]
+    fn unconfirmed(&mut self, headers: &[Header]) {
+        let mut seen = std::collections::HashSet::new();
+        for h in headers {
+            if !seen.insert(h.request.to_u64()) {
+                continue;
+            }
+            let (cid, t) = request_origin(h.request);
+            let in_flight = self
+                .clients
+                .port_mut(cid)
+                .and_then(|p| p.termini.get(usize::from(t)))
+                .and_then(|term| term.current.as_ref())
+                .is_some_and(|cur| cur.req.seq == h.request.seq && cur.failed.is_some());
+            if in_flight {
+                continue;
+            }
+            self.counters.sends_unconfirmed += 1;
+            let c = Completion {
+                seq: h.request.seq,
+                status: u16::from(RejectReason::PeerDown.code()),
+                terminus: t,
+                value: 0,
+            };
+            self.clients.fail(cid, c, &mut self.counters);
+        }
     }
 
     /// A peer came or went. Down: every request still sending to it fails with

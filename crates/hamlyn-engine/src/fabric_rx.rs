@@ -55,6 +55,9 @@ pub(crate) struct Inbound {
     pub(crate) deferred: Vec<(Header, Vec<u8>)>,
     /// Peer events seen during the last poll.
     pub(crate) events: Vec<PeerEvent>,
+    /// Packets of ours a lost session left unacknowledged during the last poll (the
+    /// requests they belong to fail with `PeerDown`, after the poll's events).
+    pub(crate) unconfirmed: Vec<Header>,
     /// Where an unplaceable payload goes.
     scratch: Vec<u8>,
 }
@@ -207,6 +210,14 @@ impl PacketSink for Receive<'_> {
 
     fn on_peer(&mut self, event: PeerEvent) {
         self.inbound.events.push(event);
+    }
+
+    fn on_unconfirmed(&mut self, _to: NodeId, h: &Header) {
+        // Only a client's writes are reported sent before they are known delivered;
+        // reads, atomics and registry requests wait for their reply, which a Down fails.
+        if h.op == Op::Write && h.src == self.delivery.node() {
+            self.inbound.unconfirmed.push(*h);
+        }
     }
 }
 

@@ -54,6 +54,8 @@ pub(crate) struct Polled {
     pub(crate) deferred: Vec<(Header, Vec<u8>)>,
     /// Peers that came or went.
     pub(crate) events: Vec<PeerEvent>,
+    /// Writes of ours that a lost session left unacknowledged (maybe not delivered).
+    pub(crate) unconfirmed: Vec<Header>,
 }
 
 impl Remote {
@@ -173,11 +175,13 @@ impl Remote {
         busy |= self.send_nacks(now, counters);
         let deferred = std::mem::take(&mut self.inbound.deferred);
         let events = std::mem::take(&mut self.inbound.events);
-        busy |= !deferred.is_empty() || !events.is_empty();
+        let unconfirmed = std::mem::take(&mut self.inbound.unconfirmed);
+        busy |= !deferred.is_empty() || !events.is_empty() || !unconfirmed.is_empty();
         Polled {
             busy,
             deferred,
             events,
+            unconfirmed,
         }
     }
 

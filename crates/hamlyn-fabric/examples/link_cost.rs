@@ -31,6 +31,7 @@ impl PacketSink for Sink {
         self.got += 1;
     }
     fn on_peer(&mut self, _: PeerEvent) {}
+    fn on_unconfirmed(&mut self, _: NodeId, _: &Header) {}
 }
 
 type Error = Box<dyn std::error::Error>;

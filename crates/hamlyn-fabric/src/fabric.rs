@@ -9,7 +9,10 @@
 //! - **No silent loss, no duplication.** A packet sent to a live peer arrives exactly
 //!   once. If a link breaks or a peer dies, packets may be lost, but only together with a
 //!   [`PeerEvent::Down`] at both ends: loss is always announced (the seeds assume a
-//!   fabric that never drops packets on a live link).
+//!   fabric that never drops packets on a live link). A fabric that keeps track of what
+//!   the receiver acknowledged (TCP) also names each sent packet that may be lost
+//!   ([`PacketSink::on_unconfirmed`]), so the request it belongs to can fail even after
+//!   it was reported sent.
 //! - **Any order.** Packets may arrive in any order, even on one link (TCP rails, the
 //!   simulator's random delays); packet counting does not need order.
 //! - **Back-pressure, not drops.** [`FabricError::Full`] means "try again later".
@@ -142,6 +145,14 @@ pub trait PacketSink {
     fn on_payload(&mut self, from: NodeId, header: &Header, meta: &[u8]);
     /// A peer came up or went down.
     fn on_peer(&mut self, event: PeerEvent);
+    /// A packet this node sent to `to`, accepted by [`Fabric::send`], may not have
+    /// arrived: the session that carried it was lost before the receiver acknowledged
+    /// it. It may have arrived (the acknowledgement may be what was lost), but nothing
+    /// more will be known; a sink fails the request it belongs to (`PeerDown`).
+    /// Called once per such packet, after or together with that peer's
+    /// [`PeerEvent::Down`]. A fabric that reports no such packets (the simulator) never
+    /// calls it and announces its losses only with `Down`.
+    fn on_unconfirmed(&mut self, to: NodeId, header: &Header);
 }
 
 /// One node's access to a fabric.

@@ -530,6 +530,7 @@ mod tests {
         fn on_peer(&mut self, e: PeerEvent) {
             self.events.push(e);
         }
+        fn on_unconfirmed(&mut self, _: NodeId, _: &Header) {}
     }
 
     fn header(src: u32, dst: u32, seq: u32) -> Header {

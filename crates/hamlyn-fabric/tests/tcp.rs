@@ -28,6 +28,7 @@ const DEADLINE: Duration = Duration::from_secs(20);
 struct Rec {
     packets: Vec<(NodeId, Header, Vec<u8>, Vec<u8>)>,
     events: Vec<PeerEvent>,
+    unconfirmed: Vec<(NodeId, Header)>,
     landing: BTreeMap<(u32, u64), Vec<u8>>,
 }
 
@@ -49,6 +50,9 @@ impl PacketSink for Rec {
     }
     fn on_peer(&mut self, e: PeerEvent) {
         self.events.push(e);
+    }
+    fn on_unconfirmed(&mut self, to: NodeId, h: &Header) {
+        self.unconfirmed.push((to, *h));
     }
 }
 
@@ -425,6 +429,7 @@ fn striped_message_lands_whole() {
         fn on_peer(&mut self, e: PeerEvent) {
             self.events.push(e);
         }
+        fn on_unconfirmed(&mut self, _: NodeId, _: &Header) {}
     }
 
     const LEN: usize = 4 << 20;
@@ -699,4 +704,115 @@ fn sleeping_in_wait_delivers_everything() {
     }
     assert!(TcpFabric::next_timer(a) > Instant(0));
     assert_eq!(rb.packets.len(), 200);
+}
+
+/// Issue 16 part 4: the receiver acknowledges what it delivered (here on a timer tick),
+/// the sender forgets acknowledged packets, and when the session is lost it reports
+/// exactly the packets the receiver never acknowledged (`on_unconfirmed`): none of the
+/// delivered ones, every one of those it never read.
+#[test]
+fn a_lost_session_reports_exactly_the_unacknowledged_packets() {
+    let real = Time::new();
+    let mut fabrics = tcp_cluster(2, &config(2)).unwrap();
+    let (a, b) = two(&mut fabrics);
+    let mut t = Instant(0);
+    let (mut ra, mut rb) = (Rec::default(), Rec::default());
+    while ra.up(1).is_none() || rb.up(0).is_none() {
+        a.poll(t, &mut ra, 64).unwrap();
+        b.poll(t, &mut rb, 64).unwrap();
+        assert!(!real.expired());
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    let send = |a: &mut TcpFabric, ra: &mut Rec, seq: u32, t: Instant| {
+        let (h, m, p) = packet(0, 1, seq, (seq as usize * 331) % 3000);
+        loop {
+            match a.send(t, &h, &m, &[p[..].into()]) {
+                Ok(()) => return,
+                Err(FabricError::Full) => a.poll(t, ra, 64).map(|_| ()).unwrap(),
+                Err(e) => panic!("{e}"),
+            }
+            assert!(!real.expired());
+        }
+    };
+    for seq in 0..200 {
+        send(a, &mut ra, seq, t);
+    }
+    while rb.packets.len() < 200 {
+        a.poll(t, &mut ra, 64).unwrap();
+        b.poll(t, &mut rb, 64).unwrap();
+        assert!(!real.expired());
+    }
+    // A tick later node 1 acknowledges the 200; node 0 reads the acknowledgement.
+    let beats = |f: &TcpFabric| f.peer_stats(NodeId(1)).unwrap().heartbeats_received;
+    let before = beats(a);
+    t = t.plus_nanos(50_000_000);
+    b.poll(t, &mut rb, 64).unwrap();
+    assert!(b.peer_stats(NodeId(0)).unwrap().acks_sent > 0);
+    while beats(a) == before {
+        a.poll(t, &mut ra, 64).unwrap();
+        assert!(!real.expired());
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    // 50 more that node 1 never reads: it goes away with them unread.
+    for seq in 200..250 {
+        send(a, &mut ra, seq, t);
+    }
+    a.poll(t, &mut ra, 64).unwrap();
+    b.shutdown();
+    while ra.downs(1) == 0 {
+        a.poll(t, &mut ra, 64).unwrap();
+        assert!(!real.expired(), "node 0 never saw node 1 go");
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    let mut lost: Vec<u32> = ra
+        .unconfirmed
+        .iter()
+        .map(|(to, h)| {
+            assert_eq!(*to, NodeId(1));
+            h.request.seq
+        })
+        .collect();
+    lost.sort_unstable();
+    assert_eq!(lost, (200..250).collect::<Vec<u32>>());
+    assert_eq!(a.peer_stats(NodeId(1)).unwrap().packets_unconfirmed, 50);
+}
+
+/// With the clock frozen (no timer tick ever acknowledges), a stream of small packets
+/// far past what a rail may keep unacknowledged (4,096) still flows: the receiver
+/// acknowledges every 512 packets, so the sender's `Full` is only ever passing.
+#[test]
+fn acknowledgements_keep_a_long_stream_flowing_without_timers() {
+    const COUNT: u32 = 20_000;
+    let real = Time::new();
+    let mut fabrics = tcp_cluster(2, &config(2)).unwrap();
+    let (a, b) = two(&mut fabrics);
+    let t = Instant(0);
+    let (mut ra, mut rb) = (Rec::default(), Rec::default());
+    while ra.up(1).is_none() || rb.up(0).is_none() {
+        a.poll(t, &mut ra, 64).unwrap();
+        b.poll(t, &mut rb, 64).unwrap();
+        assert!(!real.expired());
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    for seq in 0..COUNT {
+        let (h, m, p) = packet(0, 1, seq, 16);
+        loop {
+            match a.send(t, &h, &m, &[p[..].into()]) {
+                Ok(()) => break,
+                Err(FabricError::Full) => {
+                    a.poll(t, &mut ra, 64).unwrap();
+                    b.poll(t, &mut rb, 64).unwrap();
+                    assert!(!real.expired(), "stuck on Full at {seq}");
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    while rb.packets.len() < COUNT as usize {
+        a.poll(t, &mut ra, 64).unwrap();
+        b.poll(t, &mut rb, 64).unwrap();
+        assert!(!real.expired(), "{} of {COUNT} arrived", rb.packets.len());
+    }
+    assert!(b.peer_stats(NodeId(0)).unwrap().acks_sent >= u64::from(COUNT) / 512 - 2);
+    assert!(ra.unconfirmed.is_empty() && ra.downs(1) == 0);
 }

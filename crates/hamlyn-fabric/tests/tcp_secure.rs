@@ -52,6 +52,7 @@ impl PacketSink for Rec {
     fn on_peer(&mut self, e: PeerEvent) {
         self.events.push(e);
     }
+    fn on_unconfirmed(&mut self, _: NodeId, _: &Header) {}
 }
 
 impl Rec {

@@ -558,6 +558,10 @@ impl PacketSink for NodeSink<'_> {
             _ => {}
         }
     }
+    fn on_unconfirmed(&mut self, _: NodeId, _: &Header) {
+        // The simulated network never reports any: its losses are announced
+        // by `Down` alone, and `PeerTable` decides what they break.
+    }
 }
 
 /// Many nodes' interfaces over one simulated network, driven step by step.

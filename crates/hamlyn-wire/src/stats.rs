@@ -181,6 +181,9 @@ counters! {
         /// Wake-ups that found no work (a timer, or a doorbell rung for nothing): the
         /// engine went straight back to sleep, without its spin.
         idle_wakes,
+        /// Sends already finished that failed later with `PeerDown`: the session that
+        /// carried them was lost before the receiving node acknowledged their packets.
+        sends_unconfirmed,
     }
 }
 

@@ -7,6 +7,14 @@
 //! request, so once a request is done, draining the ring tells whether it failed. A NACK
 //! from a remote engine may arrive later still: a request's status can go from
 //! [`Status::Sent`] to [`Status::Failed`], never back.
+//!
+//! What `Sent` promises for a write to another node (docs/ARCHITECTURE.md, "Delivery
+//! over TCP"): the engine handed every packet to the fabric, and the request ends either
+//! delivered (the receiving engine placed the bytes) or `Failed` — a refusal
+//! (`BadKey`, ...), or `PeerDown` when the session that carried a packet was lost before
+//! the receiving node acknowledged it. It is never silently lost. `PeerDown` after `Sent`
+//! means "not known to have arrived": the bytes may be there (the acknowledgement may be
+//! what was lost), and a sender that must know resends or asks the receiver.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,8 +36,10 @@ pub(crate) const MAX_FAILURES: usize = 1 << 16;
 pub enum Status {
     /// The engine has not finished it: its buffers may still be read.
     Pending,
-    /// The engine finished it without error: its buffers are free. (A remote refusal may
-    /// still turn it into [`Status::Failed`].)
+    /// The engine finished it without error: its buffers are free. For a remote
+    /// destination it is on its way: a remote refusal, or the loss of the session that
+    /// carried it before the receiver acknowledged it (`PeerDown`), may still turn it into
+    /// [`Status::Failed`]; otherwise it arrives.
     Sent,
     /// The engine or the receiving engine refused it, for this reason.
     Failed(RejectReason),

@@ -459,7 +459,9 @@ impl SendHandle {
     }
 
     /// The request's status: pending until the engine finishes it, then sent or failed.
-    /// A remote refusal may turn sent into failed later.
+    /// A remote refusal, or the loss of the session that carried it before the receiving
+    /// node acknowledged it (`Failed(PeerDown)`), may turn sent into failed later; a sent
+    /// request is never lost silently ([`Status::Sent`]).
     ///
     /// A request still pending when the engine is found gone is
     /// `Failed(RejectReason::PeerDown)`: the engine it depended on is down, and it never

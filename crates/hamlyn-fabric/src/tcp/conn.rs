@@ -20,6 +20,7 @@ use std::net::SocketAddr;
 use hamlyn_core::Instant;
 use hamlyn_wire::{Header, NodeId, Op, WireError, MAX_META_LEN};
 
+use super::ack::{Received, Unacked};
 use super::frame::{FrameDecoder, FrameError, Token};
 use super::secure::{Link, LinkError, Opened, ReplayGuard};
 use super::stats::CloseReason;
@@ -104,6 +105,10 @@ pub(crate) struct RxCounts {
     pub(crate) bytes: u64,
     /// Heartbeats consumed.
     pub(crate) heartbeats: u64,
+    /// Packets whose payload was placed or discarded whole (what the rail acknowledges).
+    pub(crate) whole: u64,
+    /// The highest acknowledgement a heartbeat carried (packets of ours the peer has).
+    pub(crate) acked: Option<u64>,
 }
 
 /// What [`Rx::pump`] needs to know about the connection and the fabric.
@@ -353,10 +358,16 @@ impl Rx {
                 }
                 Token::End => {
                     let landing = std::mem::replace(&mut self.landing, RxLanding::Idle);
+                    // A packet counts as had (and is acknowledged) once its payload is
+                    // placed (after `on_payload`) or skipped whole.
+                    if matches!(landing, RxLanding::Discard) {
+                        ctx.counts.whole += 1;
+                    }
                     if let (RxLanding::Accept { header, meta }, Some(peer)) = (landing, ctx.peer) {
                         if header.payload_len == 0 {
                             let got = sink.payload_buf(&header).len();
                             if got != 0 {
+                                ctx.counts.whole += 1; // skipped whole
                                 return Some(RxStop::SinkBuffer {
                                     expected: 0,
                                     got: got as u64,
@@ -364,6 +375,7 @@ impl Rx {
                             }
                         }
                         sink.on_payload(peer, &header, &meta[..usize::from(header.meta_len)]);
+                        ctx.counts.whole += 1;
                     }
                 }
             }
@@ -407,6 +419,9 @@ impl Rx {
                     ));
                 }
                 ctx.counts.heartbeats += 1;
+                // A heartbeat's `offset` acknowledges the packets of this rail the peer
+                // has whole (`ack.rs`).
+                ctx.counts.acked = Some(ctx.counts.acked.unwrap_or(0).max(h.offset));
                 None
             }
             _ => {
@@ -482,6 +497,10 @@ pub(crate) struct Conn {
     pub(crate) last_rx: Instant,
     /// When bytes were last handed to the socket or the queue.
     pub(crate) last_tx: Instant,
+    /// Packets sent on this rail that the peer has not acknowledged (`ack.rs`).
+    pub(crate) unacked: Unacked,
+    /// Packets received whole on this rail, and how many were acknowledged.
+    pub(crate) received: Received,
 }
 
 impl Conn {
@@ -605,6 +624,7 @@ mod tests {
         fn on_peer(&mut self, e: PeerEvent) {
             self.events.push(e);
         }
+        fn on_unconfirmed(&mut self, _: NodeId, _: &Header) {}
     }
 
     fn pkt(seq: u32, meta: usize, len: usize) -> (Header, Vec<u8>, Vec<u8>) {
@@ -870,7 +890,7 @@ mod tests {
 
     #[test]
     fn heartbeats_are_consumed_and_misaddressed_packets_close() {
-        let mut bytes = heartbeat(NodeId(1), NodeId(2), 1).to_bytes().to_vec();
+        let mut bytes = heartbeat(NodeId(1), NodeId(2), 1, 0).to_bytes().to_vec();
         let (mut h, m, p) = pkt(0, 0, 3);
         h.src = NodeId(9);
         bytes.extend(h.to_packet(&m, &p).unwrap());
@@ -956,6 +976,7 @@ mod tests {
             }
             fn on_payload(&mut self, _: NodeId, _: &Header, _: &[u8]) {}
             fn on_peer(&mut self, _: PeerEvent) {}
+            fn on_unconfirmed(&mut self, _: NodeId, _: &Header) {}
         }
         let mut s = Script {
             chunks: VecDeque::from([bytes.clone()]),

@@ -496,12 +496,15 @@ pub fn decode_members(payload: &[u8]) -> Result<Vec<(NodeId, SocketAddr)>, JoinR
     Ok(out)
 }
 
-/// The liveness beacon a fabric sends on an idle rail (an [`Op::Heartbeat`] header).
-pub fn heartbeat(from: NodeId, to: NodeId, incarnation: u32) -> Header {
+/// The liveness beacon a fabric sends on an idle rail (an [`Op::Heartbeat`] header),
+/// which also acknowledges the first `acked` packets the rail carried to this node
+/// (`offset`; see `ack.rs`).
+pub fn heartbeat(from: NodeId, to: NodeId, incarnation: u32, acked: u64) -> Header {
     let mut h = Header::new(Op::Heartbeat);
     h.src = from;
     h.dst = to;
     h.word = u64::from(incarnation);
+    h.offset = acked;
     h
 }
 
@@ -712,7 +715,7 @@ mod tests {
             Hello::from_header(&bad),
             Err(HelloError::BadIncarnation(_))
         ));
-        let hb = heartbeat(NodeId(1), NodeId(2), 7);
+        let hb = heartbeat(NodeId(1), NodeId(2), 7, 0);
         assert_eq!(
             Hello::from_header(&hb),
             Err(HelloError::NotHello(Op::Heartbeat))

@@ -54,8 +54,9 @@
 //! - **Failure is per session.** If any rail of an up session fails (end of stream, reset,
 //!   a frame error, heartbeat timeout), every rail of that session is closed and
 //!   [`PeerEvent::Down`] is announced: packets striped over the lost rail may be lost, and
-//!   the Down is how the loss is announced. The other end sees its rails close and
-//!   announces Down too. The dialer then starts a new session every
+//!   the Down is how the loss is announced; each packet sent that the peer had not
+//!   acknowledged is named to the sink ([`PacketSink::on_unconfirmed`], "Delivery"
+//!   below). The other end sees its rails close and announces Down too. The dialer then starts a new session every
 //!   [`TcpConfig::reconnect_interval`] until one comes up.
 //! - **Restarts.** A HELLO with a newer incarnation (or a newer session of the same
 //!   incarnation) replaces the current session: Down, then Up with the new incarnation.
@@ -78,7 +79,8 @@
 //!   no known address and are not listed.
 //! - **Heartbeats.** On an up session, a rail that sent nothing for
 //!   [`TcpConfig::heartbeat_interval`] sends an `Op::Heartbeat` header; heartbeats are
-//!   consumed by the fabric, never shown to the sink. A rail that received nothing for
+//!   consumed by the fabric, never shown to the sink, and carry the rail's
+//!   acknowledgement (below). A rail that received nothing for
 //!   [`TcpConfig::peer_timeout`] takes its session down. A peer that never came up within
 //!   the peer timeout of the fabric's first poll is announced Down.
 //!
@@ -116,6 +118,24 @@
 //! `WouldBlock`. Any frame error closes that connection (and its session) with a logged
 //! reason; other connections are untouched.
 //!
+//! # Delivery: what the peer acknowledged
+//!
+//! A packet `send` accepted is on its way, not yet arrived, and a lost session can lose
+//! it (bytes in the kernel's buffers, or on a cut cable). So that no loss goes unnamed,
+//! each rail's receiver counts the packets it delivered whole to its sink (payload placed
+//! or skipped) and sends the count back on the same connection in a heartbeat's `offset`
+//! — at every timer tick when something new arrived, and after every 512 packets; the
+//! sender keeps each accepted packet's header until a count covers it (a TCP connection
+//! is ordered, so the count is all it takes). When a rail closes, for any reason, the
+//! headers it still keeps are handed to the sink one by one
+//! ([`PacketSink::on_unconfirmed`]), after the Down: the engine fails their requests
+//! with `PeerDown`. So a packet either arrived, or its sender is told it may not have
+//! (it may have: the acknowledgement itself can be what was lost). Nothing is resent:
+//! a new session starts empty. A rail keeps at most 4,096 unacknowledged headers; past
+//! that `send` is `Full` until acknowledgements come. An acknowledgement of more than
+//! was sent closes the connection ([`CloseReason::BadAck`]). The sans-IO state machine
+//! is `ack.rs`.
+//!
 //! # Driving it from an engine
 //!
 //! `now` must come from a monotonic clock ([`Clock`] gives one): heartbeats, timeouts
@@ -134,6 +154,7 @@
 //! [`BUSY_POLL_EVENTS_EVERY`] polls for new connections (and on every poll while a
 //! handshake is in progress).
 
+mod ack;
 mod conn;
 pub mod frame;
 pub mod secret;
@@ -154,6 +175,7 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 
 use crate::fabric::{check_send, Fabric, FabricError, PacketSink, PeerEvent, SharedBytes};
+use ack::{Received, Unacked};
 use conn::{Conn, Phase, Role, Rx, RxCounts, RxCtx, RxStop};
 use frame::{heartbeat, join_reply, Hello, JoinQuery, MAX_JOIN_MEMBERS, MAX_RAILS};
 use secure::{Link, ReplayGuard};
@@ -382,6 +404,9 @@ pub struct TcpFabric {
     free: Vec<usize>,
     peers: BTreeMap<NodeId, Peer>,
     out: VecDeque<PeerEvent>,
+    /// Packets a lost session left unacknowledged, to report to the sink
+    /// ([`PacketSink::on_unconfirmed`]) at the end of the poll.
+    unconfirmed: VecDeque<(NodeId, Header)>,
     next_tick: Instant,
     polls: u64,
     rx_cursor: usize,
@@ -468,6 +493,7 @@ impl TcpFabric {
             free: Vec::new(),
             peers: BTreeMap::new(),
             out: VecDeque::new(),
+            unconfirmed: VecDeque::new(),
             next_tick: Instant(0),
             polls: 0,
             rx_cursor: 0,
@@ -705,6 +731,18 @@ impl TcpFabric {
         };
         let _ = self.poll.registry().deregister(&mut conn.stream);
         conn.tx.clear();
+        // What the rail carried that the peer did not acknowledge may be lost: each such
+        // packet is reported, so its request fails rather than stay "sent".
+        if let Some(node) = conn.peer {
+            let mut n = 0;
+            for h in conn.unacked.drain() {
+                self.unconfirmed.push_back((node, h));
+                n += 1;
+            }
+            if let Some(p) = self.peers.get_mut(&node) {
+                p.stats.packets_unconfirmed += n;
+            }
+        }
         self.free.push(i);
         self.stats.closes.add(reason);
     }
@@ -868,6 +906,8 @@ impl TcpFabric {
             opened: now,
             last_rx: now,
             last_tx: now,
+            unacked: Unacked::default(),
+            received: Received::default(),
         }
     }
 
@@ -1073,6 +1113,19 @@ impl TcpFabric {
             let r = p.stats.rail(rail);
             r.packets_sent += 1;
             r.bytes_sent += HEADER_LEN as u64;
+        }
+    }
+
+    /// Acknowledges on rail `i` the first `count` packets it brought from `node` (a
+    /// heartbeat carrying the count, `ack.rs`).
+    fn send_ack(&mut self, i: usize, node: NodeId, count: u64, now: Instant) {
+        let hb = heartbeat(self.config.node, node, self.config.incarnation, count);
+        self.send_control(i, &hb, now);
+        if let Some(c) = self.conn_mut(i) {
+            c.received.told(count);
+        }
+        if let Some(p) = self.peers.get_mut(&node) {
+            p.stats.acks_sent += 1;
         }
     }
 
@@ -1464,8 +1517,18 @@ impl TcpFabric {
                 if std::mem::take(&mut conn.rx.got_bytes) {
                     conn.last_rx = now;
                 }
+                conn.received.packets(counts.whole);
+                let ack = conn.received.ack_due(false);
+                let bad_ack = counts.acked.and_then(|n| conn.unacked.ack(n).err());
                 let (peer, rail) = (conn.peer, conn.rail);
                 self.conns[i] = Some(conn);
+                if let Some(e) = bad_ack {
+                    self.fail_conn(i, CloseReason::BadAck, &e.to_string(), now);
+                    break;
+                }
+                if let (Some(n), Some(p)) = (ack, peer) {
+                    self.send_ack(i, p, n, now);
+                }
                 if let Some(p) = peer.and_then(|p| self.peers.get_mut(&p)) {
                     p.stats.packets_received += counts.packets;
                     p.stats.bytes_received += counts.bytes;
@@ -1553,7 +1616,7 @@ impl TcpFabric {
             let rails: Vec<usize> = session.conns().collect();
             let mut dead = None;
             let mut beats = Vec::new();
-            for i in rails {
+            for &i in &rails {
                 let Some(conn) = self.conn(i) else {
                     continue;
                 };
@@ -1575,15 +1638,29 @@ impl TcpFabric {
                 );
                 continue;
             }
-            let hb = heartbeat(self.config.node, node, self.config.incarnation);
             for &i in &beats {
                 // Idle: a link gives back what a very large frame made it hold.
                 if let Some(link) = self.conn_mut(i).and_then(|c| c.link.as_mut()) {
                     link.trim();
                 }
             }
+            // Every tick acknowledges what arrived since the last acknowledgement, so a
+            // sender learns within a tick which packets the peer has.
+            let acks: Vec<(usize, u64)> = rails
+                .into_iter()
+                .filter(|i| !beats.contains(i))
+                .filter_map(|i| Some((i, self.conn(i)?.received.ack_due(true)?)))
+                .collect();
+            for (i, n) in acks {
+                self.send_ack(i, node, n, now);
+            }
             for i in beats {
+                let acked = self.conn(i).map_or(0, |c| c.received.delivered());
+                let hb = heartbeat(self.config.node, node, self.config.incarnation, acked);
                 self.send_control(i, &hb, now);
+                if let Some(c) = self.conn_mut(i) {
+                    c.received.told(acked);
+                }
                 if let Some(p) = self.peers.get_mut(&node) {
                     p.stats.heartbeats_sent += 1;
                 }
@@ -1604,6 +1681,9 @@ impl TcpFabric {
     fn flush_events(&mut self, sink: &mut dyn PacketSink) {
         while let Some(ev) = self.out.pop_front() {
             sink.on_peer(ev);
+        }
+        while let Some((node, h)) = self.unconfirmed.pop_front() {
+            sink.on_unconfirmed(node, &h);
         }
     }
 
@@ -1684,6 +1764,12 @@ impl TcpFabric {
         let Some(conn) = self.conns.get_mut(i).and_then(Option::as_mut) else {
             return Err(FabricError::PeerDown(node));
         };
+        // A rail keeps every packet until the peer acknowledges it (`ack.rs`); with as
+        // many as it may keep, the peer must catch up first.
+        if !conn.unacked.has_room() {
+            peer.stats.refused_full += 1;
+            return Err(FabricError::Full);
+        }
         let hdr = header.to_bytes();
         let sent = match conn.link.as_mut() {
             None => conn
@@ -1728,6 +1814,7 @@ impl TcpFabric {
             }
         }
         conn.last_tx = now;
+        conn.unacked.sent(header);
         self.sends_since_poll += 1;
         peer.stats.packets_sent += 1;
         peer.stats.bytes_sent += pkt_len as u64;

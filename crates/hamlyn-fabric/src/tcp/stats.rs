@@ -77,11 +77,13 @@ pub enum CloseReason {
     /// A HELLO from a node the fabric does not know would take the peer table past
     /// [`crate::tcp::TcpConfig::max_peers`].
     TooManyPeers,
+    /// A heartbeat acknowledged more packets than were sent on the rail.
+    BadAck,
 }
 
 impl CloseReason {
     /// Every reason, in declaration order.
-    pub const ALL: [CloseReason; 30] = [
+    pub const ALL: [CloseReason; 31] = [
         CloseReason::BadMagic,
         CloseReason::BadVersion,
         CloseReason::BadHeader,
@@ -112,6 +114,7 @@ impl CloseReason {
         CloseReason::AuthFailed,
         CloseReason::BadRecord,
         CloseReason::TooManyPeers,
+        CloseReason::BadAck,
     ];
 
     fn index(self) -> usize {
@@ -131,6 +134,7 @@ impl CloseReason {
                 | CloseReason::UnexpectedHello
                 | CloseReason::ControlBody
                 | CloseReason::BadRecord
+                | CloseReason::BadAck
         )
     }
 
@@ -251,6 +255,11 @@ pub struct PeerStats {
     pub dials: u64,
     /// Dialed sessions that failed before coming up.
     pub dial_failures: u64,
+    /// Packets sent to this peer that a lost session left unacknowledged, reported to
+    /// the sink as possibly lost (`PacketSink::on_unconfirmed`).
+    pub packets_unconfirmed: u64,
+    /// Acknowledgements sent to it outside a heartbeat (after many packets).
+    pub acks_sent: u64,
     /// Per rail index.
     pub rails: Vec<RailStats>,
 }
