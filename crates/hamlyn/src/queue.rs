@@ -63,8 +63,8 @@ pub struct Notification {
     /// [`NotificationKind::ReadDone`] and [`NotificationKind::AtomicDone`], equal to the
     /// [`crate::SendHandle::request`] of the read or atomic; `None` for the other kinds.
     pub request: Option<RequestRef>,
-    /// [`NotificationKind::Message`] in a slot the queue reads entries of
-    /// ([`NotifyQueue::read_entries_of`]): the owner's cookie of the message's metadata
+    /// [`NotificationKind::Message`] (and the answers to reads and atomics) in a slot the
+    /// queue reads entries of ([`NotifyQueue::read_entries_of`]): the owner's cookie of the message's metadata
     /// entry ([`crate::MetaArea::set_cookie`], the paper's receive-class pointer);
     /// otherwise `None`.
     pub cookie: Option<u64>,
@@ -150,7 +150,8 @@ impl NotifyQueue {
         })
     }
 
-    /// From now on, [`NotificationKind::Message`] notifications of `slot` carry their
+    /// From now on, [`NotificationKind::Message`] notifications of `slot` (and answers to
+    /// reads and atomics landing in it) carry their
     /// metadata entry's cookie and the message's first offset
     /// ([`Notification::cookie`], [`Notification::offset`]), read from the slot's
     /// metadata area (this process's own memory: no system call) when the notification
@@ -174,7 +175,11 @@ impl NotifyQueue {
     /// entries this queue reads.
     #[inline]
     fn resolve(&self, mut n: Notification) -> Notification {
-        if n.kind != NotificationKind::Message || self.entries.is_empty() {
+        let has_entry = matches!(
+            n.kind,
+            NotificationKind::Message | NotificationKind::ReadDone | NotificationKind::AtomicDone
+        );
+        if !has_entry || self.entries.is_empty() {
             return n;
         }
         if let (Some(meta), Some(index)) = (self.entries.get(&n.slot.0), n.meta_index) {
