@@ -266,11 +266,7 @@ impl StreamReceiver {
         loop {
             // The first delivered message with bytes left.
             let ring = self.ring;
-            if let Some(d) = self
-                .delivered
-                .iter_mut()
-                .find(|d| d.read < d.msg.data_len)
-            {
+            if let Some(d) = self.delivered.iter_mut().find(|d| d.read < d.msg.data_len) {
                 let table = self.tables.get(&d.msg.seq);
                 let (len, record_end) = if record {
                     match table.and_then(|t| t.get(usize::from(d.record))) {
@@ -278,7 +274,8 @@ impl StreamReceiver {
                         None => (d.msg.data_len - d.read, false),
                     }
                 } else {
-                    let ends_here = table.is_some_and(|t| t.last() == Some(&(d.msg.data_len as u32)));
+                    let ends_here =
+                        table.is_some_and(|t| t.last() == Some(&(d.msg.data_len as u32)));
                     (d.msg.data_len - d.read, ends_here)
                 };
                 let view = View {
@@ -484,7 +481,11 @@ impl StreamSender {
             _ => return Err(RatsError::BadSeed("ring and entries")),
         };
         let t = seed.tickets[0];
-        if entries == 0 || t.meta_count < entries || t.len < ring || ring < 2 * COALESCE_BYTES as u64 {
+        if entries == 0
+            || t.meta_count < entries
+            || t.len < ring
+            || ring < 2 * COALESCE_BYTES as u64
+        {
             return Err(RatsError::BadSeed("ring, entries and ticket disagree"));
         }
         let id = mgr.register();
@@ -556,7 +557,9 @@ impl StreamSender {
             }
             let buf = match self.pending.take() {
                 Some(b) => b,
-                None => self.mgr.alloc((COALESCE_BYTES + COALESCE_BYTES / 4) as u64)?,
+                None => self
+                    .mgr
+                    .alloc((COALESCE_BYTES + COALESCE_BYTES / 4) as u64)?,
             };
             buf.write(self.pending_len as u64, bytes)?;
             self.pending = Some(buf);
@@ -600,13 +603,23 @@ impl StreamSender {
 
     /// Sends `len` data bytes of `buf` with record ends `ends` appended as the table,
     /// once the receiver has room; the buffer is freed when the send is done.
-    fn send_message(&mut self, buf: Buffer, len: usize, ends: &[u32], eos: bool) -> Result<SendHandle, RatsError> {
+    fn send_message(
+        &mut self,
+        buf: Buffer,
+        len: usize,
+        ends: &[u32],
+        eos: bool,
+    ) -> Result<SendHandle, RatsError> {
         for (i, e) in ends.iter().enumerate() {
             buf.write((len + 4 * i) as u64, &e.to_le_bytes())?;
         }
         let total = (len + 4 * ends.len()) as u64;
         let room = self.ring - self.pos % self.ring;
-        let at = if total > room { self.pos + room } else { self.pos };
+        let at = if total > room {
+            self.pos + room
+        } else {
+            self.pos
+        };
         self.wait_for_room(at + total)?;
         let mut meta = MetaWriter::new();
         meta.put(&[VERSION, if eos { EOS } else { 0 }])?
@@ -621,7 +634,8 @@ impl StreamSender {
             .entry(entry);
         let h = {
             let span = [buf.span(0, total)?];
-            self.mgr.send(&self.ring_ticket, &opts, Data::Gather(&span))?
+            self.mgr
+                .send(&self.ring_ticket, &opts, Data::Gather(&span))?
         };
         buf.free_after(&h);
         self.pos = at + total;

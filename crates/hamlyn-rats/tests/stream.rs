@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use hamlyn::Node;
+use hamlyn::{Data, Node, SendOptions};
 use hamlyn_rats::stream::{StreamReceiver, StreamSender, WriteStatus};
 use hamlyn_rats::{Manager, RatsError};
 
@@ -39,7 +39,9 @@ fn writes(seed: u64, count: usize) -> Vec<(Vec<u8>, bool)> {
                 70..=94 => 100 + r.below(4000),
                 _ => 4096 + r.below(65536 - 4096 + 1),
             } as usize;
-            let bytes = (0..len).map(|k| (k as u64 * 31 + i as u64 * 7) as u8).collect();
+            let bytes = (0..len)
+                .map(|k| (k as u64 * 31 + i as u64 * 7) as u8)
+                .collect();
             (bytes, r.below(4) != 0)
         })
         .collect()
@@ -95,7 +97,11 @@ fn receive_all(rx: &mut StreamReceiver, w: &[(Vec<u8>, bool)]) {
         };
         let v = match v {
             Ok(Some(v)) => v,
-            Ok(None) => panic!("stream stalled at {} of {} bytes", got.len(), expected.len()),
+            Ok(None) => panic!(
+                "stream stalled at {} of {} bytes",
+                got.len(),
+                expected.len()
+            ),
             Err(RatsError::EndOfStream) => break,
             Err(e) => panic!("{e}"),
         };
@@ -109,7 +115,10 @@ fn receive_all(rx: &mut StreamReceiver, w: &[(Vec<u8>, bool)]) {
             );
         }
         if v.record_end {
-            assert!(record_ends.contains(&end), "record end at {end} that was not written");
+            assert!(
+                record_ends.contains(&end),
+                "record end at {end} that was not written"
+            );
         }
         // Slow: release only every eighth view (and everything before it).
         unreleased.push(v);
@@ -118,7 +127,12 @@ fn receive_all(rx: &mut StreamReceiver, w: &[(Vec<u8>, bool)]) {
             unreleased.clear();
         }
     }
-    assert!(got == expected, "stream bytes differ ({} of {})", got.len(), expected.len());
+    assert!(
+        got == expected,
+        "stream bytes differ ({} of {})",
+        got.len(),
+        expected.len()
+    );
     assert_eq!(rx.forged(), 0);
 }
 
@@ -149,19 +163,92 @@ fn records_and_bytes_in_order_between_two_nodes_over_tcp() {
 }
 
 #[test]
-fn a_credit_for_space_never_given_is_refused_and_the_stream_goes_on() {
+fn forged_stream_metadata_is_refused_counted_and_the_stream_goes_on() {
     let a = Node::embedded().unwrap();
     let m = Manager::new(&a).unwrap();
     let mut rx = StreamReceiver::new(&m, 1 << 20, 4).unwrap();
-    let mut tx = StreamSender::from_seed(&m, &rx.make_seed().unwrap()).unwrap();
+    let seed = rx.make_seed().unwrap();
+    let ring = seed.tickets[0];
+    // An attacker holding the ring's ticket, writing by hand.
+    let evil = Node::connect(a.socket_path()).unwrap();
+    let mut et = evil.terminus(0).unwrap();
+    let forge = |et: &mut hamlyn::Terminus, seq: u32, records: u16, len: usize| {
+        let mut meta = vec![1u8, 0];
+        meta.extend_from_slice(&seq.to_le_bytes());
+        meta.extend_from_slice(&0u64.to_le_bytes());
+        meta.extend_from_slice(&records.to_le_bytes());
+        meta.extend_from_slice(&[0u8; 36]);
+        let opts = SendOptions::new().meta(&meta).entry(seq % 4);
+        let h = et
+            .send(&ring, &opts, Data::Inline(&vec![7u8; len]))
+            .unwrap();
+        assert!(!h.wait(WAIT).is_failed());
+    };
+    // A sequence number far outside the window; a record table longer than the message.
+    forge(&mut et, 1000, 0, 8);
+    forge(&mut et, 0, 5, 4);
+    assert!(rx.read_record(Some(Duration::ZERO)).unwrap().is_none());
+    assert_eq!(rx.forged(), 2);
+    assert_eq!(m.stats().forged, 2);
+    // The real sender's stream goes through untouched.
+    let sm = Manager::new(&Node::connect(a.socket_path()).unwrap()).unwrap();
+    let mut tx = StreamSender::from_seed(&sm, &seed).unwrap();
     tx.write_record(b"hello").unwrap();
-    tx.flush().unwrap();
-    let v = rx.read_record(WAIT).unwrap().unwrap();
-    assert_eq!(rx.copy(&v).unwrap(), b"hello");
-    assert!(v.record_end);
-    // Forge a credit far beyond what was sent, straight to the sender's credit slot: the
-    // release word names position 1 TiB - 1.
-    let _ = &tx;
+    tx.write_bytes(&[9u8; 10_000]).unwrap();
     tx.close().unwrap();
+    let v = rx.read_record(WAIT).unwrap().unwrap();
+    assert_eq!(
+        (rx.copy(&v).unwrap(), v.record_end),
+        (b"hello".to_vec(), true)
+    );
+    let v = rx.read_bytes(WAIT).unwrap().unwrap();
+    assert_eq!(rx.copy(&v).unwrap(), vec![9u8; 10_000]);
+    rx.release(&v).unwrap();
     assert!(matches!(rx.read_record(WAIT), Err(RatsError::EndOfStream)));
+    assert_eq!(rx.forged(), 2);
+}
+
+#[test]
+fn a_credit_that_is_no_credit_is_refused_and_a_stale_one_changes_nothing() {
+    // The attacker plays the receiver: a ring of its own, a seed made by hand.
+    let a = Node::embedded().unwrap();
+    let ring = a.area(1 << 20).unwrap();
+    let meta = a.meta_area(4).unwrap();
+    let slot = a.slot(&ring).meta(&meta).create().unwrap();
+    let mut params = (1u64 << 20).to_le_bytes().to_vec();
+    params.extend_from_slice(&4u32.to_le_bytes());
+    let seed = hamlyn_rats::protocol::make_seed(
+        hamlyn_rats::ProtocolId::Stream,
+        vec![slot.ticket_all().unwrap()],
+        &params,
+    );
+    let sm = Manager::new(&Node::connect(a.socket_path()).unwrap()).unwrap();
+    let mut tx = StreamSender::from_seed(&sm, &seed).unwrap();
+    tx.timeout = Some(Duration::from_secs(10));
+    tx.write_record(b"x").unwrap();
+    let h = tx.flush().unwrap().unwrap();
+    assert!(!h.wait(WAIT).is_failed());
+    // Its credit ticket is in the message's metadata.
+    let (_, credit) = hamlyn_rats::stream::parse_meta(&meta.metadata(0).unwrap()).unwrap();
+    let mut et = a.terminus(0).unwrap();
+    // Bytes where a credit has none (the engine takes them: the slot has room past the
+    // ticket's empty range): refused by the protocol, counted.
+    let wide = hamlyn::Ticket { len: 64, ..credit };
+    et.send(&wide, &SendOptions::new().entry(0), Data::Inline(b"junk"))
+        .unwrap();
+    // A stale credit (nothing released): ignored.
+    et.send(
+        &credit,
+        &SendOptions::new().entry(0).tag(0),
+        Data::Inline(&[]),
+    )
+    .unwrap();
+    assert!(et.wait_idle(WAIT));
+    // The sender has room for 3 more messages (4 entries) before it needs a credit;
+    // writing them pumps its arrivals.
+    for _ in 0..3 {
+        tx.write_record(&[1u8; 5000]).unwrap();
+    }
+    assert_eq!(tx.forged(), 1);
+    assert_eq!(sm.stats().forged, 1);
 }

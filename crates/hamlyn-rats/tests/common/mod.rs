@@ -33,4 +33,3 @@ pub fn two_nodes() -> (EngineHandle, EngineHandle, Node, Node) {
     }
     (ea, eb, a, b)
 }
-
