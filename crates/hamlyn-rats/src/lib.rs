@@ -22,6 +22,7 @@ pub mod datagram;
 mod error;
 mod manager;
 pub mod protocol;
+pub mod remote_read;
 pub mod remote_write;
 pub mod simple_datagram;
 pub mod stream;

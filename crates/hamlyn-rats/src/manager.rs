@@ -375,19 +375,6 @@ impl Manager {
         inner.inbox(id)?.pop_front()
     }
 
-    /// The first arrival of `id` that `want` accepts, leaving the others in order.
-    pub(crate) fn take_where(
-        &self,
-        id: InstanceId,
-        mut want: impl FnMut(&Notification) -> bool,
-    ) -> Option<Notification> {
-        let mut inner = self.inner();
-        inner.pump();
-        let inbox = inner.inbox(id)?;
-        let i = inbox.iter().position(&mut want)?;
-        inbox.remove(i)
-    }
-
     /// Waits until `id` has an arrival `want` accepts, up to `deadline`; takes it.
     pub(crate) fn wait_where(
         &self,

@@ -347,3 +347,40 @@ fn the_manager_dispatches_to_the_instance_that_has_data() {
     assert_eq!(rustix::event::poll(&mut fds, Some(&timeout)).unwrap(), 1);
     assert_eq!(ma.next_ready(), Some(s2.id()));
 }
+
+#[test]
+fn remote_reads_blocking_and_asynchronous() {
+    let (_node, ma, mb) = pair();
+    let server = hamlyn_rats::remote_read::RemoteReadServer::new(&ma, 5 << 20).unwrap();
+    let data = pattern(5, 5 << 20);
+    server.write(0, &data).unwrap();
+    let mut c = hamlyn_rats::remote_read::RemoteReadClient::from_seed(
+        &mb,
+        &via_text(&server.make_seed().unwrap()),
+        4 << 20,
+    )
+    .unwrap();
+    for (off, len) in [(0u64, 0u64), (1, 1), (100, 4096), (7, 4 << 20)] {
+        let got = c.remote_read(off, len, WAIT).unwrap();
+        assert!(got == data[off as usize..(off + len) as usize], "{off}+{len}");
+    }
+    c.async_remote_read(12345, 1000).unwrap();
+    assert!(matches!(c.async_remote_read(0, 1), Err(RatsError::State(_))), "one at a time");
+    let mut ready = false;
+    for _ in 0..100_000 {
+        if c.ready().unwrap() {
+            ready = true;
+            break;
+        }
+        std::thread::yield_now();
+    }
+    assert!(ready);
+    assert_eq!(c.take().unwrap(), &data[12345..13345]);
+    // Past the end of the server's slot: the engine refuses, the client says so.
+    assert!(matches!(
+        c.remote_read((5 << 20) - 10, 100, WAIT),
+        Err(RatsError::SendFailed(_)) | Err(RatsError::Send(_))
+    ));
+    // And it keeps working.
+    assert_eq!(c.remote_read(0, 3, WAIT).unwrap(), &data[..3]);
+}
