@@ -24,6 +24,7 @@ mod manager;
 pub mod protocol;
 pub mod remote_read;
 pub mod remote_write;
+pub mod request_response;
 pub mod simple_datagram;
 pub mod stream;
 pub mod tagged;

@@ -78,7 +78,11 @@ pub struct RemoteReadClient {
 
 impl RemoteReadClient {
     /// A reader of the slot `seed` names, reading at most `max_len` bytes at a time.
-    pub fn from_seed(mgr: &Manager, seed: &Seed, max_len: u64) -> Result<RemoteReadClient, RatsError> {
+    pub fn from_seed(
+        mgr: &Manager,
+        seed: &Seed,
+        max_len: u64,
+    ) -> Result<RemoteReadClient, RatsError> {
         check_seed(seed, ProtocolId::RemoteRead, 1)?;
         let id = mgr.register();
         let reply_ep = match mgr.endpoint(id, max_len.max(1), 1, EndpointSpec::default()) {

@@ -362,10 +362,16 @@ fn remote_reads_blocking_and_asynchronous() {
     .unwrap();
     for (off, len) in [(0u64, 0u64), (1, 1), (100, 4096), (7, 4 << 20)] {
         let got = c.remote_read(off, len, WAIT).unwrap();
-        assert!(got == data[off as usize..(off + len) as usize], "{off}+{len}");
+        assert!(
+            got == data[off as usize..(off + len) as usize],
+            "{off}+{len}"
+        );
     }
     c.async_remote_read(12345, 1000).unwrap();
-    assert!(matches!(c.async_remote_read(0, 1), Err(RatsError::State(_))), "one at a time");
+    assert!(
+        matches!(c.async_remote_read(0, 1), Err(RatsError::State(_))),
+        "one at a time"
+    );
     let mut ready = false;
     for _ in 0..100_000 {
         if c.ready().unwrap() {
