@@ -346,7 +346,12 @@ impl RequestClient {
                     | Status::Failed(RejectReason::UnknownSlot)
                     | Status::Failed(RejectReason::Revoked)
                     | Status::Failed(RejectReason::StaleIncarnation) => {
-                        return Err(RatsError::PeerGone)
+                        // A retransmission may find the server gone after it answered
+                        // the first copy: an answer already here wins.
+                        if let Some(r) = self.wait_reply(Instant::now())? {
+                            return Ok(r);
+                        }
+                        return Err(RatsError::PeerGone);
                     }
                     Status::Failed(_) | Status::FailedCode(_) => break,
                     _ => {}

@@ -42,9 +42,11 @@ fn serve(node: Node, name: &'static str, hold_first: bool) -> Vec<(u64, u32, Vec
         let quit = body == b"quit";
         let reply: Vec<u8> = body.iter().rev().copied().collect();
         seen.push((r.client, r.seq, body));
-        s.send_reply(&r, &reply).unwrap();
+        let h = s.send_reply(&r, &reply).unwrap();
         s.release().unwrap();
         if quit {
+            // Answered before the server goes.
+            assert!(!h.wait(WAIT).is_failed());
             assert_eq!(s.forged(), 0);
             return seen;
         }
