@@ -727,9 +727,7 @@ mod tests {
             let mut next_send = 0u32;
             let mut k = 0;
             while out.len() < n {
-                while (next_send as usize) < n && next_send - out.len() as u32 >= 0
-                    && next_send < out.len() as u32 + window
-                {
+                while (next_send as usize) < n && next_send < out.len() as u32 + window {
                     sent.push(next_send);
                     next_send += 1;
                 }

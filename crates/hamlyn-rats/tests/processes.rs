@@ -1,0 +1,139 @@
+//! Protocols between two processes on one node: the test starts an engine in its own
+//! process and re-executes this test binary as a child, which reaches the engine only
+//! through its control socket and port and is given its seeds in environment variables
+//! (as a newcomer's two programs would be). The child's entry point is a `#[test]` that
+//! returns at once unless the environment names it.
+#![allow(clippy::unwrap_used)]
+
+use std::process::Command;
+use std::time::Duration;
+
+use hamlyn::Node;
+use hamlyn_rats::datagram::{DatagramReceiver, DatagramSender};
+use hamlyn_rats::simple_datagram::{SimpleClient, SimpleDatagram};
+use hamlyn_rats::stream::{StreamReceiver, StreamSender};
+use hamlyn_rats::{Manager, RatsError};
+
+const WAIT: Option<Duration> = Some(Duration::from_secs(20));
+const CHILD: &str = "RATS_TEST_CHILD";
+const SIZES: [usize; 9] = [0, 1, 60, 128, 129, 4096, 65536, 1 << 20, 4 << 20];
+
+fn pattern(seed: u32, len: usize) -> Vec<u8> {
+    (0..len as u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761).wrapping_add(seed) >> 13) as u8)
+        .collect()
+}
+
+fn seed_from_env(var: &str) -> hamlyn::Seed {
+    hamlyn::seed::from_text(&std::env::var(var).unwrap()).unwrap()
+}
+
+/// The child: ping-pongs simple datagrams with the parent, sends datagrams, then a
+/// stream of records.
+#[test]
+fn child_peer() {
+    if std::env::var(CHILD).as_deref() != Ok("child_peer") {
+        return;
+    }
+    let node = Node::connect_default().unwrap();
+    let m = Manager::new(&node).unwrap();
+    // Simple datagrams: every size, answered through reply seeds.
+    let mut me = SimpleDatagram::new(&m, 4 << 20).unwrap();
+    let to_parent = SimpleClient::from_seed(&m, &seed_from_env("RATS_SIMPLE_SEED")).unwrap();
+    for (i, &n) in SIZES.iter().enumerate() {
+        let h = to_parent
+            .send(
+                &pattern(i as u32, n),
+                Some(&me.metadata_for_self().unwrap()),
+                b"c",
+            )
+            .unwrap();
+        assert!(!h.wait(WAIT).is_failed());
+        let r = me.recv(WAIT).unwrap().unwrap();
+        assert!(me.to_vec(&r).unwrap() == pattern(100 + i as u32, n));
+    }
+    // Datagrams, waiting for credit when out of it.
+    let mut tx = DatagramSender::from_seed(&m, &seed_from_env("RATS_DATAGRAM_SEED")).unwrap();
+    for i in 0..64u32 {
+        let n = (i as usize * 4099) % 65537;
+        tx.send_wait(&pattern(200 + i, n), &i.to_le_bytes(), WAIT)
+            .unwrap();
+    }
+    // A stream of records.
+    let mut s = StreamSender::from_seed(&m, &seed_from_env("RATS_STREAM_SEED")).unwrap();
+    for i in 0..3000u32 {
+        s.write_record(&pattern(300 + i, (i as usize * 37) % 70_000 % 65_536 + 1))
+            .unwrap();
+    }
+    let h = s.close().unwrap();
+    assert!(!h.wait(WAIT).is_failed());
+    println!("child done");
+}
+
+#[test]
+fn every_protocol_between_two_processes_with_seeds_in_environment_variables() {
+    let node = Node::embedded().unwrap();
+    let m = Manager::new(&node).unwrap();
+    let mut simple = SimpleDatagram::new(&m, 4 << 20).unwrap();
+    let mut rx = DatagramReceiver::new(&m, 4, 65536).unwrap();
+    let mut stream = StreamReceiver::new(&m, 1 << 20, 16).unwrap();
+    let text = |s: &hamlyn::Seed| hamlyn::seed::to_text(s).unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_peer", "--nocapture", "--test-threads=1"])
+        .env(CHILD, "child_peer")
+        .env(hamlyn::SOCKET_ENV, node.socket_path())
+        .env("RATS_SIMPLE_SEED", text(&simple.make_seed().unwrap()))
+        .env("RATS_DATAGRAM_SEED", text(&rx.make_seed(4).unwrap()))
+        .env("RATS_STREAM_SEED", text(&stream.make_seed().unwrap()))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        for (i, &n) in SIZES.iter().enumerate() {
+            let r = simple.recv(WAIT).unwrap().expect("the child's datagram");
+            assert!(
+                simple.to_vec(&r).unwrap() == pattern(i as u32, n),
+                "size {n}"
+            );
+            assert_eq!(r.oob(), b"c");
+            simple
+                .reply_seed()
+                .unwrap()
+                .send(&m, &pattern(100 + i as u32, n), None, b"")
+                .unwrap();
+        }
+        let mut seen = vec![false; 64];
+        for _ in 0..64 {
+            let d = rx.recv(WAIT).unwrap().expect("a datagram");
+            let i = u32::from_le_bytes(d.oob().try_into().unwrap());
+            let n = (i as usize * 4099) % 65537;
+            assert!(rx.to_vec(&d).unwrap() == pattern(200 + i, n));
+            assert!(!std::mem::replace(&mut seen[i as usize], true), "twice");
+            rx.release(d).unwrap();
+        }
+        for i in 0..3000u32 {
+            let v = stream.read_record(WAIT).unwrap().expect("a record");
+            let n = (i as usize * 37) % 70_000 % 65_536 + 1;
+            assert!(
+                stream.copy(&v).unwrap() == pattern(300 + i, n),
+                "record {i}"
+            );
+            stream.release(&v).unwrap();
+        }
+        assert!(matches!(
+            stream.read_record(WAIT),
+            Err(RatsError::EndOfStream)
+        ));
+    }));
+    if result.is_err() {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "child failed: {stdout}");
+    assert!(stdout.contains("child done"), "{stdout}");
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+    assert_eq!(m.stats().forged, 0);
+}
