@@ -294,14 +294,8 @@ impl DatagramReceiver {
             .meta()
             .ok_or(RatsError::Forged("entry"))?
             .entry(buffer)?;
-        let mut r = Reader::new(entry.metadata());
-        if r.u8()? != VERSION {
-            return Err(RatsError::Forged("version"));
-        }
-        let claimed = r.u32()?;
-        let token = r.u64()?;
-        let credit = decode_compact(&mut r)?;
-        let oob = r.rest();
+        let meta = entry.metadata();
+        let (claimed, token, credit, oob) = parse_meta(meta)?;
         let info = self
             .senders
             .get_mut(sender as usize)
@@ -331,6 +325,23 @@ impl DatagramReceiver {
         d.oob[..usize::from(d.oob_len)].copy_from_slice(&oob[..usize::from(d.oob_len)]);
         Ok(d)
     }
+}
+
+/// Parses a datagram's metadata: (sender id, token, the sender's credit ticket, user
+/// bytes). Whatever a peer wrote, a value or [`RatsError::Forged`] (fuzzed).
+pub fn parse_meta(meta: &[u8]) -> Result<(u32, u64, Ticket, &[u8]), RatsError> {
+    let mut r = Reader::new(meta);
+    if r.u8()? != VERSION {
+        return Err(RatsError::Forged("version"));
+    }
+    let sender = r.u32()?;
+    let token = r.u64()?;
+    let credit = decode_compact(&mut r)?;
+    let oob = r.rest();
+    if oob.len() > MAX_DATAGRAM_OOB {
+        return Err(RatsError::Forged("metadata too long"));
+    }
+    Ok((sender, token, credit, oob))
 }
 
 impl Drop for DatagramReceiver {
