@@ -102,7 +102,7 @@ fn every_protocol_between_two_processes_with_seeds_in_environment_variables() {
                 .send(&m, &pattern(100 + i as u32, n), None, b"")
                 .unwrap();
         }
-        let mut seen = vec![false; 64];
+        let mut seen = [false; 64];
         for _ in 0..64 {
             let d = rx.recv(WAIT).unwrap().expect("a datagram");
             let i = u32::from_le_bytes(d.oob().try_into().unwrap());

@@ -136,6 +136,15 @@ fn receive_all(rx: &mut StreamReceiver, w: &[(Vec<u8>, bool)]) {
     assert_eq!(rx.forged(), 0);
 }
 
+/// Writes per stream test: 20,000 by default (about 45 MB); `RATS_STREAM_WRITES=1000000`
+/// runs the million (about 2.3 GB through the ring).
+fn count() -> usize {
+    std::env::var("RATS_STREAM_WRITES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000)
+}
+
 fn run(sender_node: Node, receiver_node: &Node, count: usize) {
     let m = Manager::new(receiver_node).unwrap();
     // A ring of 1 MiB and 16 messages in flight: far less than the stream.
@@ -153,13 +162,13 @@ fn run(sender_node: Node, receiver_node: &Node, count: usize) {
 fn records_and_bytes_in_order_between_two_local_clients() {
     let a = Node::embedded().unwrap();
     let b = Node::connect(a.socket_path()).unwrap();
-    run(b, &a, 20_000);
+    run(b, &a, count());
 }
 
 #[test]
 fn records_and_bytes_in_order_between_two_nodes_over_tcp() {
     let (_ea, _eb, a, b) = common::two_nodes();
-    run(b, &a, 20_000);
+    run(b, &a, count());
 }
 
 #[test]
