@@ -33,6 +33,10 @@ pub const COALESCE_BELOW: usize = 4096;
 /// Bytes a coalescing buffer holds before it is sent.
 pub const COALESCE_BYTES: usize = 32 * 1024;
 const EOS: u8 = 1;
+/// Flag of the receiver's first message to a sender created first: where its ring is.
+const HELLO: u8 = 2;
+/// Parameters of a seed made by a sender created first.
+const SENDER_FIRST: &[u8] = b"S";
 const POS_BITS: u32 = 40;
 const POS_MASK: u64 = (1 << POS_BITS) - 1;
 const SEQ_MASK: u64 = (1 << 24) - 1;
@@ -190,6 +194,35 @@ impl StreamReceiver {
             peer_gone: false,
             forged: 0,
         })
+    }
+
+    /// A receiver for a sender created first (`seed` from [`StreamSender::make_seed`]),
+    /// with a ring of `ring` bytes and `entries` entries: tells the sender where the
+    /// ring is.
+    pub fn from_seed(
+        mgr: &Manager,
+        seed: &Seed,
+        ring: u64,
+        entries: u32,
+    ) -> Result<StreamReceiver, RatsError> {
+        let params = check_seed(seed, ProtocolId::Stream, 1)?;
+        if params != SENDER_FIRST {
+            return Err(RatsError::BadSeed("not a sender's seed"));
+        }
+        // As the sender's messages will name it (the compact form).
+        let credit = decode_compact(&mut Reader::new(&encode_compact(&seed.tickets[0])?))?;
+        let mut rx = StreamReceiver::new(mgr, ring, entries)?;
+        let t = rx.ep.ticket(0..rx.ring, 0..rx.entries)?;
+        let mut meta = MetaWriter::new();
+        meta.put(&[VERSION, HELLO])?
+            .put(&encode_compact(&t)?)?
+            .put(&rx.ring.to_le_bytes())?
+            .put(&rx.entries.to_le_bytes())?;
+        let opts = SendOptions::new().meta(meta.bytes()).entry(0);
+        rx.mgr.send(&credit, &opts, Data::Inline(&[]))?;
+        rx.credit = Some(credit);
+        rx.sender_node = Some(credit.node);
+        Ok(rx)
     }
 
     /// The seed for the sender: the ring's ticket, its size and entries.
@@ -453,7 +486,8 @@ pub struct StreamSender {
     id: InstanceId,
     credit_ep: Endpoint,
     credit_ticket: [u8; COMPACT_TICKET_LEN],
-    ring_ticket: Ticket,
+    /// The receiver's ring (`None` until a receiver created second says where it is).
+    ring_ticket: Option<Ticket>,
     ring: u64,
     entries: u32,
     pos: u64,
@@ -502,7 +536,7 @@ impl StreamSender {
             id,
             credit_ep,
             credit_ticket,
-            ring_ticket: t,
+            ring_ticket: Some(t),
             ring,
             entries,
             pos: 0,
@@ -517,6 +551,88 @@ impl StreamSender {
             peer_gone: false,
             forged: 0,
         })
+    }
+
+    /// A sender created before its receiver: give [`StreamSender::make_seed`] to the
+    /// receiver ([`StreamReceiver::from_seed`]); writes wait (up to
+    /// [`StreamSender::timeout`]) until it said where its ring is.
+    pub fn new(mgr: &Manager) -> Result<StreamSender, RatsError> {
+        let id = mgr.register();
+        let credit_ep = match mgr.endpoint(id, crate::SPACE_GRANULE, 1, EndpointSpec::default()) {
+            Ok(ep) => ep,
+            Err(e) => {
+                mgr.unregister(id);
+                return Err(e);
+            }
+        };
+        let credit_ticket = encode_compact(&credit_ep.ticket(0..0, 0..1)?)?;
+        Ok(StreamSender {
+            mgr: mgr.clone(),
+            id,
+            credit_ep,
+            credit_ticket,
+            ring_ticket: None,
+            ring: 0,
+            entries: 0,
+            pos: 0,
+            seq: 0,
+            released_pos: 0,
+            released_seq: 0,
+            pending: None,
+            pending_len: 0,
+            pending_ends: Vec::new(),
+            timeout: Some(Duration::from_secs(30)),
+            closed: false,
+            peer_gone: false,
+            forged: 0,
+        })
+    }
+
+    /// The seed that builds this sender's receiver ([`StreamReceiver::from_seed`]).
+    pub fn make_seed(&self) -> Result<Seed, RatsError> {
+        let t = self.credit_ep.ticket(0..0, 0..1)?;
+        Ok(make_seed(ProtocolId::Stream, vec![t], SENDER_FIRST))
+    }
+
+    /// Waits until the receiver's ring is known.
+    fn wait_connected(&mut self) -> Result<Ticket, RatsError> {
+        let deadline = self.timeout.and_then(|t| Instant::now().checked_add(t));
+        loop {
+            if let Some(t) = self.ring_ticket {
+                return Ok(t);
+            }
+            match self.mgr.wait(self.id, deadline)? {
+                Some(n) => self.credit_arrived(&n),
+                None => return Err(RatsError::Timeout),
+            }
+        }
+    }
+
+    /// A receiver's hello: its ring ticket, size and entries.
+    fn hello(&mut self, n: &Notification) -> Result<(), RatsError> {
+        let index = n.meta_index.ok_or(RatsError::Forged("no entry"))?;
+        let entry = self
+            .credit_ep
+            .meta()
+            .ok_or(RatsError::Forged("entry"))?
+            .entry(index)?;
+        let mut r = Reader::new(entry.metadata());
+        if r.u8()? != VERSION || r.u8()? != HELLO {
+            return Err(RatsError::Forged("not a hello"));
+        }
+        let t = decode_compact(&mut r)?;
+        let ring = r.u64()?;
+        let entries = r.u32()?;
+        if entries == 0 || t.len < ring || ring < 2 * COALESCE_BYTES as u64 {
+            return Err(RatsError::Forged("ring, entries and ticket disagree"));
+        }
+        self.ring_ticket = Some(Ticket {
+            meta_count: entries,
+            ..t
+        });
+        self.ring = ring;
+        self.entries = entries;
+        Ok(())
     }
 
     /// Credits refused as forged.
@@ -543,6 +659,7 @@ impl StreamSender {
         if self.closed {
             return Err(RatsError::State("stream closed"));
         }
+        self.wait_connected()?;
         if bytes.len() as u64 > self.max_write() {
             return Err(RatsError::TooLong {
                 len: bytes.len() as u64,
@@ -610,6 +727,7 @@ impl StreamSender {
         ends: &[u32],
         eos: bool,
     ) -> Result<SendHandle, RatsError> {
+        let ring_ticket = self.wait_connected()?;
         for (i, e) in ends.iter().enumerate() {
             buf.write((len + 4 * i) as u64, &e.to_le_bytes())?;
         }
@@ -634,8 +752,7 @@ impl StreamSender {
             .entry(entry);
         let h = {
             let span = [buf.span(0, total)?];
-            self.mgr
-                .send(&self.ring_ticket, &opts, Data::Gather(&span))?
+            self.mgr.send(&ring_ticket, &opts, Data::Gather(&span))?
         };
         buf.free_after(&h);
         self.pos = at + total;
@@ -667,8 +784,15 @@ impl StreamSender {
 
     fn credit_arrived(&mut self, n: &Notification) {
         if n.kind == NotificationKind::PeerDown {
-            if n.src_node == self.ring_ticket.node {
+            if self.ring_ticket.is_none_or(|t| t.node == n.src_node) {
                 self.peer_gone = true;
+            }
+            return;
+        }
+        if self.ring_ticket.is_none() {
+            if self.hello(n).is_err() {
+                self.forged += 1;
+                self.mgr.count_forged();
             }
             return;
         }

@@ -261,3 +261,49 @@ fn a_credit_that_is_no_credit_is_refused_and_a_stale_one_changes_nothing() {
     assert_eq!(tx.forged(), 1);
     assert_eq!(sm.stats().forged, 1);
 }
+
+#[test]
+fn either_side_may_be_created_first() {
+    let a = Node::embedded().unwrap();
+    let b = Node::connect(a.socket_path()).unwrap();
+    let ma = Manager::new(&a).unwrap();
+    // The sender first (in its own thread): its seed builds the receiver, which says
+    // where its ring is.
+    let (seed_tx, seed_rx) = std::sync::mpsc::channel();
+    let sender = std::thread::spawn(move || {
+        let mb = Manager::new(&b).unwrap();
+        let mut tx = StreamSender::new(&mb).unwrap();
+        let seed = tx.make_seed().unwrap();
+        seed_tx.send(hamlyn::seed::to_text(&seed).unwrap()).unwrap();
+        for i in 0..500u32 {
+            tx.write_record(&vec![i as u8; 1 + (i as usize * 331) % 9000])
+                .unwrap();
+        }
+        tx.close().unwrap();
+        // A sender-first seed cannot build a sender.
+        assert!(matches!(
+            StreamSender::from_seed(&mb, &seed),
+            Err(RatsError::BadSeed(_))
+        ));
+    });
+    let text = seed_rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    let mut rx =
+        StreamReceiver::from_seed(&ma, &hamlyn::seed::from_text(&text).unwrap(), 1 << 20, 8)
+            .unwrap();
+    for i in 0..500u32 {
+        let v = rx.read_record(WAIT).unwrap().unwrap();
+        assert_eq!(
+            rx.copy(&v).unwrap(),
+            vec![i as u8; 1 + (i as usize * 331) % 9000]
+        );
+        rx.release(&v).unwrap();
+    }
+    assert!(matches!(rx.read_record(WAIT), Err(RatsError::EndOfStream)));
+    sender.join().unwrap();
+    // A receiver-first seed cannot build a receiver.
+    let rx2 = StreamReceiver::new(&ma, 1 << 20, 4).unwrap();
+    assert!(matches!(
+        StreamReceiver::from_seed(&ma, &rx2.make_seed().unwrap(), 1 << 20, 4),
+        Err(RatsError::BadSeed(_))
+    ));
+}
