@@ -15,6 +15,12 @@
 //! the sender's credit ticket (compact). A credit is a one-packet message whose word is
 //! `released messages (24 bits) << 40 | released position (40 bits)`, both taken modulo
 //! and rebuilt against what the sender sent.
+//!
+//! A side waiting on its peer looks every [`PROBE_EVERY`] whether the peer is still
+//! there: the receiver sends its current credit again (a live sender ignores it), the
+//! sender looks at its last message; refused because the peer's process, engine or node
+//! is gone is [`RatsError::PeerGone`] (over the network, once the engine's heartbeats
+//! declared the peer down). A PeerDown notification ends it at once too.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -40,6 +46,22 @@ const SENDER_FIRST: &[u8] = b"S";
 const POS_BITS: u32 = 40;
 const POS_MASK: u64 = (1 << POS_BITS) - 1;
 const SEQ_MASK: u64 = (1 << 24) - 1;
+/// How often a side that waits on its peer checks that the peer is still there.
+pub const PROBE_EVERY: Duration = Duration::from_millis(100);
+
+/// Whether a send's failure means the peer (its process, engine or node) is gone.
+fn peer_is_gone(h: &SendHandle) -> bool {
+    use hamlyn::{RejectReason, Status};
+    matches!(
+        h.status(),
+        Status::Failed(
+            RejectReason::PeerDown
+                | RejectReason::UnknownSlot
+                | RejectReason::Revoked
+                | RejectReason::StaleIncarnation
+        )
+    )
+}
 
 /// What became of a write.
 #[derive(Debug)]
@@ -157,6 +179,8 @@ pub struct StreamReceiver {
     released_seq: u32,
     eos: bool,
     peer_gone: bool,
+    /// The last liveness probe (the current credit, sent again while idle).
+    probe: Option<SendHandle>,
     forged: u64,
 }
 
@@ -192,8 +216,26 @@ impl StreamReceiver {
             released_seq: 0,
             eos: false,
             peer_gone: false,
+            probe: None,
             forged: 0,
         })
+    }
+
+    /// While idle: was the last probe refused because the sender is gone? Then sends
+    /// another (the current credit again: it changes nothing at a live sender).
+    fn probe_sender(&mut self) -> Result<(), RatsError> {
+        if self.probe.as_ref().is_some_and(peer_is_gone) {
+            self.peer_gone = true;
+            return Ok(());
+        }
+        let Some(credit) = self.credit else {
+            return Ok(());
+        };
+        let word =
+            (u64::from(self.released_seq) & SEQ_MASK) << POS_BITS | (self.released_pos & POS_MASK);
+        let opts = SendOptions::new().tag(word).entry(0);
+        self.probe = Some(self.mgr.send(&credit, &opts, Data::Inline(&[]))?);
+        Ok(())
     }
 
     /// A receiver for a sender created first (`seed` from [`StreamSender::make_seed`]),
@@ -334,10 +376,15 @@ impl StreamReceiver {
             if self.peer_gone {
                 return Err(RatsError::PeerGone);
             }
-            let Some(n) = self.mgr.wait(self.id, deadline)? else {
-                return Ok(None);
-            };
-            self.arrived(&n);
+            // Wait in slices: between them, make sure the sender is still there (a dead
+            // sender with no message half-sent leaves no PeerDown to be told of).
+            let slice = Instant::now() + PROBE_EVERY;
+            let until = deadline.map_or(slice, |d| d.min(slice));
+            match self.mgr.wait(self.id, Some(until))? {
+                Some(n) => self.arrived(&n),
+                None if deadline.is_some_and(|d| Instant::now() >= d) => return Ok(None),
+                None => self.probe_sender()?,
+            }
         }
     }
 
@@ -502,6 +549,8 @@ pub struct StreamSender {
     pub timeout: Option<Duration>,
     closed: bool,
     peer_gone: bool,
+    /// The last message sent (refused if the receiver is gone).
+    last: Option<SendHandle>,
     forged: u64,
 }
 
@@ -549,6 +598,7 @@ impl StreamSender {
             timeout: Some(Duration::from_secs(30)),
             closed: false,
             peer_gone: false,
+            last: None,
             forged: 0,
         })
     }
@@ -584,6 +634,7 @@ impl StreamSender {
             timeout: Some(Duration::from_secs(30)),
             closed: false,
             peer_gone: false,
+            last: None,
             forged: 0,
         })
     }
@@ -755,6 +806,7 @@ impl StreamSender {
             self.mgr.send(&ring_ticket, &opts, Data::Gather(&span))?
         };
         buf.free_after(&h);
+        self.last = Some(h.clone());
         self.pos = at + total;
         self.seq = self.seq.wrapping_add(1);
         Ok(h)
@@ -772,12 +824,17 @@ impl StreamSender {
             if bytes_ok && entries_ok {
                 return Ok(());
             }
-            if self.peer_gone {
+            if self.peer_gone || self.last.as_ref().is_some_and(peer_is_gone) {
                 return Err(RatsError::PeerGone);
             }
-            match self.mgr.wait(self.id, deadline)? {
+            let slice = Instant::now() + PROBE_EVERY;
+            let until = deadline.map_or(slice, |d| d.min(slice));
+            match self.mgr.wait(self.id, Some(until))? {
                 Some(n) => self.credit_arrived(&n),
-                None => return Err(RatsError::Timeout),
+                None if deadline.is_some_and(|d| Instant::now() >= d) => {
+                    return Err(RatsError::Timeout)
+                }
+                None => {}
             }
         }
     }

@@ -137,3 +137,62 @@ fn every_protocol_between_two_processes_with_seeds_in_environment_variables() {
     }
     assert_eq!(m.stats().forged, 0);
 }
+
+/// The child for the dead-peer test: streams 100 records, then waits to be killed.
+#[test]
+fn child_stream_then_hang() {
+    if std::env::var(CHILD).as_deref() != Ok("child_stream_then_hang") {
+        return;
+    }
+    let node = Node::connect_default().unwrap();
+    let m = Manager::new(&node).unwrap();
+    let mut s = StreamSender::from_seed(&m, &seed_from_env("RATS_STREAM_SEED")).unwrap();
+    for i in 0..100u32 {
+        s.write_record(&pattern(i, 1000)).unwrap();
+    }
+    let h = s.flush().unwrap().unwrap();
+    assert!(!h.wait(WAIT).is_failed());
+    println!("sent");
+    // Killed by the parent; bounded in case it is not.
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+#[test]
+fn a_sender_killed_mid_stream_ends_it_with_an_error() {
+    let node = Node::embedded().unwrap();
+    let m = Manager::new(&node).unwrap();
+    let mut rx = StreamReceiver::new(&m, 1 << 20, 16).unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_stream_then_hang",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, "child_stream_then_hang")
+        .env(hamlyn::SOCKET_ENV, node.socket_path())
+        .env(
+            "RATS_STREAM_SEED",
+            hamlyn::seed::to_text(&rx.make_seed().unwrap()).unwrap(),
+        )
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut read = 0;
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        for i in 0..100u32 {
+            let v = rx.read_record(WAIT).unwrap().expect("a record");
+            assert!(rx.copy(&v).unwrap() == pattern(i, 1000));
+            rx.release(&v).unwrap();
+            read += 1;
+        }
+    }));
+    let _ = child.kill();
+    let _ = child.wait();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+    assert_eq!(read, 100);
+    // Nothing half-sent: no PeerDown to be told of; the receiver's probe finds out.
+    assert!(matches!(rx.read_record(WAIT), Err(RatsError::PeerGone)));
+}
