@@ -133,4 +133,52 @@ fn every_protocol_between_two_nodes_over_two_tcp_rails() {
     }
     assert_eq!(got, 3 * SIZES.len());
     assert_eq!((ma.stats().forged, mb.stats().forged), (0, 0));
+
+    // Remote read of every size.
+    let server = hamlyn_rats::remote_read::RemoteReadServer::new(&ma, 5 << 20).unwrap();
+    let data = pattern(60, 5 << 20);
+    server.write(0, &data).unwrap();
+    let mut rc = hamlyn_rats::remote_read::RemoteReadClient::from_seed(
+        &mb,
+        &via_text(&server.make_seed().unwrap()),
+        4 << 20,
+    )
+    .unwrap();
+    for &n in &SIZES {
+        let got = rc.remote_read(5, n as u64, WAIT).unwrap();
+        assert!(got == data[5..5 + n], "remote read of {n}");
+    }
+}
+
+#[test]
+fn request_response_across_nodes_through_the_registry() {
+    use hamlyn_rats::request_response::{RequestClient, RequestServer};
+    let (_ea, _eb, a, b) = common::two_nodes();
+    // The server on node 0 (the registry's node), the client on node 1: its lookup is
+    // forwarded to node 0.
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let server = std::thread::spawn(move || {
+        let m = Manager::new(&a).unwrap();
+        let mut s = RequestServer::new(&m, 4 << 20).unwrap();
+        s.publish("rats-tcp").unwrap();
+        ready_tx.send(()).unwrap();
+        for _ in 0..SIZES.len() {
+            let r = s.recv(WAIT).unwrap().unwrap();
+            let body = s.to_vec(&r).unwrap();
+            let h = s.send_reply(&r, &body).unwrap();
+            s.release().unwrap();
+            assert!(!h.wait(WAIT).is_failed());
+        }
+        s.duplicates()
+    });
+    ready_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+    let m = Manager::new(&b).unwrap();
+    let mut c = RequestClient::lookup(&m, "rats-tcp", 4 << 20).unwrap();
+    for (i, &n) in SIZES.iter().enumerate() {
+        let body = pattern(70 + i as u32, n);
+        let r = c.call(&body, Duration::from_secs(20)).unwrap();
+        assert!(c.reply_bytes(&r).unwrap() == body, "echo of {n}");
+        c.release();
+    }
+    server.join().unwrap();
 }

@@ -19,6 +19,8 @@ pub fn two_nodes() -> (EngineHandle, EngineHandle, Node, Node) {
         let mut c = EngineConfig::embedded();
         c.node = node;
         c.incarnation = 5;
+        // One registry for the pair: node 0's.
+        c.registry = Some(0);
         EngineHandle::start_with_fabric(c, Some(Box::new(f))).unwrap()
     };
     let (ea, eb) = (start(0, fa), start(1, fb));
