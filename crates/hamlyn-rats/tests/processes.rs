@@ -1,4 +1,4 @@
-//! Protocols between two processes on one node: the test starts an engine in its own
+//! Every protocol between two processes on one node: the test starts an engine in its own
 //! process and re-executes this test binary as a child, which reaches the engine only
 //! through its control socket and port and is given its seeds in environment variables
 //! (as a newcomer's two programs would be). The child's entry point is a `#[test]` that
@@ -10,8 +10,12 @@ use std::time::Duration;
 
 use hamlyn::Node;
 use hamlyn_rats::datagram::{DatagramReceiver, DatagramSender};
+use hamlyn_rats::remote_read::{RemoteReadClient, RemoteReadServer};
+use hamlyn_rats::remote_write::{RemoteWriteClient, RemoteWriteServer};
+use hamlyn_rats::request_response::{RequestClient, RequestServer};
 use hamlyn_rats::simple_datagram::{SimpleClient, SimpleDatagram};
 use hamlyn_rats::stream::{StreamReceiver, StreamSender};
+use hamlyn_rats::tagged::{TaggedClient, TaggedServer};
 use hamlyn_rats::{Manager, RatsError};
 
 const WAIT: Option<Duration> = Some(Duration::from_secs(20));
@@ -37,6 +41,29 @@ fn child_peer() {
     }
     let node = Node::connect_default().unwrap();
     let m = Manager::new(&node).unwrap();
+    // Tagged writes, then a remote write fenced by a tagged write behind it (one
+    // terminus, one node: in order).
+    let tagged = TaggedClient::from_seed(&m, &seed_from_env("RATS_TAGGED_SEED")).unwrap();
+    for i in 0..5u32 {
+        tagged
+            .write(u64::from(i) * 4096, &pattern(50 + i, 4096), i)
+            .unwrap();
+    }
+    let rw = RemoteWriteClient::from_seed(&m, &seed_from_env("RATS_RW_SEED")).unwrap();
+    rw.write(1, &pattern(60, 1 << 20)).unwrap();
+    tagged.write(0, b"done", 99).unwrap();
+    // Remote reads of the parent's memory.
+    let mut rr = RemoteReadClient::from_seed(&m, &seed_from_env("RATS_RR_SEED"), 4 << 20).unwrap();
+    for &n in &SIZES {
+        assert!(rr.remote_read(3, n as u64, WAIT).unwrap() == pattern(70, (4 << 20) + 3)[3..3 + n]);
+    }
+    // A request by the seed's ASCII text.
+    let mut rq =
+        RequestClient::from_text(&m, &std::env::var("RATS_REQUEST_SEED").unwrap(), 1 << 20)
+            .unwrap();
+    let r = rq.call(b"ping", Duration::from_secs(20)).unwrap();
+    assert_eq!(rq.reply_bytes(&r).unwrap(), b"gnip");
+    rq.release();
     // Simple datagrams: every size, answered through reply seeds.
     let mut me = SimpleDatagram::new(&m, 4 << 20).unwrap();
     let to_parent = SimpleClient::from_seed(&m, &seed_from_env("RATS_SIMPLE_SEED")).unwrap();
@@ -77,6 +104,11 @@ fn every_protocol_between_two_processes_with_seeds_in_environment_variables() {
     let mut simple = SimpleDatagram::new(&m, 4 << 20).unwrap();
     let mut rx = DatagramReceiver::new(&m, 4, 65536).unwrap();
     let mut stream = StreamReceiver::new(&m, 1 << 20, 16).unwrap();
+    let tagged = TaggedServer::new(&m, 5 * 4096).unwrap();
+    let rw = RemoteWriteServer::new(&m, 2 << 20).unwrap();
+    let rr = RemoteReadServer::new(&m, (4 << 20) + 3).unwrap();
+    rr.write(0, &pattern(70, (4 << 20) + 3)).unwrap();
+    let mut rq = RequestServer::new(&m, 4096).unwrap();
     let text = |s: &hamlyn::Seed| hamlyn::seed::to_text(s).unwrap();
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "child_peer", "--nocapture", "--test-threads=1"])
@@ -85,10 +117,26 @@ fn every_protocol_between_two_processes_with_seeds_in_environment_variables() {
         .env("RATS_SIMPLE_SEED", text(&simple.make_seed().unwrap()))
         .env("RATS_DATAGRAM_SEED", text(&rx.make_seed(4).unwrap()))
         .env("RATS_STREAM_SEED", text(&stream.make_seed().unwrap()))
+        .env("RATS_TAGGED_SEED", text(&tagged.make_seed().unwrap()))
+        .env("RATS_RW_SEED", text(&rw.make_seed().unwrap()))
+        .env("RATS_RR_SEED", text(&rr.make_seed().unwrap()))
+        .env("RATS_REQUEST_SEED", rq.seed_text().unwrap())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        for i in (0..5u32).rev() {
+            let a = tagged.get_specific_tag(i, WAIT).unwrap().expect("tag");
+            assert_eq!(tagged.read_arrival(&a).unwrap(), pattern(50 + i, 4096));
+        }
+        tagged.get_specific_tag(99, WAIT).unwrap().expect("done");
+        let mut got = vec![0u8; 1 << 20];
+        rw.read(1, &mut got).unwrap();
+        assert!(got == pattern(60, 1 << 20), "remote write");
+        let r = rq.recv(WAIT).unwrap().expect("a request");
+        let body: Vec<u8> = rq.to_vec(&r).unwrap().into_iter().rev().collect();
+        rq.send_reply(&r, &body).unwrap();
+        rq.release().unwrap();
         for (i, &n) in SIZES.iter().enumerate() {
             let r = simple.recv(WAIT).unwrap().expect("the child's datagram");
             assert!(
