@@ -26,7 +26,7 @@ use hamlyn::{
 };
 
 use crate::error::RatsError;
-use crate::manager::{Endpoint, EndpointSpec, InstanceId, Manager};
+use crate::manager::{Buffer, Endpoint, EndpointSpec, InstanceId, Manager};
 use crate::protocol::{
     check_seed, decode_compact, encode_compact, make_seed, MetaWriter, ProtocolId, Reader,
     COMPACT_TICKET_LEN, VERSION,
@@ -434,14 +434,44 @@ impl DatagramSender {
     /// Sends `bytes` with user out-of-band bytes `oob` if it holds a credit; otherwise
     /// [`RatsError::Full`] (nothing sent).
     pub fn send(&mut self, bytes: &[u8], oob: &[u8]) -> Result<SendHandle, RatsError> {
+        let (grant, ticket) = self.credit_for(bytes.len() as u64, oob)?;
+        let meta = self.meta(oob)?;
+        let opts = SendOptions::new().meta(meta.bytes()).entry(0);
+        let h = self.mgr.send_bytes(&ticket, &opts, bytes)?;
+        self.spend(grant);
+        Ok(h)
+    }
+
+    /// As [`DatagramSender::send`], without a copy: the first `len` bytes of `buf`
+    /// (message space of this sender's manager), freed when the send is done.
+    pub fn send_buffer(
+        &mut self,
+        buf: Buffer,
+        len: u64,
+        oob: &[u8],
+    ) -> Result<SendHandle, RatsError> {
+        let (grant, ticket) = self.credit_for(len, oob)?;
+        let meta = self.meta(oob)?;
+        let opts = SendOptions::new().meta(meta.bytes()).entry(0);
+        let h = {
+            let span = [buf.span(0, len)?];
+            self.mgr.send(&ticket, &opts, Data::Gather(&span))?
+        };
+        buf.free_after(&h);
+        self.spend(grant);
+        Ok(h)
+    }
+
+    /// A credit for a datagram of `len` bytes with `oob`, or why not.
+    fn credit_for(&mut self, len: u64, oob: &[u8]) -> Result<(u32, Ticket), RatsError> {
         self.collect_credits();
         let Some(&grant) = self.free.front() else {
             return Err(RatsError::Full);
         };
         let ticket = self.grants[grant as usize].ok_or(RatsError::State("grant lost"))?;
-        if bytes.len() as u64 > ticket.len {
+        if len > ticket.len {
             return Err(RatsError::TooLong {
-                len: bytes.len() as u64,
+                len,
                 max: ticket.len,
             });
         }
@@ -451,17 +481,22 @@ impl DatagramSender {
                 max: MAX_DATAGRAM_OOB as u64,
             });
         }
+        Ok((grant, ticket))
+    }
+
+    fn meta(&self, oob: &[u8]) -> Result<MetaWriter, RatsError> {
         let mut meta = MetaWriter::new();
         meta.put(&[VERSION])?
             .put(&self.sender.to_le_bytes())?
             .put(&self.token.to_le_bytes())?
             .put(&self.credit_ticket)?
             .put(oob)?;
-        let opts = SendOptions::new().meta(meta.bytes()).entry(0);
-        let h = self.mgr.send_bytes(&ticket, &opts, bytes)?;
+        Ok(meta)
+    }
+
+    fn spend(&mut self, grant: u32) {
         self.free.pop_front();
         self.grants[grant as usize] = None;
-        Ok(h)
     }
 
     /// As [`DatagramSender::send`], but waits up to `timeout` for a credit.

@@ -749,6 +749,36 @@ impl StreamSender {
         Ok(WriteStatus::Sent(h))
     }
 
+    /// Sends the first `len` bytes of `buf` (message space of this sender's manager) as
+    /// they are, without a copy, as a record if `record` (then `buf` needs 4 bytes past
+    /// `len` for the record's end); what was coalesced before goes first.
+    pub fn write_buffer(
+        &mut self,
+        buf: Buffer,
+        len: u64,
+        record: bool,
+    ) -> Result<SendHandle, RatsError> {
+        if self.closed {
+            return Err(RatsError::State("stream closed"));
+        }
+        self.wait_connected()?;
+        let need = len + if record { 4 } else { 0 };
+        if need > buf.len() {
+            return Err(RatsError::InvalidArgument(
+                "the buffer has no room for the record end",
+            ));
+        }
+        if len > self.max_write() {
+            return Err(RatsError::TooLong {
+                len,
+                max: self.max_write(),
+            });
+        }
+        self.flush()?;
+        let ends = if record { vec![len as u32] } else { Vec::new() };
+        self.send_message(buf, len as usize, &ends, false)
+    }
+
     /// Sends what was coalesced (if anything); its handle.
     pub fn flush(&mut self) -> Result<Option<SendHandle>, RatsError> {
         let Some(buf) = self.pending.take() else {

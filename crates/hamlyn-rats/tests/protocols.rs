@@ -188,6 +188,31 @@ fn datagrams_from_eight_senders_to_a_slow_receiver_are_all_delivered_with_back_p
     let d = rx.recv(WAIT).unwrap().unwrap();
     rx.release(d).unwrap();
     s.send_wait(b"three", &[], WAIT).unwrap();
+    // Without a copy, from the sender's message space, once a credit is back.
+    for _ in 0..3 {
+        if let Some(d) = rx.recv(Some(Duration::ZERO)).unwrap() {
+            rx.release(d).unwrap();
+        }
+    }
+    let buf = sm.alloc(4096).unwrap();
+    buf.write(0, &pattern(77, 4096)).unwrap();
+    let mut credited = false;
+    for _ in 0..100_000 {
+        if s.credits() > 0 {
+            credited = true;
+            break;
+        }
+        if let Some(d) = rx.recv(Some(Duration::from_millis(1))).unwrap() {
+            rx.release(d).unwrap();
+        }
+    }
+    assert!(credited);
+    let h = s.send_buffer(buf, 4096, b"zc").unwrap();
+    assert!(!h.wait(WAIT).is_failed());
+    let got = (0..100)
+        .find_map(|_| rx.recv(WAIT).unwrap().filter(|d| d.oob() == b"zc"))
+        .expect("the zero-copy datagram");
+    assert_eq!(rx.to_vec(&got).unwrap(), pattern(77, 4096));
 }
 
 #[test]

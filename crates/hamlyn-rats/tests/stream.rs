@@ -32,8 +32,9 @@ impl Rng {
 /// One write: its bytes and whether it is a record.
 fn writes(seed: u64, count: usize) -> Vec<(Vec<u8>, bool)> {
     let mut r = Rng(seed | 1);
-    (0..count)
-        .map(|i| {
+    let mut out: Vec<(Vec<u8>, bool)> = Vec::with_capacity(count + count / 1000);
+    for i in 0..count {
+        out.push({
             let len = match r.below(100) {
                 0..=69 => 1 + r.below(100),
                 70..=94 => 100 + r.below(4000),
@@ -43,8 +44,18 @@ fn writes(seed: u64, count: usize) -> Vec<(Vec<u8>, bool)> {
                 .map(|k| (k as u64 * 31 + i as u64 * 7) as u8)
                 .collect();
             (bytes, r.below(4) != 0)
-        })
-        .collect()
+        });
+        // What `send_all` adds without a copy (`write_buffer`).
+        if i % 1000 == 999 {
+            out.push((vec![0xA5; 65_536], true));
+        }
+    }
+    out
+}
+
+/// A write `send_all` makes from message space (not from `w`'s bytes).
+fn is_buffered(b: &[u8]) -> bool {
+    b.len() == 65_536 && b.iter().all(|&x| x == 0xA5)
 }
 
 /// Sends `w` on `node` into the ring `seed_text` names, flushing now and then, and
@@ -54,7 +65,7 @@ fn send_all(node: Node, seed_text: String, w: Vec<(Vec<u8>, bool)>) -> u64 {
     let seed = hamlyn::seed::from_text(&seed_text).unwrap();
     let mut s = StreamSender::from_seed(&m, &seed).unwrap();
     let mut copied = 0u64;
-    for (i, (bytes, record)) in w.iter().enumerate() {
+    for (i, (bytes, record)) in w.iter().filter(|(b, _)| !is_buffered(b)).enumerate() {
         let st = if *record {
             s.write_record(bytes).unwrap()
         } else {
@@ -62,6 +73,12 @@ fn send_all(node: Node, seed_text: String, w: Vec<(Vec<u8>, bool)>) -> u64 {
         };
         if matches!(st, WriteStatus::Copied) {
             copied += 1;
+        }
+        // Now and then a large one without a copy, from message space.
+        if i % 1000 == 999 {
+            let b = m.alloc(70_000).unwrap();
+            b.write(0, &[0xA5; 65_536]).unwrap();
+            s.write_buffer(b, 65_536, true).unwrap();
         }
         if i % 97 == 0 {
             s.flush().unwrap();
