@@ -77,6 +77,9 @@ pub struct RatsStats {
 struct InstanceState {
     inbox: VecDeque<Notification>,
     in_ready_list: bool,
+    /// It never reads arrivals (a slot without notifications): PeerDown news is not
+    /// kept for it.
+    quiet: bool,
 }
 
 #[derive(Debug)]
@@ -181,8 +184,21 @@ impl Manager {
 
     /// A new instance number (protocols call this when they are created).
     pub fn register(&self) -> InstanceId {
+        self.register_as(false)
+    }
+
+    /// A new instance that never reads arrivals (its slots do not notify): news for
+    /// every instance (PeerDown) is not kept for it.
+    pub fn register_quiet(&self) -> InstanceId {
+        self.register_as(true)
+    }
+
+    fn register_as(&self, quiet: bool) -> InstanceId {
         let mut inner = self.inner();
-        let state = Some(InstanceState::default());
+        let state = Some(InstanceState {
+            quiet,
+            ..InstanceState::default()
+        });
         if let Some(id) = inner.free_ids.pop() {
             inner.instances[id as usize] = state;
             return InstanceId(id);
@@ -509,7 +525,11 @@ impl Inner {
             NotificationKind::PeerDown => {
                 // Every instance learns of it; each decides whether it cares.
                 let ids: Vec<u32> = (0..self.instances.len() as u32)
-                    .filter(|&i| self.instances[i as usize].is_some())
+                    .filter(|&i| {
+                        self.instances[i as usize]
+                            .as_ref()
+                            .is_some_and(|s| !s.quiet)
+                    })
                     .collect();
                 let mut first = None;
                 for id in ids {

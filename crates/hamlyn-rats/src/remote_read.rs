@@ -23,7 +23,7 @@ pub struct RemoteReadServer {
 impl RemoteReadServer {
     /// `len` bytes of message space that clients may read.
     pub fn new(mgr: &Manager, len: u64) -> Result<RemoteReadServer, RatsError> {
-        let id = mgr.register();
+        let id = mgr.register_quiet();
         let spec = EndpointSpec {
             perms: SlotPerms {
                 write: false,

@@ -19,7 +19,7 @@ pub struct RemoteWriteServer {
 impl RemoteWriteServer {
     /// A server over `len` bytes of message space.
     pub fn new(mgr: &Manager, len: u64) -> Result<RemoteWriteServer, RatsError> {
-        let id = mgr.register();
+        let id = mgr.register_quiet();
         let spec = EndpointSpec {
             notify: false,
             ..EndpointSpec::default()

@@ -51,7 +51,7 @@ fn child_peer() {
     }
     let rw = RemoteWriteClient::from_seed(&m, &seed_from_env("RATS_RW_SEED")).unwrap();
     rw.write(1, &pattern(60, 1 << 20)).unwrap();
-    tagged.write(0, b"done", 99).unwrap();
+    tagged.write(5 * 4096, b"done", 99).unwrap();
     // Remote reads of the parent's memory.
     let mut rr = RemoteReadClient::from_seed(&m, &seed_from_env("RATS_RR_SEED"), 4 << 20).unwrap();
     for &n in &SIZES {
@@ -104,7 +104,7 @@ fn every_protocol_between_two_processes_with_seeds_in_environment_variables() {
     let mut simple = SimpleDatagram::new(&m, 4 << 20).unwrap();
     let mut rx = DatagramReceiver::new(&m, 4, 65536).unwrap();
     let mut stream = StreamReceiver::new(&m, 1 << 20, 16).unwrap();
-    let tagged = TaggedServer::new(&m, 5 * 4096).unwrap();
+    let tagged = TaggedServer::new(&m, 6 * 4096).unwrap();
     let rw = RemoteWriteServer::new(&m, 2 << 20).unwrap();
     let rr = RemoteReadServer::new(&m, (4 << 20) + 3).unwrap();
     rr.write(0, &pattern(70, (4 << 20) + 3)).unwrap();
