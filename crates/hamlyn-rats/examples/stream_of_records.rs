@@ -25,7 +25,8 @@ pub fn main() -> Result<(), Box<dyn std::error::Error>> {
             let len = 1 + (i as usize * 7919) % 10_000;
             tx.write_record(&vec![i as u8; len])?;
         }
-        tx.close()?;
+        // Wait for the end to leave before this thread's node handle goes with it.
+        tx.close()?.wait(Some(std::time::Duration::from_secs(10)));
         Ok(())
     });
     let mut count = 0u32;

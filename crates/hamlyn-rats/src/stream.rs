@@ -790,7 +790,9 @@ impl StreamSender {
     }
 
     /// Flushes and ends the stream: the receiver reads what was written, then
-    /// [`RatsError::EndOfStream`].
+    /// [`RatsError::EndOfStream`]. Wait on the returned handle before the node handle
+    /// goes (a request still queued when its client leaves is never sent, and the
+    /// receiver then sees [`RatsError::PeerGone`] instead of the end).
     pub fn close(&mut self) -> Result<SendHandle, RatsError> {
         self.flush()?;
         let buf = self.mgr.alloc(1)?;

@@ -296,7 +296,9 @@ fn either_side_may_be_created_first() {
             tx.write_record(&vec![i as u8; 1 + (i as usize * 331) % 9000])
                 .unwrap();
         }
-        tx.close().unwrap();
+        // The end must have left before this thread's node handle goes.
+        let h = tx.close().unwrap();
+        assert!(!h.wait(WAIT).is_failed());
         // A sender-first seed cannot build a sender.
         assert!(matches!(
             StreamSender::from_seed(&mb, &seed),
