@@ -332,11 +332,15 @@ impl EngineState {
         let mut termini = Vec::with_capacity(layout.termini.len());
         for t in 0..layout.geometry.termini {
             let completion_off = layout.completion_word(t).ok_or("terminus out of range")?;
+            let wake_off = layout
+                .completion_wake_word(t)
+                .ok_or("terminus out of range")?;
             termini.push(TerminusState {
                 ring: None,
                 current: None,
                 finished: 0,
                 completion_off,
+                wake_off,
                 broken: false,
             });
         }

@@ -38,6 +38,8 @@ pub(crate) struct TerminusState {
     pub(crate) finished: u64,
     /// Offset of the completion word in the port.
     pub(crate) completion_off: usize,
+    /// Offset of the completion word's wake word (clients asleep on the word).
+    pub(crate) wake_off: usize,
     /// The client corrupted the ring; the terminus is no longer served.
     pub(crate) broken: bool,
 }
@@ -78,6 +80,10 @@ impl Port {
             // `SendHandle::status`; it orders the error completion pushed before it (and
             // the end of our reads of the send buffer) before the client sees "done".
             word.store(term.finished, Ordering::Release);
+        }
+        // A client asleep on the count (`SendHandle::wait`, `Terminus::wait_idle`) is woken.
+        if let Some(wake) = self.region.atomic_u32(term.wake_off) {
+            hamlyn_shm::wake::wake_after_publish(wake, None);
         }
     }
 }

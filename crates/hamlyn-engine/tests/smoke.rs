@@ -81,3 +81,61 @@ fn inline_write_is_deposited_notified_and_completed() {
     );
     engine.stop().unwrap();
 }
+
+/// A client asleep on a terminus's completion word is woken by the engine when it
+/// finishes a request there: the engine clears the sleeper's flag on the completion
+/// line's wake word, and a waiter with no timeout returns (a lost wake-up would leave it
+/// asleep until the test's bound).
+#[test]
+fn finishing_a_request_wakes_a_client_asleep_on_its_completion_word() {
+    use hamlyn_shm::sync::Ordering;
+    use hamlyn_shm::wake::{wait_until, WaitOutcome, SLEEPING};
+    use std::time::Duration;
+    let engine = EngineHandle::start(EngineConfig::embedded()).unwrap();
+    let mut c = RawClient::attach(engine.socket_path(), 1, 1, 64);
+    let (area, _region) = c.area(4096);
+    let (meta_area, _meta) = c.area(128 * 4);
+    let Reply::Slot { slot, key } = c.call(Request::CreateSlot {
+        area,
+        base: 0,
+        len: 4096,
+        mode: mode::NORMAL,
+        perms: perm::WRITE,
+        meta_area,
+        meta_base: 0,
+        meta_count: 4,
+        queue: 0,
+    }) else {
+        panic!("slot")
+    };
+    c.open(0, 0);
+    let port = c.port.clone();
+    let wake = port
+        .atomic_u32(c.layout.completion_wake_word(0).unwrap())
+        .unwrap();
+    // The flag a sleeper sets: the engine must clear it (and wake) when it finishes.
+    wake.fetch_or(SLEEPING, Ordering::Relaxed);
+    let pos = c.push(0, inline(c.node, slot, key, 0, 0, b"x", 1)).unwrap();
+    c.wait_finished(0, pos + 1);
+    // The engine wakes right after it moves the word: wait (bounded) for the flag to go.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while wake.load(Ordering::Relaxed) & SLEEPING != 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the engine never woke the sleeper"
+        );
+        std::thread::yield_now();
+    }
+    for round in 0..50u64 {
+        let pos = c
+            .push(0, inline(c.node, slot, key, 0, 0, b"y", round))
+            .unwrap();
+        let got = wait_until(wake, 0, Some(Duration::from_secs(30)), || {
+            c.finished(0) > pos
+        })
+        .unwrap();
+        assert!(matches!(got, WaitOutcome::Ready { .. }), "round {round}");
+    }
+    assert!(c.errors().is_empty());
+    engine.stop().unwrap();
+}

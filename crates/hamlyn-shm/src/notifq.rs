@@ -10,6 +10,7 @@
 //! | 64 | 8 | `head`: entries ever consumed (u64) | consumer only |
 //! | 128 | 8 | `overflow`: posts refused because the queue was full (u64) | producers (fetch_add) |
 //! | 192 | 4 | wake word ([`crate::wake`]: `SLEEPING`, `EVENTFD_ARMED`) | consumer sets, producers clear |
+//! | 200 | 8 | `skipped`: positions the consumer gave up on (u64) | consumer only |
 //! | 256 | `capacity * 32` | entries; position `p` lives at `256 + (p % capacity) * 32` | producers |
 //!
 //! Each header field has its own cache line. The entry's `seq` word (offset 0 of the
@@ -25,11 +26,21 @@
 //! [`Full`]. A slot is reused only after the consumer has copied it out and advanced
 //! `head` past it.
 //!
-//! Known limit of every queue of this shape: a producer that dies between reserving a
-//! position and writing its `seq` stalls the consumer at that position (later entries
-//! stay queued behind it). Producers are the engine and trusted direct senders.
+//! A producer that dies between reserving a position and writing its `seq` would stall
+//! the consumer at that position for ever, later entries queued behind it. So the
+//! consumer gives up on a position that has stayed reserved but unwritten for a bound
+//! ([`DEFAULT_STALL_BOUND`], [`Consumer::skip_stalled`]): it swaps the entry's `seq` for
+//! the position's tombstone ([`tombstone_for`]) with a CAS, counts the position in
+//! `skipped` and moves on. A producer publishes with a CAS from the value it found when
+//! it reserved, so of a late producer and a consumer that gave up exactly one wins: the
+//! entry is either taken or refused to its producer as [`Full`] (and counted as an
+//! overflow), never both and never neither. What no queue of this shape can prevent: a
+//! producer stopped (not dead) past the bound that resumes in the very nanoseconds of the
+//! skip may still be writing the entry's body when the next lap's producer writes the
+//! same slot; the producers of a port's queues are the engine and direct senders the
+//! receiver already trusts with its memory.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hamlyn_wire::{NotifEntry, NOTIF_ENTRY_LEN};
 
@@ -49,6 +60,10 @@ pub mod header {
     pub const OVERFLOW: usize = 2 * CACHE_LINE;
     /// The wake word (u32), see [`crate::wake`].
     pub const WAKE: usize = 3 * CACHE_LINE;
+    /// Positions the consumer skipped because their producer never wrote them (u64),
+    /// written by the consumer only; it shares the wake word's line, which the consumer
+    /// writes anyway, and is written only on the cold path.
+    pub const SKIPPED: usize = 3 * CACHE_LINE + 8;
     /// First entry.
     pub const ENTRIES: usize = 4 * CACHE_LINE;
 }
@@ -57,6 +72,26 @@ pub mod header {
 /// producer's success, so this many losses in a row means a peer is scribbling on `tail`;
 /// the post then fails as [`Full`] (and is counted) rather than spinning forever.
 const MAX_RESERVE_ATTEMPTS: u32 = 1024;
+
+/// How long the consumer lets the position at its head stay reserved but unwritten
+/// before it gives up on the producer (see the module doc). Writing one entry takes
+/// nanoseconds; a producer this late has died or been stopped.
+pub const DEFAULT_STALL_BOUND: Duration = Duration::from_secs(1);
+
+/// The `seq` value the consumer leaves in the entry of position `pos` when it skipped it:
+/// the bitwise complement of [`seq_for`]`(pos)`.
+///
+/// It differs from every value the slot's readers compare it with, for a power-of-two
+/// capacity `c` with `4 <= c <= 2^31`: from `seq_for(pos)` (a complement has no fixed
+/// point); from `seq_for(pos + c)`, which the consumer waits for on the next lap (without
+/// the 0→1 remap of [`seq_for`] the two would sum to `2^32 - 1`, odd, while
+/// `(pos + 1) + (pos + c + 1)` is even; with it, equality needs `c - 1 == 1`); and from
+/// `tombstone_for(pos + c)`, since the `seq_for` values differ. (The loom models' 2-entry
+/// queues never come near position `2^32`, where `c = 2` could collide.)
+#[inline]
+pub fn tombstone_for(pos: u64) -> u32 {
+    !seq_for(pos)
+}
 
 /// The `seq` value marking the entry at position `pos` as written: `pos + 1` truncated to
 /// 32 bits, with 0 (reserved for "never written") replaced by 1.
@@ -123,6 +158,7 @@ impl NotifLayout {
             || mem.atomic_u64(base + header::HEAD).is_none()
             || mem.atomic_u64(base + header::OVERFLOW).is_none()
             || mem.atomic_u32(base + header::WAKE).is_none()
+            || mem.atomic_u64(base + header::SKIPPED).is_none()
         {
             return Err(LayoutError::Misaligned { offset: base });
         }
@@ -143,6 +179,7 @@ struct Offs {
     head: usize,
     overflow: usize,
     wake: usize,
+    skipped: usize,
     entries: usize,
     cap: u64,
     mask: u64,
@@ -155,6 +192,7 @@ impl Offs {
             head: l.offset + header::HEAD,
             overflow: l.offset + header::OVERFLOW,
             wake: l.offset + header::WAKE,
+            skipped: l.offset + header::SKIPPED,
             entries: l.offset + header::ENTRIES,
             cap: u64::from(l.capacity),
             mask: u64::from(l.capacity) - 1,
@@ -255,12 +293,26 @@ impl<M: RingMemory> Producer<M> {
             // Unreachable after `attach` validated the layout.
             return Err(self.refuse());
         };
+        // Relaxed: what the slot held when we reserved it (the previous lap's `seq` or
+        // tombstone, ordered before us by the Acquire load of `head` above), or our own
+        // tombstone if the consumer already gave up on us; the CAS below re-validates it.
+        let before = seq.load(Ordering::Relaxed);
+        if before == tombstone_for(pos) {
+            return Err(self.refuse());
+        }
         // Everything but `seq` first...
         self.mem
             .store_bytes(slot + 4, &entry.as_bytes()[4..NOTIF_ENTRY_LEN]);
         // ...then `seq`. Release: pairs with the Acquire load of `seq` in `Consumer::poll`
-        // (and `Consumer::ready`): the entry's other 28 bytes are visible before it.
-        seq.store(seq_for(pos), Ordering::Release);
+        // (and `Consumer::ready`): the entry's other 28 bytes are visible before it. A
+        // CAS, not a store: it fails if `Consumer::skip_stalled` put our tombstone there
+        // meanwhile, and then the post is refused rather than published unseen.
+        if seq
+            .compare_exchange(before, seq_for(pos), Ordering::Release, Ordering::Relaxed)
+            .is_err()
+        {
+            return Err(self.refuse());
+        }
         if !wake {
             return Ok(());
         }
@@ -314,6 +366,10 @@ pub struct Consumer<M: RingMemory> {
     o: Offs,
     /// Our position; the shared `head` is only ever written from this.
     head: u64,
+    /// How long a reserved, unwritten head position is waited for.
+    stall_bound: Duration,
+    /// The head position seen reserved but unwritten, and since when.
+    stall: Option<(u64, Instant)>,
 }
 
 impl<M: RingMemory> Consumer<M> {
@@ -326,7 +382,102 @@ impl<M: RingMemory> Consumer<M> {
         let head = mem
             .atomic_u64(o.head)
             .map_or(0, |a| a.load(Ordering::Relaxed));
-        Ok(Consumer { mem, o, head })
+        Ok(Consumer {
+            mem,
+            o,
+            head,
+            stall_bound: DEFAULT_STALL_BOUND,
+            stall: None,
+        })
+    }
+
+    /// Sets how long [`Consumer::skip_stalled`] waits for the producer of a reserved
+    /// head position before skipping it ([`DEFAULT_STALL_BOUND`] unless set).
+    pub fn with_stall_bound(mut self, bound: Duration) -> Consumer<M> {
+        self.stall_bound = bound;
+        self
+    }
+
+    /// Whether the position at our head has been reserved by a producer (written or
+    /// not): one load of `tail`. For callers that call [`Consumer::skip_stalled`] only
+    /// when it can matter.
+    #[inline]
+    pub fn head_reserved(&self) -> bool {
+        // Relaxed: a hint; `skip_stalled` decides with a CAS on the entry itself.
+        self.mem
+            .atomic_u64(self.o.tail)
+            .is_some_and(|t| t.load(Ordering::Relaxed) != self.head)
+    }
+
+    /// Gives up on the producer of the head position if it reserved the position at
+    /// least the stall bound ago (as first seen by an earlier call, at its `now`) and has
+    /// not written it since: the entry becomes a tombstone its producer can no longer
+    /// publish over, the position is counted in [`Consumer::skipped`], and the entries
+    /// queued behind it can be polled. Returns whether a position was skipped. Cold: call
+    /// it when [`Consumer::poll`] finds nothing, not on every poll.
+    pub fn skip_stalled(&mut self, now: Instant) -> bool {
+        let o = &self.o;
+        let slot = o.slot(self.head);
+        let (Some(tail), Some(head), Some(seq)) = (
+            self.mem.atomic_u64(o.tail),
+            self.mem.atomic_u64(o.head),
+            self.mem.atomic_u32(slot),
+        ) else {
+            return false;
+        };
+        // Relaxed: a hint, as in `head_reserved`.
+        let reserved = tail.load(Ordering::Relaxed).wrapping_sub(self.head);
+        // Acquire: pairs with the Release CAS in `Producer::post`, as in `poll`.
+        let found = seq.load(Ordering::Acquire);
+        if reserved == 0 || reserved > o.cap || found == seq_for(self.head) {
+            // Nothing reserved (or `tail` scribbled: producers refuse everything
+            // anyway), or the entry is there for `poll`.
+            self.stall = None;
+            return false;
+        }
+        let since = match self.stall {
+            Some((pos, since)) if pos == self.head => since,
+            _ => {
+                self.stall = Some((self.head, now));
+                now
+            }
+        };
+        if now.saturating_duration_since(since) < self.stall_bound {
+            return false;
+        }
+        // Relaxed: the CAS only has to be ordered against the producer's CAS on the same
+        // word (one modification order decides who wins); no data is handed over.
+        if seq
+            .compare_exchange(
+                found,
+                tombstone_for(self.head),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            )
+            .is_err()
+        {
+            // The producer published meanwhile: `poll` takes the entry.
+            return false;
+        }
+        self.stall = None;
+        self.head = self.head.wrapping_add(1);
+        // Release: pairs with the Acquire load of `head` in `Producer::post`, as in `poll`
+        // (the tombstone is in place before the slot can be reserved for the next lap).
+        head.store(self.head, Ordering::Release);
+        if let Some(c) = self.mem.atomic_u64(o.skipped) {
+            // Relaxed: a statistic. We are its only writer: load and store, no RMW.
+            c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+        }
+        true
+    }
+
+    /// Positions skipped so far because their producer never wrote them
+    /// ([`Consumer::skip_stalled`]), by this consumer and earlier ones of the queue.
+    pub fn skipped(&self) -> u64 {
+        // Relaxed: a statistic.
+        self.mem
+            .atomic_u64(self.o.skipped)
+            .map_or(0, |a| a.load(Ordering::Relaxed))
     }
 
     /// The next entry, if one has been posted; never blocks, allocates or makes a system
@@ -480,6 +631,116 @@ mod tests {
             assert_eq!(e.kind(), Some(NotifKind::Fast));
         }
         assert_eq!(c.poll(), None);
+    }
+
+    /// A producer that reserved a position and died (its `tail` bump is all it left):
+    /// the consumer waits out the bound, skips the position, counts it, and takes the
+    /// entries queued behind it; nothing is skipped before the bound or when the head
+    /// entry is there.
+    #[test]
+    fn a_position_its_producer_never_wrote_is_skipped_after_the_bound() {
+        let (mem, l) = queue(64);
+        let p = Producer::attach(&mem, l).expect("attach");
+        let bound = Duration::from_millis(500);
+        let mut c = Consumer::attach(&mem, l)
+            .expect("attach")
+            .with_stall_bound(bound);
+        let t0 = Instant::now();
+        assert!(!c.head_reserved());
+        assert!(!c.skip_stalled(t0), "nothing reserved");
+        p.post(&notif(1)).expect("room");
+        assert!(
+            !c.skip_stalled(t0 + bound * 4),
+            "a written head is never skipped"
+        );
+        assert_eq!(c.poll().map(|e| e.word.get()), Some(1));
+        // The dying producer: reserves position 1, never writes it.
+        let tail = mem.atomic_u64(header::TAIL).expect("tail");
+        tail.fetch_add(1, Ordering::Relaxed);
+        p.post(&notif(2)).expect("room");
+        p.post(&notif(3)).expect("room");
+        assert!(c.head_reserved());
+        assert_eq!(
+            c.poll(),
+            None,
+            "stalled behind the dead producer's position"
+        );
+        assert!(!c.skip_stalled(t0), "first sight starts the clock");
+        assert!(!c.skip_stalled(t0 + bound / 2), "not before the bound");
+        assert_eq!(c.skipped(), 0);
+        assert!(c.skip_stalled(t0 + bound));
+        assert_eq!(c.skipped(), 1);
+        assert_eq!(c.poll().map(|e| e.word.get()), Some(2));
+        assert_eq!(c.poll().map(|e| e.word.get()), Some(3));
+        assert_eq!(c.poll(), None);
+        assert!(!c.skip_stalled(t0 + bound * 2));
+        // Laps later the skipped slot is reused normally.
+        for i in 0..200u64 {
+            p.post(&notif(100 + i)).expect("room");
+            assert_eq!(c.poll().map(|e| e.word.get()), Some(100 + i));
+        }
+        assert_eq!((c.skipped(), c.overflows()), (1, 0));
+    }
+
+    /// A producer that reserved, was given up on, and then tries to publish: its post is
+    /// refused (and counted), and the next lap's entry in that slot is not disturbed.
+    #[test]
+    fn a_late_producer_cannot_publish_over_a_skip() {
+        let (mem, l) = queue(64);
+        let p = Producer::attach(&mem, l).expect("attach");
+        let mut c = Consumer::attach(&mem, l)
+            .expect("attach")
+            .with_stall_bound(Duration::ZERO);
+        // Reserve position 0 by hand, as the late producer did before it stopped.
+        let tail = mem.atomic_u64(header::TAIL).expect("tail");
+        tail.fetch_add(1, Ordering::Relaxed);
+        assert!(c.skip_stalled(Instant::now()));
+        let seq0 = mem.atomic_u32(header::ENTRIES).expect("entry 0");
+        assert_eq!(seq0.load(Ordering::Relaxed), tombstone_for(0));
+        // The late producer now runs `post` for position 0: replay its reservation by
+        // winding `tail` and the shared `head` back to where they were when it reserved.
+        let head = mem.atomic_u64(header::HEAD).expect("head");
+        tail.store(0, Ordering::Relaxed);
+        head.store(0, Ordering::Relaxed);
+        assert_eq!(
+            p.post(&notif(99)),
+            Err(Full),
+            "refused, not published unseen"
+        );
+        assert_eq!(
+            seq0.load(Ordering::Relaxed),
+            tombstone_for(0),
+            "tombstone kept"
+        );
+        assert_eq!(p.overflows(), 1, "the refusal is counted");
+        head.store(1, Ordering::Relaxed);
+        // Fill one lap so position 64 reuses slot 0, then check it is taken intact.
+        for i in 1..=64u64 {
+            p.post(&notif(i)).expect("room");
+            assert_eq!(c.poll().map(|e| e.word.get()), Some(i));
+        }
+        assert_eq!(c.skipped(), 1);
+    }
+
+    #[test]
+    fn tombstones_never_read_as_written() {
+        for cap in [4u64, 64, 1 << 24, 1 << 31] {
+            for p in [
+                0,
+                1,
+                cap - 1,
+                (1 << 32) - cap - 1,
+                (1 << 32) - 2,
+                (1 << 32) - 1,
+                1 << 32,
+                u64::MAX - cap,
+            ] {
+                let t = tombstone_for(p);
+                assert_ne!(t, seq_for(p), "cap {cap} pos {p}");
+                assert_ne!(t, seq_for(p + cap), "cap {cap} pos {p}");
+                assert_ne!(t, tombstone_for(p + cap), "cap {cap} pos {p}");
+            }
+        }
     }
 
     #[test]
@@ -670,6 +931,56 @@ mod loom_tests {
                 let mine: Vec<_> = got.iter().filter(|w| **w / 10 == t).collect();
                 assert!(mine.windows(2).all(|w| w[0] < w[1]), "per-producer order");
             }
+        });
+    }
+
+    /// A producer that is slow between reserving and publishing, and a consumer that
+    /// gives up on it the moment it sees the reservation (stall bound zero): exactly one
+    /// side wins. Either the post succeeded and the consumer takes the entry whole, or
+    /// the post was refused (and counted) and the position was skipped (and counted);
+    /// never both, never neither; a second entry behind it is received either way. With
+    /// a plain `seq` store instead of the producer's CAS, a late publish lands over the
+    /// tombstone: the post reports success and the entry is never received, which the
+    /// model finds.
+    #[test]
+    fn loom_notifq_skip_races_a_late_producer() {
+        crate::loom_model(|| {
+            let l = NotifLayout::new(0, 2).expect("layout");
+            let mem = Arc::new(LoomMemory::new(l.bytes()));
+            let mut c = Consumer::attach(mem.clone(), l)
+                .expect("attach")
+                .with_stall_bound(Duration::ZERO);
+            let p = Producer::attach(mem.clone(), l).expect("attach");
+            let t = loom::thread::spawn(move || p.post(&notif(1)).is_ok());
+            let mut got = Vec::new();
+            let mut skips = 0;
+            loop {
+                if let Some(e) = c.poll() {
+                    got.push(e.word.get());
+                    break;
+                }
+                if c.head_reserved() {
+                    if c.skip_stalled(std::time::Instant::now()) {
+                        skips += 1;
+                        break;
+                    }
+                }
+                loom::thread::yield_now();
+            }
+            let posted = t.join().expect("producer");
+            let p = Producer::attach(mem.clone(), l).expect("attach");
+            p.post(&notif(2)).expect("room behind");
+            while let Some(e) = c.poll() {
+                got.push(e.word.get());
+            }
+            assert_eq!(got.contains(&1), posted, "a successful post is received");
+            assert_eq!(got.last(), Some(&2), "the entry behind is received");
+            assert_eq!((c.skipped(), c.overflows()), (skips, u64::from(!posted)));
+            assert_eq!(
+                skips,
+                u64::from(!posted),
+                "a refused post is a skipped position"
+            );
         });
     }
 

@@ -8,7 +8,8 @@
 //! ```text
 //! 0       header line (engine writes once): magic, version, geometry, total length
 //! 64      engine doorbell wake word (engine arms, clients clear; see `wake`)
-//! 128     completion lines: one per terminus, a u64 "requests finished" count, engine-written
+//! 128     completion lines: one per terminus, a u64 "requests finished" count, engine-written,
+//!         and at +8 the line's wake word (u32; clients waiting on the count set it)
 //! ...     terminus rings: SPSC, 256-byte `SendRequest` entries, client → engine
 //! ...     error ring: SPSC, 16-byte `Completion` entries, engine → client
 //! ```
@@ -26,8 +27,10 @@
 //! the port, whose terminus rings hold the client's requests and the keys in them, and
 //! whose completion words and error ring the engine alone writes.
 //!
-//! Every field has one writer and its own cache line, except the doorbell word, which the
-//! wake protocol shares by design (the engine sets flags, a producer clears them).
+//! Every field has one writer and its own cache line, except the wake words, which the
+//! wake protocol shares by design (a waiter sets flags, a producer clears them): the
+//! doorbell's on its own line, a completion word's beside it, on the line the engine
+//! writes when it finishes a request and the waiter reads anyway.
 
 use crate::memory::{LayoutError, RingMemory, CACHE_LINE};
 use crate::notifq::NotifLayout;
@@ -148,6 +151,14 @@ impl PortLayout {
     /// Offset of terminus `t`'s completion word (u64, engine-written: requests finished).
     pub fn completion_word(&self, t: u16) -> Option<usize> {
         (t < self.geometry.termini).then(|| header::COMPLETIONS + usize::from(t) * CACHE_LINE)
+    }
+
+    /// Offset of terminus `t`'s completion wake word (u32): a client waiting for the
+    /// completion word to move sleeps on it, and the engine wakes it after each move
+    /// ([`crate::wake`]). A client that scribbles it costs the engine at most a wake-up
+    /// call per request of its own.
+    pub fn completion_wake_word(&self, t: u16) -> Option<usize> {
+        self.completion_word(t).map(|off| off + 8)
     }
 
     /// Writes the header (engine side, once, before the port is shared).

@@ -122,7 +122,13 @@ pub struct NotifyQueue {
     consumer: notifq::Consumer<Arc<ShmRegion>>,
     /// Slots whose messages' entries this queue reads (cookie, first offset), by id.
     entries: HashMap<u32, MetaArea>,
+    /// Polls that found nothing, to look for a dead producer only every so often.
+    misses: u32,
 }
+
+/// [`NotifyQueue::poll`] looks for a producer that died mid-post once per this many
+/// empty polls (a load of a line producers write, kept off the spinning path).
+const DEAD_PRODUCER_CHECK: u32 = 64;
 
 impl std::fmt::Debug for NotifyQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -147,6 +153,7 @@ impl NotifyQueue {
             index,
             consumer,
             entries: HashMap::new(),
+            misses: 0,
         })
     }
 
@@ -196,9 +203,45 @@ impl NotifyQueue {
 
     /// The next notification, if there is one: never blocks, allocates or makes a system
     /// call.
+    ///
+    /// A producer (a direct sender, say) that died between reserving an entry and writing
+    /// it would hold back every notification behind that entry; once the entry has stayed
+    /// unwritten for [`hamlyn_shm::notifq::DEFAULT_STALL_BOUND`], polls and waits skip it
+    /// and count it in [`NotifyQueue::skipped`].
+    #[inline]
     pub fn poll(&mut self) -> Option<Notification> {
+        match self.consumer.poll() {
+            Some(e) => Some(self.resolve(Notification::from_entry(&e))),
+            None => self.poll_past_a_dead_producer(),
+        }
+    }
+
+    /// The empty-poll path: every [`DEAD_PRODUCER_CHECK`] misses, skips an entry whose
+    /// producer reserved it and never wrote it, and polls again.
+    #[cold]
+    fn poll_past_a_dead_producer(&mut self) -> Option<Notification> {
+        self.misses = self.misses.wrapping_add(1);
+        if self.misses % DEAD_PRODUCER_CHECK != 0 {
+            return None;
+        }
+        self.skip_dead_producer()
+    }
+
+    /// Skips the head entry if its producer has left it reserved and unwritten for the
+    /// stall bound, and polls again.
+    fn skip_dead_producer(&mut self) -> Option<Notification> {
+        if !self.consumer.head_reserved() || !self.consumer.skip_stalled(std::time::Instant::now())
+        {
+            return None;
+        }
         let n = self.consumer.poll().map(|e| Notification::from_entry(&e))?;
         Some(self.resolve(n))
+    }
+
+    /// Entries skipped because their producer reserved them and never wrote them (it
+    /// died mid-post): each such post was refused to its producer, never half-delivered.
+    pub fn skipped(&self) -> u64 {
+        self.consumer.skipped()
     }
 
     /// The next notification, waiting up to `timeout` (`None`: forever) for one: spins
@@ -214,7 +257,13 @@ impl NotifyQueue {
         }
         let (shared, consumer) = (&self.shared, &mut self.consumer);
         let got = shared.wait_sliced(shared.options.spin, timeout, |spin, slice| {
-            Ok(consumer.wait(spin, Some(slice))?)
+            if let Some(e) = consumer.wait(spin, Some(slice))? {
+                return Ok(Some(e));
+            }
+            // A slice passed with nothing to take: perhaps a producer died mid-post.
+            let skipped =
+                consumer.head_reserved() && consumer.skip_stalled(std::time::Instant::now());
+            Ok(if skipped { consumer.poll() } else { None })
         });
         match got {
             Ok(e) => Ok(e.map(|e| self.resolve(Notification::from_entry(&e)))),
@@ -355,6 +404,41 @@ mod tests {
         for i in 0..64 {
             assert_eq!(q.poll().map(|n| n.word), Some(i), "never overwritten");
         }
+    }
+
+    /// A producer that reserved an entry and died before writing it (all it left is its
+    /// bump of `tail`): a waiter with no deadline and a poller both get past it after the
+    /// stall bound, take what was posted behind it, and count it.
+    #[test]
+    fn a_producer_dead_mid_post_holds_the_queue_only_for_the_bound() {
+        use hamlyn_shm::memory::RingMemory;
+        use hamlyn_shm::notifq::header;
+        use hamlyn_shm::sync::Ordering;
+        let (node, fake) = fake_node(NodeOptions::default());
+        let mut q = node.queue(0).unwrap();
+        let p = producer(&fake, 0);
+        let tail = fake
+            .queue_file
+            .atomic_u64(fake.layout.queues[0].offset() + header::TAIL)
+            .unwrap();
+        // The wait: no deadline, so only the skip can end it.
+        tail.fetch_add(1, Ordering::Relaxed);
+        p.post(&entry(NotifKind::Message as u16, 1)).unwrap();
+        let n = q.wait(None).unwrap();
+        assert_eq!(n.map(|n| n.word), Some(1));
+        assert_eq!(q.skipped(), 1);
+        // The poll loop.
+        tail.fetch_add(1, Ordering::Relaxed);
+        p.post(&entry(NotifKind::Message as u16, 2)).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let got = loop {
+            if let Some(n) = q.poll() {
+                break n.word;
+            }
+            assert!(Instant::now() < deadline, "the poller never got past");
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        assert_eq!((got, q.skipped(), q.overflows()), (2, 2, 0));
     }
 
     #[test]

@@ -415,18 +415,19 @@ impl Terminus {
     }
 
     /// Waits until every queued request is finished or `timeout` passes; returns whether
-    /// the terminus is idle. Polls the completion word, spinning first, then sleeping
-    /// in short, growing naps (the engine does not signal completions).
+    /// the terminus is idle. Polls the completion word, spinning first, then sleeps on
+    /// the word's futex until the engine moves it (no core burnt, no nap to oversleep).
     ///
     /// `false` also when the engine is gone ([`crate::Node::engine_gone`]).
     pub fn wait_idle(&mut self, timeout: Option<Duration>) -> bool {
         let last = self.next;
         let shared = &self.shared;
+        let t = self.index;
         let idle = shared.wait_sliced(shared.options.spin, timeout, |spin, slice| {
-            let done = poll_until(spin, Some(slice), || {
+            let done = wait_for_completion(shared, t, spin, slice, || {
                 self.drain_errors();
                 self.finished() >= last
-            });
+            })?;
             Ok(done.then_some(()))
         });
         self.retire();
@@ -447,13 +448,34 @@ impl Drop for Terminus {
     }
 }
 
+/// Waits until `done` (which must read terminus `t`'s completion word with Acquire, as
+/// [`completion::finished`] does) holds or `slice` passes: `spin` polls, then asleep on
+/// the completion line's wake word, which the engine wakes after each move of the word
+/// (`hamlyn_shm::wake`). Returns whether `done` held.
+fn wait_for_completion(
+    shared: &Shared,
+    t: u16,
+    spin: u32,
+    slice: Duration,
+    done: impl FnMut() -> bool,
+) -> Result<bool, Error> {
+    let word = shared
+        .layout
+        .completion_wake_word(t)
+        .and_then(|off| shared.port.atomic_u32(off).ok());
+    match word {
+        Some(word) => Ok(matches!(
+            hamlyn_shm::wake::wait_until(word, spin, Some(slice), done)?,
+            hamlyn_shm::wake::WaitOutcome::Ready { .. }
+        )),
+        // Unreachable for a terminus of the port: naps instead.
+        None => Ok(poll_until(spin, Some(slice), done)),
+    }
+}
+
 /// Polls `done` until it holds or `timeout` passes: `spin` tight polls, then naps from
 /// 20 µs doubling to 1 ms. Returns whether `done` held.
-pub(crate) fn poll_until(
-    spin: u32,
-    timeout: Option<Duration>,
-    mut done: impl FnMut() -> bool,
-) -> bool {
+fn poll_until(spin: u32, timeout: Option<Duration>, mut done: impl FnMut() -> bool) -> bool {
     for _ in 0..spin {
         if done() {
             return true;
@@ -542,7 +564,8 @@ impl SendHandle {
     }
 
     /// Waits until the request is finished or `timeout` passes and returns its status
-    /// ([`Status::Pending`] on timeout). Spins, then naps (see [`Terminus::wait_idle`]).
+    /// ([`Status::Pending`] on timeout). Spins, then sleeps until the engine finishes a
+    /// request of the terminus (see [`Terminus::wait_idle`]).
     ///
     /// If the engine dies meanwhile, the wait ends (within a tenth of a second) with
     /// `Failed(RejectReason::PeerDown)` for a request it had not finished.
@@ -552,13 +575,13 @@ impl SendHandle {
             return self.status();
         }
         let _ = s.wait_sliced(s.options.spin, timeout, |spin, slice| {
-            let done = poll_until(spin, Some(slice), || {
+            let done = wait_for_completion(s, self.terminus, spin, slice, || {
                 if self.is_done() {
                     return true;
                 }
                 completion::drain(&s.port, &s.layout, &s.errors);
                 false
-            });
+            })?;
             Ok(done.then_some(()))
         });
         self.status()
@@ -748,6 +771,40 @@ mod tests {
             assert_eq!(h.wait(Some(Duration::from_secs(5))), Status::Sent);
         });
         assert!(t.wait_idle(Some(Duration::ZERO)));
+    }
+
+    /// A waiter past its spin sleeps on the completion line's wake word (the flag is
+    /// there for the engine to see), and the engine's move of the word wakes it.
+    #[test]
+    fn a_waiter_sleeps_on_the_completion_word_until_the_engine_moves_it() {
+        let (node, fake) = fake_node(NodeOptions {
+            spin: 0,
+            ..NodeOptions::default()
+        });
+        let mut t = node.terminus(0).unwrap();
+        let h = t
+            .send(&ticket_for(&node), &SendOptions::new(), Data::Inline(b""))
+            .unwrap();
+        let wake = fake
+            .port
+            .atomic_u32(fake.layout.completion_wake_word(t.index()).unwrap())
+            .unwrap();
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| h.wait(None));
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while wake.load(Ordering::Relaxed) & SLEEPING == 0 {
+                assert!(Instant::now() < deadline, "the waiter never went to sleep");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            fake.finish(t.index(), 1);
+            assert_eq!(waiter.join().unwrap(), Status::Sent);
+        });
+        assert_eq!(
+            wake.load(Ordering::Relaxed) & SLEEPING,
+            0,
+            "the wake cleared it"
+        );
+        assert!(t.wait_idle(None));
     }
 
     #[test]

@@ -209,13 +209,16 @@ impl FakeEngine {
             .then(|| SendRequest::decode(&buf).expect("request decodes"))
     }
 
-    /// Sets terminus `t`'s completion word (Release, as the engine does).
+    /// Sets terminus `t`'s completion word (Release) and wakes a client asleep on it, as
+    /// the engine does.
     pub(crate) fn finish(&self, t: u16, finished: u64) {
         let off = self.layout.completion_word(t).expect("terminus");
         self.port
             .atomic_u64(off)
             .expect("word")
             .store(finished, Ordering::Release);
+        let wake = self.layout.completion_wake_word(t).expect("terminus");
+        hamlyn_shm::wake::wake_after_publish(self.port.atomic_u32(wake).expect("word"), None);
     }
 
     /// Pushes an error completion.
