@@ -244,3 +244,68 @@ fn a_sender_killed_mid_stream_ends_it_with_an_error() {
     // Nothing half-sent: no PeerDown to be told of; the receiver's probe finds out.
     assert!(matches!(rx.read_record(WAIT), Err(RatsError::PeerGone)));
 }
+
+/// A member of the group-receive test: sends its part through its split seed.
+#[test]
+fn child_group_member() {
+    if std::env::var(CHILD).as_deref() != Ok("child_group_member") {
+        return;
+    }
+    let node = Node::connect_default().unwrap();
+    let m = Manager::new(&node).unwrap();
+    let part: u32 = std::env::var("RATS_PART").unwrap().parse().unwrap();
+    let c = SimpleClient::from_seed(&m, &seed_from_env("RATS_PART_SEED")).unwrap();
+    let h = c
+        .send(&pattern(900 + part, c.len() as usize), None, &[part as u8])
+        .unwrap();
+    assert!(!h.wait(WAIT).is_failed());
+    println!("part {part} sent");
+}
+
+#[test]
+fn group_receive_with_split_seeds_from_three_processes() {
+    let node = Node::embedded().unwrap();
+    let m = Manager::new(&node).unwrap();
+    let mut rx = SimpleDatagram::new(&m, 3 * 65536).unwrap();
+    let parts = hamlyn_rats::simple_datagram::split_seed(&rx.make_seed().unwrap(), 3).unwrap();
+    let children: Vec<_> = parts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "child_group_member",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(CHILD, "child_group_member")
+                .env(hamlyn::SOCKET_ENV, node.socket_path())
+                .env("RATS_PART", i.to_string())
+                .env("RATS_PART_SEED", hamlyn::seed::to_text(p).unwrap())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let got = rx.recv(WAIT);
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    let msg = got.unwrap().expect("told once all three parts arrived");
+    assert_eq!((msg.offset, msg.len), (0, 3 * 65536));
+    let all = rx.to_vec(&msg).unwrap();
+    for i in 0..3u32 {
+        let at = i as usize * 65536;
+        assert!(all[at..at + 65536] == pattern(900 + i, 65536), "part {i}");
+    }
+    assert!(
+        rx.ready().unwrap().is_none(),
+        "one notification for the group"
+    );
+}
