@@ -10,7 +10,7 @@
 //!                          "stream_blocking_gbps": {"4096": F, ...},
 //!                          "stream_spinning_gbps": {"4096": F, ...},
 //!                          "stream_msgs_per_s": {"8": F}}},
-//!  "results": [{"mode": "direct" | "mediated" | "tcp",
+//!  "results": [{"mode": "direct" | "mediated" | "tcp" | "tcp-plain",
 //!               "op": "tagged_write" | "polled_write" | "datagram" | "read" | "fetch_add"
 //!                     | "bandwidth" | "msg_rate",
 //!               "size": N, "p50_us": F, "p99_us": F, "p999_us": F, "gbps": F,

@@ -88,8 +88,12 @@ pub enum ModeChoice {
     Direct,
     /// Through one engine.
     Mediated,
-    /// Through two engines joined by the TCP fabric over loopback.
+    /// Through two engines joined by the TCP fabric over loopback (links authenticated
+    /// and encrypted, as every node's).
     Tcp,
+    /// The same with links in clear (`danger_insecure`): beside `tcp`, what securing
+    /// the links costs, in one run.
+    TcpPlain,
 }
 
 impl From<ModeChoice> for Mode {
@@ -98,6 +102,7 @@ impl From<ModeChoice> for Mode {
             ModeChoice::Direct => Mode::Direct,
             ModeChoice::Mediated => Mode::Mediated,
             ModeChoice::Tcp => Mode::Tcp,
+            ModeChoice::TcpPlain => Mode::TcpPlain,
         }
     }
 }
@@ -158,6 +163,11 @@ impl BenchArgs {
     fn has(&self, mode: Mode) -> bool {
         self.modes.iter().any(|&m| Mode::from(m) == mode)
     }
+
+    /// Whether a mode over the TCP fabric is asked for.
+    fn has_tcp(&self) -> bool {
+        self.modes.iter().any(|&m| Mode::from(m).is_tcp())
+    }
 }
 
 /// Runs the benchmark and prints (and perhaps writes) the report.
@@ -206,14 +216,14 @@ fn setup_text(
             None => format!("direct/mediated on an embedded engine, busy-poll {busy}"),
         });
     }
-    if args.has(Mode::Tcp) {
-        let setup = tcp_setup(args, engine);
+    if args.has_tcp() {
+        let setup = tcp_setup(args, engine, false);
         let mtu = args
             .remote_mtu
             .map_or(String::new(), |m| format!(", remote MTU {m} B"));
         engines.push(format!(
             "tcp: two engines (threads of this process) over TCP loopback, {} rail{}{mtu}, \
-             busy-poll {busy}",
+             busy-poll {busy}, links authenticated and encrypted (tcp-plain: in clear)",
             setup.rails,
             if setup.rails == 1 { "" } else { "s" }
         ));
@@ -238,7 +248,7 @@ fn setup_text(
 }
 
 /// The TCP mode's engine setup from the arguments.
-fn tcp_setup(args: &BenchArgs, engine: &EngineConfig) -> TcpSetup {
+fn tcp_setup(args: &BenchArgs, engine: &EngineConfig, danger_insecure: bool) -> TcpSetup {
     let defaults = hamlyn_fabric::tcp::TcpConfig::new(
         hamlyn_wire::NodeId(0),
         std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -247,6 +257,7 @@ fn tcp_setup(args: &BenchArgs, engine: &EngineConfig) -> TcpSetup {
         rails: args.rails.unwrap_or(defaults.rails),
         busy_poll: engine.busy_poll,
         remote_mtu: args.remote_mtu,
+        danger_insecure,
     }
 }
 
@@ -263,9 +274,9 @@ fn check_args(args: &BenchArgs) -> Result<(), BenchError> {
     if args.modes.is_empty() {
         return Err(BenchError::Usage("--modes names no mode"));
     }
-    if !args.has(Mode::Tcp) && (args.rails.is_some() || args.remote_mtu.is_some()) {
+    if !args.has_tcp() && (args.rails.is_some() || args.remote_mtu.is_some()) {
         return Err(BenchError::Usage(
-            "--rails and --remote-mtu apply to the tcp mode only",
+            "--rails and --remote-mtu apply to the tcp modes only",
         ));
     }
     Ok(())
@@ -276,9 +287,13 @@ fn steps(args: &BenchArgs, plan: &Plan) -> u64 {
     let mut n = 3 + BANDWIDTH_SIZES.len();
     let streams = (BANDWIDTH_SIZES.len() + 1) * plan.reps;
     let rma = LATENCY_SIZES.len() + 1;
-    if args.has(Mode::Tcp) {
+    if args.has_tcp() {
         n += LATENCY_SIZES.len() + BANDWIDTH_SIZES.len() + 1;
-        n += 3 * LATENCY_SIZES.len() + rma + streams;
+    }
+    for mode in [Mode::Tcp, Mode::TcpPlain] {
+        if args.has(mode) {
+            n += 3 * LATENCY_SIZES.len() + rma + streams;
+        }
     }
     if args.has(Mode::Direct) {
         n += 3 * LATENCY_SIZES.len() + streams;
@@ -301,7 +316,7 @@ fn measure(args: &BenchArgs, engine: &EngineConfig, plan: &Plan) -> Result<Repor
         socket: engine.socket.clone(),
         ..EngineConfig::embedded()
     };
-    if args.socket.is_some() && *engine != defaults && !args.has(Mode::Tcp) {
+    if args.socket.is_some() && *engine != defaults && !args.has_tcp() {
         tracing::warn!("--socket given: the daemon's own engine settings apply, not these");
     }
     // Counted before any pinning narrows this thread's view.
@@ -360,9 +375,15 @@ fn measure(args: &BenchArgs, engine: &EngineConfig, plan: &Plan) -> Result<Repor
     // ping-pong leaves the two processes on one CPU (the kernel wakes a task where its
     // waker runs), and the next measurement would pay for that placement.
     let mut tcp_floor = None;
-    if args.has(Mode::Tcp) {
+    if args.has_tcp() {
         tcp_floor = Some(raw_tcp_floor(&mut peer, plan, &progress)?);
+    }
+    for mode in [Mode::Tcp, Mode::TcpPlain]
+        .into_iter()
+        .filter(|&m| args.has(m))
+    {
         two_engines(
+            mode,
             args,
             engine,
             plan,
@@ -716,8 +737,10 @@ fn extras(
     Ok(())
 }
 
-/// The TCP mode: two engines joined over loopback.
+/// A TCP mode (`tcp` or `tcp-plain`): two engines joined over loopback.
+#[allow(clippy::too_many_arguments)]
 fn two_engines(
+    mode: Mode,
     args: &BenchArgs,
     engine: &EngineConfig,
     plan: &Plan,
@@ -730,9 +753,10 @@ fn two_engines(
         peer.send(&format!("pin {b}"))?;
         peer.expect("ok", ANSWER_WAIT)?;
     }
-    let engines = Engines::Tcp(TcpEngines::start(engine, &tcp_setup(args, engine), cpus)?);
+    let setup = tcp_setup(args, engine, mode == Mode::TcpPlain);
+    let engines = Engines::Tcp(TcpEngines::start(engine, &setup, cpus)?);
     let mut at = Attached::new(engines, args, peer)?;
-    let result = measure_mode(Mode::Tcp, plan, peer, &mut at, progress, out);
+    let result = measure_mode(mode, plan, peer, &mut at, progress, out);
     if result.is_err() {
         at.log_stats();
     }
@@ -753,7 +777,7 @@ fn measure_mode(
 ) -> Result<(), BenchError> {
     let via = match mode {
         Mode::Direct => Via::Direct,
-        Mode::Mediated | Mode::Tcp => Via::Mediated,
+        Mode::Mediated | Mode::Tcp | Mode::TcpPlain => Via::Mediated,
     };
     let (ep, to) = (&mut at.ep, &at.to_peer);
     let mut series: u32 = 0;

@@ -83,13 +83,21 @@ pub enum Mode {
     Direct,
     /// Two processes on one engine: every byte goes through it.
     Mediated,
-    /// Two processes on two engines joined by the TCP fabric over loopback.
+    /// Two processes on two engines joined by the TCP fabric over loopback, its links
+    /// authenticated and encrypted (the default of every node).
     Tcp,
+    /// The same with links in clear (`danger_insecure`), to show what securing costs.
+    TcpPlain,
 }
 
 impl Mode {
     /// Every mode, in the order of the tables.
-    pub const ALL: [Mode; 3] = [Mode::Direct, Mode::Mediated, Mode::Tcp];
+    pub const ALL: [Mode; 4] = [Mode::Direct, Mode::Mediated, Mode::Tcp, Mode::TcpPlain];
+
+    /// Whether the mode crosses the TCP fabric.
+    pub fn is_tcp(self) -> bool {
+        matches!(self, Mode::Tcp | Mode::TcpPlain)
+    }
 
     /// The name used in the JSON report and on the command line.
     pub fn name(self) -> &'static str {
@@ -97,6 +105,7 @@ impl Mode {
             Mode::Direct => "direct",
             Mode::Mediated => "mediated",
             Mode::Tcp => "tcp",
+            Mode::TcpPlain => "tcp-plain",
         }
     }
 }
@@ -269,7 +278,9 @@ impl Report {
     pub fn latency_floor(&self, mode: Mode, op: Op, size: usize) -> Option<f64> {
         let one_way = match mode {
             Mode::Direct | Mode::Mediated => Some(self.floor.shm_oneway_us),
-            Mode::Tcp => self.floor.tcp.as_ref()?.pingpong(size).map(|(p50, _)| p50),
+            Mode::Tcp | Mode::TcpPlain => {
+                self.floor.tcp.as_ref()?.pingpong(size).map(|(p50, _)| p50)
+            }
         }?;
         Some(if op.is_round_trip() {
             2.0 * one_way
@@ -283,7 +294,7 @@ impl Report {
     pub fn bandwidth_floor(&self, mode: Mode, size: usize) -> Option<f64> {
         match mode {
             Mode::Direct | Mode::Mediated => self.floor.memcpy(size),
-            Mode::Tcp => self.floor.tcp.as_ref()?.stream(size),
+            Mode::Tcp | Mode::TcpPlain => self.floor.tcp.as_ref()?.stream(size),
         }
     }
 }
@@ -842,7 +853,9 @@ impl Report {
             let (figure, floor, ratio_to_floor) = if r.op == Op::MsgRate {
                 let m = r.msgs_per_s.unwrap_or(f64::NAN);
                 let floor = match r.mode {
-                    Mode::Tcp => self.floor.tcp.as_ref().and_then(|t| t.rate_msgs_per_s),
+                    Mode::Tcp | Mode::TcpPlain => {
+                        self.floor.tcp.as_ref().and_then(|t| t.rate_msgs_per_s)
+                    }
                     _ => None,
                 };
                 (
@@ -853,11 +866,7 @@ impl Report {
             } else {
                 let g = r.gbps.unwrap_or(f64::NAN);
                 let floor = self.bandwidth_floor(r.mode, r.size);
-                let what = if r.mode == Mode::Tcp {
-                    "raw TCP"
-                } else {
-                    "memcpy"
-                };
+                let what = if r.mode.is_tcp() { "raw TCP" } else { "memcpy" };
                 (
                     format!("{g:.2} GB/s"),
                     floor.map_or_else(dash, |f| format!("{f:.2} GB/s {what}")),

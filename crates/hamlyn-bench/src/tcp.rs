@@ -51,6 +51,9 @@ pub struct TcpSetup {
     pub busy_poll: bool,
     /// Payload bytes per packet between the engines (`None`: the engine's default).
     pub remote_mtu: Option<u64>,
+    /// Links in clear, unauthenticated (to measure what authentication and encryption
+    /// cost); otherwise the engines share a fresh random secret.
+    pub danger_insecure: bool,
 }
 
 /// Engine 0 and engine 1, threads of this process, joined over TCP loopback.
@@ -73,6 +76,15 @@ impl TcpEngines {
     ) -> Result<TcpEngines, BenchError> {
         let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
         let mut cfg = TcpConfig::new(NodeId(0), loopback);
+        // Two engines of this process: a secret of their own, never the user's file.
+        if setup.danger_insecure {
+            cfg.danger_insecure = true;
+        } else {
+            cfg.secret = Some(
+                hamlyn_fabric::tcp::ClusterSecret::generate()
+                    .map_err(|e| BenchError::Fabric(e.to_string()))?,
+            );
+        }
         cfg.rails = setup.rails;
         cfg.busy_poll = setup.busy_poll;
         cfg.incarnation = INCARNATION;

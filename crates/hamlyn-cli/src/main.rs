@@ -47,6 +47,9 @@ enum Command {
     Ping(cmd::ping::PingArgs),
     /// Seeds as text: show one, publish one by name in the cluster registry, look one up.
     Seed(cmd::seed::SeedArgs),
+    /// The cluster secret that authenticates links between nodes: make one, or show
+    /// where this user's lives.
+    Secret(cmd::secret::SecretArgs),
     /// Measure one-way latency, bandwidth and message rate through the engine between two
     /// processes, next to the shared-memory floor measured in the same run.
     #[cfg(feature = "bench")]
@@ -97,6 +100,7 @@ fn main() -> ExitCode {
         Command::Stat(args) => cmd::stat::run(args).map_err(Into::into),
         Command::Ping(args) => cmd::ping::run(args).map_err(Into::into),
         Command::Seed(args) => cmd::seed::run(args).map_err(Into::into),
+        Command::Secret(args) => cmd::secret::run(args).map_err(Into::into),
         Command::Bench(args) => cmd::bench::run(args).map_err(Into::into),
         #[cfg(feature = "bench")]
         Command::BenchPeer(args) => hamlyn_bench::peer::run(args).map_err(Into::into),

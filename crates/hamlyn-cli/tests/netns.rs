@@ -5,8 +5,10 @@
 //! through a leg of its own on the bridge.
 //!
 //! Shown here: ping-pong, a group receive from all three nodes, remote read,
-//! compare-and-swap used as a lock by all three nodes (exact final count), garbage and
-//! forged packets on a node's port (refused and counted, traffic unaffected), 1 GiB in
+//! compare-and-swap used as a lock by all three nodes (exact final count), garbage and a
+//! copied HELLO from a stranger without the cluster secret (refused before any frame,
+//! counted as authentication failures), forged keys from a connection that holds the
+//! secret (refused per packet and NACKed), traffic unaffected throughout, 1 GiB in
 //! messages of mixed sizes across rails (checksummed), SIGKILL of one node's engine (the
 //! others see it down within the heartbeat bound and go on; it restarts as a new
 //! incarnation and traffic resumes), and a veth link down and up (errors, then recovery).
@@ -27,6 +29,8 @@ use hamlyn::{
     SlotPerms, Status, Ticket,
 };
 use hamlyn_fabric::tcp::frame::Hello;
+use hamlyn_fabric::tcp::secure::{Link, Opened, MAX_PLAIN};
+use hamlyn_fabric::tcp::ClusterSecret;
 use hamlyn_shm::sync::{AtomicU64, Ordering};
 use hamlyn_wire::stats::{FabricStats, Stats, TcpCounters};
 use hamlyn_wire::{Flags, Header, NodeId, Op, RequestId};
@@ -38,6 +42,8 @@ const PORT: u16 = 7400;
 /// daemons are debug builds sharing two cores with the test's own 1 GiB of checksumming:
 /// a starved engine must not be mistaken for a dead one.
 const PEER_TIMEOUT_MS: u64 = 2500;
+/// The cluster's secret (`HAMLYN_SECRET` of every daemon), as between machines.
+const SECRET: &str = "5ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7";
 
 fn run(args: &[&str]) {
     let out = Command::new(args[0])
@@ -152,6 +158,9 @@ impl Net {
         }
         cmd.args(["--rails", "2", "--registry", "1", "--heartbeat-ms", "250"]);
         cmd.args(["--peer-timeout-ms", &PEER_TIMEOUT_MS.to_string()]);
+        // One machine's secret for the whole cluster, as between machines; never the
+        // developer's own file.
+        cmd.env("HAMLYN_SECRET", SECRET);
         cmd.stdout(Stdio::null()).stderr(log);
         self.daemons[i] = Some(cmd.spawn().expect("start hamlyn node"));
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -208,6 +217,23 @@ impl Drop for Net {
             .status();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Reads `n` bytes of plaintext from the authenticated connection `s`.
+fn read_plain(s: &mut TcpStream, link: &mut Link, have: &mut Vec<u8>, n: usize) -> Vec<u8> {
+    let mut out = vec![0u8; MAX_PLAIN];
+    while have.len() < n {
+        match link.open(&mut out).expect("records open") {
+            Opened::Plain(k) => have.extend_from_slice(&out[..k]),
+            Opened::NeedMore => {
+                let k = s.read(link.read_buf()).expect("read");
+                assert!(k > 0, "the node closed the connection");
+                link.filled(k);
+            }
+            Opened::Secured => {}
+        }
+    }
+    have.drain(..n).collect()
 }
 
 /// The TCP fabric's counters in `stats` (zero without a TCP fabric).
@@ -503,8 +529,10 @@ fn three_hosts_in_network_namespaces() {
         );
     }
 
-    // 5. Garbage, truncated headers, forged keys and out-of-range offsets on node 1's
-    // TCP port: refused and counted; legitimate traffic is unaffected.
+    // 5. Strangers without the secret on node 1's TCP port — garbage, a truncated
+    // header, a well-formed HELLO in clear — are refused before any frame and counted;
+    // a connection holding the secret that forges keys and out-of-range offsets has
+    // each packet refused and NACKed; legitimate traffic is unaffected.
     {
         let (_area, _meta, victim) = inbox(&nodes[1], 4096, 1, W);
         let before = nodes[1].stats().unwrap();
@@ -515,8 +543,6 @@ fn three_hosts_in_network_namespaces() {
             .write_all(&Header::new(Op::Write).to_bytes()[..40])
             .unwrap();
         drop(truncated);
-        // A well-formed session as node 0 (lower ids dial), then forged packets.
-        let mut s = TcpStream::connect(net.addr(1)).unwrap();
         let hello = Hello {
             from: NodeId(0),
             to: NodeId(1),
@@ -525,11 +551,45 @@ fn three_hosts_in_network_namespaces() {
             rail: 0,
             rails: 1,
         };
-        s.write_all(&hello.to_header().to_bytes()).unwrap();
+        let mut stranger = TcpStream::connect(net.addr(1)).unwrap();
+        stranger.write_all(&hello.to_header().to_bytes()).unwrap();
+        stranger
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
         let mut answer = [0u8; 64];
+        assert!(
+            !matches!(stranger.read(&mut answer), Ok(n) if n > 0),
+            "a HELLO in clear gets no answer"
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let stats = nodes[1].stats().unwrap();
+            if tcp(&stats).auth_failures >= 3 + tcp(&before).auth_failures {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "strangers not counted: {stats:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // A connection that holds the secret (the handshake, then the HELLO of a session
+        // as node 0, which dials as the lower id), then forged packets.
+        let secret = ClusterSecret::parse(SECRET).unwrap();
+        let mut s = TcpStream::connect(net.addr(1)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s.read_exact(&mut answer)
-            .expect("the node answers a well-formed HELLO");
+        let (mut link, first) = Link::dialer(&secret).unwrap();
+        s.write_all(&first).unwrap();
+        let mut have = Vec::new();
+        let mut out = vec![0u8; MAX_PLAIN];
+        while link.open(&mut out).unwrap() != Opened::Secured {
+            let k = s.read(link.read_buf()).unwrap();
+            assert!(k > 0, "the node closed the handshake");
+            link.filled(k);
+        }
+        s.write_all(link.seal_bytes(&hello.to_header().to_bytes()).unwrap())
+            .unwrap();
+        read_plain(&mut s, &mut link, &mut have, 64);
         let forged = |key: u64, offset: u64| {
             let mut h = Header::new(Op::Write);
             h.flags = Flags::FIRST | Flags::LAST | Flags::NOTIFY_NOW | Flags::NOTIFY;
@@ -545,28 +605,32 @@ fn three_hosts_in_network_namespaces() {
             h.to_packet(&[], &[0xEE; 16]).unwrap()
         };
         let good_key = victim.ticket_all().unwrap().key;
-        s.write_all(&forged(good_key ^ 0xFFFF, 0)).unwrap();
-        s.write_all(&forged(good_key, 4090)).unwrap();
+        for packet in [forged(good_key ^ 0xFFFF, 0), forged(good_key, 4090)] {
+            s.write_all(link.seal_bytes(&packet).unwrap()).unwrap();
+        }
         // The NACKs come back on the connection: header-sized frames with op Nack.
         for _ in 0..2 {
-            s.read_exact(&mut answer)
-                .expect("a NACK for each forged packet");
+            let answer = read_plain(&mut s, &mut link, &mut have, 64);
             let h = Header::parse(&answer).unwrap();
             assert_eq!(h.op, Op::Nack);
         }
         let deadline = Instant::now() + Duration::from_secs(10);
         let after = loop {
             let stats = nodes[1].stats().unwrap();
-            if tcp(&stats).frame_errors >= 2 + tcp(&before).frame_errors {
+            let rejects = |r| stats.interface.rejects.get(r).copied().unwrap_or(0);
+            if rejects("bad_key") >= 1 && rejects("out_of_bounds") >= 1 {
                 break stats;
             }
-            assert!(Instant::now() < deadline, "garbage not counted: {stats:?}");
+            assert!(
+                Instant::now() < deadline,
+                "forgeries not counted: {stats:?}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         };
         let rejects = |reason| after.interface.rejects.get(reason).copied().unwrap_or(0);
         assert!(rejects("bad_key") >= 1, "{after:?}");
         assert!(rejects("out_of_bounds") >= 1, "{after:?}");
-        drop((junk, s));
+        drop((junk, stranger, s));
         ping_pong(&nodes[2], &nodes[1], 50);
     }
 

@@ -1,7 +1,10 @@
 //! `hamlyn stat` on a real two-node cluster: two `hamlyn node` daemons joined over TCP on
 //! loopback, 65,536 slots on one of them. The statistics cross the control socket in
 //! pages, so all of them arrive: the table and the JSON list every slot, the peer (up,
-//! its incarnation, its rails) and the TCP counters.
+//! its incarnation, its rails) and the TCP counters. The daemons find their cluster
+//! secret as a user's first two nodes do: neither is told one, so the first creates this
+//! user's secret file (`XDG_CONFIG_HOME` points into the test's directory, never the
+//! developer's home) and both authenticate with it.
 //!
 //! Every wait is bounded; the only processes killed are the daemons this test started,
 //! by their pid.
@@ -39,7 +42,14 @@ fn free_port() -> u16 {
     l.local_addr().expect("local address").port()
 }
 
-fn daemon(socket: &Path, id: u32, listen: u16, peer: (u32, u16), incarnation: u32) -> Daemon {
+fn daemon(
+    config_home: &Path,
+    socket: &Path,
+    id: u32,
+    listen: u16,
+    peer: (u32, u16),
+    incarnation: u32,
+) -> Daemon {
     Daemon(
         Command::new(BIN)
             .args([
@@ -58,6 +68,8 @@ fn daemon(socket: &Path, id: u32, listen: u16, peer: (u32, u16), incarnation: u3
                 &incarnation.to_string(),
             ])
             .env_remove("HAMLYN_SOCKET")
+            .env_remove("HAMLYN_SECRET")
+            .env("XDG_CONFIG_HOME", config_home)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -94,10 +106,30 @@ fn stat_shows_the_peer_the_tcp_fabric_and_all_65536_slots() {
     let dir = TempDir::new("stat-cluster");
     let sockets: [PathBuf; 2] = [dir.path("n0.sock"), dir.path("n1.sock")];
     let ports = [free_port(), free_port()];
-    let _n0 = daemon(&sockets[0], 0, ports[0], (1, ports[1]), 17);
-    let _n1 = daemon(&sockets[1], 1, ports[1], (0, ports[0]), PEER_INCARNATION);
+    let config_home = dir.path("config");
+    let _n0 = daemon(&config_home, &sockets[0], 0, ports[0], (1, ports[1]), 17);
+    let secret_file = config_home.join("hamlyn").join("cluster-secret");
+    // The second daemon starts once the first made the secret (either would make it,
+    // and the loser of a race reads the winner's; this keeps the test's story simple).
+    wait_for_path(&sockets[0], Duration::from_secs(20));
+    let _n1 = daemon(
+        &config_home,
+        &sockets[1],
+        1,
+        ports[1],
+        (0, ports[0]),
+        PEER_INCARNATION,
+    );
     for s in &sockets {
         wait_for_path(s, Duration::from_secs(20));
+    }
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&secret_file)
+            .expect("the per-user secret file was created")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "readable by its owner only");
     }
 
     // Node 0 sees node 1 up, with both rails.
@@ -169,6 +201,8 @@ fn stat_shows_the_peer_the_tcp_fabric_and_all_65536_slots() {
         "node 0 (the lower id) dials both rails: {tcp:?}"
     );
     assert_eq!(tcp.violations, 0);
+    assert!(tcp.authenticated, "links are authenticated: {tcp:?}");
+    assert_eq!((tcp.auth_failures, tcp.frames_refused), (0, 0));
 
     // The tables say the same.
     let out = run(
@@ -197,6 +231,72 @@ fn stat_shows_the_peer_the_tcp_fabric_and_all_65536_slots() {
     assert_eq!(cells[5], "2/2", "{row}");
     let slot_rows = section(&table, "Slots");
     assert_eq!(slot_rows.len(), SLOTS, "one table row per slot");
+
+    // Neither daemon was told where the registry is: both chose the lowest id, node 0.
+    for s in &sockets {
+        assert_eq!(stat_json(s).registry.home, 0, "{}", s.display());
+    }
+    // `hamlyn seed publish` on node 1 holds the name while it runs; node 0 finds it, and
+    // once the publisher is interrupted the name is gone.
+    let seed = hamlyn_wire::Seed::single(slots[0].ticket_all().expect("ticket"))
+        .to_text()
+        .expect("seed text");
+    let socket1 = sockets[1].to_str().expect("utf-8 path");
+    let socket0 = sockets[0].to_str().expect("utf-8 path");
+    let mut publisher = Daemon(
+        Command::new(BIN)
+            .args(["seed", "publish", "--socket", socket1, "inbox", &seed])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start hamlyn seed publish"),
+    );
+    let lookup = || {
+        run(
+            &["seed", "lookup", "--socket", socket0, "inbox"],
+            Duration::from_secs(60),
+        )
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = lookup();
+        if out.status.success() {
+            assert_eq!(text(&out.stdout).trim(), seed);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never published: {}",
+            text(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pid = rustix::process::Pid::from_raw(publisher.0.id() as i32).expect("pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).expect("interrupt");
+    assert!(publisher.0.wait().expect("publisher exits").success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = lookup();
+        if !out.status.success() {
+            assert!(
+                text(&out.stderr).contains("no seed published"),
+                "{}",
+                text(&out.stderr)
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "the name outlived its publisher");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // A node nobody knows is unreachable, and the error says which.
+    let out = run(
+        &["ping", "--socket", socket0, "-c", "1", "9"],
+        Duration::from_secs(60),
+    );
+    assert!(!out.status.success());
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(said.contains("node 9 unreachable"), "{said}");
     drop(slots);
 }
 

@@ -141,9 +141,9 @@ impl EngineState {
         // Tested first: `take` on an empty `Option<InFlight>` would still copy all of it.
         if term.current.is_some() {
             if let Some(cur) = term.current.take() {
-                self.continue_request(cid, t, cur);
+                return self.continue_request(cid, t, cur);
             }
-            return true;
+            return false;
         }
         if term.broken {
             return false;
@@ -278,7 +278,10 @@ impl EngineState {
 
     /// Sends the next packet of a request in flight, or ends it.
     #[cold]
-    fn continue_request(&mut self, cid: u32, t: usize, mut cur: InFlight) {
+    /// Sends the next packet of a request in flight, or ends it. Whether that was
+    /// progress: a request that failed and still finds its client's error ring full is
+    /// held (counted), not progress, so that it never keeps the engine from sleeping.
+    fn continue_request(&mut self, cid: u32, t: usize, mut cur: InFlight) -> bool {
         let next = if cur.failed.is_none() {
             cur.pending
                 .take()
@@ -297,12 +300,15 @@ impl EngineState {
                 && (cur.pending.is_some() || cur.seg.as_ref().is_some_and(|s| s.len() > 0));
             if more {
                 self.put_current(cid, t, cur);
-                return;
+                return true;
             }
         }
         if !self.end_request(cid, t, cur.req.seq, cur.failed) {
+            self.counters.termini_held += 1;
             self.put_current(cid, t, cur);
+            return false;
         }
+        true
     }
 
     fn put_current(&mut self, cid: u32, t: usize, cur: InFlight) {
@@ -535,7 +541,12 @@ impl EngineState {
         match ev {
             PeerEvent::Up { node, incarnation } => {
                 tracing::info!(peer = node.0, incarnation, "peer up");
+                let before = remote.peers.last_incarnation(node);
                 remote.peers.peer_up(node, incarnation);
+                if before.is_some_and(|b| b != incarnation) {
+                    // A restart: the clients that published there are gone.
+                    self.registry.node_gone(node);
+                }
             }
             PeerEvent::Down { node } => {
                 tracing::warn!(peer = node.0, "peer down");

@@ -18,6 +18,7 @@ use mio::{Events, Interest, Poll, Token};
 use rustix::io::Errno;
 use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 
+use crate::clients::Clients;
 use crate::config::EngineConfig;
 use crate::engine::EngineState;
 use crate::error::EngineError;
@@ -226,15 +227,9 @@ impl Engine {
             let Some(word) = region.atomic_u32(header::DOORBELL) else {
                 continue;
             };
+            let held = Clients::is_held(port);
             let termini = &mut port.termini;
-            work |= wake::arm_eventfd(word, || {
-                termini.iter_mut().any(|t| {
-                    t.current.is_some()
-                        || t.ring
-                            .as_mut()
-                            .is_some_and(|r| !t.broken && !matches!(r.is_empty(), Ok(true)))
-                })
-            });
+            work |= wake::arm_eventfd(word, || termini.iter_mut().any(|t| t.has_work(held)));
         }
         work
     }
@@ -363,7 +358,10 @@ impl Engine {
             };
             let (reply, fds) = match Request::decode(&self.buf[..received.len]) {
                 Ok(
-                    req @ (Request::Publish { .. } | Request::Lookup { .. } | Request::Ping { .. }),
+                    req @ (Request::Publish { .. }
+                    | Request::Unpublish { .. }
+                    | Request::Lookup { .. }
+                    | Request::Ping { .. }),
                 ) => {
                     let at = self.state.registry_place();
                     let remote = self.state.remote.as_mut();
@@ -408,7 +406,10 @@ impl Engine {
             .registry()
             .deregister(&mut SourceFd(&client.sock.as_raw_fd()));
         let slots = self.state.delivery.bury_owner(cid);
-        self.state.registry.forget_client(cid);
+        let at = self.state.registry_place();
+        self.state
+            .registry
+            .forget_client(cid, at, self.state.remote.as_mut());
         if let Some(port) = &client.port {
             self.state.client_gone(port);
         }

@@ -68,6 +68,28 @@ pub(crate) struct Port {
     pub(crate) lost: Vec<u64>,
 }
 
+impl TerminusState {
+    /// Whether serving the terminus can make progress now: a request in flight that is
+    /// not only waiting for room for its error completion, or requests in an intact
+    /// ring. Used to decide whether the engine may sleep; a terminus held by a full error
+    /// ring (`held`: the port's late errors are past the bound) has none, so a client
+    /// that never reads its errors cannot keep the engine awake.
+    pub(crate) fn has_work(&mut self, held: bool) -> bool {
+        if held {
+            return false;
+        }
+        if let Some(cur) = &self.current {
+            // A failed request still here waits for error room only.
+            return cur.failed.is_none();
+        }
+        !self.broken
+            && self
+                .ring
+                .as_mut()
+                .is_some_and(|r| !matches!(r.is_empty(), Ok(true)))
+    }
+}
+
 impl Port {
     /// Publishes that terminus `t` finished one more request.
     pub(crate) fn finish(&mut self, t: usize) {

@@ -5,8 +5,16 @@
 //! client's `lookup` looks the same wherever it runs. A client waiting on a forwarded
 //! request gets its reply when the answer arrives, or an error if the registry node is
 //! lost.
+//!
+//! A name is owned by the client that published it, named by its node (the
+//! authenticated source of the packet that carried the request) and its client id on
+//! that node (the header's `meta_index` of a forwarded request). Only the owner may
+//! publish it again or unpublish it (`NotOwner`). Names leave with their publisher: a
+//! client that disconnects (its node tells the registry node with a `word` 2 packet, or
+//! the registry node sees it itself), a node that goes down or comes back as a new
+//! incarnation.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::fd::AsFd;
 
 use hamlyn_shm::fdpass::send_with_fds;
@@ -27,14 +35,65 @@ const MAX_PENDING_PER_CLIENT: usize = 16;
 /// Forwarded requests waiting at once, for all clients.
 const MAX_PENDING: usize = 4096;
 
+/// `word` of a registry packet: a request to answer.
+const ASK: u64 = 0;
+/// `word` of a registry packet: the answer to a forwarded request.
+const ANSWER: u64 = 1;
+/// `word` of a registry packet: the client `meta_index` of the sending node is gone;
+/// its names go too. No answer.
+const CLIENT_GONE: u64 = 2;
+
+/// Who published a name: a client of a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Owner {
+    /// The client's node.
+    pub(crate) node: NodeId,
+    /// The client's id on that node.
+    pub(crate) client: u32,
+}
+
+/// One name: its seed and who may change it.
+#[derive(Debug)]
+struct Entry {
+    seed: String,
+    owner: Owner,
+}
+
 /// The registry's entries (on the registry node) and requests waiting for a forwarded
 /// answer (on every node).
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
-    entries: BTreeMap<String, String>,
+    entries: BTreeMap<String, Entry>,
     /// Forwarded requests: sequence → (client, node asked).
     pending: HashMap<u32, (u32, NodeId)>,
+    /// Local clients that forwarded a publish (their names live on another node, which
+    /// is told when they leave).
+    published: HashSet<u32>,
     next: u32,
+}
+
+fn not_found(name: &str) -> Reply {
+    error(
+        ControlErrorCode::NotFound,
+        format!("no seed published as {name:?}"),
+    )
+}
+
+fn not_owner(name: &str, owner: Owner) -> Reply {
+    error(
+        ControlErrorCode::NotOwner,
+        format!(
+            "{name:?} is published by client {} of node {}; only it may change it",
+            owner.client, owner.node.0
+        ),
+    )
+}
+
+fn unreachable(what: &str, node: NodeId, why: impl std::fmt::Display) -> Reply {
+    error(
+        ControlErrorCode::Unreachable,
+        format!("{what} node {} unreachable: {why}", node.0),
+    )
 }
 
 fn error(code: ControlErrorCode, message: impl Into<String>) -> Reply {
@@ -45,8 +104,9 @@ fn error(code: ControlErrorCode, message: impl Into<String>) -> Reply {
 }
 
 impl Registry {
-    /// Answers a publish or lookup here (this node holds the registry).
-    pub(crate) fn answer(&mut self, req: &Request) -> Reply {
+    /// Answers a publish, unpublish, lookup or ping here (this node holds the registry),
+    /// asked by `owner`.
+    pub(crate) fn answer(&mut self, req: &Request, owner: Owner) -> Reply {
         match req {
             Request::Publish { name, seed } => {
                 if name.is_empty() || name.len() > MAX_NAME || seed.len() > MAX_SEED_TEXT {
@@ -58,22 +118,45 @@ impl Registry {
                         format!("not a seed: {e}"),
                     );
                 }
-                if self.entries.len() >= MAX_ENTRIES && !self.entries.contains_key(name) {
-                    return error(ControlErrorCode::Exhausted, "registry full");
+                let full = self.entries.len() >= MAX_ENTRIES;
+                match self.entries.get_mut(name) {
+                    Some(e) if e.owner != owner => not_owner(name, e.owner),
+                    Some(e) => {
+                        e.seed.clone_from(seed);
+                        Reply::Ok
+                    }
+                    None if full => error(ControlErrorCode::Exhausted, "registry full"),
+                    None => {
+                        let seed = seed.clone();
+                        self.entries.insert(name.clone(), Entry { seed, owner });
+                        Reply::Ok
+                    }
                 }
-                self.entries.insert(name.clone(), seed.clone());
-                Reply::Ok
             }
+            Request::Unpublish { name } => match self.entries.get(name) {
+                None => not_found(name),
+                Some(e) if e.owner != owner => not_owner(name, e.owner),
+                Some(_) => {
+                    self.entries.remove(name);
+                    Reply::Ok
+                }
+            },
             Request::Lookup { name } => match self.entries.get(name) {
-                Some(seed) => Reply::Seed { seed: seed.clone() },
-                None => error(
-                    ControlErrorCode::NotFound,
-                    format!("no seed published as {name:?}"),
-                ),
+                Some(e) => Reply::Seed {
+                    seed: e.seed.clone(),
+                },
+                None => not_found(name),
             },
             Request::Ping { .. } => Reply::Ok,
             _ => error(ControlErrorCode::BadRequest, "not a registry request"),
         }
+    }
+
+    /// Removes every name `pick` selects (their publisher is gone); how many.
+    fn drop_names(&mut self, pick: impl Fn(Owner) -> bool) -> usize {
+        let before = self.entries.len();
+        self.entries.retain(|_, e| !pick(e.owner));
+        before - self.entries.len()
     }
 
     /// Number of names.
@@ -104,18 +187,19 @@ impl Registry {
         at: Place,
         remote: Option<&mut Remote>,
     ) -> Option<Reply> {
-        let home = match req {
-            Request::Ping { node } => NodeId(node),
-            _ => at.home,
+        let (home, what) = match req {
+            Request::Ping { node } => (NodeId(node), "the pinged"),
+            _ => (at.home, "the registry"),
         };
         if home == at.me {
-            return Some(self.answer(&req));
+            let owner = Owner {
+                node: at.me,
+                client: cid,
+            };
+            return Some(self.answer(&req, owner));
         }
         let Some(remote) = remote else {
-            return Some(error(
-                ControlErrorCode::NotFound,
-                "the registry node is unreachable: no fabric",
-            ));
+            return Some(unreachable(what, home, "this node has no fabric"));
         };
         if self.pending.len() >= MAX_PENDING
             || self.pending.values().filter(|(c, _)| *c == cid).count() >= MAX_PENDING_PER_CLIENT
@@ -130,19 +214,20 @@ impl Registry {
         let mut h = Header::new(Op::Registry);
         h.src = at.me;
         h.dst = home;
-        h.word = 0;
+        h.word = ASK;
+        h.meta_index = cid;
         h.request = RequestId { terminus: 0, seq };
         let body = req.encode();
         h.payload_len = body.len() as u32;
         match remote.send_bytes(at.now, &h, &body) {
             Ok(()) => {
                 self.pending.insert(seq, (cid, home));
+                if matches!(req, Request::Publish { .. }) {
+                    self.published.insert(cid);
+                }
                 None
             }
-            Err(e) => Some(error(
-                ControlErrorCode::NotFound,
-                format!("the registry node is unreachable: {e}"),
-            )),
+            Err(e) => Some(unreachable(what, home, e)),
         }
     }
 
@@ -157,10 +242,20 @@ impl Registry {
         clients: &mut Clients,
         counters: &mut EngineCounters,
     ) {
-        if h.word == 0 {
+        let owner = Owner {
+            node: h.src,
+            client: h.meta_index,
+        };
+        if h.word == CLIENT_GONE {
+            if at.home == at.me {
+                self.drop_names(|o| o == owner);
+            }
+            return;
+        }
+        if h.word == ASK {
             let reply = match Request::decode(body) {
-                Ok(req @ Request::Ping { .. }) => self.answer(&req),
-                Ok(req) if at.home == at.me => self.answer(&req),
+                Ok(req @ Request::Ping { .. }) => self.answer(&req, owner),
+                Ok(req) if at.home == at.me => self.answer(&req, owner),
                 Ok(_) => error(
                     ControlErrorCode::NotFound,
                     "this node does not hold the registry",
@@ -170,7 +265,7 @@ impl Registry {
             let mut r = Header::new(Op::Registry);
             r.src = at.me;
             r.dst = h.src;
-            r.word = 1;
+            r.word = ANSWER;
             r.request = h.request;
             let bytes = reply.encode();
             r.payload_len = bytes.len() as u32;
@@ -178,6 +273,14 @@ impl Registry {
                 counters.registry_undeliverable += 1;
             }
             return;
+        }
+        if h.word != ANSWER {
+            return;
+        }
+        // Only the node asked may answer (the source is the authenticated link's).
+        match self.pending.get(&h.request.seq) {
+            Some(&(_, asked)) if asked == h.src => {}
+            _ => return,
         }
         let Some((cid, _)) = self.pending.remove(&h.request.seq) else {
             return;
@@ -188,13 +291,43 @@ impl Registry {
     }
 
     /// Client `cid` is gone: answers to its forwarded requests go nowhere (and never to a
-    /// later client given the same id).
-    pub(crate) fn forget_client(&mut self, cid: u32) {
+    /// later client given the same id), and its names go: here if this node holds the
+    /// registry, else the registry node is told (if the client ever published there).
+    pub(crate) fn forget_client(&mut self, cid: u32, at: Place, remote: Option<&mut Remote>) {
         self.pending.retain(|_, (c, _)| *c != cid);
+        if at.home == at.me {
+            let me = Owner {
+                node: at.me,
+                client: cid,
+            };
+            self.drop_names(|o| o == me);
+            return;
+        }
+        if !self.published.remove(&cid) {
+            return;
+        }
+        if let Some(remote) = remote {
+            let mut h = Header::new(Op::Registry);
+            h.src = at.me;
+            h.dst = at.home;
+            h.word = CLIENT_GONE;
+            h.meta_index = cid;
+            // Lost only with the link; the registry node then drops every name of this
+            // node when it declares it down.
+            let _ = remote.send_bytes(at.now, &h, &[]);
+        }
     }
 
-    /// A node is lost: every client waiting on an answer from it gets an error.
+    /// `node` is gone, or came back as a new incarnation (its clients are gone): its
+    /// clients' names go.
+    pub(crate) fn node_gone(&mut self, node: NodeId) -> usize {
+        self.drop_names(|o| o.node == node)
+    }
+
+    /// A node is lost: every client waiting on an answer from it gets an error, and its
+    /// clients' names go.
     pub(crate) fn peer_down(&mut self, node: NodeId, clients: &mut Clients) {
+        self.node_gone(node);
         let mut waiting = Vec::new();
         self.pending.retain(|_, &mut (cid, from)| {
             if from == node {
@@ -206,10 +339,7 @@ impl Registry {
             reply_to(
                 clients,
                 cid,
-                &error(
-                    ControlErrorCode::NotFound,
-                    format!("node {} went down", node.0),
-                ),
+                &unreachable("the asked", node, "it went down"),
             );
         }
     }

@@ -1,6 +1,6 @@
 //! Two engines joined by the real TCP fabric (loopback, 3 rails): writes striped across
-//! rails, remote read and atomics, NACKs back to the sending terminus, and an engine
-//! that goes away.
+//! rails, remote read and atomics, NACKs back to the sending terminus, an engine that
+//! goes away, and strangers without the cluster secret refused while traffic flows.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::{atomic_req, inline, read_req, reply_ticket, RawClient};
 use hamlyn_core::RejectReason;
 use hamlyn_engine::{EngineConfig, EngineHandle};
-use hamlyn_fabric::tcp::{tcp_cluster, TcpConfig};
+use hamlyn_fabric::tcp::{tcp_cluster, ClusterSecret, TcpConfig};
 use hamlyn_wire::control::{mode, perm, Reply, Request};
 use hamlyn_wire::request::{Gather, Payload};
 use hamlyn_wire::rma::AtomicOp;
@@ -18,19 +18,27 @@ use hamlyn_wire::stats::FabricStats;
 use hamlyn_wire::{NodeId, NotifKind};
 
 fn engines(rails: usize) -> (EngineHandle, EngineHandle) {
+    let (a, b, _) = engines_at(rails);
+    (a, b)
+}
+
+/// Two engines over TCP, and the address engine 1's fabric listens on.
+fn engines_at(rails: usize) -> (EngineHandle, EngineHandle, std::net::SocketAddr) {
     let mut cfg = TcpConfig::new(NodeId(0), "127.0.0.1:0".parse().unwrap());
+    cfg.secret = Some(ClusterSecret::from_bytes([0x42; 32]));
     cfg.rails = rails;
     cfg.incarnation = 5;
     let mut fabrics = tcp_cluster(2, &cfg).unwrap();
     let fb = fabrics.pop().unwrap();
     let fa = fabrics.pop().unwrap();
+    let b_addr = fb.local_addr();
     let start = |node: u32, f| {
         let mut c = EngineConfig::embedded();
         c.node = node;
         c.incarnation = 5;
         EngineHandle::start_with_fabric(c, Some(Box::new(f))).unwrap()
     };
-    (start(0, fa), start(1, fb))
+    (start(0, fa), start(1, fb), b_addr)
 }
 
 fn slot(
@@ -180,4 +188,73 @@ fn tcp_between_engines_carries_writes_reads_atomics_and_refusals() {
             .and_then(|e| RejectReason::from_code(u64::from(e.status))),
         Some(RejectReason::PeerDown)
     );
+}
+
+/// Issue 16: a stranger on node 1's port with a HELLO copied in clear (claiming node 0,
+/// the highest incarnation there is, a new session) or a membership query is refused
+/// before any frame and counted; node 0's session with node 1 is undisturbed and messages
+/// keep flowing.
+#[test]
+fn strangers_without_the_secret_cannot_take_a_node_over() {
+    use hamlyn_fabric::tcp::frame::{Hello, JoinQuery};
+    use hamlyn_wire::NodeId;
+    use std::io::{Read, Write};
+
+    let (ea, eb, b_addr) = engines_at(2);
+    let mut a = RawClient::attach(ea.socket_path(), 1, 1, 1024);
+    let mut b = RawClient::attach(eb.socket_path(), 1, 1, 1024);
+    wait_peer_up(&a, 1);
+    wait_peer_up(&b, 0);
+    let (bslot, bkey, _bregion) = slot(&b, 4096, perm::WRITE);
+    a.open(0, 0);
+    let hello = Hello {
+        from: NodeId(0),
+        to: NodeId(1),
+        incarnation: u32::MAX,
+        session: 1 << 40,
+        rail: 0,
+        rails: 2,
+    };
+    let query = JoinQuery {
+        from: NodeId(0),
+        listen_port: 9,
+    };
+    for bytes in [hello.to_header().to_bytes(), query.to_header().to_bytes()] {
+        let mut s = std::net::TcpStream::connect(b_addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(&bytes).unwrap();
+        let mut answer = [0u8; 64];
+        assert!(
+            !matches!(s.read(&mut answer), Ok(n) if n > 0),
+            "a stranger gets no answer"
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let stats = b.stats();
+        let refused = match &stats.fabric {
+            Some(FabricStats::Tcp(t)) => t.auth_failures,
+            _ => 0,
+        };
+        if refused >= 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "strangers not counted: {stats:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Node 0 is still up at its own incarnation on node 1, and messages flow.
+    let stats = b.stats();
+    let peer = stats.peer(0).unwrap();
+    assert!(peer.up);
+    assert_eq!(peer.incarnation, 5);
+    for tag in 0..32u64 {
+        a.push(0, inline(1, bslot, bkey, 1, 0, b"still here", tag))
+            .unwrap();
+        let n = b.wait_notif(0).unwrap();
+        assert_eq!((n.kind(), n.word.get()), (Some(NotifKind::Message), tag));
+    }
+    assert!(a.errors().is_empty());
 }

@@ -404,10 +404,146 @@ fn a_client_cannot_pile_up_forwarded_registry_requests() {
     for _ in 0..16 {
         let r = next_reply();
         assert!(
-            matches!(r, Reply::Error { code, .. } if code == ControlErrorCode::NotFound as u16),
+            matches!(r, Reply::Error { code, .. } if code == ControlErrorCode::Unreachable as u16),
             "{r:?}"
         );
     }
     drop(a);
     ea.stop().unwrap();
+}
+
+/// Issue 16: a registry name belongs to the client that published it. Nobody else may
+/// overwrite or remove it (`NotOwner`, naming the owner); it leaves with its publisher
+/// (a local or a remote client that disconnects, a node that is lost); an unreachable
+/// node is `Unreachable`, naming it.
+#[test]
+fn registry_names_are_owned_and_leave_with_their_publisher() {
+    use hamlyn_wire::control::ControlErrorCode;
+    let (fa, fb, cut) = link(NodeId(1), NodeId(2));
+    let start = |node, f| {
+        let mut cfg = EngineConfig::embedded();
+        cfg.node = node;
+        cfg.incarnation = 7;
+        cfg.registry = Some(1);
+        EngineHandle::start_with_fabric(cfg, Some(Box::new(f))).unwrap()
+    };
+    let (ea, eb) = (start(1, fa), start(2, fb));
+    let a = RawClient::attach(ea.socket_path(), 1, 1, 64);
+    let a2 = RawClient::attach(ea.socket_path(), 1, 1, 64);
+    let b = RawClient::attach(eb.socket_path(), 1, 1, 64);
+    let (slot, key, _) = make_slot(&b, 4096, 1);
+    let seed = |len| {
+        hamlyn_wire::Seed::single(hamlyn_wire::Ticket {
+            node: NodeId(2),
+            incarnation: 7,
+            slot: hamlyn_wire::SlotId(slot),
+            key,
+            meta_first: 0,
+            meta_count: 1,
+            offset: 0,
+            len,
+            share: hamlyn_wire::FULL_SHARE,
+            flags: hamlyn_wire::TicketFlags::WRITE,
+        })
+        .to_text()
+        .unwrap()
+    };
+    let publish = |c: &RawClient, name: &str, len| {
+        c.call(Request::Publish {
+            name: name.into(),
+            seed: seed(len),
+        })
+    };
+    let code = |r: Reply| match r {
+        Reply::Error { code, message } => (ControlErrorCode::from_u16(code), message),
+        other => panic!("{other:?}"),
+    };
+    let lookup = |c: &RawClient, name: &str| c.call(Request::Lookup { name: name.into() });
+    let unpublish = |c: &RawClient, name: &str| c.call(Request::Unpublish { name: name.into() });
+
+    // Published from node 2 (forwarded): node 1's clients can neither overwrite nor
+    // remove it, and the error names the owner.
+    assert_eq!(publish(&b, "svc", 64), Reply::Ok);
+    let (c, msg) = code(publish(&a, "svc", 128));
+    assert_eq!(c, Some(ControlErrorCode::NotOwner), "{msg}");
+    assert!(msg.contains("node 2"), "{msg}");
+    assert_eq!(
+        code(unpublish(&a, "svc")).0,
+        Some(ControlErrorCode::NotOwner)
+    );
+    assert_eq!(lookup(&a, "svc"), Reply::Seed { seed: seed(64) });
+    // The owner may replace and remove it.
+    assert_eq!(publish(&b, "svc", 128), Reply::Ok);
+    assert_eq!(lookup(&a, "svc"), Reply::Seed { seed: seed(128) });
+    assert_eq!(unpublish(&b, "svc"), Reply::Ok);
+    assert_eq!(code(lookup(&b, "svc")).0, Some(ControlErrorCode::NotFound));
+    assert_eq!(
+        code(unpublish(&b, "svc")).0,
+        Some(ControlErrorCode::NotFound)
+    );
+
+    // Two clients of the registry node: one's name is not the other's.
+    assert_eq!(publish(&a2, "local", 64), Reply::Ok);
+    assert_eq!(
+        code(publish(&a, "local", 32)).0,
+        Some(ControlErrorCode::NotOwner)
+    );
+
+    // Names leave with their publishers: a local client, then a remote one.
+    let names = |c: &RawClient| c.stats().registry.names;
+    assert_eq!(publish(&b, "remote", 64), Reply::Ok);
+    assert_eq!(names(&a), 2);
+    drop(a2);
+    let deadline = StdInstant::now() + Duration::from_secs(30);
+    while !matches!(
+        lookup(&a, "local"),
+        Reply::Error { code, .. } if code == ControlErrorCode::NotFound as u16
+    ) {
+        assert!(
+            StdInstant::now() < deadline,
+            "the local publisher's name stayed"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(b);
+    let deadline = StdInstant::now() + Duration::from_secs(30);
+    while names(&a) > 0 {
+        assert!(
+            StdInstant::now() < deadline,
+            "the remote publisher's name stayed"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(
+        code(lookup(&a, "remote")).0,
+        Some(ControlErrorCode::NotFound)
+    );
+
+    // A node that is lost takes its clients' names with it.
+    let b = RawClient::attach(eb.socket_path(), 1, 1, 64);
+    assert_eq!(publish(&b, "lost", 64), Reply::Ok);
+    assert_eq!(names(&a), 1);
+    *cut.lock().unwrap() = true;
+    let deadline = StdInstant::now() + Duration::from_secs(30);
+    while names(&a) > 0 {
+        assert!(StdInstant::now() < deadline, "a lost node's names stayed");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // From node 2, the registry node is now unreachable, and the error says which.
+    let deadline = StdInstant::now() + Duration::from_secs(30);
+    let (c, msg) = loop {
+        match lookup(&b, "x") {
+            Reply::Error { code, message } if code == ControlErrorCode::Unreachable as u16 => {
+                break (code, message)
+            }
+            _ => {}
+        }
+        assert!(StdInstant::now() < deadline, "never unreachable");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert_eq!(c, ControlErrorCode::Unreachable as u16);
+    assert!(msg.contains("registry node 1"), "{msg}");
+    let (c, msg) = code(a.call(Request::Ping { node: 9 }));
+    assert_eq!(c, Some(ControlErrorCode::Unreachable), "{msg}");
+    assert!(msg.contains("node 9"), "{msg}");
 }

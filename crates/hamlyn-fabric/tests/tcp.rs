@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use hamlyn_core::Instant;
 use hamlyn_fabric::tcp::frame::Hello;
-use hamlyn_fabric::tcp::{tcp_cluster, CloseReason, PeerState, TcpConfig, TcpError, TcpFabric};
+use hamlyn_fabric::tcp::{
+    tcp_cluster, CloseReason, ClusterSecret, PeerState, TcpConfig, TcpError, TcpFabric,
+};
 use hamlyn_fabric::{Fabric, FabricError, Landing, PacketSink, PeerEvent, SharedBytesMut, SimRng};
 use hamlyn_wire::{Flags, Header, NodeId, Op, RequestId, SlotId};
 
@@ -105,6 +107,7 @@ fn drive(
 
 fn config(rails: usize) -> TcpConfig {
     let mut c = TcpConfig::new(NodeId(0), ([127, 0, 0, 1], 0).into());
+    c.secret = Some(ClusterSecret::from_bytes([0x5e; 32]));
     c.rails = rails;
     c.peer_timeout = Duration::from_secs(30);
     c.reconnect_interval = Duration::from_millis(10);
@@ -115,6 +118,7 @@ fn config(rails: usize) -> TcpConfig {
 /// default settings; see [`tcp_cluster`].
 fn tcp_pair(rails: usize) -> Result<(TcpFabric, TcpFabric), TcpError> {
     let mut c = TcpConfig::new(NodeId(0), SocketAddr::from(([127, 0, 0, 1], 0)));
+    c.secret = Some(ClusterSecret::from_bytes([0x5e; 32]));
     c.rails = rails;
     let mut v = tcp_cluster(2, &c)?;
     let b = v.pop().ok_or(TcpError::Config("cluster too small"))?;
@@ -254,6 +258,10 @@ fn garbage_closes_only_its_connection() {
     // that only the raw client plays; node 4 is unknown (learning is off).
     let mut c = config(2);
     c.learn_peers = false;
+    // The plain protocol under the links: a raw client speaks it in clear
+    // (tcp_secure.rs plays the same attacks against authenticated links).
+    c.secret = None;
+    c.danger_insecure = true;
     let mut fabrics = tcp_cluster(2, &c).unwrap();
     let mut cb = c.clone();
     cb.node = NodeId(5);

@@ -21,7 +21,9 @@ use std::time::Duration;
 
 use hamlyn_core::Instant;
 use hamlyn_fabric::tcp::frame::{check_join_reply, decode_members, JoinQuery};
-use hamlyn_fabric::tcp::{join, CloseReason, PeerState, TcpConfig, TcpError, TcpFabric};
+use hamlyn_fabric::tcp::{
+    join, CloseReason, ClusterSecret, PeerState, TcpConfig, TcpError, TcpFabric,
+};
 use hamlyn_fabric::{Fabric, Landing, PacketSink, PeerEvent, SharedBytesMut};
 use hamlyn_wire::{Flags, Header, NodeId, Op, RequestId, HEADER_LEN};
 
@@ -80,10 +82,28 @@ impl Time {
     }
 }
 
-fn fabric(node: u32) -> TcpFabric {
+/// The secret of these tests' clusters.
+fn secret() -> ClusterSecret {
+    ClusterSecret::from_bytes([0x11; 32])
+}
+
+fn config(node: u32) -> TcpConfig {
     let mut c = TcpConfig::new(NodeId(node), ([127, 0, 0, 1], 0).into());
     c.peer_timeout = Duration::from_secs(30);
     c.reconnect_interval = Duration::from_millis(10);
+    c.secret = Some(secret());
+    c
+}
+
+fn fabric(node: u32) -> TcpFabric {
+    TcpFabric::new(config(node)).unwrap()
+}
+
+/// A fabric whose links are in clear, for raw clients that speak the plain protocol.
+fn plain_fabric(node: u32) -> TcpFabric {
+    let mut c = config(node);
+    c.secret = None;
+    c.danger_insecure = true;
     TcpFabric::new(c).unwrap()
 }
 
@@ -225,7 +245,7 @@ fn until_closed(
 #[test]
 fn bad_queries_are_refused_and_sessions_stay_up() {
     let time = Time::new();
-    let mut fabrics = vec![fabric(1), fabric(2)];
+    let mut fabrics = vec![plain_fabric(1), plain_fabric(2)];
     let (a1, a2) = (fabrics[0].local_addr(), fabrics[1].local_addr());
     fabrics[0].add_peer(NodeId(2), a2).unwrap();
     fabrics[1].add_peer(NodeId(1), a1).unwrap();
@@ -340,7 +360,7 @@ fn bad_replies_fail_the_join() {
     ];
     for (what, reply, expect) in cases {
         let (addr, t) = serve(reply);
-        match join(addr, NodeId(9), 7000, short) {
+        match join(addr, NodeId(9), 7000, short, None) {
             Err(e @ TcpError::Join { .. }) => {
                 assert!(e.to_string().contains(expect), "{what}: {e}");
             }
@@ -352,5 +372,6 @@ fn bad_replies_fail_the_join() {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     drop(l);
-    assert!(join(addr, NodeId(9), 7000, short).is_err());
+    assert!(join(addr, NodeId(9), 7000, short, None).is_err());
+    assert!(join(addr, NodeId(9), 7000, short, Some(&secret())).is_err());
 }

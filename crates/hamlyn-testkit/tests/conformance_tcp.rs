@@ -81,6 +81,7 @@ impl FabricFactory for TcpFactory {
 
     fn build(&mut self, nodes: usize) -> Result<TcpSet, TcpError> {
         let mut c = TcpConfig::new(NodeId(0), ([127, 0, 0, 1], 0).into());
+        c.secret = Some(hamlyn_fabric::tcp::ClusterSecret::from_bytes([0x77; 32]));
         c.rails = self.rails;
         c.busy_poll = self.busy_poll;
         // Crashes are seen as closed sockets at once; the timeouts only guard against

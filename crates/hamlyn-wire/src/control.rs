@@ -17,7 +17,7 @@ use crate::stats::{StatsPage, StatsSection};
 /// typed statistics in pages, [`Request::Stats`] and [`Reply::StatsPage`]; 4: the
 /// engine's back-pressure counters in the statistics, the wake-up descriptors are socket
 /// pair ends).
-pub const CONTROL_VERSION: u16 = 4;
+pub const CONTROL_VERSION: u16 = 5;
 /// Largest control message in bytes (a statistics page included: see
 /// [`crate::stats::PAGE_BUDGET`]).
 pub const MAX_CONTROL_MSG: usize = 64 * 1024;
@@ -137,12 +137,20 @@ pub enum Request {
         start: u32,
     },
     /// Publish `seed` (its text form) under `name` in the cluster's name registry
-    /// (seed 000 §6.3 bootstrap); replaces an earlier entry of the same name.
+    /// (seed 000 §6.3 bootstrap). The name is then owned by the publishing client: it
+    /// may publish it again (replacing the seed) or unpublish it; anyone else is refused
+    /// (`NotOwner`). It is removed when its publisher disconnects.
     Publish {
         /// The name (1..=255 bytes of UTF-8).
         name: String,
         /// The seed's text form.
         seed: String,
+    },
+    /// Removes `name` from the registry; only the client that published it may
+    /// (`NotOwner` otherwise). A name is also removed when its publisher disconnects.
+    Unpublish {
+        /// The name.
+        name: String,
     },
     /// Look a name up in the cluster's name registry.
     Lookup {
@@ -283,6 +291,8 @@ pub enum ControlErrorCode {
     /// The request would take the client past one of its quotas (areas, bytes mapped,
     /// slots, termini, queues) or the engine past its mapping budget.
     Quota = 15,
+    /// The node that must answer (the registry node, a pinged node) cannot be reached.
+    Unreachable = 16,
 }
 
 impl ControlErrorCode {
@@ -305,6 +315,7 @@ impl ControlErrorCode {
             NotDirect,
             Inhibited,
             Quota,
+            Unreachable,
         ]
         .into_iter()
         .find(|c| *c as u16 == v)
@@ -390,6 +401,9 @@ impl Request {
             Request::Detach => {
                 w.u8(15);
             }
+            Request::Unpublish { ref name } => {
+                w.u8(16).bytes(name.as_bytes());
+            }
         }
         w.0
     }
@@ -461,6 +475,9 @@ impl Request {
                 key: r.u64()?,
             },
             15 => Request::Detach,
+            16 => Request::Unpublish {
+                name: name(&mut r)?,
+            },
             _ => {
                 return Err(WireError::InvalidField {
                     field: "request tag",
@@ -677,6 +694,7 @@ mod tests {
                 seed: "hmseed1-abc".into(),
             },
             Request::Lookup { name: "svc".into() },
+            Request::Unpublish { name: "svc".into() },
             Request::Ping { node: 3 },
             Request::OpenDirect {
                 node: 7,
@@ -778,10 +796,10 @@ mod tests {
             Some(ControlErrorCode::NotOwner)
         );
         assert_eq!(ControlErrorCode::from_u16(0), None);
-        for v in 1..=15 {
-            let c = ControlErrorCode::from_u16(v).expect("every code up to 15 is known");
+        for v in 1..=16 {
+            let c = ControlErrorCode::from_u16(v).expect("every code up to 16 is known");
             assert_eq!(c as u16, v);
         }
-        assert_eq!(ControlErrorCode::from_u16(16), None);
+        assert_eq!(ControlErrorCode::from_u16(17), None);
     }
 }

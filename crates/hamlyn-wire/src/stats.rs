@@ -321,6 +321,17 @@ pub struct TcpCounters {
     pub frame_errors: u64,
     /// Connections closed because the other end broke the protocol.
     pub violations: u64,
+    /// Links are authenticated with the cluster secret (false: `--danger-insecure`).
+    pub authenticated: bool,
+    /// Connections whose other end did not prove it holds the cluster secret (a wrong
+    /// secret, an insecure node, a replayed handshake, garbage).
+    pub auth_failures: u64,
+    /// Connections closed because a frame did not authenticate (altered, injected or
+    /// replayed on the way).
+    pub frames_refused: u64,
+    /// Peers that dialed in, stayed down a peer timeout and were dropped from the peer
+    /// table (state a node id that went away no longer holds).
+    pub peers_forgotten: u64,
     /// Closed connections by reason (`PeerClosed`, `HeartbeatTimeout`, ...).
     pub closes: Counts,
 }
@@ -745,6 +756,10 @@ impl FabricStats {
                     .u64(t.dialed)
                     .u64(t.frame_errors)
                     .u64(t.violations);
+                put_bool(w, t.authenticated);
+                w.u64(t.auth_failures)
+                    .u64(t.frames_refused)
+                    .u64(t.peers_forgotten);
                 put_counts(w, &t.closes);
             }
             FabricStats::Sim(s) => {
@@ -766,6 +781,10 @@ impl FabricStats {
                 dialed: r.u64()?,
                 frame_errors: r.u64()?,
                 violations: r.u64()?,
+                authenticated: get_bool(r, "authenticated")?,
+                auth_failures: r.u64()?,
+                frames_refused: r.u64()?,
+                peers_forgotten: r.u64()?,
                 closes: get_counts(r)?,
             }),
             2 => FabricStats::Sim(SimCounters::get(r)?),
@@ -993,7 +1012,11 @@ mod tests {
                     accepted: 1,
                     dialed: 2,
                     frame_errors: 0,
-                    violations: 0,
+                    violations: 2,
+                    authenticated: true,
+                    auth_failures: 1,
+                    frames_refused: 1,
+                    peers_forgotten: 3,
                     closes: counts(&[("PeerClosed", 4)]),
                 })),
                 areas: 3,

@@ -538,6 +538,11 @@ impl Node {
 
     /// Publishes `seed` under `name` in the cluster's name registry (on the registry node,
     /// reached through this node's engine): any node can then [`Node::lookup`] it.
+    ///
+    /// The name is this node handle's (its connection's) until it unpublishes it or
+    /// disconnects: publishing it again replaces the seed; another client's publish or
+    /// unpublish of it is refused with `NotOwner`. A registry node that cannot be reached
+    /// is `Unreachable` ([`hamlyn_wire::control::ControlErrorCode`]), naming the node.
     pub fn publish(&self, name: &str, seed: &hamlyn_wire::Seed) -> Result<(), Error> {
         let text = seed.to_text().map_err(Error::Seed)?;
         let mut control = self.shared.control();
@@ -545,6 +550,21 @@ impl Node {
             &Request::Publish {
                 name: name.to_owned(),
                 seed: text,
+            },
+            &[],
+        )? {
+            (Reply::Ok, fds) if fds.is_empty() => Ok(()),
+            _ => Err(control.violation("expected Ok")),
+        }
+    }
+
+    /// Removes `name`, which this node handle published, from the cluster's name registry
+    /// (`NotOwner` if another client published it, `NotFound` if no one did).
+    pub fn unpublish(&self, name: &str) -> Result<(), Error> {
+        let mut control = self.shared.control();
+        match control.call(
+            &Request::Unpublish {
+                name: name.to_owned(),
             },
             &[],
         )? {

@@ -3,5 +3,6 @@
 pub mod bench;
 pub mod node;
 pub mod ping;
+pub mod secret;
 pub mod seed;
 pub mod stat;

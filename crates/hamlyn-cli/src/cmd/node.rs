@@ -12,6 +12,7 @@ use hamlyn_fabric::tcp::{TcpConfig, TcpFabric};
 use hamlyn_shm::sync::{AtomicBool, Ordering};
 use hamlyn_wire::NodeId;
 
+use crate::cmd::secret::{SecretSource, SECRET_ENV};
 use crate::socket::{DEFAULT_SOCKET, SOCKET_ENV};
 
 /// Engine settings shared by `hamlyn node` and the embedded engine of `hamlyn bench`.
@@ -164,7 +165,10 @@ pub struct FabricArgs {
     /// TCP connections per peer; packets are striped across them.
     #[arg(long, value_name = "K", default_value_t = 2)]
     pub rails: usize,
-    /// The node holding the cluster's name registry (default: this node).
+    /// The node holding the cluster's name registry (default: the lowest node id among
+    /// this node and the peers it knows at start — from `--peer`, `--peers-file` and
+    /// `--join` — so every member of a cluster picks the same one; pass it explicitly
+    /// for a cluster that grows by lower ids later).
     #[arg(long, value_name = "N")]
     pub registry: Option<u32>,
     /// Heartbeat period on idle connections, in milliseconds.
@@ -176,6 +180,16 @@ pub struct FabricArgs {
     /// This run's incarnation (default: from the clock, so every restart is newer).
     #[arg(long, value_name = "N")]
     pub incarnation: Option<u32>,
+    /// The cluster secret's file (64 hexadecimal digits, readable by its owner only;
+    /// `hamlyn secret generate` makes one). Default: `$HAMLYN_SECRET`, else this user's
+    /// file (`hamlyn secret path`), created on first use.
+    #[arg(long, value_name = "PATH")]
+    pub secret_file: Option<PathBuf>,
+    /// DANGER: links in clear and unauthenticated — anyone who reaches the listener can
+    /// claim any node id, read every key and forge packets. Only for a physically secure
+    /// network; secure nodes refuse such a node.
+    #[arg(long)]
+    pub danger_insecure: bool,
 }
 
 impl FabricArgs {
@@ -235,6 +249,18 @@ impl NodeArgs {
             return Ok(None);
         };
         let mut c = TcpConfig::new(NodeId(self.node_id), listen);
+        let source = SecretSource::choose(
+            self.fabric.danger_insecure,
+            self.fabric.secret_file.as_deref(),
+            std::env::var(SECRET_ENV).ok(),
+        )?;
+        c.secret = source.load()?;
+        c.danger_insecure = c.secret.is_none();
+        if c.danger_insecure {
+            tracing::warn!(
+                "--danger-insecure: links to other nodes are NOT authenticated or encrypted"
+            );
+        }
         c.incarnation = incarnation;
         c.rails = self.fabric.rails;
         c.busy_poll = self.engine.busy_poll;
@@ -260,6 +286,11 @@ impl NodeArgs {
     }
 }
 
+/// The registry node a cluster agrees on without being told: the lowest node id known.
+fn default_registry(me: u32, peers: impl Iterator<Item = u32>) -> u32 {
+    peers.fold(me, u32::min)
+}
+
 /// Runs the daemon until SIGINT or SIGTERM; the engine removes its socket on the way out.
 pub fn run(args: NodeArgs) -> Result<(), Box<dyn std::error::Error>> {
     let stop = Arc::new(AtomicBool::new(false));
@@ -270,7 +301,7 @@ pub fn run(args: NodeArgs) -> Result<(), Box<dyn std::error::Error>> {
         flag.store(true, Ordering::Release);
     })
     .map_err(|e| format!("cannot install the SIGINT/SIGTERM handler: {e}"))?;
-    let cfg = args.config();
+    let mut cfg = args.config();
     tracing::info!(
         socket = %cfg.socket.display(),
         node = cfg.node,
@@ -279,7 +310,10 @@ pub fn run(args: NodeArgs) -> Result<(), Box<dyn std::error::Error>> {
     );
     let fabric = args.tcp(cfg.incarnation)?;
     if let Some(f) = &fabric {
-        tracing::info!(listen = %f.local_addr(), rails = args.fabric.rails, peers = f.config().peers.len(), incarnation = cfg.incarnation, "TCP fabric ready");
+        if cfg.registry.is_none() {
+            cfg.registry = Some(default_registry(cfg.node, f.peers().map(|(n, _)| n.0)));
+        }
+        tracing::info!(listen = %f.local_addr(), rails = args.fabric.rails, peers = f.config().peers.len(), incarnation = cfg.incarnation, registry = ?cfg.registry, "TCP fabric ready");
     }
     match fabric {
         Some(f) => hamlyn_engine::run_daemon_with_fabric(cfg, stop, Box::new(f)),
@@ -293,6 +327,13 @@ pub fn run(args: NodeArgs) -> Result<(), Box<dyn std::error::Error>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_registry_is_the_lowest_node_known() {
+        assert_eq!(default_registry(3, [5, 1, 4].into_iter()), 1);
+        assert_eq!(default_registry(0, [5].into_iter()), 0);
+        assert_eq!(default_registry(7, std::iter::empty()), 7);
+    }
 
     #[test]
     fn peer_specs_parse_and_refuse_clearly() {

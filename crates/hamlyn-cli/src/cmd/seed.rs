@@ -31,7 +31,8 @@ pub enum SeedAction {
         /// The seed.
         seed: String,
     },
-    /// Publish a seed under NAME in the cluster's name registry.
+    /// Publish a seed under NAME in the cluster's name registry, and hold it there until
+    /// interrupted (a name goes when its publisher disconnects).
     Publish {
         /// The name.
         name: String,
@@ -63,6 +64,12 @@ pub enum SeedError {
     /// The engine could not be asked.
     #[error(transparent)]
     Control(#[from] ControlError),
+    /// The engine refused, or could not be reached as a client.
+    #[error(transparent)]
+    Node(hamlyn::Error),
+    /// The interrupt handler could not be installed.
+    #[error("cannot install the SIGINT/SIGTERM handler: {0}")]
+    Signal(String),
 }
 
 /// The seed text behind an argument: literal text, `@FILE`, `env:NAME` or `-` (stdin).
@@ -125,14 +132,24 @@ pub fn run(args: SeedArgs) -> Result<(), SeedError> {
         SeedAction::Publish { name, seed } => {
             let text = read_seed_arg(&seed)?;
             let parsed = Seed::from_text(&text)?;
-            let seed = parsed.to_text()?;
-            match Control::connect(&args.socket, timeout)?.call(&Request::Publish {
-                name: name.clone(),
-                seed,
-            })? {
-                Reply::Ok => eprintln!("published {name:?}"),
-                _ => return Err(ControlError::Unexpected.into()),
+            // A name lives as long as its publisher's connection: this command attaches
+            // as a client, publishes, and holds the name until told to stop (or until
+            // the engine goes away).
+            let node = hamlyn::Node::connect(&args.socket).map_err(SeedError::Node)?;
+            node.publish(&name, &parsed).map_err(SeedError::Node)?;
+            eprintln!("published {name:?}; holding it until interrupted");
+            let stop = std::sync::Arc::new(hamlyn_shm::sync::AtomicBool::new(false));
+            let flag = stop.clone();
+            ctrlc::set_handler(move || {
+                // Release: pairs with the Acquire load below.
+                flag.store(true, hamlyn_shm::sync::Ordering::Release);
+            })
+            .map_err(|e| SeedError::Signal(e.to_string()))?;
+            // Acquire: pairs with the handler's Release store.
+            while !stop.load(hamlyn_shm::sync::Ordering::Acquire) && !node.engine_gone() {
+                std::thread::sleep(Duration::from_millis(100));
             }
+            eprintln!("{name:?} is no longer published");
         }
         SeedAction::Lookup { name } => {
             match Control::connect(&args.socket, timeout)?.call(&Request::Lookup { name })? {

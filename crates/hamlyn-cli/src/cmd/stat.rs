@@ -177,10 +177,18 @@ pub fn render(s: &Stats) -> String {
                 ("connections dialed", t.dialed),
                 ("frame errors", t.frame_errors),
                 ("protocol violations", t.violations),
+                ("authentication failures", t.auth_failures),
+                ("frames refused (did not authenticate)", t.frames_refused),
+                ("learned peers forgotten", t.peers_forgotten),
             ]);
+            let links = if t.authenticated {
+                "authenticated, encrypted (cluster secret)"
+            } else {
+                "NOT authenticated (--danger-insecure)"
+            };
             let _ = writeln!(
                 out,
-                "Fabric: TCP\n{tcp}\nConnections closed: {}\n",
+                "Fabric: TCP, links {links}\n{tcp}\nConnections closed: {}\n",
                 counts(&t.closes)
             );
         }
@@ -376,6 +384,10 @@ mod tests {
                 dialed: 2,
                 frame_errors: 0,
                 violations: 0,
+                authenticated: true,
+                auth_failures: 0,
+                frames_refused: 0,
+                peers_forgotten: 0,
                 closes: counts(&[("PeerClosed", 6)]),
             })),
             areas: 3,

@@ -37,15 +37,19 @@ pub struct RawClient {
 }
 
 pub fn connect(path: &Path) -> OwnedFd {
+    try_connect(path).unwrap()
+}
+
+/// A connection to the engine's control socket, or why there is none (yet).
+pub fn try_connect(path: &Path) -> rustix::io::Result<OwnedFd> {
     let fd = rustix::net::socket_with(
         AddressFamily::UNIX,
         SocketType::SEQPACKET,
         SocketFlags::CLOEXEC,
         None,
-    )
-    .unwrap();
-    rustix::net::connect(&fd, &SocketAddrUnix::new(path).unwrap()).unwrap();
-    fd
+    )?;
+    rustix::net::connect(&fd, &SocketAddrUnix::new(path)?)?;
+    Ok(fd)
 }
 
 pub fn call(sock: BorrowedFd<'_>, req: &Request, fds: &[BorrowedFd<'_>]) -> (Reply, Vec<OwnedFd>) {

@@ -21,6 +21,7 @@ use hamlyn_core::Instant;
 use hamlyn_wire::{Header, NodeId, Op, WireError, MAX_META_LEN};
 
 use super::frame::{FrameDecoder, FrameError, Token};
+use super::secure::{Link, LinkError, Opened, ReplayGuard};
 use super::stats::CloseReason;
 use super::tx::TxQueue;
 use crate::fabric::{Landing, PacketSink, PeerEvent};
@@ -79,6 +80,9 @@ pub(crate) enum RxStop {
     /// A HELLO arrived during the handshake; the fabric must handle it before more
     /// bytes of this connection are looked at.
     Hello(Header),
+    /// The connection's Noise handshake completed ([`Opened::Secured`]): the acceptor
+    /// must send its handshake reply, the dialer its HELLO.
+    Secured,
     /// The connection must be closed.
     Close(CloseReason, String),
     /// The sink gave a payload buffer of the wrong length; the packet's payload is being
@@ -118,6 +122,9 @@ pub(crate) struct RxCtx<'a> {
     pub(crate) budget: &'a mut usize,
     /// Counters to add to.
     pub(crate) counts: &'a mut RxCounts,
+    /// The listener's memory of first handshake messages (acceptors of a secure
+    /// fabric).
+    pub(crate) replay: Option<&'a mut ReplayGuard>,
 }
 
 /// The receive half of a connection.
@@ -158,9 +165,15 @@ impl Rx {
 
     /// Delivers what has arrived, reading from `r` until it would block, the budget is
     /// used up, the connection must stall or be closed, or a HELLO needs the fabric.
+    ///
+    /// With a `link` (an authenticated connection), bytes from `r` are the link's
+    /// handshake messages and records, and the frame decoder sees only what records
+    /// opened: nothing reaches the sink before it authenticated (so payloads are
+    /// copied from the staging buffer, never read straight into the sink's buffer).
     pub(crate) fn pump<R: Read>(
         &mut self,
         r: &mut R,
+        mut link: Option<&mut Link>,
         sink: &mut dyn PacketSink,
         ctx: &mut RxCtx<'_>,
     ) -> RxStop {
@@ -171,6 +184,12 @@ impl Rx {
             // Everything staged is consumed: read more, if the socket may have any.
             self.start = 0;
             self.end = 0;
+            if let Some(link) = link.as_deref_mut() {
+                match self.pump_link(r, link, ctx) {
+                    Some(stop) => return stop,
+                    None => continue,
+                }
+            }
             if !self.ready {
                 return RxStop::Idle;
             }
@@ -224,6 +243,67 @@ impl Rx {
                     };
                     return RxStop::Close(reason, format!("read failed: {e}"));
                 }
+            }
+        }
+    }
+
+    /// Opens what the link buffered into the staging buffer, or reads more ciphertext;
+    /// `None` to go on decoding.
+    fn pump_link<R: Read>(
+        &mut self,
+        r: &mut R,
+        link: &mut Link,
+        ctx: &mut RxCtx<'_>,
+    ) -> Option<RxStop> {
+        match link.open_guarded(&mut self.staging, ctx.replay.as_deref_mut()) {
+            Ok(Opened::Plain(n)) => {
+                self.end = n;
+                return None;
+            }
+            Ok(Opened::Secured) => return Some(RxStop::Secured),
+            Ok(Opened::NeedMore) => {}
+            Err(e) => return Some(link_close(e, ctx.handshake)),
+        }
+        if !self.ready {
+            return Some(RxStop::Idle);
+        }
+        let buf = link.read_buf();
+        let asked = buf.len();
+        match r.read(buf) {
+            Ok(0) => {
+                self.ready = false;
+                if link.partial() {
+                    return Some(RxStop::Close(
+                        CloseReason::Truncated,
+                        "end of stream inside a record".into(),
+                    ));
+                }
+                Some(match self.decoder.finish() {
+                    Ok(()) => RxStop::Close(CloseReason::PeerClosed, "end of stream".into()),
+                    Err(e) => frame_close(e),
+                })
+            }
+            Ok(n) => {
+                link.filled(n);
+                self.got_bytes = true;
+                if n < asked && !self.closing {
+                    self.ready = false;
+                }
+                None
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                self.ready = false;
+                Some(RxStop::Idle)
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => None,
+            Err(e) => {
+                self.ready = false;
+                let reason = if self.decoder.at_boundary() && !link.partial() {
+                    CloseReason::Io
+                } else {
+                    CloseReason::Truncated
+                };
+                Some(RxStop::Close(reason, format!("read failed: {e}")))
             }
         }
     }
@@ -364,6 +444,19 @@ fn frame_close(e: FrameError) -> RxStop {
     RxStop::Close(reason, e.to_string())
 }
 
+/// The close a link error calls for: before the handshake's HELLO was accepted the
+/// other end has not proven it holds the secret (`AuthFailed`); after, a record that
+/// does not open is a refused frame (`BadRecord`).
+#[cold]
+fn link_close(e: LinkError, handshake: bool) -> RxStop {
+    let reason = if handshake {
+        CloseReason::AuthFailed
+    } else {
+        CloseReason::BadRecord
+    };
+    RxStop::Close(reason, e.to_string())
+}
+
 /// One TCP connection and everything the fabric keeps about it.
 pub(crate) struct Conn {
     pub(crate) stream: mio::net::TcpStream,
@@ -377,6 +470,9 @@ pub(crate) struct Conn {
     pub(crate) addr: SocketAddr,
     pub(crate) rx: Rx,
     pub(crate) tx: TxQueue,
+    /// The Noise link (`None` on a `danger_insecure` fabric; on a dialer, until its
+    /// connect completes).
+    pub(crate) link: Option<Link>,
     /// The socket may take bytes (set by readiness events, cleared when a write stops
     /// short).
     pub(crate) writable: bool,
@@ -386,6 +482,24 @@ pub(crate) struct Conn {
     pub(crate) last_rx: Instant,
     /// When bytes were last handed to the socket or the queue.
     pub(crate) last_tx: Instant,
+}
+
+impl Conn {
+    /// Whether a pump could make progress: readiness, staged plaintext, or a whole
+    /// message the link has buffered.
+    pub(crate) fn rx_work(&self) -> bool {
+        self.rx.has_work() || self.link.as_ref().is_some_and(Link::has_message)
+    }
+
+    /// Since when small packets are held back to share a write: in the send queue, or
+    /// (on a secure link) as plaintext to share a record too.
+    pub(crate) fn held_since(&self) -> Option<Instant> {
+        let link = self.link.as_ref().and_then(Link::held_since);
+        match (self.tx.held_since(), link) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -429,7 +543,7 @@ mod tests {
         ctx: &mut RxCtx<'_>,
     ) -> RxStop {
         loop {
-            let stop = rx.pump(s, sink, ctx);
+            let stop = rx.pump(s, None, sink, ctx);
             if stop != RxStop::Idle || rx.ready || !s.event(rx) {
                 return stop;
             }
@@ -527,6 +641,7 @@ mod tests {
             events: &mut events,
             budget: &mut budget,
             counts: &mut counts,
+            replay: None,
         };
         let stop = pump_events(rx, s, sink, &mut ctx);
         (stop, counts)
@@ -568,6 +683,84 @@ mod tests {
         );
     }
 
+    /// Through a secure link: packets arrive whole and in order however the records are
+    /// cut into reads, one packet per pump (the budget), and after every stop the
+    /// fabric's test for more work (`Conn::rx_work`: staged plaintext, readiness, or a
+    /// whole record the link holds) or the poller's next event finds what is left.
+    #[test]
+    fn a_secure_link_delivers_whatever_the_cuts_and_budget() {
+        use crate::tcp::secret::ClusterSecret;
+        use crate::tcp::secure::MAX_PLAIN;
+        let secret = ClusterSecret::from_bytes([3; 32]);
+        let mut scratch = vec![0; MAX_PLAIN];
+        let mixed: Vec<_> = [(4, 300_000), (0, 10), (60, 0), (1, 5), (0, 70_000)]
+            .iter()
+            .enumerate()
+            .map(|(i, &(m, len))| pkt(i as u32, m, len))
+            .collect();
+        // A packet that fills one record exactly (64 + 65,455 = 65,519 bytes), then a
+        // small one, in one short read: the pump that delivers the first ends on a
+        // boundary with its staging buffer empty, the socket drained, and the second
+        // record whole in the link, where only `rx_work` can see it.
+        let exact = vec![pkt(0, 0, 65_455), pkt(1, 0, 10)];
+        let cases = [
+            (&mixed, 7000),
+            (&mixed, 65_537),
+            (&mixed, 200_000),
+            (&mixed, 1 << 20),
+            (&exact, 1 << 20),
+        ];
+        for (pkts, cut) in cases {
+            let (mut d, first) = Link::dialer(&secret).unwrap();
+            let mut acc = Link::acceptor(&secret).unwrap();
+            acc.push(&first);
+            assert_eq!(acc.open(&mut scratch).unwrap(), Opened::Secured);
+            d.push(acc.handshake_reply());
+            assert_eq!(d.open(&mut scratch).unwrap(), Opened::Secured);
+            let mut wire = Vec::new();
+            for (h, m, p) in pkts {
+                wire.extend_from_slice(d.seal_bytes(&h.to_packet(m, p).unwrap()).unwrap());
+            }
+            let mut s = Script {
+                chunks: wire.chunks(cut).map(<[u8]>::to_vec).collect(),
+                eof: false,
+                reads: 0,
+            };
+            let mut link = Some(acc);
+            let mut rx = Rx::new(16 << 20);
+            let mut sink = Sink::default();
+            for _ in 0..10_000 {
+                if sink.done.len() == pkts.len() {
+                    break;
+                }
+                let mut events = VecDeque::new();
+                let (mut budget, mut counts) = (1, RxCounts::default());
+                let mut ctx = RxCtx {
+                    me: NodeId(2),
+                    peer: Some(NodeId(1)),
+                    handshake: false,
+                    deliver: true,
+                    events: &mut events,
+                    budget: &mut budget,
+                    counts: &mut counts,
+                    replay: None,
+                };
+                match rx.pump(&mut s, link.as_mut(), &mut sink, &mut ctx) {
+                    RxStop::Budget | RxStop::Idle => {}
+                    other => panic!("{other:?}"),
+                }
+                if sink.done.len() < pkts.len() {
+                    let more = rx.has_work() || link.as_ref().is_some_and(Link::has_message);
+                    assert!(
+                        more || s.event(&mut rx),
+                        "cut {cut}: stalled with bytes unread"
+                    );
+                }
+            }
+            assert_eq!(&sink.done, pkts, "cut {cut}");
+        }
+    }
+
     #[test]
     fn a_short_read_ends_the_pump_without_asking_again() {
         let pkts: Vec<_> = (0..40).map(|i| pkt(i, 2, 8)).collect();
@@ -593,20 +786,21 @@ mod tests {
             events: &mut events,
             budget: &mut budget,
             counts: &mut counts,
+            replay: None,
         };
         // One read, short: the socket is drained until the poller says otherwise.
-        assert_eq!(rx.pump(&mut s, &mut sink, &mut ctx), RxStop::Idle);
+        assert_eq!(rx.pump(&mut s, None, &mut sink, &mut ctx), RxStop::Idle);
         assert_eq!(s.reads, 1);
         assert!(!rx.has_work());
         assert_eq!(sink.done.len(), 20, "every whole packet of the first read");
         // The next event: the rest, read once.
         assert!(s.event(&mut rx));
-        assert_eq!(rx.pump(&mut s, &mut sink, &mut ctx), RxStop::Idle);
+        assert_eq!(rx.pump(&mut s, None, &mut sink, &mut ctx), RxStop::Idle);
         assert_eq!((s.reads, sink.done.len()), (2, 40));
         // The poller reports the end of stream: reads go on until one says so.
         assert!(s.event(&mut rx) && rx.closing);
         assert!(matches!(
-            rx.pump(&mut s, &mut sink, &mut ctx),
+            rx.pump(&mut s, None, &mut sink, &mut ctx),
             RxStop::Close(CloseReason::PeerClosed, _)
         ));
         assert_eq!(sink.done, pkts);
@@ -634,9 +828,10 @@ mod tests {
             events: &mut events,
             budget: &mut budget,
             counts: &mut counts,
+            replay: None,
         };
         assert!(matches!(
-            rx.pump(&mut s, &mut sink, &mut ctx),
+            rx.pump(&mut s, None, &mut sink, &mut ctx),
             RxStop::Close(CloseReason::PeerClosed, _)
         ));
         assert_eq!((s.reads, sink.done.len()), (3, 1));
@@ -722,14 +917,15 @@ mod tests {
             events: &mut events,
             budget: &mut budget,
             counts: &mut counts,
+            replay: None,
         };
         assert_eq!(
-            rx.pump(&mut s, &mut sink, &mut ctx),
+            rx.pump(&mut s, None, &mut sink, &mut ctx),
             RxStop::Hello(hello.to_header())
         );
         // Still in the handshake: a data packet is refused.
         assert!(matches!(
-            rx.pump(&mut s, &mut sink, &mut ctx),
+            rx.pump(&mut s, None, &mut sink, &mut ctx),
             RxStop::Close(CloseReason::NoHello, _)
         ));
     }
@@ -777,17 +973,18 @@ mod tests {
             events: &mut events,
             budget: &mut budget,
             counts: &mut counts,
+            replay: None,
         };
         let mut short = Short(vec![0; 3]);
         assert_eq!(
-            rx.pump(&mut s, &mut short, &mut ctx),
+            rx.pump(&mut s, None, &mut short, &mut ctx),
             RxStop::SinkBuffer {
                 expected: 50,
                 got: 3
             }
         );
         // The rest of that payload is skipped; the stream stays in sync.
-        assert_eq!(rx.pump(&mut s, &mut short, &mut ctx), RxStop::Idle);
+        assert_eq!(rx.pump(&mut s, None, &mut short, &mut ctx), RxStop::Idle);
         assert!(rx.decoder.at_boundary());
     }
 }

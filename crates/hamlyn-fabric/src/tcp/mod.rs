@@ -1,6 +1,36 @@
 //! The TCP fabric: engines on different machines exchange packets over several TCP
 //! connections per peer ("rails"), striped packet by packet (DESIGN §2 "Fabrics").
 //!
+//! # Authenticated links
+//!
+//! Unless [`TcpConfig::danger_insecure`] is set, every connection first runs a Noise
+//! handshake ([`secure`]: `Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s`, the cluster secret
+//! [`TcpConfig::secret`] as the pre-shared key, fresh ephemeral keys on both sides), and
+//! then carries the whole frame stream below — HELLOs, membership queries and replies,
+//! packets, heartbeats — in ChaCha20-Poly1305 records with a counter nonce per direction.
+//! So nothing is read from a connection before its other end proved it holds the secret;
+//! the node id, incarnation and session a dialer declares arrive in its first record,
+//! bound to that handshake; and a frame altered, injected, replayed or reordered on the
+//! way does not open. A connection that fails its handshake is closed as
+//! [`CloseReason::AuthFailed`] (a replayed handshake fails there too: the listener
+//! remembers the last 4,096 ephemeral keys it accepted and refuses a first message that
+//! repeats one before computing anything for it; an older replay's copied HELLO record
+//! would not open under the new keys), a record that fails after it as
+//! [`CloseReason::BadRecord`]; both are counted (`auth_failures`, `frames_refused` in
+//! the statistics). Links are always encrypted (Noise's transport is an AEAD; integrity
+//! alone would need a second construction outside Noise, save only the ChaCha20
+//! keystream, and leave slot keys in clear), so "integrity only" is this same setting.
+//! An insecure fabric and a secure one refuse each other. A fabric with neither a secret
+//! nor `danger_insecure` does not start.
+//!
+//! What a peer can make the fabric keep is bounded: at most
+//! [`TcpConfig::max_handshakes`] connections in their handshake (each holding one
+//! handshake message until it completes, closed after the peer timeout), at most
+//! [`TcpConfig::max_peers`] peers (a new node past it is refused as
+//! [`CloseReason::TooManyPeers`]), and a peer learned only because it dialed in is
+//! forgotten a peer timeout after it went down. Violations are logged at the 1st, 2nd,
+//! 4th, ... close of each reason, and every one is counted.
+//!
 //! # Connections and the handshake
 //!
 //! - **Who dials.** Of two nodes, the one with the lower id dials the higher one, each
@@ -13,9 +43,10 @@
 //!   ([`frame::Hello`]: an `Op::Hello` header with `src`/`dst`, `word` = incarnation,
 //!   `key` = session number, `slot` = rail index, `offset` = rail count). The acceptor
 //!   checks it and answers on the same connection with its own HELLO echoing session and
-//!   rail. The rail count is the dialer's. A side announces [`PeerEvent::Up`] (with the
-//!   peer's incarnation) once *all* rails of the session completed their handshake;
-//!   until then nothing but HELLOs is read from them.
+//!   rail (on a secure fabric both HELLOs travel in records, after the Noise
+//!   handshake). The rail count is the dialer's. A side announces [`PeerEvent::Up`]
+//!   (with the peer's incarnation) once *all* rails of the session completed their
+//!   handshake; until then nothing but HELLOs is read from them.
 //! - **Rejections.** A connection whose HELLO names an unknown node (when not learning),
 //!   a node that should not dial us, another destination, an older incarnation or an
 //!   older session, a taken rail or a malformed rail count is closed with a
@@ -105,6 +136,8 @@
 
 mod conn;
 pub mod frame;
+pub mod secret;
+pub mod secure;
 pub mod stats;
 mod tx;
 
@@ -123,14 +156,20 @@ use mio::{Events, Interest, Poll, Token};
 use crate::fabric::{check_send, Fabric, FabricError, PacketSink, PeerEvent, SharedBytes};
 use conn::{Conn, Phase, Role, Rx, RxCounts, RxCtx, RxStop};
 use frame::{heartbeat, join_reply, Hello, JoinQuery, MAX_JOIN_MEMBERS, MAX_RAILS};
-use tx::{Pieces, TxQueue, HOLD_PACKET};
+use secure::{Link, ReplayGuard};
+use tx::{Pieces, Sent, TxQueue, HOLD_BYTES, HOLD_PACKET};
 
+pub use secret::{ClusterSecret, SecretError};
 pub use stats::{CloseCounts, CloseReason, PeerStats, RailStats, TcpStats};
 
 /// In busy-poll mode, the poller is consulted once every this many polls.
 pub const BUSY_POLL_EVENTS_EVERY: u64 = 16;
 
 const LISTENER: Token = Token(0);
+
+/// First handshake messages whose ephemeral keys a listener remembers, to refuse their
+/// replays before any Diffie-Hellman (32 bytes each, twice).
+const REPLAY_MEMORY: usize = 4096;
 
 /// Configuration of one node's TCP fabric.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -167,13 +206,25 @@ pub struct TcpConfig {
     pub learn_peers: bool,
     /// Most accepted connections waiting for their HELLO at once; more are closed.
     pub max_handshakes: usize,
+    /// The cluster secret: every link proves both ends hold it and is integrity-protected
+    /// and encrypted under keys derived from it ([`secure`]). A fabric with neither a
+    /// secret nor [`TcpConfig::danger_insecure`] refuses to start.
+    pub secret: Option<ClusterSecret>,
+    /// Links in clear and unauthenticated: anyone who reaches the listener can claim to
+    /// be any node, read and forge its traffic. For a physically secure network only;
+    /// such a node and a secure one refuse each other.
+    pub danger_insecure: bool,
+    /// Most peers the table holds; a HELLO or membership query from an unknown node
+    /// past it is refused ([`CloseReason::TooManyPeers`]).
+    pub max_peers: usize,
 }
 
 impl TcpConfig {
     /// A configuration with defaults: incarnation 1, no peers, 2 rails, no busy poll,
     /// heartbeat every 500 ms, peer timeout 3 s, reconnect every 250 ms, 4 MiB queued
     /// per peer, 16 MiB payloads, small packets held up to 20 µs, learning peers, 64
-    /// pending handshakes.
+    /// pending handshakes, at most 4,096 peers, and no secret yet: set
+    /// [`TcpConfig::secret`] (or, knowingly, [`TcpConfig::danger_insecure`]).
     pub fn new(node: NodeId, listen: SocketAddr) -> TcpConfig {
         TcpConfig {
             node,
@@ -190,6 +241,9 @@ impl TcpConfig {
             hold: Duration::from_micros(20),
             learn_peers: true,
             max_handshakes: 64,
+            secret: None,
+            danger_insecure: false,
+            max_peers: 4096,
         }
     }
 }
@@ -275,6 +329,9 @@ struct Peer {
     next_session: u64,
     /// Next rail for round robin.
     rr: usize,
+    /// When it was last announced Down (a learned peer is forgotten a peer timeout
+    /// later).
+    down_since: Option<Instant>,
     stats: PeerStats,
 }
 
@@ -291,6 +348,7 @@ impl Peer {
             since: None,
             next_session: 0,
             rr: 0,
+            down_since: None,
             stats: PeerStats::default(),
         }
     }
@@ -336,6 +394,8 @@ pub struct TcpFabric {
     next_ask: Instant,
     shut: bool,
     stats: TcpStats,
+    /// Ephemeral keys of the last first handshake messages the listener accepted.
+    replay: ReplayGuard,
 }
 
 impl std::fmt::Debug for TcpFabric {
@@ -361,6 +421,20 @@ impl TcpFabric {
             || config.reconnect_interval.is_zero()
         {
             return Err(TcpError::Config("intervals and timeouts must be positive"));
+        }
+        match (&config.secret, config.danger_insecure) {
+            (None, false) => return Err(TcpError::Config(
+                "no cluster secret: links must be authenticated (or, knowingly, danger_insecure)",
+            )),
+            (Some(_), true) => {
+                return Err(TcpError::Config(
+                    "a cluster secret and danger_insecure: choose one",
+                ))
+            }
+            _ => {}
+        }
+        if config.max_peers == 0 {
+            return Err(TcpError::Config("max_peers must be positive"));
         }
         let poll = Poll::new().map_err(TcpError::Poll)?;
         let mut listener = TcpListener::bind(config.listen).map_err(|source| TcpError::Bind {
@@ -402,6 +476,7 @@ impl TcpFabric {
             next_ask: Instant(0),
             shut: false,
             stats: TcpStats::default(),
+            replay: ReplayGuard::new(REPLAY_MEMORY),
             config: config.clone(),
         };
         for (node, addr) in config.peers {
@@ -454,7 +529,7 @@ impl TcpFabric {
                 tracing::warn!(node = %me, "join: too many members, not asking the rest");
                 break;
             }
-            match join(addr, me, port, timeout) {
+            match join(addr, me, port, timeout, self.config.secret.as_ref()) {
                 Ok(members) => {
                     seed_answered |= node.is_none();
                     if let Some(&(n, _)) = members.first() {
@@ -522,11 +597,7 @@ impl TcpFabric {
     /// must wake by then.
     pub fn next_timer(&self) -> Instant {
         // Packets held to share a write must not wait past their hold time either.
-        let held = self
-            .conns
-            .iter()
-            .flatten()
-            .filter_map(|c| c.tx.held_since());
+        let held = self.conns.iter().flatten().filter_map(Conn::held_since);
         held.map(|t| t.plus_nanos(self.timing.hold))
             .fold(self.next_tick, std::cmp::min)
     }
@@ -560,7 +631,7 @@ impl TcpFabric {
         !self.out.is_empty()
             || self.listener_ready
             || self.conns.iter().flatten().any(|c| {
-                c.rx.has_work()
+                c.rx_work()
                     && match c.phase {
                         Phase::Connecting | Phase::Answered => false,
                         Phase::AwaitHello | Phase::AwaitReply => true,
@@ -586,6 +657,14 @@ impl TcpFabric {
             p.session = None;
         }
         self.shut = true;
+    }
+
+    /// The secret links use (`None`: `danger_insecure`).
+    fn secret(&self) -> Option<&ClusterSecret> {
+        self.config
+            .secret
+            .as_ref()
+            .filter(|_| !self.config.danger_insecure)
     }
 
     fn conn(&self, i: usize) -> Option<&Conn> {
@@ -637,10 +716,13 @@ impl TcpFabric {
             return;
         };
         let (peer, addr, rail) = (conn.peer, conn.addr, conn.rail);
-        if reason.is_violation() {
+        // Violations are logged at the 1st, 2nd, 4th, 8th ... of each reason, so a flood
+        // of bad connections costs a log line per doubling (every one is counted).
+        let nth = self.stats.closes.get(reason) + 1;
+        if reason.is_violation() && nth.is_power_of_two() {
             tracing::warn!(
-                node = %self.config.node, peer = ?peer, %addr, rail, %reason, detail,
-                "tcp fabric: closing connection"
+                node = %self.config.node, peer = ?peer, %addr, rail, %reason, detail, nth,
+                "tcp fabric: closing connection (logged at powers of two of each reason)"
             );
         } else {
             tracing::debug!(
@@ -674,6 +756,7 @@ impl TcpFabric {
         };
         if session.up {
             peer.state = PeerState::Down;
+            peer.down_since = Some(now);
             peer.stats.downs += 1;
             self.out.push_back(PeerEvent::Down { node });
             tracing::info!(node = %self.config.node, peer = %node, %reason, "tcp fabric: peer down");
@@ -724,12 +807,25 @@ impl TcpFabric {
                         .filter(|c| matches!(c.phase, Phase::AwaitHello | Phase::Answered))
                         .count();
                     if waiting >= self.config.max_handshakes {
-                        tracing::warn!(node = %self.config.node, %addr, "tcp fabric: too many handshakes, refusing connection");
+                        let nth = self.stats.closes.get(CloseReason::TooManyHandshakes) + 1;
+                        if nth.is_power_of_two() {
+                            tracing::warn!(node = %self.config.node, %addr, nth, "tcp fabric: too many handshakes, refusing connection (logged at powers of two)");
+                        }
                         self.stats.closes.add(CloseReason::TooManyHandshakes);
                         continue;
                     }
                     let _ = stream.set_nodelay(true);
-                    let conn = self.new_conn(stream, addr, Role::Acceptor, None, 0, now);
+                    let mut conn = self.new_conn(stream, addr, Role::Acceptor, None, 0, now);
+                    if let Some(secret) = self.secret() {
+                        match Link::acceptor(secret) {
+                            Ok(link) => conn.link = Some(link),
+                            Err(e) => {
+                                tracing::warn!(node = %self.config.node, %addr, error = %e, "tcp fabric: cannot set up a secure link");
+                                self.stats.closes.add(CloseReason::Io);
+                                continue;
+                            }
+                        }
+                    }
                     if let Err(e) = self.insert_conn(conn) {
                         tracing::warn!(node = %self.config.node, %addr, error = %e, "tcp fabric: cannot register connection");
                         self.stats.closes.add(CloseReason::Io);
@@ -767,6 +863,7 @@ impl TcpFabric {
             addr,
             rx: Rx::new(self.config.max_payload),
             tx: TxQueue::default(),
+            link: None,
             writable: false,
             opened: now,
             last_rx: now,
@@ -851,22 +948,28 @@ impl TcpFabric {
                 Ok(true) => {
                     let _ = conn.stream.set_nodelay(true);
                     conn.phase = Phase::AwaitReply;
-                    let (Some(peer), rail) = (conn.peer, conn.rail) else {
-                        continue;
-                    };
-                    let Some(session) = self.peers.get(&peer).and_then(|p| p.session.as_ref())
+                    let Some(secret) = self
+                        .config
+                        .secret
+                        .as_ref()
+                        .filter(|_| !self.config.danger_insecure)
                     else {
+                        self.send_hello(i, now);
                         continue;
                     };
-                    let hello = Hello {
-                        from: self.config.node,
-                        to: peer,
-                        incarnation: self.config.incarnation,
-                        session: session.id,
-                        rail: rail as u32,
-                        rails: session.rails.len() as u32,
-                    };
-                    self.send_control(i, &hello.to_header(), now);
+                    // The Noise handshake first; the HELLO goes in the first record.
+                    match Link::dialer(secret) {
+                        Ok((link, first)) => {
+                            if let Some(conn) = self.conn_mut(i) {
+                                conn.link = Some(link);
+                            }
+                            self.send_bytes(i, &first, false, now);
+                        }
+                        Err(e) => {
+                            let detail = e.to_string();
+                            self.fail_conn(i, CloseReason::Io, &detail, now);
+                        }
+                    }
                 }
                 Err(e) => {
                     let detail = e.to_string();
@@ -876,30 +979,100 @@ impl TcpFabric {
         }
     }
 
-    /// Queues and flushes a control header (HELLO, heartbeat) on connection `i`.
-    fn send_control(&mut self, i: usize, h: &Header, now: Instant) {
-        let Some(conn) = self.conn_mut(i) else {
+    /// Sends the dialer's HELLO on connection `i` (its connect, and on a secure fabric
+    /// its Noise handshake, completed).
+    fn send_hello(&mut self, i: usize, now: Instant) {
+        let Some(conn) = self.conn(i) else {
             return;
         };
-        let bytes = h.to_bytes();
-        conn.tx.push(&Pieces::new([&bytes, &[], &[]], &[]), 0);
+        let (Some(peer), rail) = (conn.peer, conn.rail) else {
+            return;
+        };
+        let Some(session) = self.peers.get(&peer).and_then(|p| p.session.as_ref()) else {
+            return;
+        };
+        let hello = Hello {
+            from: self.config.node,
+            to: peer,
+            incarnation: self.config.incarnation,
+            session: session.id,
+            rail: rail as u32,
+            rails: session.rails.len() as u32,
+        };
+        self.send_control(i, &hello.to_header(), now);
+    }
+
+    /// The Noise handshake of connection `i` completed: an acceptor sends its reply
+    /// (and then waits for the HELLO record), a dialer its HELLO.
+    fn on_secured(&mut self, i: usize, now: Instant) {
+        let Some(conn) = self.conn(i) else {
+            return;
+        };
+        match conn.role {
+            Role::Acceptor => {
+                let reply = conn
+                    .link
+                    .as_ref()
+                    .map(|l| l.handshake_reply().to_vec())
+                    .unwrap_or_default();
+                self.send_bytes(i, &reply, false, now);
+            }
+            Role::Dialer => self.send_hello(i, now),
+        }
+    }
+
+    /// Queues and flushes `bytes` on connection `i`, sealed in a record if `seal` and
+    /// the connection has a link (handshake messages go unsealed). Returns false if
+    /// the connection failed (and was closed).
+    fn send_bytes(&mut self, i: usize, bytes: &[u8], seal: bool, now: Instant) -> bool {
+        self.send_pieces(i, &Pieces::new([bytes, &[], &[]], &[]), seal, now)
+    }
+
+    fn send_pieces(&mut self, i: usize, pieces: &Pieces<'_>, seal: bool, now: Instant) -> bool {
+        let Some(conn) = self.conn_mut(i) else {
+            return false;
+        };
+        match conn.link.as_mut().filter(|_| seal) {
+            Some(link) => match link.seal(pieces) {
+                Ok(sealed) => conn.tx.push(&Pieces::new([sealed, &[], &[]], &[]), 0),
+                Err(e) => {
+                    let detail = e.to_string();
+                    self.fail_conn(i, CloseReason::Io, &detail, now);
+                    return false;
+                }
+            },
+            None => conn.tx.push(pieces, 0),
+        }
         conn.last_tx = now;
-        let (peer, rail) = (conn.peer, conn.rail);
         match conn.tx.flush(&mut conn.stream) {
             Ok(_) => {
                 if !conn.tx.is_empty() {
                     conn.writable = false;
                 }
-                if let Some(p) = peer.and_then(|p| self.peers.get_mut(&p)) {
-                    let r = p.stats.rail(rail);
-                    r.packets_sent += 1;
-                    r.bytes_sent += HEADER_LEN as u64;
-                }
+                true
             }
             Err(e) => {
                 let detail = e.to_string();
                 self.fail_conn(i, CloseReason::Io, &detail, now);
+                false
             }
+        }
+    }
+
+    /// Queues and flushes a control header (HELLO, heartbeat) on connection `i`.
+    fn send_control(&mut self, i: usize, h: &Header, now: Instant) {
+        let bytes = h.to_bytes();
+        if !self.send_bytes(i, &bytes, true, now) {
+            return;
+        }
+        let Some(conn) = self.conn(i) else {
+            return;
+        };
+        let (peer, rail) = (conn.peer, conn.rail);
+        if let Some(p) = peer.and_then(|p| self.peers.get_mut(&p)) {
+            let r = p.stats.rail(rail);
+            r.packets_sent += 1;
+            r.bytes_sent += HEADER_LEN as u64;
         }
     }
 
@@ -962,6 +1135,9 @@ impl TcpFabric {
                 .take(MAX_JOIN_MEMBERS - 1),
         );
         let known = self.peers.contains_key(&q.from);
+        if !known && q.listen_port != 0 && self.peers.len() >= self.config.max_peers {
+            return self.fail_conn(i, CloseReason::TooManyPeers, "peer table full", now);
+        }
         if q.listen_port != 0 && (known || self.config.learn_peers) {
             let addr = SocketAddr::new(remote.ip(), q.listen_port);
             if self.add_peer(q.from, addr).is_ok() && !known {
@@ -978,18 +1154,11 @@ impl TcpFabric {
         };
         conn.phase = Phase::Answered;
         let hdr = reply.to_bytes();
-        conn.tx.push(
-            &Pieces::new([&hdr, &[], &[]], &[SharedBytes::from(&payload[..])]),
-            0,
-        );
-        conn.last_tx = now;
-        match conn.tx.flush(&mut conn.stream) {
-            Ok(_) if conn.tx.is_empty() => self.close_conn(i, CloseReason::JoinAnswered),
-            Ok(_) => conn.writable = false,
-            Err(e) => {
-                let detail = e.to_string();
-                self.fail_conn(i, CloseReason::Io, &detail, now);
-            }
+        let body = [SharedBytes::from(&payload[..])];
+        let pieces = Pieces::new([&hdr, &[], &[]], &body);
+        if self.send_pieces(i, &pieces, true, now) && self.conn(i).is_some_and(|c| c.tx.is_empty())
+        {
+            self.close_conn(i, CloseReason::JoinAnswered);
         }
     }
 
@@ -1011,6 +1180,14 @@ impl TcpFabric {
             )
         } else if !self.peers.contains_key(&from) && !self.config.learn_peers {
             refuse(CloseReason::UnknownNode, format!("{from} is not a peer"))
+        } else if !self.peers.contains_key(&from) && self.peers.len() >= self.config.max_peers {
+            refuse(
+                CloseReason::TooManyPeers,
+                format!(
+                    "{from} would make more than {} peers",
+                    self.config.max_peers
+                ),
+            )
         } else {
             None
         };
@@ -1188,6 +1365,7 @@ impl TcpFabric {
         s.up = true;
         peer.known_incarnation = Some(incarnation);
         peer.state = PeerState::Up { incarnation };
+        peer.down_since = None;
         peer.stats.ups += 1;
         peer.rr = 0;
         self.out.push_back(PeerEvent::Up { node, incarnation });
@@ -1205,15 +1383,24 @@ impl TcpFabric {
             let Some(conn) = self.conn_mut(i) else {
                 continue;
             };
-            if conn.phase == Phase::Connecting || !conn.writable || conn.tx.is_empty() {
+            if conn.phase == Phase::Connecting || !conn.writable {
                 continue;
             }
-            if keep_holding
-                && conn
-                    .tx
-                    .held_since()
-                    .is_some_and(|t| now.nanos_since(t) < hold)
-            {
+            if keep_holding && conn.held_since().is_some_and(|t| now.nanos_since(t) < hold) {
+                continue;
+            }
+            // Frames a link holds as plaintext are sealed into the queue, in one record.
+            if let Some(link) = conn.link.as_mut().filter(|l| l.held() > 0) {
+                match link.seal(&Pieces::new([&[], &[], &[]], &[])) {
+                    Ok(sealed) => conn.tx.push(&Pieces::new([sealed, &[], &[]], &[]), 0),
+                    Err(e) => {
+                        let detail = e.to_string();
+                        self.fail_conn(i, CloseReason::Io, &detail, now);
+                        continue;
+                    }
+                }
+            }
+            if conn.tx.is_empty() {
                 continue;
             }
             match conn.tx.flush(&mut conn.stream) {
@@ -1250,8 +1437,7 @@ impl TcpFabric {
                 let Some(mut conn) = self.conns.get_mut(i).and_then(Option::take) else {
                     break;
                 };
-                if matches!(conn.phase, Phase::Connecting | Phase::Answered) || !conn.rx.has_work()
-                {
+                if matches!(conn.phase, Phase::Connecting | Phase::Answered) || !conn.rx_work() {
                     self.conns[i] = Some(conn);
                     break;
                 }
@@ -1270,8 +1456,11 @@ impl TcpFabric {
                     events: &mut self.out,
                     budget: &mut *budget,
                     counts: &mut counts,
+                    replay: Some(&mut self.replay),
                 };
-                let stop = conn.rx.pump(&mut conn.stream, sink, &mut ctx);
+                let stop = conn
+                    .rx
+                    .pump(&mut conn.stream, conn.link.as_mut(), sink, &mut ctx);
                 if std::mem::take(&mut conn.rx.got_bytes) {
                     conn.last_rx = now;
                 }
@@ -1288,6 +1477,10 @@ impl TcpFabric {
                 match stop {
                     RxStop::Hello(h) => {
                         self.on_hello(i, &h, now);
+                        continue;
+                    }
+                    RxStop::Secured => {
+                        self.on_secured(i, now);
                         continue;
                     }
                     RxStop::Close(reason, detail) => self.fail_conn(i, reason, &detail, now),
@@ -1323,9 +1516,26 @@ impl TcpFabric {
             let since = *peer.since.get_or_insert(now);
             if peer.state == PeerState::Connecting && now.nanos_since(since) >= t.timeout {
                 peer.state = PeerState::Down;
+                peer.down_since = Some(now);
                 peer.stats.downs += 1;
                 self.out.push_back(PeerEvent::Down { node });
                 tracing::info!(node = %self.config.node, peer = %node, "tcp fabric: peer never came up");
+            }
+            // A peer learned only because it dialed us (no address of ours to dial it
+            // back), down for a peer timeout, is forgotten: a node id that stops dialing
+            // costs nothing after that. It is learned again if it dials again.
+            let forget = peer.addr.is_none()
+                && !peer.dial
+                && peer.session.is_none()
+                && peer.state == PeerState::Down
+                && peer
+                    .down_since
+                    .is_some_and(|d| now.nanos_since(d) >= t.timeout);
+            if forget {
+                self.peers.remove(&node);
+                self.stats.peers_forgotten += 1;
+                tracing::debug!(node = %self.config.node, peer = %node, "tcp fabric: forgot a learned peer that stayed down");
+                continue;
             }
             let Some(session) = peer.session.as_ref() else {
                 if peer.dial && peer.addr.is_some() && now >= peer.next_dial {
@@ -1348,7 +1558,7 @@ impl TcpFabric {
                     continue;
                 };
                 // Unread bytes (a poll whose budget ran out) count as life.
-                if now.nanos_since(conn.last_rx) >= t.timeout && !conn.rx.has_work() {
+                if now.nanos_since(conn.last_rx) >= t.timeout && !conn.rx_work() {
                     dead = Some(i);
                     break;
                 }
@@ -1366,6 +1576,12 @@ impl TcpFabric {
                 continue;
             }
             let hb = heartbeat(self.config.node, node, self.config.incarnation);
+            for &i in &beats {
+                // Idle: a link gives back what a very large frame made it hold.
+                if let Some(link) = self.conn_mut(i).and_then(|c| c.link.as_mut()) {
+                    link.trim();
+                }
+            }
             for i in beats {
                 self.send_control(i, &hb, now);
                 if let Some(p) = self.peers.get_mut(&node) {
@@ -1435,12 +1651,12 @@ impl TcpFabric {
             else {
                 continue;
             };
-            let q = c.tx.len();
+            let q = c.tx.len() + c.link.as_ref().map_or(0, Link::held);
             queued += q;
             if q == 0 && empty.is_none() {
                 empty = Some(rail);
             }
-            if holding.is_none() && c.writable && c.tx.held_since().is_some() {
+            if holding.is_none() && c.writable && c.held_since().is_some() {
                 holding = Some(rail);
             }
             if best.is_none_or(|(bq, _)| q < bq) {
@@ -1469,10 +1685,34 @@ impl TcpFabric {
             return Err(FabricError::PeerDown(node));
         };
         let hdr = header.to_bytes();
-        match conn
-            .tx
-            .send(&mut conn.stream, [&hdr, meta], payload, conn.writable, hold)
-        {
+        let sent = match conn.link.as_mut() {
+            None => conn
+                .tx
+                .send(&mut conn.stream, [&hdr, meta], payload, conn.writable, hold),
+            // A small frame of a stream is held as plaintext, to be sealed with the
+            // ones after it in one record; any other is sealed now, behind what is held.
+            Some(link) => {
+                let packet = Pieces::new([&hdr, meta, &[]], payload);
+                match hold {
+                    Some(now) if conn.writable && link.held() + pkt_len < HOLD_BYTES => {
+                        link.hold(&packet, now);
+                        Ok(Sent {
+                            writable: true,
+                            queued: 0,
+                            held: true,
+                        })
+                    }
+                    _ => match link.seal(&packet) {
+                        Ok(sealed) => {
+                            conn.tx
+                                .send(&mut conn.stream, [sealed, &[]], &[], conn.writable, None)
+                        }
+                        Err(e) => Err(io::Error::other(e)),
+                    },
+                }
+            }
+        };
+        match sent {
             Ok(sent) => {
                 conn.writable = sent.writable;
                 peer.stats.bytes_queued += sent.queued as u64;
@@ -1512,7 +1752,10 @@ impl Fabric for TcpFabric {
     }
 
     fn fabric_stats(&self) -> Option<FabricStats> {
-        Some(FabricStats::Tcp(self.stats.counters(self.config.rails)))
+        Some(FabricStats::Tcp(
+            self.stats
+                .counters(self.config.rails, self.secret().is_some()),
+        ))
     }
 
     fn link_stats(&self) -> Vec<(NodeId, LinkStats)> {
@@ -1648,12 +1891,15 @@ const _: fn() = || {
 /// the port it listens on (the member adds it as a peer at the connection's source
 /// address with that port; 0 asks without being added). Blocking, with `timeout` for the
 /// connect and for each read and write; the reply is at most
-/// [`frame::MAX_JOIN_MEMBERS`] entries.
+/// [`frame::MAX_JOIN_MEMBERS`] entries. With a `secret` the query and the reply travel
+/// over an authenticated link ([`secure`]), as every member's listener requires unless
+/// it runs `danger_insecure` (then pass `None`).
 pub fn join(
     addr: SocketAddr,
     me: NodeId,
     listen_port: u16,
     timeout: Duration,
+    secret: Option<&ClusterSecret>,
 ) -> Result<Vec<(NodeId, SocketAddr)>, TcpError> {
     use std::io::{Read, Write};
     let fail = |reason: String| TcpError::Join { addr, reason };
@@ -1670,19 +1916,74 @@ pub fn join(
         from: me,
         listen_port,
     };
-    s.write_all(&query.to_header().to_bytes())
-        .map_err(|e| io("send", e))?;
-    let mut hdr = [0u8; HEADER_LEN];
-    s.read_exact(&mut hdr).map_err(|e| io("reply", e))?;
-    let h = Header::parse(&hdr).map_err(|e| fail(format!("reply header: {e}")))?;
-    frame::check_join_reply(&h, me).map_err(|e| fail(e.to_string()))?;
-    let mut payload = vec![0u8; h.payload_len as usize];
-    s.read_exact(&mut payload).map_err(|e| io("reply", e))?;
+    let query = query.to_header().to_bytes();
+    let (h, payload) = match secret {
+        None => {
+            s.write_all(&query).map_err(|e| io("send", e))?;
+            let mut hdr = [0u8; HEADER_LEN];
+            s.read_exact(&mut hdr).map_err(|e| io("reply", e))?;
+            let h = Header::parse(&hdr).map_err(|e| fail(format!("reply header: {e}")))?;
+            frame::check_join_reply(&h, me).map_err(|e| fail(e.to_string()))?;
+            let mut payload = vec![0u8; h.payload_len as usize];
+            s.read_exact(&mut payload).map_err(|e| io("reply", e))?;
+            (h, payload)
+        }
+        Some(secret) => join_secure(&mut s, secret, &query, me).map_err(fail)?,
+    };
     let members = frame::decode_members(&payload).map_err(|e| fail(e.to_string()))?;
     if members.first().map(|m| m.0) != Some(h.src) {
         return Err(fail(format!("{} does not list itself first", h.src)));
     }
     Ok(members)
+}
+
+/// The secure half of [`join`]: the Noise handshake, the query in a record, and the
+/// reply read from records until its header and payload are whole.
+fn join_secure(
+    s: &mut std::net::TcpStream,
+    secret: &ClusterSecret,
+    query: &[u8],
+    me: NodeId,
+) -> Result<(Header, Vec<u8>), String> {
+    use secure::Opened;
+    use std::io::{Read, Write};
+    let (mut link, first) = Link::dialer(secret).map_err(|e| e.to_string())?;
+    s.write_all(&first).map_err(|e| format!("send: {e}"))?;
+    let mut plain = vec![0u8; secure::MAX_PLAIN];
+    let mut got = Vec::new();
+    let mut header: Option<Header> = None;
+    let mut secured = false;
+    loop {
+        match link.open(&mut plain).map_err(|e| format!("reply: {e}"))? {
+            Opened::Secured if !secured => {
+                secured = true;
+                let sealed = link.seal_bytes(query).map_err(|e| e.to_string())?;
+                s.write_all(sealed).map_err(|e| format!("send: {e}"))?;
+                continue;
+            }
+            Opened::Plain(n) if secured => got.extend_from_slice(&plain[..n]),
+            Opened::NeedMore => {
+                let n = s.read(link.read_buf()).map_err(|e| format!("reply: {e}"))?;
+                if n == 0 {
+                    return Err("reply: end of stream".into());
+                }
+                link.filled(n);
+            }
+            other => return Err(format!("reply: unexpected {other:?}")),
+        }
+        if header.is_none() && got.len() >= HEADER_LEN {
+            let h = Header::parse(&got[..HEADER_LEN]).map_err(|e| format!("reply header: {e}"))?;
+            frame::check_join_reply(&h, me).map_err(|e| e.to_string())?;
+            header = Some(h);
+        }
+        if let Some(h) = header {
+            let total = HEADER_LEN + h.payload_len as usize;
+            if got.len() >= total {
+                got.truncate(total);
+                return Ok((h, got.split_off(HEADER_LEN)));
+            }
+        }
+    }
 }
 
 /// A monotonic clock that gives the `now` the fabric wants: nanoseconds since it was
@@ -1710,12 +2011,22 @@ impl Default for Clock {
 
 /// `nodes` fabrics in one process, with ids `0..nodes`, on 127.0.0.1 and ephemeral ports,
 /// each knowing every other's address; `config` gives every other setting (its `node`,
-/// `listen` and `peers` are replaced). Nothing connects until the fabrics are polled.
+/// `listen` and `peers` are replaced). A `config` with neither a secret nor
+/// `danger_insecure` gets a fresh random secret the fabrics share (they are one cluster,
+/// made in one place; nothing is read from or written to a secret file). Nothing
+/// connects until the fabrics are polled.
 ///
 /// Public API, not only a test helper: `hamlyn bench` runs its in-process TCP engines
 /// over it, and tests of the fabric and the engine use it.
 pub fn tcp_cluster(nodes: usize, config: &TcpConfig) -> Result<Vec<TcpFabric>, TcpError> {
     let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+    let mut config = config.clone();
+    if config.secret.is_none() && !config.danger_insecure {
+        config.secret = Some(
+            ClusterSecret::generate()
+                .map_err(|_| TcpError::Config("no random bytes for the cluster's secret"))?,
+        );
+    }
     let mut fabrics = Vec::with_capacity(nodes);
     for i in 0..nodes {
         let mut c = config.clone();

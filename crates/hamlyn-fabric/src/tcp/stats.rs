@@ -67,11 +67,21 @@ pub enum CloseReason {
     JoinAnswered,
     /// This fabric was shut down.
     Shutdown,
+    /// The other end did not prove it holds the cluster secret: its handshake message
+    /// was malformed or did not authenticate (a wrong secret, a `danger_insecure` node,
+    /// garbage), or its first record did not open (a replayed handshake).
+    AuthFailed,
+    /// A record of an authenticated connection did not open: a frame altered,
+    /// injected, replayed or reordered on the way.
+    BadRecord,
+    /// A HELLO from a node the fabric does not know would take the peer table past
+    /// [`crate::tcp::TcpConfig::max_peers`].
+    TooManyPeers,
 }
 
 impl CloseReason {
     /// Every reason, in declaration order.
-    pub const ALL: [CloseReason; 27] = [
+    pub const ALL: [CloseReason; 30] = [
         CloseReason::BadMagic,
         CloseReason::BadVersion,
         CloseReason::BadHeader,
@@ -99,6 +109,9 @@ impl CloseReason {
         CloseReason::Superseded,
         CloseReason::JoinAnswered,
         CloseReason::Shutdown,
+        CloseReason::AuthFailed,
+        CloseReason::BadRecord,
+        CloseReason::TooManyPeers,
     ];
 
     fn index(self) -> usize {
@@ -117,6 +130,7 @@ impl CloseReason {
                 | CloseReason::Misaddressed
                 | CloseReason::UnexpectedHello
                 | CloseReason::ControlBody
+                | CloseReason::BadRecord
         )
     }
 
@@ -135,6 +149,8 @@ impl CloseReason {
                     | CloseReason::StaleIncarnation
                     | CloseReason::StaleSession
                     | CloseReason::DuplicateRail
+                    | CloseReason::AuthFailed
+                    | CloseReason::TooManyPeers
             )
     }
 }
@@ -286,17 +302,25 @@ pub struct TcpStats {
     pub dialed: u64,
     /// Closed connections by reason.
     pub closes: CloseCounts,
+    /// Learned peers (no address, they dialed us) removed from the peer table after a
+    /// peer timeout down.
+    pub peers_forgotten: u64,
 }
 
 impl TcpStats {
-    /// The statistics' view of these counters, for a fabric of `rails` rails per session.
-    pub fn counters(&self, rails: usize) -> TcpCounters {
+    /// The statistics' view of these counters, for a fabric of `rails` rails per session
+    /// whose links are `authenticated` or not.
+    pub fn counters(&self, rails: usize, authenticated: bool) -> TcpCounters {
         TcpCounters {
+            authenticated,
             rails: u32::try_from(rails).unwrap_or(u32::MAX),
             accepted: self.accepted,
             dialed: self.dialed,
             frame_errors: self.closes.frame_errors(),
             violations: self.closes.violations(),
+            auth_failures: self.closes.get(CloseReason::AuthFailed),
+            frames_refused: self.closes.get(CloseReason::BadRecord),
+            peers_forgotten: self.peers_forgotten,
             closes: self
                 .closes
                 .iter()

@@ -42,7 +42,7 @@ impl<'a> Pieces<'a> {
         Pieces { head, tail }
     }
 
-    fn iter(&self) -> impl Iterator<Item = SharedBytes<'a>> + '_ {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = SharedBytes<'a>> + '_ {
         self.head
             .iter()
             .map(|&h| SharedBytes::from(h))

@@ -1,0 +1,640 @@
+//! An authenticated, encrypted link: the Noise protocol (`snow`) over one TCP
+//! connection, sans-IO.
+//!
+//! The pattern is `Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s` with the cluster secret as the
+//! pre-shared key and a prologue naming this protocol: the dialer sends a fresh ephemeral
+//! key, the acceptor answers with its own, and only a party holding the secret can derive
+//! the session keys from the two. Both handshake messages are 64 bytes behind a
+//! big-endian `u16` length (the key, then [`HANDSHAKE_PAYLOAD`] and its tag); a length
+//! other than 64 is refused before any cryptography. The 66 bytes of the first message
+//! make a `danger_insecure` acceptor, which reads a 64-byte header, refuse it at once
+//! (bad magic) instead of waiting for its handshake timeout.
+//!
+//! After the handshake every byte of the fabric's frame stream travels in *records*: a
+//! big-endian `u16` length, then at most 65,535 bytes of ChaCha20-Poly1305 ciphertext
+//! with its 16-byte tag, each direction numbering its records with its own counter
+//! nonce. A record that does not authenticate (altered, injected, replayed, reordered or
+//! sealed under another key) is a [`LinkError::BadRecord`]; the fabric closes the
+//! connection. Records do not follow frame boundaries: they cut the plaintext stream
+//! wherever a write ends or 65,519 bytes are reached, and the frame decoder runs on what
+//! they open.
+//!
+//! A replayed handshake gets nowhere: the acceptor answers it with a new ephemeral key,
+//! so the session keys depend on an ephemeral private key only the original dialer had,
+//! and the first record the replayer sends (the dialer's HELLO, copied) fails to open.
+//! That is why the node id, incarnation and session a dialer declares travel in a
+//! record (the HELLO frame), never in the handshake's own messages. A [`ReplayGuard`]
+//! shared by a listener's links refuses a first message whose ephemeral key it has seen
+//! already, before the acceptor makes a key or computes anything for it: replaying a
+//! recorded handshake cannot make a node spend its Diffie-Hellman on the replayer.
+
+use std::collections::{HashSet, VecDeque};
+
+use hamlyn_core::Instant;
+use snow::{HandshakeState, TransportState};
+
+use super::secret::ClusterSecret;
+use super::tx::Pieces;
+use crate::fabric::SharedBytes;
+
+/// The Noise protocol name.
+pub const NOISE_PARAMS: &str = "Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s";
+
+/// Bound into the handshake hash: both ends must speak this protocol.
+const PROLOGUE: &[u8] = b"hamlyn tcp fabric, records v1";
+
+/// What each handshake message carries (authenticated; it names the protocol again).
+pub const HANDSHAKE_PAYLOAD: [u8; 16] = *b"hamlyn tcp v1\0\0\0";
+
+/// Bytes of each handshake message: an ephemeral key, [`HANDSHAKE_PAYLOAD`] and its tag.
+pub const HANDSHAKE_LEN: usize = 32 + HANDSHAKE_PAYLOAD.len() + 16;
+
+/// Bytes of a record's length prefix.
+pub const LEN_PREFIX: usize = 2;
+
+/// Bytes of an authentication tag.
+pub const TAG_LEN: usize = 16;
+
+/// Longest record (ciphertext and tag): Noise's message limit.
+pub const MAX_RECORD: usize = 65_535;
+
+/// Most plaintext bytes in one record.
+pub const MAX_PLAIN: usize = MAX_RECORD - TAG_LEN;
+
+/// Bytes of ciphertext a link buffers once secured: two of the longest records with
+/// their prefixes. Until then it holds one handshake message: a stranger who opens
+/// connections and never completes a handshake costs little each.
+const INBUF_LEN: usize = 2 * (LEN_PREFIX + MAX_RECORD);
+
+/// Why a link failed. Any of them closes the connection.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LinkError {
+    /// A handshake message has the wrong length (not a Hamlyn secure link, e.g. a
+    /// `--danger-insecure` node's plain HELLO).
+    #[error("handshake message of {0} bytes, not {HANDSHAKE_LEN}")]
+    HandshakeLength(usize),
+    /// A handshake message did not authenticate: the peer does not hold the cluster
+    /// secret, or the message was altered.
+    #[error("handshake refused: {0}")]
+    Handshake(String),
+    /// A record's length is impossible (shorter than a tag with one byte).
+    #[error("record of {0} bytes")]
+    RecordLength(usize),
+    /// A record did not authenticate (altered, injected, replayed or out of order).
+    #[error("record does not authenticate")]
+    BadRecord,
+    /// A first handshake message that authenticated but carries an ephemeral key the
+    /// listener has seen before: a recorded handshake, replayed.
+    #[error("replayed handshake (an ephemeral key seen before)")]
+    ReplayedHandshake,
+    /// A frame was to be sealed before the handshake completed, or after a failure.
+    #[error("link not established")]
+    NotEstablished,
+    /// The Noise library refused to set up or seal.
+    #[error("noise: {0}")]
+    Noise(String),
+}
+
+/// The ephemeral keys of the last first-handshake-messages a listener accepted, to
+/// refuse one that comes again (bounded: the oldest is forgotten first).
+#[derive(Debug)]
+pub struct ReplayGuard {
+    seen: HashSet<[u8; 32]>,
+    order: VecDeque<[u8; 32]>,
+    cap: usize,
+}
+
+impl ReplayGuard {
+    /// A guard remembering the last `cap` keys (at least 1).
+    pub fn new(cap: usize) -> ReplayGuard {
+        ReplayGuard {
+            seen: HashSet::new(),
+            order: VecDeque::new(),
+            cap: cap.max(1),
+        }
+    }
+
+    /// Whether `key` is new (and remembers it).
+    pub fn fresh(&mut self, key: [u8; 32]) -> bool {
+        if !self.seen.insert(key) {
+            return false;
+        }
+        self.order.push_back(key);
+        if self.order.len() > self.cap {
+            if let Some(old) = self.order.pop_front() {
+                self.seen.remove(&old);
+            }
+        }
+        true
+    }
+}
+
+/// What [`Link::open`] produced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Opened {
+    /// No complete message is buffered: read more.
+    NeedMore,
+    /// This many plaintext bytes were written at the start of the output.
+    Plain(usize),
+    /// The handshake just completed. An acceptor must send
+    /// [`Link::handshake_reply`] first; a dialer may now send its HELLO.
+    Secured,
+}
+
+enum State {
+    Handshake(Box<HandshakeState>),
+    Transport(Box<TransportState>),
+    Failed,
+}
+
+/// One connection's Noise state, its received ciphertext and its sealing buffers.
+pub struct Link {
+    state: State,
+    dialer: bool,
+    inbuf: Box<[u8]>,
+    in_start: usize,
+    in_end: usize,
+    /// One record's plaintext, gathered before it is sealed.
+    chunk: Vec<u8>,
+    /// Sealed bytes ready for the socket (or the acceptor's handshake reply).
+    sealed: Vec<u8>,
+    /// Plaintext of small frames held to share one record (and one write) with the
+    /// frames after them; sealed, in front of them, by the next [`Link::seal`].
+    held: Vec<u8>,
+    /// When the first held frame was held.
+    held_since: Option<Instant>,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link")
+            .field("dialer", &self.dialer)
+            .field("secured", &self.is_secured())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Length of the message at the start of `buffered`, prefix included, once the prefix
+/// is in.
+fn message_len(buffered: &[u8]) -> Option<usize> {
+    match buffered {
+        [hi, lo, ..] => Some(LEN_PREFIX + usize::from(u16::from_be_bytes([*hi, *lo]))),
+        _ => None,
+    }
+}
+
+fn noise(e: snow::Error) -> LinkError {
+    LinkError::Noise(e.to_string())
+}
+
+impl Link {
+    fn build(secret: &ClusterSecret, dialer: bool) -> Result<Link, LinkError> {
+        let params = NOISE_PARAMS.parse().map_err(noise)?;
+        let b = snow::Builder::new(params)
+            .psk(0, secret.as_bytes())
+            .map_err(noise)?
+            .prologue(PROLOGUE)
+            .map_err(noise)?;
+        let hs = if dialer {
+            b.build_initiator()
+        } else {
+            b.build_responder()
+        }
+        .map_err(noise)?;
+        Ok(Link {
+            state: State::Handshake(Box::new(hs)),
+            dialer,
+            inbuf: vec![0; LEN_PREFIX + HANDSHAKE_LEN].into_boxed_slice(),
+            in_start: 0,
+            in_end: 0,
+            chunk: Vec::new(),
+            sealed: Vec::new(),
+            held: Vec::new(),
+            held_since: None,
+        })
+    }
+
+    /// The dialer's side, and the first handshake message to send (with its prefix).
+    pub fn dialer(secret: &ClusterSecret) -> Result<(Link, Vec<u8>), LinkError> {
+        let mut link = Link::build(secret, true)?;
+        let State::Handshake(hs) = &mut link.state else {
+            return Err(LinkError::NotEstablished);
+        };
+        let mut msg = vec![0u8; LEN_PREFIX + HANDSHAKE_LEN];
+        let n = hs
+            .write_message(&HANDSHAKE_PAYLOAD, &mut msg[LEN_PREFIX..])
+            .map_err(noise)?;
+        if n != HANDSHAKE_LEN {
+            return Err(LinkError::HandshakeLength(n));
+        }
+        msg[..LEN_PREFIX].copy_from_slice(&(n as u16).to_be_bytes());
+        Ok((link, msg))
+    }
+
+    /// The acceptor's side: waits for the dialer's first message.
+    pub fn acceptor(secret: &ClusterSecret) -> Result<Link, LinkError> {
+        Link::build(secret, false)
+    }
+
+    /// Whether the handshake completed.
+    pub fn is_secured(&self) -> bool {
+        matches!(self.state, State::Transport(_))
+    }
+
+    /// Whether a whole message (handshake message or record) waits in the buffer.
+    pub fn has_message(&self) -> bool {
+        self.message_len().is_some_and(|n| self.buffered() >= n)
+    }
+
+    /// Whether part of a message is buffered (the stream would end inside it).
+    pub fn partial(&self) -> bool {
+        self.buffered() > 0
+    }
+
+    fn buffered(&self) -> usize {
+        self.in_end - self.in_start
+    }
+
+    /// Length of the buffered message with its prefix, once the prefix is in.
+    fn message_len(&self) -> Option<usize> {
+        message_len(&self.inbuf[self.in_start..self.in_end])
+    }
+
+    /// Free space to read ciphertext into (at least one longest record's worth once
+    /// [`Link::open`] said [`Opened::NeedMore`]).
+    pub fn read_buf(&mut self) -> &mut [u8] {
+        if self.in_start == self.in_end {
+            self.in_start = 0;
+            self.in_end = 0;
+        } else if self.in_start > 0 && self.inbuf.len() - self.in_end < LEN_PREFIX + MAX_RECORD {
+            self.inbuf.copy_within(self.in_start..self.in_end, 0);
+            self.in_end -= self.in_start;
+            self.in_start = 0;
+        }
+        &mut self.inbuf[self.in_end..]
+    }
+
+    /// `n` bytes were read into [`Link::read_buf`].
+    pub fn filled(&mut self, n: usize) {
+        self.in_end = (self.in_end + n).min(self.inbuf.len());
+    }
+
+    /// Appends ciphertext (tests and fuzzing; the fabric reads into
+    /// [`Link::read_buf`]). Returns how many bytes fit.
+    pub fn push(&mut self, bytes: &[u8]) -> usize {
+        let buf = self.read_buf();
+        let n = buf.len().min(bytes.len());
+        buf[..n].copy_from_slice(&bytes[..n]);
+        self.filled(n);
+        n
+    }
+
+    /// Processes buffered messages: during the handshake, the next handshake message;
+    /// after it, every whole record whose plaintext fits in `out` (at least one when
+    /// `out` holds [`MAX_PLAIN`] bytes), opened into `out`.
+    pub fn open(&mut self, out: &mut [u8]) -> Result<Opened, LinkError> {
+        self.open_guarded(out, None)
+    }
+
+    /// [`Link::open`], with an acceptor's first handshake message checked against
+    /// `guard` (after it authenticated, before the reply is made).
+    pub fn open_guarded(
+        &mut self,
+        out: &mut [u8],
+        guard: Option<&mut ReplayGuard>,
+    ) -> Result<Opened, LinkError> {
+        match self.open_inner(out, guard) {
+            Ok(o) => Ok(o),
+            Err(e) => {
+                self.state = State::Failed;
+                Err(e)
+            }
+        }
+    }
+
+    fn open_inner(
+        &mut self,
+        out: &mut [u8],
+        guard: Option<&mut ReplayGuard>,
+    ) -> Result<Opened, LinkError> {
+        let dialer = self.dialer;
+        match &mut self.state {
+            State::Failed => Err(LinkError::NotEstablished),
+            State::Handshake(hs) => {
+                let Some(len) = message_len(&self.inbuf[self.in_start..self.in_end]) else {
+                    return Ok(Opened::NeedMore);
+                };
+                if len != LEN_PREFIX + HANDSHAKE_LEN {
+                    return Err(LinkError::HandshakeLength(len - LEN_PREFIX));
+                }
+                if self.in_end - self.in_start < len {
+                    return Ok(Opened::NeedMore);
+                }
+                let msg = &self.inbuf[self.in_start + LEN_PREFIX..self.in_start + len];
+                let mut payload = [0u8; HANDSHAKE_LEN];
+                let n = hs
+                    .read_message(msg, &mut payload)
+                    .map_err(|e| LinkError::Handshake(e.to_string()))?;
+                if payload.get(..n) != Some(&HANDSHAKE_PAYLOAD[..]) {
+                    return Err(LinkError::Handshake("another protocol's payload".into()));
+                }
+                // The dialer's ephemeral key: the message's first 32 bytes, in clear.
+                if let (false, Some(guard), Some(e)) = (dialer, guard, msg.first_chunk::<32>()) {
+                    if !guard.fresh(*e) {
+                        return Err(LinkError::ReplayedHandshake);
+                    }
+                }
+                self.in_start += len;
+                if !dialer {
+                    let mut reply = [0u8; LEN_PREFIX + HANDSHAKE_LEN];
+                    let n = hs
+                        .write_message(&HANDSHAKE_PAYLOAD, &mut reply[LEN_PREFIX..])
+                        .map_err(noise)?;
+                    if n != HANDSHAKE_LEN {
+                        return Err(LinkError::HandshakeLength(n));
+                    }
+                    reply[..LEN_PREFIX].copy_from_slice(&(n as u16).to_be_bytes());
+                    self.sealed.clear();
+                    self.sealed.extend_from_slice(&reply);
+                }
+                if !hs.is_handshake_finished() {
+                    return Err(LinkError::Handshake("handshake not finished".into()));
+                }
+                let State::Handshake(hs) = std::mem::replace(&mut self.state, State::Failed) else {
+                    return Err(LinkError::NotEstablished);
+                };
+                let t = hs.into_transport_mode().map_err(noise)?;
+                self.state = State::Transport(Box::new(t));
+                let mut inbuf = vec![0; INBUF_LEN].into_boxed_slice();
+                let left = self.in_end - self.in_start;
+                inbuf[..left].copy_from_slice(&self.inbuf[self.in_start..self.in_end]);
+                self.inbuf = inbuf;
+                (self.in_start, self.in_end) = (0, left);
+                Ok(Opened::Secured)
+            }
+            State::Transport(t) => {
+                let mut produced = 0;
+                while let Some(len) = message_len(&self.inbuf[self.in_start..self.in_end]) {
+                    let body = len - LEN_PREFIX;
+                    if body <= TAG_LEN {
+                        return Err(LinkError::RecordLength(body));
+                    }
+                    if self.in_end - self.in_start < len || produced + body - TAG_LEN > out.len() {
+                        break;
+                    }
+                    let msg = &self.inbuf[self.in_start + LEN_PREFIX..self.in_start + len];
+                    let n = t
+                        .read_message(msg, &mut out[produced..])
+                        .map_err(|_| LinkError::BadRecord)?;
+                    produced += n;
+                    self.in_start += len;
+                }
+                Ok(if produced == 0 {
+                    Opened::NeedMore
+                } else {
+                    Opened::Plain(produced)
+                })
+            }
+        }
+    }
+
+    /// The acceptor's handshake reply, to send as soon as [`Link::open`] returned
+    /// [`Opened::Secured`] (empty for a dialer).
+    pub fn handshake_reply(&self) -> &[u8] {
+        if self.dialer {
+            &[]
+        } else {
+            &self.sealed
+        }
+    }
+
+    /// Holds a small frame's plaintext (a copy) to be sealed with the frames after it
+    /// in one record: a record per 8-byte message would cost a tag and a cipher call
+    /// each. The next [`Link::seal`] seals it first.
+    pub(crate) fn hold(&mut self, pieces: &Pieces<'_>, now: Instant) {
+        pieces.copy_from(0, &mut self.held);
+        self.held_since.get_or_insert(now);
+    }
+
+    /// Plaintext bytes held.
+    pub(crate) fn held(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Since when frames are held (`None`: nothing is).
+    pub(crate) fn held_since(&self) -> Option<Instant> {
+        self.held_since
+    }
+
+    /// Seals what is held, then `pieces`, into records and returns them (valid until the
+    /// next call). The buffers are reused, so a steady stream of small frames allocates
+    /// nothing.
+    pub(crate) fn seal(&mut self, pieces: &Pieces<'_>) -> Result<&[u8], LinkError> {
+        let Link {
+            state,
+            chunk,
+            sealed,
+            held,
+            held_since,
+            ..
+        } = self;
+        let State::Transport(t) = state else {
+            return Err(LinkError::NotEstablished);
+        };
+        sealed.clear();
+        {
+            let first = SharedBytes::from(&held[..]);
+            let mut pieces = std::iter::once(first)
+                .filter(|p| !p.is_empty())
+                .chain(pieces.iter());
+            let mut current = pieces.next();
+            loop {
+                // Gather up to one record's plaintext.
+                chunk.clear();
+                while chunk.len() < MAX_PLAIN {
+                    let Some(p) = current else {
+                        break;
+                    };
+                    let take = p.len().min(MAX_PLAIN - chunk.len());
+                    let at = chunk.len();
+                    chunk.resize(at + take, 0);
+                    p.copy_to(&mut chunk[at..]);
+                    current = if take == p.len() {
+                        pieces.next()
+                    } else {
+                        Some(p.tail(take))
+                    };
+                }
+                if chunk.is_empty() {
+                    break;
+                }
+                let at = sealed.len();
+                let body = chunk.len() + TAG_LEN;
+                sealed.resize(at + LEN_PREFIX + body, 0);
+                sealed[at..at + LEN_PREFIX].copy_from_slice(&(body as u16).to_be_bytes());
+                let n = t
+                    .write_message(chunk, &mut sealed[at + LEN_PREFIX..])
+                    .map_err(noise)?;
+                if n != body {
+                    return Err(LinkError::Noise(format!("sealed {n} bytes, not {body}")));
+                }
+            }
+        }
+        held.clear();
+        *held_since = None;
+        Ok(sealed)
+    }
+
+    /// Seals plain bytes (tests and fuzzing).
+    pub fn seal_bytes(&mut self, bytes: &[u8]) -> Result<&[u8], LinkError> {
+        self.seal(&Pieces::new([bytes, &[], &[]], &[]))
+    }
+
+    /// Gives back memory a very large frame made the sealing buffer take (the fabric
+    /// calls it on idle rails, not per frame, so a stream of large frames reuses it).
+    pub(crate) fn trim(&mut self) {
+        if self.sealed.capacity() > 1 << 20 {
+            self.sealed = Vec::new();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn pair(a: &ClusterSecret, b: &ClusterSecret) -> Result<(Link, Link), LinkError> {
+        let (mut d, first) = Link::dialer(a)?;
+        let mut acc = Link::acceptor(b)?;
+        acc.push(&first);
+        let mut out = vec![0; MAX_PLAIN];
+        assert_eq!(acc.open(&mut out)?, Opened::Secured);
+        d.push(acc.handshake_reply());
+        assert_eq!(d.open(&mut out)?, Opened::Secured);
+        Ok((d, acc))
+    }
+
+    fn secret(b: u8) -> ClusterSecret {
+        ClusterSecret::from_bytes([b; 32])
+    }
+
+    #[test]
+    fn records_round_trip_in_any_cut() {
+        let (mut d, mut a) = pair(&secret(1), &secret(1)).unwrap();
+        let big: Vec<u8> = (0..200_000u32).map(|i| (i * 7) as u8).collect();
+        let mut wire = d.seal_bytes(b"hello").unwrap().to_vec();
+        wire.extend_from_slice(d.seal_bytes(&big).unwrap());
+        let mut got = Vec::new();
+        let mut out = vec![0; MAX_PLAIN + 1];
+        for chunk in wire.chunks(1000) {
+            assert_eq!(a.push(chunk), chunk.len());
+            loop {
+                match a.open(&mut out).unwrap() {
+                    Opened::Plain(n) => got.extend_from_slice(&out[..n]),
+                    Opened::NeedMore => break,
+                    Opened::Secured => unreachable!(),
+                }
+            }
+        }
+        assert_eq!(&got[..5], b"hello");
+        assert_eq!(&got[5..], &big[..]);
+        assert!(!a.partial());
+    }
+
+    #[test]
+    fn held_frames_share_one_record_in_order() {
+        let (mut d, mut a) = pair(&secret(9), &secret(9)).unwrap();
+        let t = Instant(5);
+        for f in [&b"one "[..], b"two ", b"three "] {
+            d.hold(&Pieces::new([f, &[], &[]], &[]), t);
+        }
+        assert_eq!((d.held(), d.held_since()), (14, Some(t)));
+        let wire = d.seal_bytes(b"four").unwrap().to_vec();
+        assert_eq!(wire.len(), LEN_PREFIX + 18 + TAG_LEN, "one record");
+        assert_eq!((d.held(), d.held_since()), (0, None));
+        let mut out = vec![0; MAX_PLAIN];
+        a.push(&wire);
+        assert_eq!(a.open(&mut out), Ok(Opened::Plain(18)));
+        assert_eq!(&out[..18], b"one two three four");
+    }
+
+    #[test]
+    fn wrong_secret_fails_the_handshake() {
+        let (_, first) = Link::dialer(&secret(1)).unwrap();
+        let mut acc = Link::acceptor(&secret(2)).unwrap();
+        acc.push(&first);
+        assert!(matches!(
+            acc.open(&mut [0; 64]),
+            Err(LinkError::Handshake(_))
+        ));
+    }
+
+    #[test]
+    fn altered_replayed_and_plain_bytes_are_refused() {
+        let (mut d, mut a) = pair(&secret(3), &secret(3)).unwrap();
+        let rec = d.seal_bytes(b"a frame").unwrap().to_vec();
+        let mut out = vec![0; MAX_PLAIN];
+        // One byte altered: refused, and the link stays failed.
+        let mut a2 = {
+            let (mut d2, mut a2) = pair(&secret(3), &secret(3)).unwrap();
+            let r2 = d2.seal_bytes(b"a frame").unwrap().to_vec();
+            let mut bad2 = r2.clone();
+            bad2[5] ^= 1;
+            a2.push(&bad2);
+            assert_eq!(a2.open(&mut out), Err(LinkError::BadRecord));
+            a2
+        };
+        assert_eq!(a2.open(&mut out), Err(LinkError::NotEstablished));
+        // Replayed: the second copy fails (the nonce moved on).
+        a.push(&rec);
+        assert_eq!(a.open(&mut out), Ok(Opened::Plain(7)));
+        a.push(&rec);
+        assert_eq!(a.open(&mut out), Err(LinkError::BadRecord));
+        // A plain HELLO where a handshake message belongs.
+        let mut acc = Link::acceptor(&secret(3)).unwrap();
+        acc.push(&[0x48, 0x4d, 1, 7]);
+        assert_eq!(acc.open(&mut out), Err(LinkError::HandshakeLength(0x484d)));
+    }
+
+    #[test]
+    fn a_guard_refuses_a_replayed_first_message_and_forgets_the_oldest() {
+        let mut guard = ReplayGuard::new(2);
+        let (_, first) = Link::dialer(&secret(4)).unwrap();
+        let mut out = vec![0; MAX_PLAIN];
+        let mut acc = Link::acceptor(&secret(4)).unwrap();
+        acc.push(&first);
+        assert_eq!(
+            acc.open_guarded(&mut out, Some(&mut guard)),
+            Ok(Opened::Secured)
+        );
+        let mut again = Link::acceptor(&secret(4)).unwrap();
+        again.push(&first);
+        assert_eq!(
+            again.open_guarded(&mut out, Some(&mut guard)),
+            Err(LinkError::ReplayedHandshake)
+        );
+        assert!(again.handshake_reply().is_empty(), "no reply made");
+        assert!(guard.fresh([1; 32]) && guard.fresh([2; 32]));
+        assert!(guard.fresh(first[2..34].try_into().unwrap()), "forgotten");
+    }
+
+    #[test]
+    fn a_replayed_handshake_yields_other_keys() {
+        let (mut d, first) = Link::dialer(&secret(4)).unwrap();
+        let mut acc = Link::acceptor(&secret(4)).unwrap();
+        acc.push(&first);
+        let mut out = vec![0; MAX_PLAIN];
+        assert_eq!(acc.open(&mut out).unwrap(), Opened::Secured);
+        d.push(acc.handshake_reply());
+        assert_eq!(d.open(&mut out).unwrap(), Opened::Secured);
+        let hello = d.seal_bytes(b"HELLO from node 1").unwrap().to_vec();
+        // The replayer sends the same first message and the same record.
+        let mut victim = Link::acceptor(&secret(4)).unwrap();
+        victim.push(&first);
+        assert_eq!(victim.open(&mut out).unwrap(), Opened::Secured);
+        victim.push(&hello);
+        assert_eq!(victim.open(&mut out), Err(LinkError::BadRecord));
+    }
+}
