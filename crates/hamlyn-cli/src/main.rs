@@ -47,6 +47,9 @@ enum Command {
     Ping(cmd::ping::PingArgs),
     /// Seeds as text: show one, publish one by name in the cluster registry, look one up.
     Seed(cmd::seed::SeedArgs),
+    /// Start a parallel job of P processes on this node, each told its rank and the
+    /// job's size (as mpirun does); see the `hamlyn-job` crate.
+    Run(cmd::run::RunArgs),
     /// The cluster secret that authenticates links between nodes: make one, or show
     /// where this user's lives.
     Secret(cmd::secret::SecretArgs),
@@ -101,6 +104,7 @@ fn main() -> ExitCode {
         Command::Ping(args) => cmd::ping::run(args).map_err(Into::into),
         Command::Seed(args) => cmd::seed::run(args).map_err(Into::into),
         Command::Secret(args) => cmd::secret::run(args).map_err(Into::into),
+        Command::Run(args) => cmd::run::run(args).map_err(Into::into),
         Command::Bench(args) => cmd::bench::run(args).map_err(Into::into),
         #[cfg(feature = "bench")]
         Command::BenchPeer(args) => hamlyn_bench::peer::run(args).map_err(Into::into),

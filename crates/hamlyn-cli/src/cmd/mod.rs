@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod node;
 pub mod ping;
+pub mod run;
 pub mod secret;
 pub mod seed;
 pub mod stat;
