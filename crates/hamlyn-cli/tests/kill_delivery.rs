@@ -138,7 +138,10 @@ fn send(t: &mut Terminus, from: &Area, to: &Ticket, i: u64) -> Option<SendHandle
     for _ in 0..100_000 {
         match t.send(to, &opts, Data::Gather(&[from.span(i * ROOM, len(i))])) {
             Ok(h) => return Some(h),
-            Err(SendError::Full) => std::thread::sleep(Duration::from_micros(100)),
+            // Back-pressure: the ring, or every metadata entry busy with a long message.
+            Err(SendError::Full | SendError::EntriesBusy) => {
+                std::thread::sleep(Duration::from_micros(100))
+            }
             Err(SendError::EngineGone) => return None,
             Err(e) => panic!("send {i}: {e}"),
         }

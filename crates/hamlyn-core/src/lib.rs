@@ -23,8 +23,8 @@ pub mod time;
 pub use memory::{AreaId, Areas, EntryMemory, Memory, OutOfRange, VecAreas};
 pub use peers::{peer_down_notification, Contributors, PartialMessage, PeerState, PeerTable};
 pub use receive::{
-    count_packet, notification_entry, Access, Committed, Interface, InterfaceStats, Notification,
-    Placement, QueueId,
+    count_packet, notification_entry, Access, Committed, Interface, InterfaceStats, MessageDone,
+    Notification, Placement, QueueId,
 };
 pub use reject::{Reject, RejectCounts, RejectReason};
 pub use segment::{Segment, SegmentError, Segmenter, SendSpec};

@@ -494,14 +494,14 @@ fn count<A: Areas>(
     };
     slot.packets += 1;
     slot.bytes += u64::from(h.payload_len);
-    let Some(kind) = kind else {
+    let Some(done) = kind else {
         return Ok((false, None));
     };
     slot.messages += 1;
     let notif = match slot.config.queue {
         Some(queue) if h.flags.contains(Flags::NOTIFY) => Some(Notification {
             queue,
-            entry: notification_entry(kind, h),
+            entry: notification_entry(done, h),
             wake: h.flags.contains(Flags::WAKE),
         }),
         _ => None,
@@ -534,9 +534,12 @@ pub fn count_packet<M: EntryMemory + ?Sized>(
     entry: Option<(&mut M, u64)>,
     h: &Header,
     meta: &[u8],
-) -> Result<Option<NotifKind>, RejectReason> {
+) -> Result<Option<MessageDone>, RejectReason> {
     if mode == SlotMode::Fast {
-        return Ok(Some(NotifKind::Fast));
+        return Ok(Some(MessageDone {
+            kind: NotifKind::Fast,
+            len: h.payload_len,
+        }));
     }
     let gone = |_| RejectReason::AreaGone;
     let (mem, off) = entry.ok_or(RejectReason::BadMetaIndex)?;
@@ -550,7 +553,23 @@ pub fn count_packet<M: EntryMemory + ?Sized>(
             .map_err(gone)?;
         mem.write_at(off + meta_off::SRC_NODE as u64, &h.src.0.to_le_bytes())
             .map_err(gone)?;
+        // The message's first offset is the lowest first packet's (a group has one per
+        // member). Read-modify-write: the engine is one thread; direct senders of one
+        // group racing here may leave a higher member's offset (ARCHITECTURE.md).
+        let low_off = off + meta_off::ASSEMBLING_LOW as u64;
+        let mut b = [0u8; 8];
+        mem.read_at(low_off, &mut b).map_err(gone)?;
+        let inverted = !h.offset;
+        if inverted > u64::from_le_bytes(b) {
+            mem.write_at(low_off, &inverted.to_le_bytes())
+                .map_err(gone)?;
+        }
     }
+    // Atomic like the accumulator: every depositor adds its bytes; the completing packet
+    // takes exactly this message's total back out, so bytes of a later message already
+    // counted stay.
+    let bytes_off = off + meta_off::ASSEMBLING_BYTES as u64;
+    let total = mem.add_u32_at(bytes_off, h.payload_len).map_err(gone)?;
     let acc_off = off + meta_off::ACCUMULATOR as u64;
     let complete = if h.flags.contains(Flags::NOTIFY_NOW) {
         mem.add_u32_at(acc_off, 0).map_err(gone)? == 0
@@ -560,6 +579,16 @@ pub fn count_packet<M: EntryMemory + ?Sized>(
     if !complete {
         return Ok(None);
     }
+    mem.add_u32_at(bytes_off, total.wrapping_neg())
+        .map_err(gone)?;
+    let low_off = off + meta_off::ASSEMBLING_LOW as u64;
+    let mut b = [0u8; 8];
+    mem.read_at(low_off, &mut b).map_err(gone)?;
+    // Inverted, 0 = none yet: a message always has a first packet, so !0 never shows.
+    let first = !u64::from_le_bytes(b);
+    mem.write_at(low_off, &0u64.to_le_bytes()).map_err(gone)?;
+    mem.write_at(off + meta_off::MESSAGE_OFFSET as u64, &first.to_le_bytes())
+        .map_err(gone)?;
     mem.add_u32_at(off + meta_off::COMPLETED as u64, 1)
         .map_err(gone)?;
     if mode == SlotMode::ParanoidOneShot {
@@ -570,11 +599,21 @@ pub fn count_packet<M: EntryMemory + ?Sized>(
         mem.write_at(off + meta_off::STATE as u64, &disarmed.to_le_bytes())
             .map_err(gone)?;
     }
-    Ok(Some(match h.op {
+    let kind = match h.op {
         Op::ReadResp => NotifKind::ReadDone,
         Op::AtomicResp => NotifKind::AtomicDone,
         _ => NotifKind::Message,
-    }))
+    };
+    Ok(Some(MessageDone { kind, len: total }))
+}
+
+/// A message (or group) one packet completed: what its notification reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MessageDone {
+    /// The kind of notification it earns.
+    pub kind: NotifKind,
+    /// The whole message's payload bytes, modulo 2^32 (a fast message: its one packet's).
+    pub len: u32,
 }
 
 /// The notification entry a completed message earns (its `seq` left 0 for the queue to
@@ -586,7 +625,8 @@ pub fn count_packet<M: EntryMemory + ?Sized>(
 /// high byte of `flags` its terminus index (the low byte of the packet's
 /// `request.terminus`; header flags use the low byte only), so the requester can match
 /// an atomic's old value, which fills `word`, to its request (docs/spec/wire.md §5).
-pub fn notification_entry(kind: NotifKind, h: &Header) -> NotifEntry {
+pub fn notification_entry(done: MessageDone, h: &Header) -> NotifEntry {
+    let kind = done.kind;
     let mut entry = NotifEntry::zeroed();
     entry.kind.set(kind as u16);
     entry.slot.set(h.slot.0);
@@ -599,7 +639,7 @@ pub fn notification_entry(kind: NotifKind, h: &Header) -> NotifEntry {
         entry.len.set(h.request.seq);
     } else {
         entry.flags.set(h.flags.0);
-        entry.len.set(h.payload_len);
+        entry.len.set(done.len);
     }
     entry
 }
@@ -627,7 +667,7 @@ mod tests {
     #[test]
     fn answers_name_their_request_and_messages_their_length() {
         for kind in [NotifKind::ReadDone, NotifKind::AtomicDone] {
-            let e = notification_entry(kind, &header(Op::AtomicResp));
+            let e = notification_entry(MessageDone { kind, len: 8 }, &header(Op::AtomicResp));
             assert_eq!(e.kind(), Some(kind));
             assert_eq!(e.len.get(), 0xDEAD_BEEF, "the request's sequence");
             assert_eq!(e.flags.get() >> 8, 3, "the request's terminus index");
@@ -638,7 +678,68 @@ mod tests {
                 (9, 4, 2)
             );
         }
-        let e = notification_entry(NotifKind::Message, &header(Op::Write));
-        assert_eq!((e.len.get(), e.flags.get()), (8, 0x23));
+        let done = MessageDone {
+            kind: NotifKind::Message,
+            len: 3 << 20,
+        };
+        let e = notification_entry(done, &header(Op::Write));
+        assert_eq!(
+            (e.len.get(), e.flags.get()),
+            (3 << 20, 0x23),
+            "the whole message's length, not the packet's"
+        );
+    }
+
+    /// Packets of a 3-packet message at offsets 100, 200, 300 (100 bytes each), counted
+    /// in the order `order`; returns what completed it and the entry afterwards.
+    fn count_three(order: [usize; 3], entry: &mut Vec<u8>) -> Vec<Option<MessageDone>> {
+        let packets: Vec<Header> = (0..3u32)
+            .map(|i| {
+                let mut h = header(Op::Write);
+                h.flags = Flags::NOTIFY;
+                if i == 0 {
+                    h.flags = h.flags | Flags::FIRST;
+                }
+                if i == 2 {
+                    h.flags = h.flags | Flags::LAST;
+                }
+                h.offset = 100 + 100 * u64::from(i);
+                h.payload_len = 100;
+                // Y = 0: deltas 1, 1, -2.
+                h.delta = if i == 2 { 2u32.wrapping_neg() } else { 1 };
+                h
+            })
+            .collect();
+        order
+            .iter()
+            .map(|&i| count_packet(SlotMode::Normal, Some((entry, 0)), &packets[i], b"m").unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_completed_message_reports_its_whole_length_and_first_offset_in_any_order() {
+        for order in [[0, 1, 2], [2, 1, 0], [1, 2, 0], [2, 0, 1]] {
+            let mut entry = vec![0u8; hamlyn_wire::META_ENTRY_LEN];
+            let got = count_three(order, &mut entry);
+            assert_eq!(got[..2], [None, None], "{order:?}");
+            assert_eq!(
+                got[2],
+                Some(MessageDone {
+                    kind: NotifKind::Message,
+                    len: 300
+                }),
+                "{order:?}"
+            );
+            let e = MetaEntry::read(&entry).unwrap();
+            assert_eq!(e.message_offset.get(), 100, "{order:?}");
+            assert_eq!(
+                (e.assembling_bytes.get(), e.assembling_low.get()),
+                (0, 0),
+                "assembly state is reset for the next message"
+            );
+            // The entry is reused: the next message reports its own numbers.
+            let got = count_three([1, 0, 2], &mut entry);
+            assert_eq!(got[2].map(|d| d.len), Some(300));
+        }
     }
 }

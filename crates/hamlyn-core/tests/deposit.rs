@@ -149,6 +149,8 @@ fn run(mode: SlotMode, c: &Case) -> Result<(), TestCaseError> {
     );
     let mut entry = entry_at(&areas, meta_area, entry_off);
     entry.accumulator.set(0);
+    entry.assembling_bytes.set(0);
+    entry.assembling_low.set(0);
     if paranoid {
         entry.paranoid_key.set(entry_key);
         entry.paranoid_low.set(low);
@@ -291,7 +293,9 @@ fn run(mode: SlotMode, c: &Case) -> Result<(), TestCaseError> {
         prop_assert_eq!(e.word.get(), word);
         prop_assert_eq!(e.src_node.get(), SRC.0);
         prop_assert_eq!(e.flags.get(), last.flags.0);
-        prop_assert_eq!(e.len.get(), last.payload_len);
+        // The whole message's length (a fast message is one packet).
+        prop_assert_eq!(u64::from(e.len.get()), c.len);
+        let _ = last;
     }
     let stats = *iface.stats();
     prop_assert_eq!(stats.packets, segs.len() as u64);
@@ -320,7 +324,12 @@ fn run(mode: SlotMode, c: &Case) -> Result<(), TestCaseError> {
     if fast {
         prop_assert!(meta_after == meta_before, "fast mode touched metadata");
     } else {
-        let want = expected_entry(&entry_before, &[(meta.to_vec(), SRC)], one_shot);
+        let want = expected_entry(
+            &entry_before,
+            &[(meta.to_vec(), SRC)],
+            one_shot,
+            segs[0].header.offset,
+        );
         let got = entry_at(&areas, meta_area, entry_off);
         prop_assert_eq!(got, want);
         prop_assert_eq!(got.metadata(), meta);

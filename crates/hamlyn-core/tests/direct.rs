@@ -148,7 +148,7 @@ fn direct_deposit(w: &mut World, p: &Packet) -> Option<NotifEntry> {
         count_packet(mode, Some((mem, entry_off)), &p.h, &p.meta)
     }
     .expect("direct commit");
-    kind.map(|k| notification_entry(k, &p.h))
+    kind.map(|d| notification_entry(d, &p.h))
 }
 
 fn engine_deposit(w: &mut World, p: &Packet, path: Path) -> Option<NotifEntry> {

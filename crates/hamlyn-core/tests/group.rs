@@ -204,6 +204,8 @@ fn group_run(
     let entry_key = slot_key ^ (rng.next_u64() | 1);
     let mut e = entry_at(&areas, meta_area, entry_off);
     e.accumulator.set(0);
+    e.assembling_bytes.set(0);
+    e.assembling_low.set(0);
     if paranoid {
         e.paranoid_key.set(entry_key);
         e.paranoid_low.set(before);
@@ -336,6 +338,11 @@ fn group_run(
             prop_assert_eq!(note.entry.meta_index.get(), index);
             prop_assert_eq!(note.entry.src_node.get(), p.header.src.0);
             prop_assert_eq!(note.entry.word.get(), p.header.word);
+            prop_assert_eq!(
+                u64::from(note.entry.len.get()),
+                total,
+                "the whole group's length"
+            );
         }
     }
     prop_assert_eq!(acc, 0);
@@ -363,10 +370,17 @@ fn group_run(
         &after,
         start..start + total as usize,
     )?;
+    let first_offset = packets
+        .iter()
+        .filter(|p| p.header.flags.contains(Flags::FIRST))
+        .map(|p| p.header.offset)
+        .min()
+        .unwrap_or(0);
     let want = expected_entry(
         &entry_before,
         &meta_writes,
         mode == SlotMode::ParanoidOneShot,
+        first_offset,
     );
     prop_assert_eq!(entry_at(&areas, meta_area, entry_off), want);
     let eo = entry_off as usize;

@@ -68,6 +68,8 @@ pub(crate) struct Clients {
     table: Vec<Option<Client>>,
     /// Error completions kept in all ports' `late` lists.
     late_total: usize,
+    /// Some queue lost notifications not yet reported by an `Overflow` notification.
+    losses_unreported: bool,
 }
 
 /// Queue ids pack the client id and the queue's index in its port.
@@ -247,15 +249,77 @@ impl Clients {
         self.late_total = self.late_total.saturating_sub(flushed);
     }
 
-    /// Posts a notification to its queue (and wakes the receiver if it sleeps). A full
-    /// queue is counted by the queue itself and surfaced to its owner; never overwritten.
+    /// Posts a notification to its queue, waking the receiver if it sleeps and the
+    /// sender asked for that (the WAKE flag). A full queue is never overwritten: the loss
+    /// is counted by the queue itself, and the owner is later told how many it lost by an
+    /// `Overflow` notification, posted before anything that follows the gap.
     pub(crate) fn notify(&mut self, n: Notification, counters: &mut EngineCounters) {
         let (owner, index) = queue_parts(n.queue);
-        let queue = self.port_mut(owner).and_then(|p| p.queues.get(index));
-        match queue.map(|q| q.post(&n.entry)) {
-            Some(Ok(())) => counters.notifications += 1,
-            Some(Err(_)) => counters.queue_overflows += 1,
-            None => counters.orphan_notifications += 1,
+        let Some(port) = self.port_mut(owner) else {
+            counters.orphan_notifications += 1;
+            return;
+        };
+        let (Some(queue), Some(lost)) = (port.queues.get(index), port.lost.get_mut(index)) else {
+            counters.orphan_notifications += 1;
+            return;
+        };
+        // The report of an earlier gap goes first; if even it finds no room, this one
+        // is lost too (and is counted by the refused report in its place).
+        let posted = if *lost > 0 {
+            report_losses(queue, lost, counters) && queue.post_with(&n.entry, n.wake).is_ok()
+        } else {
+            queue.post_with(&n.entry, n.wake).is_ok()
+        };
+        if posted {
+            counters.notifications += 1;
+        } else {
+            *lost += 1;
+            counters.queue_overflows += 1;
+            self.losses_unreported = true;
         }
     }
+
+    /// Whether some queue lost notifications it has not been told of yet.
+    pub(crate) fn has_unreported_losses(&self) -> bool {
+        self.losses_unreported
+    }
+
+    /// Posts the `Overflow` reports that wait for room, to queues that have it now (a
+    /// queue still full costs a look, not a refused post).
+    pub(crate) fn report_losses(&mut self, counters: &mut EngineCounters) {
+        let mut left = false;
+        for port in self
+            .table
+            .iter_mut()
+            .flatten()
+            .filter_map(|c| c.port.as_mut())
+        {
+            for (queue, lost) in port.queues.iter().zip(port.lost.iter_mut()) {
+                if *lost > 0 && queue.has_room() {
+                    report_losses(queue, lost, counters);
+                }
+                left |= *lost > 0;
+            }
+        }
+        self.losses_unreported = left;
+    }
+}
+
+/// Posts one `Overflow` notification saying `lost` notifications were lost, and zeroes
+/// `lost`; whether it was posted.
+fn report_losses(
+    queue: &hamlyn_shm::notifq::Producer<std::sync::Arc<hamlyn_shm::region::ShmRegion>>,
+    lost: &mut u64,
+    counters: &mut EngineCounters,
+) -> bool {
+    let mut e = hamlyn_wire::NotifEntry::zeroed();
+    e.kind.set(hamlyn_wire::NotifKind::Overflow as u16);
+    e.meta_index.set(hamlyn_wire::FAST_META_INDEX);
+    e.word.set(*lost);
+    let ok = queue.post(&e).is_ok();
+    if ok {
+        *lost = 0;
+        counters.notifications += 1;
+    }
+    ok
 }

@@ -350,6 +350,7 @@ impl EngineState {
             client_end.into_fd(),
             dup(self.doorbell_poker.as_fd()).map_err(|e| e.to_string())?,
         ];
+        let lost = vec![0; queues.len()];
         Ok((
             Port {
                 region,
@@ -360,6 +361,7 @@ impl EngineState {
                 queues,
                 eventfd,
                 late: Default::default(),
+                lost,
             },
             fds,
         ))

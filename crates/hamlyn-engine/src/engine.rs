@@ -115,6 +115,9 @@ impl EngineState {
         if self.clients.has_late_errors() {
             self.clients.flush_late_errors(&mut self.counters);
         }
+        if self.clients.has_unreported_losses() {
+            self.clients.report_losses(&mut self.counters);
+        }
         busy
     }
 

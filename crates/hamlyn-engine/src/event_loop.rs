@@ -25,6 +25,8 @@ use crate::error::EngineError;
 use crate::remote::Remote;
 use hamlyn_fabric::Fabric;
 
+/// How long an idle engine sleeps at most while a queue owes an Overflow report.
+const LOSS_REPORT_EVERY: Duration = Duration::from_millis(1);
 const LISTENER: Token = Token(0);
 const DOORBELL: Token = Token(1);
 const FABRIC: Token = Token(2);
@@ -193,10 +195,15 @@ impl Engine {
             self.state.counters.sleeps += 1;
             // A fabric's sockets wake us through its descriptor; its timers (heartbeats,
             // reconnects) bound the sleep.
-            let sleep = self
+            let mut sleep = self
                 .state
                 .fabric_sleep_bound()
                 .min(self.state.cfg.max_sleep);
+            // A queue owes its owner an Overflow report: look again soon for room (a
+            // consumer draining its queue does not ring the doorbell).
+            if self.state.clients.has_unreported_losses() {
+                sleep = sleep.min(LOSS_REPORT_EVERY);
+            }
             self.poll_io(Some(sleep))?;
             self.disarm_doorbells();
             // Whoever rang may be a cold terminus: look at every one next turn.

@@ -63,6 +63,9 @@ pub(crate) struct Port {
     pub(crate) eventfd: EventFd,
     /// Error completions that found the error ring full, oldest first (`clients.rs`).
     pub(crate) late: VecDeque<Completion>,
+    /// Per queue: notifications lost to a full queue and not yet reported to its owner
+    /// by an `Overflow` notification (`clients.rs`).
+    pub(crate) lost: Vec<u64>,
 }
 
 impl TerminusState {

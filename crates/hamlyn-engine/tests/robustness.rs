@@ -336,6 +336,9 @@ fn a_full_notification_queue_is_counted_and_nothing_is_overwritten() {
         (0..64).collect::<Vec<_>>(),
         "the first 64 kept, none overwritten"
     );
+    // Room again: the owner is told how many were lost, once.
+    let n = c.wait_notif(0).expect("an Overflow report");
+    assert_eq!((n.kind(), n.word.get()), (Some(NotifKind::Overflow), 36));
     assert!(c.queues[0].poll().is_none());
     let stats = c.stats();
     assert_eq!(stats.engine.queue_overflows, 36, "{stats:?}");

@@ -244,6 +244,14 @@ impl<M: RingMemory> Producer<M> {
     /// consumer is asleep or waits on the eventfd.
     #[inline]
     pub fn post(&self, entry: &NotifEntry) -> Result<(), Full> {
+        self.post_with(entry, true)
+    }
+
+    /// As [`Producer::post`], but the consumer is woken (and the eventfd poked) only if
+    /// `wake`: the sender's WAKE flag (seed 000 §2.6). An unwoken sleeper finds the entry
+    /// when something else wakes it or its wait times out.
+    #[inline]
+    pub fn post_with(&self, entry: &NotifEntry, wake: bool) -> Result<(), Full> {
         let o = &self.o;
         let (Some(tail), Some(head)) = (self.mem.atomic_u64(o.tail), self.mem.atomic_u64(o.head))
         else {
@@ -305,6 +313,9 @@ impl<M: RingMemory> Producer<M> {
         {
             return Err(self.refuse());
         }
+        if !wake {
+            return Ok(());
+        }
         if let Some(word) = self.mem.atomic_u32(o.wake) {
             wake::wake_after_publish(word, self.eventfd.as_ref());
         }
@@ -323,6 +334,23 @@ impl<M: RingMemory> Producer<M> {
     /// Posts refused so far because the queue was full (by all producers).
     pub fn overflows(&self) -> u64 {
         overflows(&self.mem, &self.o)
+    }
+
+    /// Whether a post made now would find room (other producers may take it first):
+    /// lets a producer retry a report without counting a refusal each time it looks.
+    pub fn has_room(&self) -> bool {
+        match (
+            self.mem.atomic_u64(self.o.tail),
+            self.mem.atomic_u64(self.o.head),
+        ) {
+            // Acquire on `head`: as in `post_with`. Relaxed on `tail`: a guess.
+            (Some(t), Some(h)) => {
+                t.load(Ordering::Relaxed)
+                    .wrapping_sub(h.load(Ordering::Acquire))
+                    < self.o.cap
+            }
+            _ => false,
+        }
     }
 
     /// The memory the queue lives in.

@@ -37,6 +37,14 @@ pub mod meta_off {
     pub const COMPLETED: usize = 100;
     /// Node that sent the last first packet.
     pub const SRC_NODE: usize = 104;
+    /// Payload bytes counted so far for the message being assembled (u32, wrapping;
+    /// added to atomically by every packet, taken back when the message completes).
+    pub const ASSEMBLING_BYTES: usize = 108;
+    /// Lowest offset of the first packets counted so far for the message being
+    /// assembled, stored inverted (`!offset`, so 0 means none yet; slot-relative).
+    pub const ASSEMBLING_LOW: usize = 112;
+    /// First offset (slot-relative) of the last message completed on this entry.
+    pub const MESSAGE_OFFSET: usize = 120;
 }
 
 /// One message's metadata entry: 128 bytes in the receiver's metadata area.
@@ -65,8 +73,12 @@ pub struct MetaEntry {
     pub completed: U32,
     /// Node that sent the last first packet.
     pub src_node: U32,
-    /// Zero.
-    pub reserved: [u8; 20],
+    /// Payload bytes counted so far for the message being assembled (wrapping).
+    pub assembling_bytes: U32,
+    /// Lowest first-packet offset of the message being assembled, inverted (0: none).
+    pub assembling_low: U64,
+    /// First offset (slot-relative) of the last message completed on this entry.
+    pub message_offset: U64,
 }
 
 const _: () = assert!(core::mem::size_of::<MetaEntry>() == META_ENTRY_LEN);

@@ -278,11 +278,36 @@ impl MetaArea {
             .write(self.at(index, meta_off::COOKIE)?, &cookie.to_le_bytes())
     }
 
-    /// Zeroes entry `index`'s packet accumulator (to reuse an entry whose message was
-    /// abandoned part-way; never while packets may still arrive for it).
+    /// The owner's cookie of entry `index` ([`MetaArea::set_cookie`]).
+    pub fn cookie(&self, index: u32) -> Result<u64, Error> {
+        self.read_u64(index, meta_off::COOKIE)
+    }
+
+    /// The first offset (slot-relative) of the last message completed on entry `index`.
+    pub fn message_offset(&self, index: u32) -> Result<u64, Error> {
+        self.read_u64(index, meta_off::MESSAGE_OFFSET)
+    }
+
+    fn read_u64(&self, index: u32, field: usize) -> Result<u64, Error> {
+        let mut b = [0u8; 8];
+        self.area.read(self.at(index, field)?, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    /// Zeroes entry `index`'s packet accumulator and the rest of its assembly state (to
+    /// reuse an entry whose message was abandoned part-way; never while packets may
+    /// still arrive for it).
     pub fn reset_accumulator(&self, index: u32) -> Result<(), Error> {
         self.area
-            .write(self.at(index, meta_off::ACCUMULATOR)?, &0u32.to_le_bytes())
+            .write(self.at(index, meta_off::ACCUMULATOR)?, &0u32.to_le_bytes())?;
+        self.area.write(
+            self.at(index, meta_off::ASSEMBLING_BYTES)?,
+            &0u32.to_le_bytes(),
+        )?;
+        self.area.write(
+            self.at(index, meta_off::ASSEMBLING_LOW)?,
+            &0u64.to_le_bytes(),
+        )
     }
 }
 

@@ -263,11 +263,11 @@ impl DirectTarget {
                 (None, false) => Err(RejectReason::BadMetaIndex),
             }
             .map_err(rejected)?;
-            if let (Some(kind), Some(q)) = (kind, &self.queue) {
+            if let (Some(done), Some(q)) = (kind, &self.queue) {
                 if h.flags.contains(Flags::NOTIFY) {
                     // A full queue counted the loss itself (its overflow counter), as it
                     // does for the engine; the message stands.
-                    let _ = q.post(&notification_entry(kind, h));
+                    let _ = q.post(&notification_entry(done, h));
                 }
             }
         }

@@ -213,6 +213,11 @@ pub enum SendError {
     /// The ticket does not grant this operation (reads or atomics).
     #[error("the ticket does not grant {0}")]
     NotGranted(&'static str),
+    /// [`crate::MetaIndex::Auto`] found every metadata entry of the ticket it looks at
+    /// still used by an unfinished message of this terminus that may be multi-packet:
+    /// back-pressure, as [`SendError::Full`]. Retry when one finished, or name an entry.
+    #[error("every metadata entry of the ticket has a message of this terminus in flight")]
+    EntriesBusy,
     /// The terminus ring is corrupt (someone scribbled on the port); it cannot be used.
     #[error("the terminus ring is corrupt")]
     Corrupt,

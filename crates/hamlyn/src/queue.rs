@@ -1,6 +1,7 @@
 //! Notification queues: where the engine reports arrivals (seed 000 §2.6, §3.2 `h_recv`,
 //! `h_recv_block`).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,8 +9,10 @@ use hamlyn_shm::notifq;
 use hamlyn_shm::region::ShmRegion;
 use hamlyn_wire::{NodeId, NotifEntry, NotifKind, SlotId, FAST_META_INDEX};
 
+use crate::area::MetaArea;
 use crate::error::Error;
 use crate::node::Shared;
+use crate::slot::Slot;
 use crate::terminus::RequestRef;
 
 /// What a notification reports.
@@ -49,7 +52,8 @@ pub struct Notification {
     pub word: u64,
     /// The sending node.
     pub src_node: NodeId,
-    /// Payload bytes of the packet that completed the message (or a status code); for
+    /// [`NotificationKind::Message`]: the whole message's (or group's) payload bytes,
+    /// modulo 2^32; [`NotificationKind::Fast`]: its one packet's; for
     /// [`NotificationKind::ReadDone`] and [`NotificationKind::AtomicDone`], the sequence
     /// number of the request answered (see [`Notification::request`]).
     pub len: u32,
@@ -59,6 +63,14 @@ pub struct Notification {
     /// [`NotificationKind::ReadDone`] and [`NotificationKind::AtomicDone`], equal to the
     /// [`crate::SendHandle::request`] of the read or atomic; `None` for the other kinds.
     pub request: Option<RequestRef>,
+    /// [`NotificationKind::Message`] (and the answers to reads and atomics) in a slot the
+    /// queue reads entries of ([`NotifyQueue::read_entries_of`]): the owner's cookie of the message's metadata
+    /// entry ([`crate::MetaArea::set_cookie`], the paper's receive-class pointer);
+    /// otherwise `None`.
+    pub cookie: Option<u64>,
+    /// As `cookie`: the message's first byte, slot-relative (the lowest first offset of a
+    /// group's members).
+    pub offset: Option<u64>,
 }
 
 impl Notification {
@@ -95,6 +107,8 @@ impl Notification {
             len: e.len.get(),
             flags: raw_flags & 0xFF,
             request,
+            cookie: None,
+            offset: None,
         }
     }
 }
@@ -106,6 +120,8 @@ pub struct NotifyQueue {
     shared: Arc<Shared>,
     index: u16,
     consumer: notifq::Consumer<Arc<ShmRegion>>,
+    /// Slots whose messages' entries this queue reads (cookie, first offset), by id.
+    entries: HashMap<u32, MetaArea>,
     /// Polls that found nothing, to look for a dead producer only every so often.
     misses: u32,
 }
@@ -136,8 +152,48 @@ impl NotifyQueue {
             shared,
             index,
             consumer,
+            entries: HashMap::new(),
             misses: 0,
         })
+    }
+
+    /// From now on, [`NotificationKind::Message`] notifications of `slot` (and answers to
+    /// reads and atomics landing in it) carry their
+    /// metadata entry's cookie and the message's first offset
+    /// ([`Notification::cookie`], [`Notification::offset`]), read from the slot's
+    /// metadata area (this process's own memory: no system call) when the notification
+    /// is taken. The entry must not be reused by another message before then: a
+    /// protocol that recycles entries on release (as `hamlyn-rats` does) ensures it.
+    /// A slot without a metadata area is [`Error::InvalidArgument`].
+    pub fn read_entries_of(&mut self, slot: &Slot) -> Result<(), Error> {
+        let meta = slot.meta_area().ok_or(Error::InvalidArgument(
+            "the slot has no metadata area to read entries of",
+        ))?;
+        self.entries.insert(slot.id().0, meta.clone());
+        Ok(())
+    }
+
+    /// Stops reading the entries of the slot `slot` names (e.g. before it is destroyed).
+    pub fn forget_entries_of(&mut self, slot: SlotId) {
+        self.entries.remove(&slot.0);
+    }
+
+    /// Fills the cookie and first offset of a message notification of a slot whose
+    /// entries this queue reads.
+    #[inline]
+    fn resolve(&self, mut n: Notification) -> Notification {
+        let has_entry = matches!(
+            n.kind,
+            NotificationKind::Message | NotificationKind::ReadDone | NotificationKind::AtomicDone
+        );
+        if !has_entry || self.entries.is_empty() {
+            return n;
+        }
+        if let (Some(meta), Some(index)) = (self.entries.get(&n.slot.0), n.meta_index) {
+            n.cookie = meta.cookie(index).ok();
+            n.offset = meta.message_offset(index).ok();
+        }
+        n
     }
 
     /// The queue's index in the port (what [`crate::SlotBuilder::queue`] takes).
@@ -155,7 +211,7 @@ impl NotifyQueue {
     #[inline]
     pub fn poll(&mut self) -> Option<Notification> {
         match self.consumer.poll() {
-            Some(e) => Some(Notification::from_entry(&e)),
+            Some(e) => Some(self.resolve(Notification::from_entry(&e))),
             None => self.poll_past_a_dead_producer(),
         }
     }
@@ -178,7 +234,8 @@ impl NotifyQueue {
         {
             return None;
         }
-        self.consumer.poll().map(|e| Notification::from_entry(&e))
+        let n = self.consumer.poll().map(|e| Notification::from_entry(&e))?;
+        Some(self.resolve(n))
     }
 
     /// Entries skipped because their producer reserved them and never wrote them (it
@@ -209,7 +266,7 @@ impl NotifyQueue {
             Ok(if skipped { consumer.poll() } else { None })
         });
         match got {
-            Ok(e) => Ok(e.map(|e| Notification::from_entry(&e))),
+            Ok(e) => Ok(e.map(|e| self.resolve(Notification::from_entry(&e)))),
             Err(Error::EngineGone) => match self.poll() {
                 Some(n) => Ok(Some(n)),
                 None => Err(Error::EngineGone),
@@ -276,6 +333,8 @@ mod tests {
                 len: 8,
                 flags: 0,
                 request: None,
+                cookie: None,
+                offset: None,
             }
         );
         let mut f = entry(NotifKind::Fast as u16, 1);

@@ -20,7 +20,17 @@ pub const BUDGET_PACKET_BYTES: u64 = 4096;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum MetaIndex {
-    /// Fast mode if the ticket is a fast one, otherwise the ticket's first entry.
+    /// Fast mode if the ticket is a fast one; otherwise an entry of the ticket that no
+    /// unfinished message of this terminus that may be multi-packet counts in (the
+    /// first such for a single-packet message, the next round robin for a longer one),
+    /// so two messages in flight never share an entry's packet count; all of them busy
+    /// is [`crate::SendError::EntriesBusy`]. "Unfinished" is what the terminus knows:
+    /// a message the engine finished sending may still be on the wire to another node,
+    /// so a sender that reuses entries faster than its receiver completes messages
+    /// (fewer entries than messages in flight) must name entries itself and recycle
+    /// them when the receiver says so, as the protocols of `hamlyn-rats` do.
+    /// [`crate::DirectTarget::send`] deposits before it returns and takes the
+    /// ticket's first entry.
     #[default]
     Auto,
     /// Entry `n` of the ticket's metadata range (0 is the ticket's first entry).

@@ -10,13 +10,13 @@ use hamlyn_shm::spsc::{self, PushError};
 use hamlyn_shm::sync::Ordering;
 use hamlyn_shm::wake::wake_after_publish;
 use hamlyn_wire::request::REQUEST_LEN;
-use hamlyn_wire::Ticket;
+use hamlyn_wire::{Ticket, TicketFlags};
 
 use crate::area::{Area, AreaInner};
 use crate::completion::{self, Status};
 use crate::error::{Error, SendError};
 use crate::node::Shared;
-use crate::request::{build, build_rma, Data, Rma, SendOptions};
+use crate::request::{build, build_rma, Data, MetaIndex, Rma, SendOptions};
 
 /// A gather span a pending send is reading; the area stays registered until it is done.
 struct PendingSpan {
@@ -25,6 +25,21 @@ struct PendingSpan {
     offset: u64,
     len: u64,
 }
+
+/// An unfinished message of this terminus that may be multi-packet, and the metadata
+/// entry it counts in: [`crate::MetaIndex::Auto`] gives that entry to no other message
+/// until it is finished.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct EntryInUse {
+    pos: u64,
+    node: u32,
+    slot: u32,
+    /// The absolute entry index (the ticket's first entry plus the relative one).
+    entry: u32,
+}
+
+/// Entries of a ticket [`crate::MetaIndex::Auto`] looks at, at most.
+const AUTO_ENTRIES: u32 = 64;
 
 /// A remote read for [`Terminus::read`]: every offset and length is named, so none can
 /// be swapped unnoticed.
@@ -117,6 +132,11 @@ pub struct Terminus {
     next: u64,
     /// Gather spans of unfinished sends, in position order.
     pending: VecDeque<PendingSpan>,
+    /// Entries given by [`crate::MetaIndex::Auto`] to unfinished messages that may be
+    /// multi-packet, in position order.
+    entries_in_use: VecDeque<EntryInUse>,
+    /// Where [`crate::MetaIndex::Auto`]'s next multi-packet message starts looking.
+    auto_next: u32,
 }
 
 impl std::fmt::Debug for Terminus {
@@ -149,6 +169,8 @@ impl Terminus {
             ring,
             next,
             pending: VecDeque::new(),
+            entries_in_use: VecDeque::new(),
+            auto_next: 0,
         })
     }
 
@@ -170,12 +192,75 @@ impl Terminus {
         opts: &SendOptions<'_>,
         data: Data<'_>,
     ) -> Result<SendHandle, SendError> {
-        let req = build(self.shared.instance, ticket, opts, &data, self.next as u32)?;
+        let (opts, in_use) = self.choose_entry(ticket, opts, &data)?;
+        let req = build(self.shared.instance, ticket, &opts, &data, self.next as u32)?;
         let spans = match data {
             Data::Gather(spans) => spans,
             Data::Inline(_) => &[],
         };
-        self.push(&req, spans)
+        let handle = self.push(&req, spans)?;
+        if let Some(mut e) = in_use {
+            e.pos = handle.pos;
+            self.entries_in_use.push_back(e);
+        }
+        Ok(handle)
+    }
+
+    /// Resolves [`crate::MetaIndex::Auto`] on a counting (not fast) ticket: never an
+    /// entry an unfinished message of this terminus that may be multi-packet (longer
+    /// than [`crate::BUDGET_PACKET_BYTES`]) counts in, since the packets of two messages
+    /// on one entry could complete each other early. A single-packet message takes the
+    /// first free entry; a longer one takes the next free one round robin, so messages
+    /// that follow each other use different entries as long as the ticket has them.
+    /// The entry a long message took is returned, to remember until it finishes.
+    fn choose_entry<'a>(
+        &mut self,
+        ticket: &Ticket,
+        opts: &SendOptions<'a>,
+        data: &Data<'_>,
+    ) -> Result<(SendOptions<'a>, Option<EntryInUse>), SendError> {
+        if opts.meta_index != MetaIndex::Auto
+            || ticket.flags.contains(TicketFlags::FAST)
+            || ticket.meta_count == 0
+        {
+            return Ok((*opts, None));
+        }
+        let len = match *data {
+            Data::Inline(b) => b.len() as u64,
+            Data::Gather(spans) => spans.iter().fold(0u64, |a, s| a.saturating_add(s.len)),
+        };
+        let long = len > crate::BUDGET_PACKET_BYTES;
+        if !long && self.entries_in_use.is_empty() {
+            // The fast path: nothing in flight that could share entry 0.
+            return Ok((opts.entry(0), None));
+        }
+        let done = self.finished();
+        while self.entries_in_use.front().is_some_and(|e| e.pos < done) {
+            self.entries_in_use.pop_front();
+        }
+        let count = ticket.meta_count.min(AUTO_ENTRIES);
+        let start = if long { self.auto_next % count } else { 0 };
+        let busy = |rel: u32| {
+            let abs = ticket.meta_first.wrapping_add(rel);
+            self.entries_in_use
+                .iter()
+                .any(|e| e.node == ticket.node.0 && e.slot == ticket.slot.0 && e.entry == abs)
+        };
+        let rel = (0..count)
+            .map(|i| (start + i) % count)
+            .find(|&rel| !busy(rel))
+            .ok_or(SendError::EntriesBusy)?;
+        if !long {
+            return Ok((opts.entry(rel), None));
+        }
+        self.auto_next = rel.wrapping_add(1);
+        let in_use = EntryInUse {
+            pos: 0,
+            node: ticket.node.0,
+            slot: ticket.slot.0,
+            entry: ticket.meta_first.wrapping_add(rel),
+        };
+        Ok((opts.entry(rel), Some(in_use)))
     }
 
     /// A remote read (docs/ARCHITECTURE.md, "One-sided operations"):
@@ -550,6 +635,50 @@ mod tests {
             assert!(matches!(r.payload, Payload::Inline { data, len: 8 } if data[..8] == [i; 8]));
         }
         assert!(fake.take(t.index()).is_none());
+    }
+
+    #[test]
+    fn auto_never_gives_one_entry_to_two_long_messages_in_flight() {
+        let (node, mut fake) = fake_node(NodeOptions::default());
+        let mut t = node.terminus(0).unwrap();
+        let ti = t.index();
+        let area = node.area(1 << 16).unwrap();
+        let long = [area.span(0, 1 << 16)];
+        let ticket = Ticket {
+            meta_first: 10,
+            meta_count: 2,
+            ..ticket_for(&node)
+        };
+        let o = SendOptions::new();
+        let send = |t: &mut Terminus, data| t.send(&ticket, &o, data);
+        // Two long messages in flight take the ticket's two entries, in turn.
+        send(&mut t, Data::Gather(&long)).unwrap();
+        send(&mut t, Data::Gather(&long)).unwrap();
+        let entries: Vec<u32> = (0..2).map(|_| fake.take(ti).unwrap().meta_index).collect();
+        assert_eq!(entries, [10, 11]);
+        // A third, and a short one, find both busy: refused, nothing queued.
+        assert_eq!(
+            send(&mut t, Data::Gather(&long)).err(),
+            Some(SendError::EntriesBusy)
+        );
+        assert_eq!(
+            send(&mut t, Data::Inline(b"x")).err(),
+            Some(SendError::EntriesBusy)
+        );
+        assert!(fake.take(ti).is_none());
+        // The first finished: its entry is free again, for either kind.
+        fake.finish(ti, 1);
+        send(&mut t, Data::Inline(b"x")).unwrap();
+        assert_eq!(fake.take(ti).unwrap().meta_index, 10);
+        fake.finish(ti, 3);
+        send(&mut t, Data::Gather(&long)).unwrap();
+        send(&mut t, Data::Gather(&long)).unwrap();
+        let entries: Vec<u32> = (0..2).map(|_| fake.take(ti).unwrap().meta_index).collect();
+        assert_eq!(entries, [10, 11], "round robin from where it was");
+        // Named entries are the caller's business.
+        send(&mut t, Data::Inline(b"x")).unwrap_err();
+        t.send(&ticket, &o.entry(1), Data::Gather(&long)).unwrap();
+        assert_eq!(fake.take(ti).unwrap().meta_index, 11);
     }
 
     #[test]

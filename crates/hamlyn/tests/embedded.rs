@@ -299,8 +299,10 @@ fn a_full_terminus_is_back_pressure_and_every_queued_send_completes() {
     let mut handles = Vec::new();
     let mut full = false;
     // Each send is 1 MiB, several packets: the engine cannot keep the ring from filling.
+    // The entry is named: `MetaIndex::Auto` would refuse a second long message in flight
+    // on the ticket's one entry (`SendError::EntriesBusy`) before the ring fills.
     for _ in 0..10_000 {
-        let opts = SendOptions::new().notify(false);
+        let opts = SendOptions::new().notify(false).entry(0);
         match t.send(&ticket, &opts, Data::Gather(&[src.span(0, LEN)])) {
             Ok(h) => handles.push(h),
             Err(SendError::Full) => {

@@ -213,8 +213,13 @@ pub fn expected_entry(
     before: &MetaEntry,
     meta_writes: &[(Vec<u8>, NodeId)],
     one_shot: bool,
+    first_offset: u64,
 ) -> MetaEntry {
     let mut e = *before;
+    // Assembly state is back to idle; the message's first offset is kept.
+    e.assembling_bytes.set(0);
+    e.assembling_low.set(0);
+    e.message_offset.set(first_offset);
     for (meta, src) in meta_writes {
         e.user = [0; 60];
         e.user[..meta.len()].copy_from_slice(meta);

@@ -1,0 +1,848 @@
+//! The Hamlyn interface manager (seed 001 §3.2, seed 000 §3.3): one per node handle and
+//! thread. It owns message space in one area (handed out by [`Allocator`], malloc/free),
+//! metadata entries (handed out and recycled by a second allocator), one notification
+//! queue and one terminus, and the table of protocol instances. It dispatches the queue
+//! to the instances: every metadata entry it hands out carries its instance's id as the
+//! entry's cookie, which comes back in the notification, so an arrival finds its instance
+//! by one table index (O(1)), never by a search.
+//!
+//! Like the paper's upper level it is not thread-safe (`!Send`): use one manager per
+//! thread (each with its own queue index, [`ManagerOptions::queue`]).
+
+use std::cell::{RefCell, RefMut};
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::BorrowedFd;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use hamlyn::{
+    Area, Data, MetaArea, Node, Notification, NotificationKind, NotifyQueue, SendError, SendHandle,
+    SendOptions, Slot, SlotMode, SlotPerms, Status, Terminus, Ticket, MAX_INLINE,
+};
+
+use crate::alloc::{Allocator, Block};
+use crate::error::RatsError;
+
+/// Bytes of one metadata entry.
+const ENTRY_BYTES: u64 = 128;
+/// Alignment (and rounding) of message space: a cache line.
+pub const SPACE_GRANULE: u64 = 64;
+
+/// A protocol instance's number in its manager.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct InstanceId(pub u32);
+
+/// How a [`Manager`] is set up.
+#[derive(Clone, Debug)]
+pub struct ManagerOptions {
+    /// Bytes of message space (one area) the manager hands out.
+    pub space: u64,
+    /// Metadata entries the manager hands out.
+    pub entries: u32,
+    /// The notification queue of the node's port it consumes.
+    pub queue: u16,
+    /// The priority of its terminus.
+    pub priority: u8,
+}
+
+impl Default for ManagerOptions {
+    fn default() -> Self {
+        ManagerOptions {
+            space: 32 << 20,
+            entries: 512,
+            queue: 0,
+            priority: 0,
+        }
+    }
+}
+
+/// What the manager counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RatsStats {
+    /// Notifications dispatched to an instance.
+    pub arrivals: u64,
+    /// Arrivals whose metadata or shape broke their protocol (dropped, counted; the
+    /// instance kept working).
+    pub forged: u64,
+    /// Notifications that named no live instance (a cookie or slot not ours any more).
+    pub unroutable: u64,
+    /// Notifications the engine reported lost to a full queue.
+    pub lost: u64,
+    /// Bytes copied into message space because the caller's bytes were not there.
+    pub copied_bytes: u64,
+}
+
+#[derive(Debug, Default)]
+struct InstanceState {
+    inbox: VecDeque<Notification>,
+    in_ready_list: bool,
+    /// It never reads arrivals (a slot without notifications): PeerDown news is not
+    /// kept for it.
+    quiet: bool,
+}
+
+#[derive(Debug)]
+struct Inner {
+    space: Allocator,
+    entries: Allocator,
+    queue: NotifyQueue,
+    terminus: Terminus,
+    instances: Vec<Option<InstanceState>>,
+    free_ids: Vec<u32>,
+    ready: VecDeque<u32>,
+    /// Fast slots (no entries, so no cookie) by slot id.
+    fast_owner: HashMap<u32, u32>,
+    /// Copies of callers' bytes until their sends are done.
+    staged: VecDeque<(SendHandle, Block)>,
+    lost_unreported: u64,
+    stats: RatsStats,
+}
+
+#[derive(Debug)]
+struct Shared {
+    node: Node,
+    area: Area,
+    meta: MetaArea,
+    inner: RefCell<Inner>,
+}
+
+/// The manager: cheap to clone (every instance holds one); see the module docs.
+#[derive(Clone, Debug)]
+pub struct Manager {
+    shared: Rc<Shared>,
+}
+
+impl Manager {
+    /// A manager with default options on `node`.
+    pub fn new(node: &Node) -> Result<Manager, RatsError> {
+        Manager::with_options(node, ManagerOptions::default())
+    }
+
+    /// A manager on `node`: registers its area and metadata area, takes queue
+    /// `options.queue` and a terminus.
+    pub fn with_options(node: &Node, options: ManagerOptions) -> Result<Manager, RatsError> {
+        let area = node.area(options.space)?;
+        let meta = node.meta_area(options.entries)?;
+        let queue = node.queue(options.queue)?;
+        let terminus = node.terminus(options.priority)?;
+        let inner = Inner {
+            space: Allocator::new(options.space, SPACE_GRANULE)?,
+            entries: Allocator::new(u64::from(options.entries), 1)?,
+            queue,
+            terminus,
+            instances: Vec::new(),
+            free_ids: Vec::new(),
+            ready: VecDeque::new(),
+            fast_owner: HashMap::new(),
+            staged: VecDeque::new(),
+            lost_unreported: 0,
+            stats: RatsStats::default(),
+        };
+        Ok(Manager {
+            shared: Rc::new(Shared {
+                node: node.clone(),
+                area,
+                meta,
+                inner: RefCell::new(inner),
+            }),
+        })
+    }
+
+    fn inner(&self) -> RefMut<'_, Inner> {
+        self.shared.inner.borrow_mut()
+    }
+
+    /// The node handle.
+    pub fn node(&self) -> &Node {
+        &self.shared.node
+    }
+
+    /// The area message space is handed out of.
+    pub fn area(&self) -> &Area {
+        &self.shared.area
+    }
+
+    /// The port's event descriptor, for epoll or tokio: readable when a notification
+    /// waits, after [`Manager::arm`] returned `false`.
+    pub fn event_fd(&self) -> BorrowedFd<'_> {
+        self.shared.node.event_fd()
+    }
+
+    /// Asks for [`Manager::event_fd`] to become readable on the next arrival; `true` if
+    /// one already waits (call [`Manager::next_ready`] before going back to the loop).
+    pub fn arm(&self) -> bool {
+        self.inner().queue.arm()
+    }
+
+    /// What the manager counted.
+    pub fn stats(&self) -> RatsStats {
+        self.inner().stats
+    }
+
+    // ----- instances -----
+
+    /// A new instance number (protocols call this when they are created).
+    pub fn register(&self) -> InstanceId {
+        self.register_as(false)
+    }
+
+    /// A new instance that never reads arrivals (its slots do not notify): news for
+    /// every instance (PeerDown) is not kept for it.
+    pub fn register_quiet(&self) -> InstanceId {
+        self.register_as(true)
+    }
+
+    fn register_as(&self, quiet: bool) -> InstanceId {
+        let mut inner = self.inner();
+        let state = Some(InstanceState {
+            quiet,
+            ..InstanceState::default()
+        });
+        if let Some(id) = inner.free_ids.pop() {
+            inner.instances[id as usize] = state;
+            return InstanceId(id);
+        }
+        inner.instances.push(state);
+        InstanceId((inner.instances.len() - 1) as u32)
+    }
+
+    /// Forgets an instance and what waits for it.
+    pub fn unregister(&self, id: InstanceId) {
+        let mut inner = self.inner();
+        if let Some(s) = inner.instances.get_mut(id.0 as usize) {
+            if s.take().is_some() {
+                inner.free_ids.push(id.0);
+            }
+        }
+        inner.fast_owner.retain(|_, owner| *owner != id.0);
+    }
+
+    /// Counts an arrival that broke its protocol (the caller dropped it).
+    pub fn count_forged(&self) {
+        self.inner().stats.forged += 1;
+    }
+
+    // ----- message space -----
+
+    /// A block of message space of at least `len` bytes (malloc).
+    pub fn alloc(&self, len: u64) -> Result<Buffer, RatsError> {
+        let block = self.alloc_block(len)?;
+        Ok(Buffer {
+            mgr: self.clone(),
+            block,
+            len,
+            handed_over: false,
+        })
+    }
+
+    fn alloc_block(&self, len: u64) -> Result<Block, RatsError> {
+        let mut inner = self.inner();
+        match inner.space.alloc(len) {
+            Ok(b) => Ok(b),
+            Err(RatsError::NoSpace { .. }) => {
+                inner.reclaim();
+                inner.space.alloc(len)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    pub(crate) fn free_block(&self, block: Block) {
+        // Our own blocks: a failure would be a bug of this crate, and freeing twice is
+        // refused without harm.
+        let _ = self.inner().space.free(block);
+    }
+
+    /// Bytes of message space free now.
+    pub fn space_free(&self) -> u64 {
+        self.inner().space.free_units()
+    }
+
+    // ----- endpoints -----
+
+    /// A slot of instance `owner` over `len` bytes of message space with `entries`
+    /// metadata entries of its own (none: a fast slot), reporting to the manager's queue
+    /// if `notify`. Every entry's cookie names `owner`.
+    pub fn endpoint(
+        &self,
+        owner: InstanceId,
+        len: u64,
+        entries: u32,
+        spec: EndpointSpec,
+    ) -> Result<Endpoint, RatsError> {
+        let block = self.alloc_block(len.max(1))?;
+        let result = self.endpoint_in(owner, block, entries, spec);
+        if result.is_err() {
+            self.free_block(block);
+        }
+        result
+    }
+
+    fn endpoint_in(
+        &self,
+        owner: InstanceId,
+        block: Block,
+        entries: u32,
+        spec: EndpointSpec,
+    ) -> Result<Endpoint, RatsError> {
+        let cookie = u64::from(owner.0) + 1;
+        let (meta, entry_block) = if entries == 0 {
+            (None, None)
+        } else {
+            let eb = self.inner().entries.alloc(u64::from(entries))?;
+            let m = MetaArea::new(
+                self.shared.meta.area(),
+                self.shared.meta.base() + eb.offset * ENTRY_BYTES,
+                entries,
+            );
+            let m = match m {
+                Ok(m) => m,
+                Err(e) => {
+                    let _ = self.inner().entries.free(eb);
+                    return Err(e.into());
+                }
+            };
+            for i in 0..entries {
+                m.reset_accumulator(i)?;
+                m.set_cookie(i, cookie)?;
+            }
+            (Some(m), Some(eb))
+        };
+        let range = block.offset..block.offset + block.len;
+        let mut b = self
+            .shared
+            .node
+            .slot(&self.shared.area)
+            .range(range)
+            .perms(spec.perms);
+        b = match (&meta, spec.mode) {
+            (None, _) => b.fast(),
+            (Some(m), mode) => b.meta(m).mode(mode),
+        };
+        if spec.notify {
+            b = b.queue(self.inner().queue.index());
+        }
+        let slot = match b.create() {
+            Ok(s) => s,
+            Err(e) => {
+                if let Some(eb) = entry_block {
+                    let _ = self.inner().entries.free(eb);
+                }
+                return Err(e.into());
+            }
+        };
+        {
+            let mut inner = self.inner();
+            if meta.is_some() {
+                inner.queue.read_entries_of(&slot)?;
+            } else {
+                inner.fast_owner.insert(slot.id().0, owner.0);
+            }
+        }
+        Ok(Endpoint {
+            slot: Some(slot),
+            meta,
+            block,
+            entries: entry_block,
+            mgr: self.clone(),
+        })
+    }
+
+    // ----- dispatch -----
+
+    /// Hands one notification to its instance (the paper's `process_arrival`, called by
+    /// [`Manager::poll`] and [`Manager::next_ready`]); the instance it went to.
+    pub fn process_arrival(&self, n: Notification) -> Option<InstanceId> {
+        self.inner().dispatch(n)
+    }
+
+    /// Takes every notification waiting (without blocking), dispatches them, and names an
+    /// instance that has arrivals waiting, if any (the paper's `next_ready`).
+    pub fn next_ready(&self) -> Option<InstanceId> {
+        let mut inner = self.inner();
+        inner.pump();
+        inner.pop_ready()
+    }
+
+    /// Waits up to `timeout` (`None`: forever) until some instance has an arrival, and
+    /// names it (the paper's `poll`); `Ok(None)` on timeout.
+    pub fn poll(&self, timeout: Option<Duration>) -> Result<Option<InstanceId>, RatsError> {
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let mut inner = self.inner();
+        inner.report_lost()?;
+        loop {
+            inner.pump();
+            if let Some(id) = inner.pop_ready() {
+                return Ok(Some(id));
+            }
+            if !inner.wait_one(deadline)? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// The next arrival of instance `id`, if one waits (takes what the queue has first).
+    pub(crate) fn take(&self, id: InstanceId) -> Option<Notification> {
+        let mut inner = self.inner();
+        if inner.inbox(id).is_none_or(|b| b.is_empty()) {
+            inner.pump();
+        }
+        inner.inbox(id)?.pop_front()
+    }
+
+    /// Waits until `id` has an arrival `want` accepts, up to `deadline`; takes it.
+    pub(crate) fn wait_where(
+        &self,
+        id: InstanceId,
+        deadline: Option<Instant>,
+        mut want: impl FnMut(&Notification) -> bool,
+    ) -> Result<Option<Notification>, RatsError> {
+        let mut inner = self.inner();
+        inner.report_lost()?;
+        loop {
+            inner.pump();
+            let inbox = inner
+                .inbox(id)
+                .ok_or(RatsError::State("instance is gone"))?;
+            if let Some(i) = inbox.iter().position(&mut want) {
+                return Ok(inbox.remove(i));
+            }
+            if !inner.wait_one(deadline)? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Waits for any arrival of `id` up to `deadline`.
+    pub(crate) fn wait(
+        &self,
+        id: InstanceId,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Notification>, RatsError> {
+        self.wait_where(id, deadline, |_| true)
+    }
+
+    // ----- sending -----
+
+    /// Queues one message; a full terminus is waited out (bounded), never dropped.
+    pub(crate) fn send(
+        &self,
+        ticket: &Ticket,
+        opts: &SendOptions<'_>,
+        data: Data<'_>,
+    ) -> Result<SendHandle, RatsError> {
+        let mut inner = self.inner();
+        inner.send(ticket, opts, data)
+    }
+
+    /// Queues `bytes` as one message: inline if they fit a terminus entry, else copied
+    /// into message space that is freed when the send is done.
+    pub(crate) fn send_bytes(
+        &self,
+        ticket: &Ticket,
+        opts: &SendOptions<'_>,
+        bytes: &[u8],
+    ) -> Result<SendHandle, RatsError> {
+        if bytes.len() <= MAX_INLINE {
+            return self.send(ticket, opts, Data::Inline(bytes));
+        }
+        let block = self.alloc_block(bytes.len() as u64)?;
+        if let Err(e) = self.shared.area.write(block.offset, bytes) {
+            self.free_block(block);
+            return Err(e.into());
+        }
+        self.send_staged(ticket, opts, block, bytes.len() as u64)
+    }
+
+    /// Sends `len` bytes of `block` (ours) and frees the block when the send is done.
+    pub(crate) fn send_staged(
+        &self,
+        ticket: &Ticket,
+        opts: &SendOptions<'_>,
+        block: Block,
+        len: u64,
+    ) -> Result<SendHandle, RatsError> {
+        let mut inner = self.inner();
+        let spans = [self.shared.area.span(block.offset, len)];
+        match inner.send(ticket, opts, Data::Gather(&spans)) {
+            Ok(h) => {
+                inner.stats.copied_bytes += len;
+                inner.staged.push_back((h.clone(), block));
+                Ok(h)
+            }
+            Err(e) => {
+                let _ = inner.space.free(block);
+                Err(e)
+            }
+        }
+    }
+
+    /// A remote read through the manager's terminus.
+    pub(crate) fn read(&self, args: &hamlyn::ReadArgs<'_>) -> Result<SendHandle, RatsError> {
+        Ok(self.inner().terminus.read(args)?)
+    }
+
+    /// Frees the copies of finished sends.
+    pub fn reclaim(&self) {
+        self.inner().reclaim();
+    }
+}
+
+impl Inner {
+    fn inbox(&mut self, id: InstanceId) -> Option<&mut VecDeque<Notification>> {
+        self.instances
+            .get_mut(id.0 as usize)?
+            .as_mut()
+            .map(|s| &mut s.inbox)
+    }
+
+    fn deliver(&mut self, id: u32, n: Notification) -> Option<InstanceId> {
+        match self.instances.get_mut(id as usize).and_then(Option::as_mut) {
+            Some(s) => {
+                s.inbox.push_back(n);
+                if !s.in_ready_list {
+                    s.in_ready_list = true;
+                    self.ready.push_back(id);
+                }
+                self.stats.arrivals += 1;
+                Some(InstanceId(id))
+            }
+            None => {
+                self.stats.unroutable += 1;
+                None
+            }
+        }
+    }
+
+    fn dispatch(&mut self, n: Notification) -> Option<InstanceId> {
+        match n.kind {
+            NotificationKind::Overflow => {
+                self.stats.lost += n.word;
+                self.lost_unreported += n.word;
+                None
+            }
+            NotificationKind::PeerDown => {
+                // Every instance learns of it; each decides whether it cares.
+                let ids: Vec<u32> = (0..self.instances.len() as u32)
+                    .filter(|&i| {
+                        self.instances[i as usize]
+                            .as_ref()
+                            .is_some_and(|s| !s.quiet)
+                    })
+                    .collect();
+                let mut first = None;
+                for id in ids {
+                    first = first.or(self.deliver(id, n));
+                }
+                first
+            }
+            _ => {
+                // The cookie is ours (the engine never writes it): instance id + 1.
+                let owner = match n.cookie {
+                    Some(c) if c > 0 && c <= u64::from(u32::MAX) => Some((c - 1) as u32),
+                    _ => self.fast_owner.get(&n.slot.0).copied(),
+                };
+                match owner {
+                    Some(id) => self.deliver(id, n),
+                    None => {
+                        self.stats.unroutable += 1;
+                        None
+                    }
+                }
+            }
+        }
+    }
+
+    /// Dispatches what the queue holds now.
+    fn pump(&mut self) {
+        while let Some(n) = self.queue.poll() {
+            self.dispatch(n);
+        }
+    }
+
+    fn pop_ready(&mut self) -> Option<InstanceId> {
+        while let Some(id) = self.ready.pop_front() {
+            if let Some(s) = self.instances.get_mut(id as usize).and_then(Option::as_mut) {
+                s.in_ready_list = false;
+                if !s.inbox.is_empty() {
+                    return Some(InstanceId(id));
+                }
+            }
+        }
+        None
+    }
+
+    /// Waits for one notification until `deadline` and dispatches it; `false` on timeout.
+    fn wait_one(&mut self, deadline: Option<Instant>) -> Result<bool, RatsError> {
+        let timeout = match deadline {
+            None => None,
+            Some(d) => {
+                let now = Instant::now();
+                if now >= d {
+                    return Ok(false);
+                }
+                Some(d - now)
+            }
+        };
+        match self.queue.wait(timeout)? {
+            Some(n) => {
+                self.dispatch(n);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn report_lost(&mut self) -> Result<(), RatsError> {
+        if self.lost_unreported > 0 {
+            let n = std::mem::take(&mut self.lost_unreported);
+            return Err(RatsError::NotificationsLost(n));
+        }
+        Ok(())
+    }
+
+    fn reclaim(&mut self) {
+        while let Some((h, _)) = self.staged.front() {
+            if !h.is_done() {
+                break;
+            }
+            if let Some((_, b)) = self.staged.pop_front() {
+                let _ = self.space.free(b);
+            }
+        }
+    }
+
+    fn send(
+        &mut self,
+        ticket: &Ticket,
+        opts: &SendOptions<'_>,
+        data: Data<'_>,
+    ) -> Result<SendHandle, RatsError> {
+        self.reclaim();
+        // Bounded: a full terminus drains as the engine works; waiting for it to go idle
+        // ends within the engine's own progress or its death.
+        for _ in 0..1000 {
+            match self.terminus.send(ticket, opts, data) {
+                Err(SendError::Full) | Err(SendError::EntriesBusy) => {
+                    if !self.terminus.wait_idle(Some(Duration::from_millis(100)))
+                        && self.terminus.in_flight() == 0
+                    {
+                        return Err(RatsError::Send(SendError::EngineGone));
+                    }
+                }
+                other => return Ok(other?),
+            }
+        }
+        Err(RatsError::Send(SendError::Full))
+    }
+}
+
+/// How an [`Endpoint`]'s slot is made.
+#[derive(Clone, Copy, Debug)]
+pub struct EndpointSpec {
+    /// Its mode (ignored for a fast slot, i.e. one without entries).
+    pub mode: SlotMode,
+    /// What ticket holders may do.
+    pub perms: SlotPerms,
+    /// Whether its messages are reported on the manager's queue.
+    pub notify: bool,
+}
+
+impl Default for EndpointSpec {
+    fn default() -> Self {
+        EndpointSpec {
+            mode: SlotMode::Normal,
+            perms: SlotPerms::default(),
+            notify: true,
+        }
+    }
+}
+
+/// A slot over message space of one instance, with its own metadata entries (whose
+/// cookies name the instance). Dropping it destroys the slot and frees both.
+#[derive(Debug)]
+pub struct Endpoint {
+    slot: Option<Slot>,
+    meta: Option<MetaArea>,
+    block: Block,
+    entries: Option<Block>,
+    mgr: Manager,
+}
+
+impl Endpoint {
+    /// The slot.
+    pub fn slot(&self) -> Option<&Slot> {
+        self.slot.as_ref()
+    }
+
+    fn the_slot(&self) -> Result<&Slot, RatsError> {
+        self.slot
+            .as_ref()
+            .ok_or(RatsError::State("endpoint closed"))
+    }
+
+    /// Its metadata entries.
+    pub fn meta(&self) -> Option<&MetaArea> {
+        self.meta.as_ref()
+    }
+
+    /// Bytes of the slot (the block may be a little larger).
+    pub fn len(&self) -> u64 {
+        self.slot.as_ref().map_or(0, Slot::len)
+    }
+
+    /// Whether the slot has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A ticket for `bytes` (slot-relative) and entries `meta`.
+    pub fn ticket(
+        &self,
+        bytes: std::ops::Range<u64>,
+        meta: std::ops::Range<u32>,
+    ) -> Result<Ticket, RatsError> {
+        Ok(self.the_slot()?.ticket(bytes, meta)?)
+    }
+
+    /// Copies `buf.len()` bytes at slot offset `off` out.
+    pub fn read(&self, off: u64, buf: &mut [u8]) -> Result<(), RatsError> {
+        self.check(off, buf.len() as u64)?;
+        Ok(self.mgr.shared.area.read(self.block.offset + off, buf)?)
+    }
+
+    /// Writes `bytes` at slot offset `off` (the owner's own memory).
+    pub fn write(&self, off: u64, bytes: &[u8]) -> Result<(), RatsError> {
+        self.check(off, bytes.len() as u64)?;
+        Ok(self.mgr.shared.area.write(self.block.offset + off, bytes)?)
+    }
+
+    /// A gather span of slot bytes `off..off + len` (to send them on).
+    pub fn span(&self, off: u64, len: u64) -> Result<hamlyn::Span<'_>, RatsError> {
+        self.check(off, len)?;
+        Ok(self.mgr.shared.area.span(self.block.offset + off, len))
+    }
+
+    /// Checks that `off..off + len` lies in the slot (offsets from a peer included).
+    pub fn check(&self, off: u64, len: u64) -> Result<(), RatsError> {
+        match off.checked_add(len) {
+            Some(end) if end <= self.len() => Ok(()),
+            _ => Err(RatsError::Forged("range outside the slot")),
+        }
+    }
+
+    /// User metadata of entry `index`.
+    pub fn metadata(&self, index: u32) -> Result<Vec<u8>, RatsError> {
+        let m = self.meta.as_ref().ok_or(RatsError::State("no entries"))?;
+        Ok(m.metadata(index)?)
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            let id = slot.id();
+            drop(slot);
+            let mut inner = self.mgr.inner();
+            inner.queue.forget_entries_of(id);
+            inner.fast_owner.remove(&id.0);
+        }
+        let mut inner = self.mgr.inner();
+        let _ = inner.space.free(self.block);
+        if let Some(eb) = self.entries {
+            let _ = inner.entries.free(eb);
+        }
+    }
+}
+
+/// Message space from [`Manager::alloc`]: write into it, send it without a copy, read
+/// what lands in it. Freed when dropped.
+#[derive(Debug)]
+pub struct Buffer {
+    mgr: Manager,
+    block: Block,
+    len: u64,
+    /// The block went to the manager's list of blocks freed after their sends.
+    handed_over: bool,
+}
+
+impl Buffer {
+    /// Bytes asked for.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether it has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Writes `bytes` at `off`.
+    pub fn write(&self, off: u64, bytes: &[u8]) -> Result<(), RatsError> {
+        self.check(off, bytes.len() as u64)?;
+        Ok(self.mgr.shared.area.write(self.block.offset + off, bytes)?)
+    }
+
+    /// Copies bytes at `off` out.
+    pub fn read(&self, off: u64, buf: &mut [u8]) -> Result<(), RatsError> {
+        self.check(off, buf.len() as u64)?;
+        Ok(self.mgr.shared.area.read(self.block.offset + off, buf)?)
+    }
+
+    /// A gather span of `off..off + len`.
+    pub fn span(&self, off: u64, len: u64) -> Result<hamlyn::Span<'_>, RatsError> {
+        self.check(off, len)?;
+        Ok(self.mgr.shared.area.span(self.block.offset + off, len))
+    }
+
+    fn check(&self, off: u64, len: u64) -> Result<(), RatsError> {
+        match off.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(RatsError::InvalidArgument("outside the buffer")),
+        }
+    }
+
+    /// Gives the block to the manager to free once `handle`'s send is done (the send
+    /// reads it until then).
+    pub(crate) fn free_after(mut self, handle: &SendHandle) {
+        self.handed_over = true;
+        self.mgr
+            .inner()
+            .staged
+            .push_back((handle.clone(), self.block));
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        if !self.handed_over {
+            self.mgr.free_block(self.block);
+        }
+    }
+}
+
+/// What a send handle says, as a protocol reports it: error (with its code), pending,
+/// copied (coalesced into a buffer not sent yet) or sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SendStatus {
+    /// Queued, not done.
+    Pending,
+    /// Copied into a coalescing buffer; sent on a later flush.
+    Copied,
+    /// Sent.
+    Sent,
+    /// Failed, with the engine's status.
+    Error(Status),
+}
+
+impl From<Status> for SendStatus {
+    fn from(s: Status) -> SendStatus {
+        match s {
+            Status::Pending => SendStatus::Pending,
+            Status::Sent => SendStatus::Sent,
+            other => SendStatus::Error(other),
+        }
+    }
+}
