@@ -547,3 +547,167 @@ fn registry_names_are_owned_and_leave_with_their_publisher() {
     assert_eq!(c, Some(ControlErrorCode::Unreachable), "{msg}");
     assert!(msg.contains("node 9"), "{msg}");
 }
+
+/// Issue 17, the NACK queue flooded: node 2's path back to node 1 is congested (its
+/// sends are `Full`) while a client of node 1 floods node 2 with writes node 2 refuses.
+/// The NACKs node 2 owes wait in a bounded queue; past the bound it stops taking packets
+/// from the fabric (`fabric_polls_held`) instead of growing, while a pair of its own
+/// clients keeps exchanging messages. When the path clears, every refusal reaches the
+/// flooding client, each once.
+#[test]
+fn a_nack_flood_into_a_congested_path_is_held_not_grown() {
+    let (fa, fb, _cut, valve) = hamlyn_testkit::channel::link_with_valve(NodeId(1), NodeId(2));
+    let (ea, eb) = (engine(1, fa), engine(2, fb));
+    let mut bad = RawClient::attach(ea.socket_path(), 1, 1, 256);
+    let mut rx = RawClient::attach(eb.socket_path(), 1, 1, 256);
+    let mut tx = RawClient::attach(eb.socket_path(), 1, 1, 256);
+    let (slot, key, _) = make_slot(&rx, 4096, 4);
+    bad.open(0, 0);
+    tx.open(0, 0);
+    *valve.lock().unwrap() = true;
+    const BAD: u64 = 6000; // past the 4,096 NACKs node 2 may hold
+    let mut pushed = 0u64;
+    let mut rounds = 0u64;
+    let deadline = StdInstant::now() + Duration::from_secs(60);
+    loop {
+        while pushed < BAD
+            && bad
+                .push(0, inline(2, slot, key ^ 1, 0, 0, b"refused", pushed))
+                .is_ok()
+        {
+            pushed += 1;
+        }
+        // Node 2's own pair goes on meanwhile.
+        tx.push(0, inline(2, slot, key, 1, 8, &rounds.to_le_bytes(), rounds))
+            .unwrap();
+        let n = rx.wait_notif(0).expect("the local message arrives");
+        assert_eq!(n.word.get(), rounds);
+        rounds += 1;
+        if rx.stats().engine.fabric_polls_held > 0 {
+            break;
+        }
+        assert!(StdInstant::now() < deadline, "never held: pushed {pushed}");
+    }
+    for _ in 0..20 {
+        tx.push(0, inline(2, slot, key, 1, 8, &rounds.to_le_bytes(), rounds))
+            .unwrap();
+        assert_eq!(rx.wait_notif(0).expect("still served").word.get(), rounds);
+        rounds += 1;
+    }
+    // The path clears: every refusal comes back to the flooding client, once.
+    *valve.lock().unwrap() = false;
+    let mut seqs = std::collections::BTreeSet::new();
+    let deadline = StdInstant::now() + Duration::from_secs(60);
+    while (seqs.len() as u64) < BAD {
+        while pushed < BAD
+            && bad
+                .push(0, inline(2, slot, key ^ 1, 0, 0, b"refused", pushed))
+                .is_ok()
+        {
+            pushed += 1;
+        }
+        for e in bad.errors() {
+            assert_eq!(
+                RejectReason::from_code(u64::from(e.status)),
+                Some(RejectReason::BadKey)
+            );
+            assert!(seqs.insert(e.seq), "refusal {} twice", e.seq);
+        }
+        assert!(
+            StdInstant::now() < deadline,
+            "{} of {BAD} refusals came back",
+            seqs.len()
+        );
+        std::thread::yield_now();
+    }
+    let s = rx.stats();
+    assert!(s.engine.fabric_polls_held > 0, "{:?}", s.engine);
+    assert_eq!(s.engine.nacks_undeliverable, 0, "{:?}", s.engine);
+}
+
+/// Issue 17, the answers queue flooded: node 2's path back is congested while a client of
+/// node 1 floods it with remote reads. The answers node 2 owes wait in a bounded queue;
+/// past it node 2 stops taking packets (`fabric_polls_held`), its own pair goes on, and
+/// when the path clears every read is answered, once.
+#[test]
+fn a_read_flood_into_a_congested_path_is_held_not_grown() {
+    use common::{read_req, reply_ticket};
+    let (fa, fb, _cut, valve) = hamlyn_testkit::channel::link_with_valve(NodeId(1), NodeId(2));
+    let (ea, eb) = (engine(1, fa), engine(2, fb));
+    let mut reader = RawClient::attach(ea.socket_path(), 1, 1, 4096);
+    let mut rx = RawClient::attach(eb.socket_path(), 1, 1, 256);
+    let mut tx = RawClient::attach(eb.socket_path(), 1, 1, 256);
+    // The slot read on node 2 (reads allowed), and the reply slot on node 1.
+    let (area, _) = rx.area(4096);
+    let (meta_area, _) = rx.area(128);
+    let Reply::Slot {
+        slot: src,
+        key: src_key,
+    } = rx.call(Request::CreateSlot {
+        area,
+        base: 0,
+        len: 4096,
+        mode: mode::NORMAL,
+        perms: perm::WRITE | perm::READ,
+        meta_area,
+        meta_base: 0,
+        meta_count: 1,
+        queue: 0,
+    })
+    else {
+        panic!("source slot")
+    };
+    let (slot, key, _) = make_slot(&rx, 4096, 4);
+    let (rslot, rkey, _) = make_slot(&reader, 4096, 1);
+    let reply = reply_ticket(&reader, rslot, rkey, 4096);
+    reader.open(0, 0);
+    tx.open(0, 0);
+    *valve.lock().unwrap() = true;
+    const READS: u64 = 3000; // past the 1,024 answers node 2 may hold
+    let mut pushed = 0u64;
+    let mut rounds = 0u64;
+    let deadline = StdInstant::now() + Duration::from_secs(60);
+    loop {
+        while pushed < READS
+            && reader
+                .push(0, read_req(2, src, src_key, 0, 8, reply, 0))
+                .is_ok()
+        {
+            pushed += 1;
+        }
+        tx.push(0, inline(2, slot, key, 1, 8, &rounds.to_le_bytes(), rounds))
+            .unwrap();
+        assert_eq!(
+            rx.wait_notif(0).expect("the local message").word.get(),
+            rounds
+        );
+        rounds += 1;
+        if rx.stats().engine.fabric_polls_held > 0 {
+            break;
+        }
+        assert!(StdInstant::now() < deadline, "never held: pushed {pushed}");
+    }
+    *valve.lock().unwrap() = false;
+    let mut answered = 0u64;
+    let deadline = StdInstant::now() + Duration::from_secs(60);
+    while answered < READS {
+        while pushed < READS
+            && reader
+                .push(0, read_req(2, src, src_key, 0, 8, reply, 0))
+                .is_ok()
+        {
+            pushed += 1;
+        }
+        while let Some(n) = reader.queues[0].poll() {
+            assert_eq!(n.kind(), Some(NotifKind::ReadDone), "{n:?}");
+            answered += 1;
+        }
+        assert!(reader.errors().is_empty());
+        assert!(
+            StdInstant::now() < deadline,
+            "{answered} of {READS} reads answered"
+        );
+        std::thread::yield_now();
+    }
+    assert!(reader.queues[0].poll().is_none(), "each read answered once");
+}

@@ -1,6 +1,7 @@
 //! An in-process channel "fabric" between two engines in one test process: whole
 //! packets through std channels, Up at the first poll, Down when the shared `cut` flag
-//! is set. A test double for the engine's remote logic; the TCP fabric is the real thing.
+//! is set; a per-end `valve` makes that end's sends `Full` (back-pressure) while set. A
+//! test double for the engine's remote logic; the TCP fabric is the real thing.
 
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -20,6 +21,8 @@ pub struct ChannelFabric {
     tx: Sender<Packet>,
     rx: Receiver<Packet>,
     cut: Arc<Mutex<bool>>,
+    /// While set, this end's sends are refused as `Full`.
+    valve: Arc<Mutex<bool>>,
     announced_up: bool,
     announced_down: bool,
     counters: ChannelCounters,
@@ -28,20 +31,40 @@ pub struct ChannelFabric {
 /// A link between nodes `a` and `b`: `a`'s end, `b`'s end, and the shared `cut` flag
 /// (set it to `true` to take the link down for both).
 pub fn link(a: NodeId, b: NodeId) -> (ChannelFabric, ChannelFabric, Arc<Mutex<bool>>) {
+    let (fa, fb, cut, _) = link_with_valve(a, b);
+    (fa, fb, cut)
+}
+
+/// As [`link`], with a valve on `b`'s end: while it is `true`, `b`'s sends are refused
+/// as `Full`, as a congested path would refuse them.
+#[allow(clippy::type_complexity)]
+pub fn link_with_valve(
+    a: NodeId,
+    b: NodeId,
+) -> (
+    ChannelFabric,
+    ChannelFabric,
+    Arc<Mutex<bool>>,
+    Arc<Mutex<bool>>,
+) {
     let (ta, rb) = channel();
     let (tb, ra) = channel();
     let cut = Arc::new(Mutex::new(false));
-    let end = |local, peer, tx, rx| ChannelFabric {
+    let valve = Arc::new(Mutex::new(false));
+    let end = |local, peer, tx, rx, valve| ChannelFabric {
         local,
         peer,
         tx,
         rx,
         cut: cut.clone(),
+        valve,
         announced_up: false,
         announced_down: false,
         counters: ChannelCounters::default(),
     };
-    (end(a, b, ta, ra), end(b, a, tb, rb), cut)
+    let fa = end(a, b, ta, ra, Arc::new(Mutex::new(false)));
+    let fb = end(b, a, tb, rb, valve.clone());
+    (fa, fb, cut, valve)
 }
 
 impl ChannelFabric {
@@ -67,6 +90,9 @@ impl Fabric for ChannelFabric {
         }
         if self.is_cut() {
             return Err(FabricError::PeerDown(self.peer));
+        }
+        if *self.valve.lock().unwrap_or_else(PoisonError::into_inner) {
+            return Err(FabricError::Full);
         }
         let mut bytes = Vec::with_capacity(payload.iter().map(SharedBytes::len).sum());
         for part in payload {
