@@ -3,7 +3,7 @@
 //! random (real processes of the `hamlyn-circuit` binary, one engine).
 #![allow(clippy::unwrap_used)]
 
-use std::process::{Command, Stdio};
+mod common;
 
 use hamlyn_apps::circuit::{owner, sequential, test_vectors, Circuit, Kind, Placement};
 use hamlyn_engine::{EngineConfig, EngineHandle};
@@ -59,31 +59,13 @@ fn the_parallel_simulation_adds_like_the_sequential_one() {
         let _ = std::fs::remove_dir_all(&out);
         std::fs::create_dir_all(&out).unwrap();
         let job = format!("circuit-{procs}-{}", placement.replace(':', ""));
-        let children: Vec<_> = (0..procs)
-            .map(|r| {
-                Command::new(env!("CARGO_BIN_EXE_hamlyn-circuit"))
-                    .args([
-                        vectors.to_string(),
-                        placement.to_string(),
-                        out.display().to_string(),
-                    ])
-                    .env("HAMLYN_RANK", r.to_string())
-                    .env("HAMLYN_SIZE", procs.to_string())
-                    .env("HAMLYN_JOB", &job)
-                    .env("HAMLYN_SOCKET", engine.socket_path())
-                    .env("HAMLYN_JOB_TIMEOUT_MS", "120000")
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .spawn()
-                    .unwrap()
-            })
-            .collect();
-        for mut c in children {
-            assert!(
-                c.wait().unwrap().success(),
-                "a rank failed ({procs}, {placement})"
-            );
-        }
+        let args = [
+            vectors.to_string(),
+            placement.to_string(),
+            out.display().to_string(),
+        ];
+        let sockets = vec![engine.socket_path(); procs as usize];
+        common::run_ranks(env!("CARGO_BIN_EXE_hamlyn-circuit"), &args, &sockets, &job);
         let got: Vec<u64> = std::fs::read_to_string(out.join("results"))
             .unwrap()
             .lines()

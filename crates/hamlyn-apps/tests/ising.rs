@@ -3,8 +3,9 @@
 //! split evenly and unevenly.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use hamlyn_apps::ising::{energy, initial_spin, rows_of, sequential, Params};
 use hamlyn_engine::{EngineConfig, EngineHandle};
@@ -13,30 +14,15 @@ fn run_parallel(socket: &Path, p: &Params, procs: u32, job: &str) -> Vec<i8> {
     let out = std::env::temp_dir().join(format!("hamlyn-ising-{}-{job}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(&out).unwrap();
-    let children: Vec<_> = (0..procs)
-        .map(|r| {
-            Command::new(env!("CARGO_BIN_EXE_hamlyn-ising"))
-                .args([
-                    p.n.to_string(),
-                    p.sweeps.to_string(),
-                    p.beta.to_string(),
-                    p.seed.to_string(),
-                    out.display().to_string(),
-                ])
-                .env("HAMLYN_RANK", r.to_string())
-                .env("HAMLYN_SIZE", procs.to_string())
-                .env("HAMLYN_JOB", job)
-                .env("HAMLYN_SOCKET", socket)
-                .env("HAMLYN_JOB_TIMEOUT_MS", "120000")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    for mut c in children {
-        assert!(c.wait().unwrap().success(), "a rank failed ({job})");
-    }
+    let args = [
+        p.n.to_string(),
+        p.sweeps.to_string(),
+        p.beta.to_string(),
+        p.seed.to_string(),
+        out.display().to_string(),
+    ];
+    let sockets = vec![socket; procs as usize];
+    common::run_ranks(env!("CARGO_BIN_EXE_hamlyn-ising"), &args, &sockets, job);
     let mut grid = Vec::with_capacity(p.n * p.n);
     for r in 0..procs {
         let bytes = std::fs::read(out.join(format!("rows-{r}"))).unwrap();

@@ -3,8 +3,7 @@
 //! node. Each result must equal its sequential twin.
 #![allow(clippy::unwrap_used)]
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+mod common;
 
 use hamlyn_apps::circuit::{sequential as add_all, test_vectors, Circuit};
 use hamlyn_apps::ising::{rows_of, sequential, Params};
@@ -32,30 +31,13 @@ fn two_nodes() -> (EngineHandle, EngineHandle) {
 
 /// Runs `bin ARGS` as four ranks, 0 and 1 on `a`, 2 and 3 on `b`.
 fn run_ranks(bin: &str, args: &[String], a: &EngineHandle, b: &EngineHandle, job: &str) {
-    let children: Vec<_> = (0..4u32)
-        .map(|r| {
-            let socket: PathBuf = if r < 2 {
-                a.socket_path()
-            } else {
-                b.socket_path()
-            }
-            .into();
-            Command::new(bin)
-                .args(args)
-                .env("HAMLYN_RANK", r.to_string())
-                .env("HAMLYN_SIZE", "4")
-                .env("HAMLYN_JOB", job)
-                .env("HAMLYN_SOCKET", socket)
-                .env("HAMLYN_JOB_TIMEOUT_MS", "120000")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    for mut c in children {
-        assert!(c.wait().unwrap().success(), "a rank of {job} failed");
-    }
+    let sockets = [
+        a.socket_path(),
+        a.socket_path(),
+        b.socket_path(),
+        b.socket_path(),
+    ];
+    common::run_ranks(bin, args, &sockets, job);
 }
 
 #[test]

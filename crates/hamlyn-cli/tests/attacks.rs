@@ -20,12 +20,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hamlyn_shm::region::ShmRegion;
 use hamlyn_shm::sync::{AtomicBool, AtomicU64, Ordering};
 use hamlyn_wire::control::{mode, perm, ControlErrorCode, Reply, Request};
 use hamlyn_wire::request::{Gather, Payload, MAX_GATHER};
 use hamlyn_wire::NotifKind;
-use raw::{call, connect, inline, RawClient};
+use raw::{call, connect, inline, receiver_slot, RawClient};
 
 /// How long any one thing the test waits for may take before the test fails: a bound
 /// that ends a hang, far above what any healthy run needs.
@@ -211,26 +210,6 @@ impl Pinger {
         }
         self.rounds.load(Ordering::Acquire)
     }
-}
-
-/// A slot of `len` bytes in a fresh area of `c`, notifying queue 0, with `meta` entries.
-fn receiver_slot(c: &RawClient, len: usize, meta: u32) -> (u32, u64, Arc<ShmRegion>) {
-    let (area, region) = c.area(len);
-    let (meta_area, _) = c.area(128 * meta as usize);
-    let Reply::Slot { slot, key } = c.call(Request::CreateSlot {
-        area,
-        base: 0,
-        len: len as u64,
-        mode: mode::NORMAL,
-        perms: perm::WRITE,
-        meta_area,
-        meta_base: 0,
-        meta_count: meta,
-        queue: 0,
-    }) else {
-        panic!("receiver slot")
-    };
-    (slot, key, region)
 }
 
 /// Registers an area of `len` bytes backed by a fresh memfd that this process never maps

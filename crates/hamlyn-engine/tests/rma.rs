@@ -4,37 +4,14 @@
 
 mod common;
 
-use std::sync::Arc;
-
-use common::{atomic_req, read_req, reply_ticket, RawClient};
+use common::{atomic_req, read_req, reply_ticket, slot_with_perms, RawClient};
 use hamlyn_core::RejectReason;
 use hamlyn_engine::{EngineConfig, EngineHandle};
 use hamlyn_shm::region::ShmRegion;
 use hamlyn_testkit::channel::link;
-use hamlyn_wire::control::{mode, perm, Reply, Request};
+use hamlyn_wire::control::{perm, Reply, Request};
 use hamlyn_wire::rma::AtomicOp;
 use hamlyn_wire::{NodeId, NotifKind};
-
-/// A slot of `len` bytes with `perms`, one metadata entry, notifications on queue 0.
-fn slot_with(c: &RawClient, len: usize, perms: u8) -> (u32, u64, Arc<ShmRegion>) {
-    let (area, region) = c.area(len);
-    let (meta_area, _) = c.area(128);
-    let reply = c.call(Request::CreateSlot {
-        area,
-        base: 0,
-        len: len as u64,
-        mode: mode::NORMAL,
-        perms,
-        meta_area,
-        meta_base: 0,
-        meta_count: 1,
-        queue: 0,
-    });
-    let Reply::Slot { slot, key } = reply else {
-        panic!("{reply:?}")
-    };
-    (slot, key, region)
-}
 
 fn word(r: &ShmRegion, off: usize) -> u64 {
     let mut b = [0u8; 8];
@@ -55,10 +32,15 @@ fn local_read_and_atomics_are_executed_by_the_engine() {
     let engine = EngineHandle::start(EngineConfig::embedded()).unwrap();
     let mut owner = RawClient::attach(engine.socket_path(), 1, 1, 256);
     let mut user = RawClient::attach(engine.socket_path(), 1, 1, 256);
-    let (src, skey, data) = slot_with(&owner, 300 * 1024, perm::WRITE | perm::READ | perm::ATOMIC);
+    let (src, skey, data) = slot_with_perms(
+        &owner,
+        300 * 1024,
+        1,
+        perm::WRITE | perm::READ | perm::ATOMIC,
+    );
     let pattern: Vec<u8> = (0..300 * 1024u32).map(|i| (i % 253) as u8).collect();
     data.write(0, &pattern).unwrap();
-    let (rslot, rkey, reply) = slot_with(&user, 300 * 1024, perm::WRITE);
+    let (rslot, rkey, reply) = slot_with_perms(&user, 300 * 1024, 1, perm::WRITE);
     let rt = reply_ticket(&user, rslot, rkey, 300 * 1024);
     user.open(0, 0);
     owner.open(0, 0);
@@ -169,7 +151,7 @@ fn local_read_and_atomics_are_executed_by_the_engine() {
     assert_eq!(word(&reply, 0), 6);
 
     // A slot without read or atomic permission refuses both.
-    let (wo, wokey, _) = slot_with(&owner, 4096, perm::WRITE);
+    let (wo, wokey, _) = slot_with_perms(&owner, 4096, 1, perm::WRITE);
     let p = user
         .push(0, read_req(user.node, wo, wokey, 0, 8, rt, 0))
         .unwrap();
@@ -198,12 +180,13 @@ fn remote_read_and_a_fetch_add_lock_across_two_engines() {
     let b = RawClient::attach(eb.socket_path(), 1, 1, 1024);
     let mut b2 = RawClient::attach(eb.socket_path(), 1, 1, 1024);
     // The shared counter lives on node 2.
-    let (ctr, ckey, counter) = slot_with(&b, 4096, perm::WRITE | perm::READ | perm::ATOMIC);
+    let (ctr, ckey, counter) =
+        slot_with_perms(&b, 4096, 1, perm::WRITE | perm::READ | perm::ATOMIC);
     let pattern: Vec<u8> = (0..4096u32).map(|i| (i * 3 % 256) as u8).collect();
     counter.write(0, &pattern).unwrap();
     counter.write(0, &0u64.to_le_bytes()).unwrap();
-    let (ra, rak, reply_a) = slot_with(&a, 8192, perm::WRITE);
-    let (rb, rbk, _) = slot_with(&b2, 64, perm::WRITE);
+    let (ra, rak, reply_a) = slot_with_perms(&a, 8192, 1, perm::WRITE);
+    let (rb, rbk, _) = slot_with_perms(&b2, 64, 1, perm::WRITE);
     let ta = reply_ticket(&a, ra, rak, 8192);
     let tb = reply_ticket(&b2, rb, rbk, 64);
     a.open(0, 0);

@@ -7,38 +7,13 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{inline, RawClient};
+use common::{inline, receiver_slot, RawClient};
 use hamlyn_core::RejectReason;
 use hamlyn_engine::{EngineConfig, EngineHandle};
 use hamlyn_shm::memory::RingMemory;
-use hamlyn_wire::control::{mode, perm, Reply, Request};
+use hamlyn_wire::control::{Reply, Request};
 use hamlyn_wire::request::{Gather, Payload, REQUEST_LEN};
 use hamlyn_wire::NotifKind;
-
-/// A receiver with one normal slot of `len` bytes over 4 metadata entries, posting to
-/// queue 0; returns (slot, key, area region).
-fn receiver_slot(
-    c: &RawClient,
-    len: usize,
-) -> (u32, u64, std::sync::Arc<hamlyn_shm::region::ShmRegion>) {
-    let (area, region) = c.area(len);
-    let (meta_area, _) = c.area(128 * 4);
-    let reply = c.call(Request::CreateSlot {
-        area,
-        base: 0,
-        len: len as u64,
-        mode: mode::NORMAL,
-        perms: perm::WRITE,
-        meta_area,
-        meta_base: 0,
-        meta_count: 4,
-        queue: 0,
-    });
-    let Reply::Slot { slot, key } = reply else {
-        panic!("{reply:?}")
-    };
-    (slot, key, region)
-}
 
 /// xorshift, so the scribbling is reproducible.
 fn noise(state: &mut u64) -> u64 {
@@ -54,7 +29,7 @@ fn a_scribbling_client_cannot_crash_hang_or_corrupt_the_engine_for_others() {
     let mut rx = RawClient::attach(engine.socket_path(), 1, 1, 4096);
     let mut tx = RawClient::attach(engine.socket_path(), 1, 1, 64);
     let mut bad = RawClient::attach(engine.socket_path(), 2, 2, 64);
-    let (slot, key, region) = receiver_slot(&rx, 4096);
+    let (slot, key, region) = receiver_slot(&rx, 4096, 4);
     tx.open(0, 0);
     bad.open(0, 0);
     bad.open(1, 0);
@@ -137,8 +112,8 @@ fn a_client_cannot_make_the_engine_block_on_its_wake_up_descriptors() {
     let mut rx = RawClient::attach(engine.socket_path(), 1, 1, 4096);
     let mut tx = RawClient::attach(engine.socket_path(), 1, 1, 64);
     let bad = RawClient::attach(engine.socket_path(), 1, 1, 64);
-    let (slot, key, region) = receiver_slot(&rx, 4096);
-    let (bad_slot, bad_key, _) = receiver_slot(&bad, 4096);
+    let (slot, key, region) = receiver_slot(&rx, 4096, 4);
+    let (bad_slot, bad_key, _) = receiver_slot(&bad, 4096, 4);
     tx.open(0, 0);
     for fd in [bad.doorbell.as_fd(), bad.port_eventfd.as_fd()] {
         // Fill it while it is still non-blocking (an eventfd's counter to its maximum, a
@@ -195,7 +170,7 @@ fn a_client_that_dies_mid_message_leaves_its_receiver_told() {
     let mut done_tx = RawClient::attach(engine.socket_path(), 1, 1, 64);
     let mut dying = RawClient::attach(engine.socket_path(), 1, 1, 64);
     const BIG: usize = 32 << 20;
-    let (slot, key, region) = receiver_slot(&rx, BIG);
+    let (slot, key, region) = receiver_slot(&rx, BIG, 4);
     done_tx.open(0, 0);
     dying.open(0, 0);
     // A whole message on entry 0 from one client, then it leaves: nothing to report.
@@ -251,7 +226,7 @@ fn a_doorbell_rung_for_nothing_sends_the_engine_back_to_sleep() {
     let mut rx = RawClient::attach(engine.socket_path(), 1, 1, 256);
     let mut tx = RawClient::attach(engine.socket_path(), 1, 1, 64);
     let bad = RawClient::attach(engine.socket_path(), 1, 1, 64);
-    let (slot, key, _region) = receiver_slot(&rx, 4096);
+    let (slot, key, _region) = receiver_slot(&rx, 4096, 4);
     tx.open(0, 0);
     // Let the engine settle into its sleep.
     std::thread::sleep(Duration::from_millis(20));
@@ -286,7 +261,7 @@ fn a_doorbell_rung_for_nothing_sends_the_engine_back_to_sleep() {
 fn a_full_terminus_is_back_pressure_and_nothing_is_dropped() {
     let engine = EngineHandle::start(EngineConfig::embedded()).unwrap();
     let mut c = RawClient::attach(engine.socket_path(), 1, 1, 4096);
-    let (slot, key, _) = receiver_slot(&c, 4096);
+    let (slot, key, _) = receiver_slot(&c, 4096, 4);
     // Not opened yet: the engine does not consume, so the ring fills.
     let mut pushed = 0;
     loop {
@@ -315,7 +290,7 @@ fn a_full_terminus_is_back_pressure_and_nothing_is_dropped() {
 fn a_full_notification_queue_is_counted_and_nothing_is_overwritten() {
     let engine = EngineHandle::start(EngineConfig::embedded()).unwrap();
     let mut c = RawClient::attach(engine.socket_path(), 1, 1, 64);
-    let (slot, key, _) = receiver_slot(&c, 4096);
+    let (slot, key, _) = receiver_slot(&c, 4096, 4);
     c.open(0, 0);
     for i in 0..100u64 {
         while c.push(0, inline(c.node, slot, key, 0, 0, b"y", i)).is_err() {
@@ -355,7 +330,7 @@ fn child_process_receiver() {
         return;
     };
     let c = RawClient::attach(std::path::Path::new(&path), 1, 1, 64);
-    let (slot, key, _) = receiver_slot(&c, 1 << 16);
+    let (slot, key, _) = receiver_slot(&c, 1 << 16, 4);
     let mut out = std::io::stdout();
     writeln!(out, "SLOT {slot} {key}").unwrap();
     out.flush().unwrap();
@@ -397,7 +372,7 @@ fn a_killed_client_loses_its_slots_and_senders_get_peer_down() {
 
     let mut tx = RawClient::attach(engine.socket_path(), 1, 1, 64);
     let mut other = RawClient::attach(engine.socket_path(), 1, 1, 64);
-    let (oslot, okey, _) = receiver_slot(&other, 4096);
+    let (oslot, okey, _) = receiver_slot(&other, 4096, 4);
     tx.open(0, 0);
     // Traffic to the child works while it lives.
     let p = tx

@@ -7,11 +7,11 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{atomic_req, inline, read_req, reply_ticket, RawClient};
+use common::{atomic_req, inline, read_req, reply_ticket, slot_with_perms, RawClient};
 use hamlyn_core::RejectReason;
 use hamlyn_engine::{EngineConfig, EngineHandle};
 use hamlyn_fabric::tcp::{tcp_cluster, ClusterSecret, TcpConfig};
-use hamlyn_wire::control::{mode, perm, Reply, Request};
+use hamlyn_wire::control::perm;
 use hamlyn_wire::request::{Gather, Payload};
 use hamlyn_wire::rma::AtomicOp;
 use hamlyn_wire::stats::FabricStats;
@@ -41,30 +41,6 @@ fn engines_at(rails: usize) -> (EngineHandle, EngineHandle, std::net::SocketAddr
     (start(0, fa), start(1, fb), b_addr)
 }
 
-fn slot(
-    c: &RawClient,
-    len: usize,
-    perms: u8,
-) -> (u32, u64, std::sync::Arc<hamlyn_shm::region::ShmRegion>) {
-    let (area, region) = c.area(len);
-    let (meta_area, _) = c.area(128 * 4);
-    let reply = c.call(Request::CreateSlot {
-        area,
-        base: 0,
-        len: len as u64,
-        mode: mode::NORMAL,
-        perms,
-        meta_area,
-        meta_base: 0,
-        meta_count: 4,
-        queue: 0,
-    });
-    let Reply::Slot { slot, key } = reply else {
-        panic!("{reply:?}")
-    };
-    (slot, key, region)
-}
-
 /// Sends until the peer is up (sends before the TCP handshake completes come back
 /// PeerDown or wait as Full inside the engine).
 fn wait_peer_up(c: &RawClient, peer: u32) {
@@ -86,8 +62,9 @@ fn tcp_between_engines_carries_writes_reads_atomics_and_refusals() {
     let mut b = RawClient::attach(eb.socket_path(), 1, 1, 1024);
     wait_peer_up(&a, 1);
     wait_peer_up(&b, 0);
-    let (bslot, bkey, bregion) = slot(&b, 4 << 20, perm::WRITE | perm::READ | perm::ATOMIC);
-    let (aslot, akey, aregion) = slot(&a, 1 << 20, perm::WRITE);
+    let (bslot, bkey, bregion) =
+        slot_with_perms(&b, 4 << 20, 4, perm::WRITE | perm::READ | perm::ATOMIC);
+    let (aslot, akey, aregion) = slot_with_perms(&a, 1 << 20, 4, perm::WRITE);
     a.open(0, 0);
 
     // 4 MiB from a send area: 64 packets of 64 KiB striped over 3 rails, one notification.
@@ -205,7 +182,7 @@ fn strangers_without_the_secret_cannot_take_a_node_over() {
     let mut b = RawClient::attach(eb.socket_path(), 1, 1, 1024);
     wait_peer_up(&a, 1);
     wait_peer_up(&b, 0);
-    let (bslot, bkey, _bregion) = slot(&b, 4096, perm::WRITE);
+    let (bslot, bkey, _bregion) = slot_with_perms(&b, 4096, 4, perm::WRITE);
     a.open(0, 0);
     let hello = Hello {
         from: NodeId(0),

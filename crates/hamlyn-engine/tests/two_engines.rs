@@ -8,10 +8,9 @@ mod common;
 
 use hamlyn_testkit::channel::{link, ChannelFabric};
 
-use std::sync::Arc;
 use std::time::{Duration, Instant as StdInstant};
 
-use common::{inline, RawClient};
+use common::{inline, receiver_slot as make_slot, RawClient};
 use hamlyn_core::RejectReason;
 use hamlyn_engine::{EngineConfig, EngineHandle};
 use hamlyn_wire::control::{mode, perm, Reply, Request};
@@ -23,30 +22,6 @@ fn engine(node: u32, fabric: ChannelFabric) -> EngineHandle {
     cfg.node = node;
     cfg.incarnation = 7;
     EngineHandle::start_with_fabric(cfg, Some(Box::new(fabric))).unwrap()
-}
-
-fn make_slot(
-    c: &RawClient,
-    len: usize,
-    entries: u32,
-) -> (u32, u64, Arc<hamlyn_shm::region::ShmRegion>) {
-    let (area, region) = c.area(len);
-    let (meta_area, _) = c.area(128 * entries as usize);
-    let reply = c.call(Request::CreateSlot {
-        area,
-        base: 0,
-        len: len as u64,
-        mode: mode::NORMAL,
-        perms: perm::WRITE,
-        meta_area,
-        meta_base: 0,
-        meta_count: entries,
-        queue: 0,
-    });
-    let Reply::Slot { slot, key } = reply else {
-        panic!("{reply:?}")
-    };
-    (slot, key, region)
 }
 
 #[test]

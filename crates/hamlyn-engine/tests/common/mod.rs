@@ -309,3 +309,35 @@ pub fn atomic_req(
     let req = inline(dst_node, slot, key, 0, offset, b"", 0);
     with_body(req, hamlyn_wire::request::RequestOp::Atomic, &body)
 }
+
+/// A normal slot of `len` bytes in a fresh area of `c`, over `entries` metadata entries,
+/// accepting `perms`, posting to queue 0: (slot, key, the area's memory).
+pub fn slot_with_perms(
+    c: &RawClient,
+    len: usize,
+    entries: u32,
+    perms: u8,
+) -> (u32, u64, Arc<ShmRegion>) {
+    let (area, region) = c.area(len);
+    let (meta_area, _) = c.area(128 * entries.max(1) as usize);
+    let reply = c.call(Request::CreateSlot {
+        area,
+        base: 0,
+        len: len as u64,
+        mode: hamlyn_wire::control::mode::NORMAL,
+        perms,
+        meta_area,
+        meta_base: 0,
+        meta_count: entries,
+        queue: 0,
+    });
+    let Reply::Slot { slot, key } = reply else {
+        panic!("slot: {reply:?}")
+    };
+    (slot, key, region)
+}
+
+/// [`slot_with_perms`] for writes: a receiver's slot.
+pub fn receiver_slot(c: &RawClient, len: usize, entries: u32) -> (u32, u64, Arc<ShmRegion>) {
+    slot_with_perms(c, len, entries, hamlyn_wire::control::perm::WRITE)
+}
