@@ -345,7 +345,7 @@ typedef struct hamlyn_status {
   uint32_t reason;
 } hamlyn_status;
 
-// What a ticket grants, copied out of it (`hamlyn_ticket_info`).
+// What a ticket grants, copied out of it (`hamlyn_ticket_get_info`).
 typedef struct hamlyn_ticket_info {
   // The node of the slot.
   uint32_t node;
@@ -903,8 +903,8 @@ hamlyn_result hamlyn_ticket_split(const struct hamlyn_ticket *ticket,
 // # Safety
 //
 // `ticket` is NULL or live; `out` is NULL or writable.
-hamlyn_result hamlyn_ticket_info(const struct hamlyn_ticket *ticket,
-                                 struct hamlyn_ticket_info *out);
+hamlyn_result hamlyn_ticket_get_info(const struct hamlyn_ticket *ticket,
+                                     struct hamlyn_ticket_info *out);
 
 // Frees a ticket (NULL is ignored).
 //

@@ -105,7 +105,7 @@ pub unsafe extern "C" fn hamlyn_ticket_split(
     })
 }
 
-/// What a ticket grants, copied out of it (`hamlyn_ticket_info`).
+/// What a ticket grants, copied out of it (`hamlyn_ticket_get_info`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct hamlyn_ticket_info {
@@ -140,7 +140,7 @@ pub const HAMLYN_TICKET_FAST: u32 = 8;
 ///
 /// `ticket` is NULL or live; `out` is NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn hamlyn_ticket_info(
+pub unsafe extern "C" fn hamlyn_ticket_get_info(
     ticket: *const hamlyn_ticket,
     out: *mut hamlyn_ticket_info,
 ) -> hamlyn_result {
