@@ -106,14 +106,56 @@
 // `hamlyn_status.state`: refused; `reason` says why.
 #define HAMLYN_STATUS_FAILED 2
 
+// `hamlyn_status.reason`: the packet did not parse.
+#define HAMLYN_REJECT_MALFORMED 1
+
+// `hamlyn_status.reason`: the packet was addressed to another node.
+#define HAMLYN_REJECT_WRONG_NODE 2
+
+// `hamlyn_status.reason`: no such slot.
+#define HAMLYN_REJECT_UNKNOWN_SLOT 3
+
 // `hamlyn_status.reason`: the key does not match the slot's (a wrong or stale ticket).
 #define HAMLYN_REJECT_BAD_KEY 4
 
 // `hamlyn_status.reason`: the slot's tickets were revoked.
 #define HAMLYN_REJECT_REVOKED 5
 
+// `hamlyn_status.reason`: the payload falls outside the slot or the ticket's range.
+#define HAMLYN_REJECT_OUT_OF_BOUNDS 6
+
+// `hamlyn_status.reason`: the slot is write-inhibited.
+#define HAMLYN_REJECT_INHIBITED 7
+
+// `hamlyn_status.reason`: the metadata index is outside the slot's metadata range.
+#define HAMLYN_REJECT_BAD_META_INDEX 8
+
+// `hamlyn_status.reason`: a paranoid entry's key does not match.
+#define HAMLYN_REJECT_PARANOID_KEY 9
+
+// `hamlyn_status.reason`: the payload falls outside a paranoid entry's byte range.
+#define HAMLYN_REJECT_PARANOID_BOUNDS 10
+
+// `hamlyn_status.reason`: a one-shot entry already took its message and was not re-armed.
+#define HAMLYN_REJECT_DISARMED 11
+
+// `hamlyn_status.reason`: the message's form does not fit the slot's mode.
+#define HAMLYN_REJECT_BAD_MODE 12
+
+// `hamlyn_status.reason`: the slot does not permit the operation (read, atomic).
+#define HAMLYN_REJECT_NOT_PERMITTED 13
+
+// `hamlyn_status.reason`: the slot's area is no longer registered.
+#define HAMLYN_REJECT_AREA_GONE 14
+
 // `hamlyn_status.reason`: the peer (or the engine) the request depended on is down.
 #define HAMLYN_REJECT_PEER_DOWN 15
+
+// `hamlyn_status.reason`: the ticket names an older incarnation of the node.
+#define HAMLYN_REJECT_STALE_INCARNATION 16
+
+// `hamlyn_status.reason`: the engine does not support the operation.
+#define HAMLYN_REJECT_UNSUPPORTED 17
 
 // Longest seed text of one ticket, NUL included: a buffer this long always suffices for
 // `hamlyn_ticket_to_seed`.

@@ -102,12 +102,40 @@ pub const HAMLYN_STATUS_SENT: u32 = 1;
 /// `hamlyn_status.state`: refused; `reason` says why.
 pub const HAMLYN_STATUS_FAILED: u32 = 2;
 
+/// `hamlyn_status.reason`: the packet did not parse.
+pub const HAMLYN_REJECT_MALFORMED: u32 = 1;
+/// `hamlyn_status.reason`: the packet was addressed to another node.
+pub const HAMLYN_REJECT_WRONG_NODE: u32 = 2;
+/// `hamlyn_status.reason`: no such slot.
+pub const HAMLYN_REJECT_UNKNOWN_SLOT: u32 = 3;
 /// `hamlyn_status.reason`: the key does not match the slot's (a wrong or stale ticket).
 pub const HAMLYN_REJECT_BAD_KEY: u32 = 4;
 /// `hamlyn_status.reason`: the slot's tickets were revoked.
 pub const HAMLYN_REJECT_REVOKED: u32 = 5;
+/// `hamlyn_status.reason`: the payload falls outside the slot or the ticket's range.
+pub const HAMLYN_REJECT_OUT_OF_BOUNDS: u32 = 6;
+/// `hamlyn_status.reason`: the slot is write-inhibited.
+pub const HAMLYN_REJECT_INHIBITED: u32 = 7;
+/// `hamlyn_status.reason`: the metadata index is outside the slot's metadata range.
+pub const HAMLYN_REJECT_BAD_META_INDEX: u32 = 8;
+/// `hamlyn_status.reason`: a paranoid entry's key does not match.
+pub const HAMLYN_REJECT_PARANOID_KEY: u32 = 9;
+/// `hamlyn_status.reason`: the payload falls outside a paranoid entry's byte range.
+pub const HAMLYN_REJECT_PARANOID_BOUNDS: u32 = 10;
+/// `hamlyn_status.reason`: a one-shot entry already took its message and was not re-armed.
+pub const HAMLYN_REJECT_DISARMED: u32 = 11;
+/// `hamlyn_status.reason`: the message's form does not fit the slot's mode.
+pub const HAMLYN_REJECT_BAD_MODE: u32 = 12;
+/// `hamlyn_status.reason`: the slot does not permit the operation (read, atomic).
+pub const HAMLYN_REJECT_NOT_PERMITTED: u32 = 13;
+/// `hamlyn_status.reason`: the slot's area is no longer registered.
+pub const HAMLYN_REJECT_AREA_GONE: u32 = 14;
 /// `hamlyn_status.reason`: the peer (or the engine) the request depended on is down.
 pub const HAMLYN_REJECT_PEER_DOWN: u32 = 15;
+/// `hamlyn_status.reason`: the ticket names an older incarnation of the node.
+pub const HAMLYN_REJECT_STALE_INCARNATION: u32 = 16;
+/// `hamlyn_status.reason`: the engine does not support the operation.
+pub const HAMLYN_REJECT_UNSUPPORTED: u32 = 17;
 
 /// How a request stands (`hamlyn_send_status`, `hamlyn_send_wait`).
 #[repr(C)]
@@ -491,4 +519,38 @@ pub unsafe extern "C" fn hamlyn_send_request(
 pub unsafe extern "C" fn hamlyn_send_free(send: *mut hamlyn_send) {
     // SAFETY: the function's contract; made with `Box::into_raw`.
     unsafe { free_box(send) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hamlyn::RejectReason;
+
+    #[test]
+    fn the_reject_constants_are_the_engines_codes() {
+        let ours = [
+            HAMLYN_REJECT_MALFORMED,
+            HAMLYN_REJECT_WRONG_NODE,
+            HAMLYN_REJECT_UNKNOWN_SLOT,
+            HAMLYN_REJECT_BAD_KEY,
+            HAMLYN_REJECT_REVOKED,
+            HAMLYN_REJECT_OUT_OF_BOUNDS,
+            HAMLYN_REJECT_INHIBITED,
+            HAMLYN_REJECT_BAD_META_INDEX,
+            HAMLYN_REJECT_PARANOID_KEY,
+            HAMLYN_REJECT_PARANOID_BOUNDS,
+            HAMLYN_REJECT_DISARMED,
+            HAMLYN_REJECT_BAD_MODE,
+            HAMLYN_REJECT_NOT_PERMITTED,
+            HAMLYN_REJECT_AREA_GONE,
+            HAMLYN_REJECT_PEER_DOWN,
+            HAMLYN_REJECT_STALE_INCARNATION,
+            HAMLYN_REJECT_UNSUPPORTED,
+        ];
+        assert_eq!(ours.len(), RejectReason::ALL.len());
+        for (c, r) in ours.iter().zip(RejectReason::ALL) {
+            assert_eq!(*c, u32::from(r.code()), "{r:?}");
+        }
+        assert_eq!(HAMLYN_MAX_INLINE, hamlyn::MAX_INLINE);
+    }
 }

@@ -244,6 +244,45 @@ int main(void) {
     OK(hamlyn_area_read(darea, 8, (uint8_t *)fast, 4));
     ASSERT(memcmp(fast, "fast", 4) == 0);
 
+    /* A paranoid one-shot slot: an entry takes one message, then refuses until re-armed. */
+    hamlyn_area *parea;
+    OK(hamlyn_area_new(node, 4096, &parea));
+    hamlyn_meta_area *pmeta;
+    OK(hamlyn_meta_area_new(node, 2, &pmeta));
+    hamlyn_slot_config pcfg = {0};
+    pcfg.mode = HAMLYN_SLOT_PARANOID_ONE_SHOT;
+    pcfg.flags = HAMLYN_SLOT_QUEUE;
+    hamlyn_slot *pslot;
+    OK(hamlyn_slot_new(node, parea, pmeta, &pcfg, &pslot));
+    hamlyn_ticket *pt;
+    EXPECT(hamlyn_slot_ticket(pslot, 0, 64, 0, 0, &pt), HAMLYN_RESULT_INVALID_ARGUMENT);
+    OK(hamlyn_slot_ticket(pslot, 0, 64, 1, 1, &pt));
+    uint32_t armed = 0;
+    OK(hamlyn_meta_area_is_armed(pmeta, 1, &armed));
+    ASSERT(armed == 1);
+    OK(hamlyn_terminus_send_inline(term, pt, NULL, (const uint8_t *)"one", 3, &s));
+    OK(hamlyn_send_wait(s, WAIT_MS, &st));
+    ASSERT(st.state == HAMLYN_STATUS_SENT);
+    hamlyn_send_free(s);
+    n = next(queue, HAMLYN_NOTIFY_MESSAGE);
+    ASSERT(n.meta_index == 1);
+    OK(hamlyn_meta_area_is_armed(pmeta, 1, &armed));
+    ASSERT(armed == 0);
+    OK(hamlyn_terminus_send_inline(term, pt, NULL, (const uint8_t *)"two", 3, &s));
+    OK(hamlyn_send_wait(s, WAIT_MS, &st));
+    ASSERT(st.state == HAMLYN_STATUS_FAILED && st.reason == HAMLYN_REJECT_DISARMED);
+    hamlyn_send_free(s);
+    OK(hamlyn_meta_area_arm(pmeta, 1));
+    OK(hamlyn_terminus_send_inline(term, pt, NULL, (const uint8_t *)"two", 3, &s));
+    OK(hamlyn_send_wait(s, WAIT_MS, &st));
+    ASSERT(st.state == HAMLYN_STATUS_SENT);
+    hamlyn_send_free(s);
+    next(queue, HAMLYN_NOTIFY_MESSAGE);
+    hamlyn_ticket_free(pt);
+    hamlyn_slot_free(pslot);
+    hamlyn_meta_area_free(pmeta);
+    hamlyn_area_free(parea);
+
     /* Freeing the node closes its handles: CLOSED, never a crash; they are still freed. */
     hamlyn_node_free(node);
     EXPECT(hamlyn_area_write(area, 0, (const uint8_t *)"x", 1), HAMLYN_RESULT_CLOSED);

@@ -80,7 +80,10 @@ static int pong(void) {
     OK(hamlyn_area_read(e.area, 0, (uint8_t *)text, n.len));
     ASSERT(text[n.len - 1] == '\0');
     hamlyn_ticket *peer;
-    OK(hamlyn_ticket_from_seed(text, &peer));
+    hamlyn_result r = hamlyn_ticket_from_seed(text, &peer);
+    if (r != HAMLYN_RESULT_OK) {
+        FAIL("%s for the ping's seed (%u bytes): '%s'", hamlyn_result_name(r), n.len, text);
+    }
 
     uint64_t answered = 0;
     for (;;) {
