@@ -909,7 +909,7 @@ void hamlyn_send_free(struct hamlyn_send *send);
 //
 // # Safety
 //
-// `text` is NULL or NUL-terminated; `out` is NULL or writable.
+// `seed_text` is NULL or NUL-terminated; `out` is NULL or writable.
 hamlyn_result hamlyn_ticket_from_seed(const char *seed_text, struct hamlyn_ticket **out);
 
 // Writes the ticket's seed text and a NUL into `buf` (capacity `cap`). `*out_needed`

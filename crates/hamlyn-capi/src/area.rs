@@ -205,6 +205,9 @@ pub unsafe extern "C" fn hamlyn_meta_area_metadata(
         // SAFETY: the function's contract.
         let meta = unsafe { handle(meta) }?.get()?;
         non_null(out_len)?;
+        if cap > 0 {
+            non_null(buf)?;
+        }
         let md = meta.metadata(index)?;
         // SAFETY: `out_len` is non-NULL and writable (the contract).
         unsafe { put(out_len, md.len()) };
@@ -212,8 +215,8 @@ pub unsafe extern "C" fn hamlyn_meta_area_metadata(
             return Err(hamlyn_result::BufferTooSmall);
         }
         if !md.is_empty() {
-            non_null(buf)?;
-            // SAFETY: `buf` is non-NULL and writable for `cap >= md.len()` bytes.
+            // SAFETY: `buf` is non-NULL (checked: `cap >= md.len() > 0`) and writable for
+            // `cap` bytes.
             unsafe { std::ptr::copy_nonoverlapping(md.as_ptr(), buf, md.len()) };
         }
         Ok(())

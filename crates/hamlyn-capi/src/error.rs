@@ -136,10 +136,15 @@ const ALL: [(hamlyn_result, &std::ffi::CStr); 32] = [
 /// for a value this library does not define: a static string, never freed, never NULL.
 #[no_mangle]
 pub extern "C" fn hamlyn_result_name(code: u32) -> *const c_char {
-    ALL.iter()
-        .find(|(r, _)| *r as u32 == code)
-        .map_or(c"HAMLYN_RESULT_UNKNOWN", |(_, name)| name)
-        .as_ptr()
+    // A panic boundary like every entry point's, though a lookup in a constant table
+    // cannot panic.
+    std::panic::catch_unwind(|| {
+        ALL.iter()
+            .find(|(r, _)| *r as u32 == code)
+            .map_or(c"HAMLYN_RESULT_UNKNOWN", |(_, name)| name)
+    })
+    .unwrap_or(c"HAMLYN_RESULT_UNKNOWN")
+    .as_ptr()
 }
 
 impl From<Error> for hamlyn_result {

@@ -85,10 +85,13 @@ pub extern "C" fn hamlyn_node_connect_default(out: *mut *mut hamlyn_node) -> ham
 /// `node` is NULL or a node of this library not freed yet; it must not be used again.
 #[no_mangle]
 pub unsafe extern "C" fn hamlyn_node_free(node: *mut hamlyn_node) {
-    // SAFETY: the function's contract: a live node handle or NULL.
-    if let Ok(n) = unsafe { handle(node) } {
-        n.life.close();
-    }
+    // The panic boundary: closing cannot panic, and `free_box` has its own.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: the function's contract: a live node handle or NULL.
+        if let Ok(n) = unsafe { handle(node) } {
+            n.life.close();
+        }
+    }));
     // SAFETY: the function's contract; made by `give` with `Box::into_raw`.
     unsafe { free_box(node) };
 }

@@ -23,7 +23,7 @@ pub(crate) fn give(ticket: Ticket) -> *mut hamlyn_ticket {
 ///
 /// # Safety
 ///
-/// `text` is NULL or NUL-terminated; `out` is NULL or writable.
+/// `seed_text` is NULL or NUL-terminated; `out` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn hamlyn_ticket_from_seed(
     seed_text: *const c_char,
