@@ -268,18 +268,8 @@ fn start_reading(mut cmd: Command, lines: usize) -> (Child, Vec<String>) {
     (child, got)
 }
 
-/// The scenarios run one at a time: with all four at once (several under valgrind) on a
-/// 2-core machine, the ping-pong's first message was seen to arrive as zeros now and then
-/// (reported with issue 15; not understood yet). Serialized, they have not failed.
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    ONE.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 #[test]
 fn version_macros_and_every_error_case_get_result_codes() {
-    let _one = one_at_a_time();
     let d = daemon();
     for mode in modes() {
         run(
@@ -291,7 +281,6 @@ fn version_macros_and_every_error_case_get_result_codes() {
 
 #[test]
 fn ping_pong_between_two_processes_with_the_seed_in_the_environment() {
-    let _one = one_at_a_time();
     for mode in modes() {
         let d = daemon();
         let (pong, seed) = start_reading(program(mode, &d, "pingpong", &["pong"]), 1);
@@ -309,7 +298,6 @@ fn ping_pong_between_two_processes_with_the_seed_in_the_environment() {
 #[test]
 fn group_receive_with_split_tickets_across_processes() {
     const PARTS: usize = 3;
-    let _one = one_at_a_time();
     let d = daemon();
     for mode in modes() {
         let parts = PARTS.to_string();
@@ -338,7 +326,6 @@ fn group_receive_with_split_tickets_across_processes() {
 
 #[test]
 fn remote_read_compare_and_swap_and_fetch_add() {
-    let _one = one_at_a_time();
     let d = daemon();
     for mode in modes() {
         run(program(mode, &d, "rma", &[]), &format!("rma ({mode:?})"));

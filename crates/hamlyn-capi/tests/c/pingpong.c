@@ -9,7 +9,10 @@
 
 #include "check.h"
 
-enum { TAG_HELLO = 1, TAG_PING = 2, TAG_BYE = 3, AREA = 4096 };
+/* The hello (the ping's seed) lands at HELLO, the pings' words at 0: the pinger sends its
+ * first ping as soon as the hello is sent, perhaps before the ponger has read the hello,
+ * so the two must not share bytes (memory is the sender's to manage). */
+enum { TAG_HELLO = 1, TAG_PING = 2, TAG_BYE = 3, AREA = 4096, HELLO = 1024 };
 
 struct end {
     hamlyn_node *node;
@@ -77,7 +80,7 @@ static int pong(void) {
     ASSERT(n.word == TAG_HELLO);
     char text[HAMLYN_SEED_TEXT_MAX];
     ASSERT(n.len <= sizeof text);
-    OK(hamlyn_area_read(e.area, 0, (uint8_t *)text, n.len));
+    OK(hamlyn_area_read(e.area, HELLO, (uint8_t *)text, n.len));
     ASSERT(text[n.len - 1] == '\0');
     hamlyn_ticket *peer;
     hamlyn_result r = hamlyn_ticket_from_seed(text, &peer);
@@ -120,6 +123,7 @@ static int ping(void) {
     OK(hamlyn_ticket_to_seed(e.ticket, (char *)mem, len, &need));
     hamlyn_send_options o = {0};
     o.tag = TAG_HELLO;
+    o.offset = HELLO;
     hamlyn_send *s;
     OK(hamlyn_terminus_send_area(e.terminus, peer, &o, out, 0, need, &s));
     hamlyn_status st;
