@@ -248,6 +248,14 @@ impl ShmRegion {
         self.len == 0
     }
 
+    /// The address of the region's first byte, for a foreign-language binding that hands
+    /// the memory to its caller (the C API's `hamlyn_area_memory`). The `len()` bytes from
+    /// it stay mapped, readable and writable while `self` lives. Other processes may write
+    /// them at any time: never form a Rust reference to them; copy through raw pointers.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
     /// The memfd, to pass to another process.
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()

@@ -90,6 +90,14 @@ impl Area {
         self.inner.region.len() as u64
     }
 
+    /// The address of the area's first byte, for foreign-language bindings (the C API
+    /// hands it to C callers). The [`Area::len`] bytes from it stay mapped while any clone
+    /// of this area lives. The engine (and senders) write them concurrently: never form a
+    /// Rust reference to them; [`Area::read`] and [`Area::write`] are the safe accessors.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.inner.region.as_ptr()
+    }
+
     /// Whether the area has no bytes (never: empty areas are refused).
     pub fn is_empty(&self) -> bool {
         self.len() == 0

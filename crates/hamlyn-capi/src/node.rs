@@ -1,0 +1,299 @@
+//! Nodes: a connection to an engine (embedded in the process or a daemon), the name
+//! registry and statistics.
+
+use std::ffi::c_char;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+
+use hamlyn::Node;
+
+use crate::{free_box, guard, hamlyn_result, handle, non_null, put, text, Life};
+
+/// A connection to an engine: one control socket and one port. Made by
+/// `hamlyn_node_embedded`, `hamlyn_node_connect` or `hamlyn_node_connect_default`; freed
+/// by `hamlyn_node_free`, which closes every handle made from it (`HAMLYN_RESULT_CLOSED`).
+pub struct hamlyn_node {
+    pub(crate) life: Arc<Life>,
+    pub(crate) node: Node,
+}
+
+impl hamlyn_node {
+    /// The node, if it is still open. (A live node handle is never closed: closing frees
+    /// it; the check is for symmetry with the other handles.)
+    pub(crate) fn get(&self) -> Result<&Node, hamlyn_result> {
+        self.life.check()?;
+        Ok(&self.node)
+    }
+}
+
+fn give(node: Node, out: *mut *mut hamlyn_node) {
+    let h = Box::into_raw(Box::new(hamlyn_node {
+        life: Arc::new(Life::default()),
+        node,
+    }));
+    // SAFETY: `out` was checked non-NULL by the caller; C passes a writable pointer.
+    unsafe { put(out, h) };
+}
+
+/// Starts an engine thread inside this process and connects to it. On success `*out`
+/// is a new node (free it with `hamlyn_node_free`).
+#[no_mangle]
+pub extern "C" fn hamlyn_node_embedded(out: *mut *mut hamlyn_node) -> hamlyn_result {
+    guard(|| {
+        non_null(out)?;
+        give(Node::embedded()?, out);
+        Ok(())
+    })
+}
+
+/// Connects to the engine (a `hamlyn node` daemon) listening at the NUL-terminated
+/// `socket_path`. On success `*out` is a new node.
+///
+/// # Safety
+///
+/// `socket_path` is NULL or a NUL-terminated string; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn hamlyn_node_connect(
+    socket_path: *const c_char,
+    out: *mut *mut hamlyn_node,
+) -> hamlyn_result {
+    guard(|| {
+        // SAFETY: the function's contract.
+        let path = unsafe { text(socket_path) }?;
+        non_null(out)?;
+        give(Node::connect(path)?, out);
+        Ok(())
+    })
+}
+
+/// Connects to the node's daemon at `$HAMLYN_SOCKET`, else at `/tmp/hamlyn.sock`.
+#[no_mangle]
+pub extern "C" fn hamlyn_node_connect_default(out: *mut *mut hamlyn_node) -> hamlyn_result {
+    guard(|| {
+        non_null(out)?;
+        give(Node::connect_default()?, out);
+        Ok(())
+    })
+}
+
+/// Frees `node` (NULL is ignored) and closes it for every handle made from it: their
+/// calls return `HAMLYN_RESULT_CLOSED` from then on, and they must still be freed. The
+/// connection ends when the last of them is freed.
+///
+/// # Safety
+///
+/// `node` is NULL or a node of this library not freed yet; it must not be used again.
+#[no_mangle]
+pub unsafe extern "C" fn hamlyn_node_free(node: *mut hamlyn_node) {
+    // The panic boundary: closing cannot panic, and `free_box` has its own.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: the function's contract: a live node handle or NULL.
+        if let Ok(n) = unsafe { handle(node) } {
+            n.life.close();
+        }
+    }));
+    // SAFETY: the function's contract; made by `give` with `Box::into_raw`.
+    unsafe { free_box(node) };
+}
+
+/// The node's id in the cluster (`*out`).
+///
+/// # Safety
+///
+/// `node` is NULL or a live node; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn hamlyn_node_id(node: *const hamlyn_node, out: *mut u32) -> hamlyn_result {
+    guard(|| {
+        // SAFETY: the function's contract.
+        let node = unsafe { handle(node) }?.get()?;
+        non_null(out)?;
+        // SAFETY: `out` is non-NULL and writable (the contract).
+        unsafe { put(out, node.id().0) };
+        Ok(())
+    })
+}
+
+/// The port's event descriptor (`*out`), for poll/epoll: it becomes readable when a queue
+/// armed with `hamlyn_queue_arm` gets an entry (and for good when the engine dies). It
+/// belongs to the node: do not close it; it stays valid while the node or any handle
+/// made from it lives. Drain it with `hamlyn_node_drain_event_fd`.
+///
+/// # Safety
+///
+/// `node` is NULL or a live node; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn hamlyn_node_event_fd(
+    node: *const hamlyn_node,
+    out: *mut i32,
+) -> hamlyn_result {
+    guard(|| {
+        // SAFETY: the function's contract.
+        let node = unsafe { handle(node) }?.get()?;
+        non_null(out)?;
+        // SAFETY: `out` is non-NULL and writable (the contract).
+        unsafe { put(out, node.event_fd().as_raw_fd()) };
+        Ok(())
+    })
+}
+
+/// Takes the pokes waiting on the event descriptor; `*out` is how many (0 if it was not
+/// readable). `HAMLYN_RESULT_ENGINE_GONE` once the engine is gone.
+///
+/// # Safety
+///
+/// `node` is NULL or a live node; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn hamlyn_node_drain_event_fd(
+    node: *const hamlyn_node,
+    out: *mut u64,
+) -> hamlyn_result {
+    guard(|| {
+        // SAFETY: the function's contract.
+        let node = unsafe { handle(node) }?.get()?;
+        non_null(out)?;
+        let n = node.drain_event_fd()?;
+        // SAFETY: `out` is non-NULL and writable (the contract).
+        unsafe { put(out, n) };
+        Ok(())
+    })
+}
+
+/// Publishes `ticket` (as a one-ticket seed) under the NUL-terminated `name` in the
+/// cluster's name registry. The name is this node's until it unpublishes it or
+/// disconnects (`HAMLYN_RESULT_NOT_OWNER` for another client's name).
+///
+/// # Safety
+///
+/// `node` and `ticket` are NULL or live handles; `name` is NULL or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn hamlyn_node_publish(
+    node: *const hamlyn_node,
+    name: *const c_char,
+    ticket: *const crate::hamlyn_ticket,
+) -> hamlyn_result {
+    guard(|| {
+        // SAFETY: the function's contract.
+        let node = unsafe { handle(node) }?.get()?;
+        // SAFETY: the function's contract.
+        let name = unsafe { text(name) }?;
+        // SAFETY: the function's contract.
+        let ticket = unsafe { handle(ticket) }?;
+        node.publish(name, &hamlyn::Seed::single(ticket.ticket))?;
+        Ok(())
+    })
+}
+
+/// Removes `name`, which this node published, from the registry
+/// (`HAMLYN_RESULT_NOT_FOUND`, `HAMLYN_RESULT_NOT_OWNER`).
+///
+/// # Safety
+///
+/// `node` is NULL or a live node; `name` is NULL or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn hamlyn_node_unpublish(
+    node: *const hamlyn_node,
+    name: *const c_char,
+) -> hamlyn_result {
+    guard(|| {
+        // SAFETY: the function's contract.
+        let node = unsafe { handle(node) }?.get()?;
+        // SAFETY: the function's contract.
+        let name = unsafe { text(name) }?;
+        node.unpublish(name)?;
+        Ok(())
+    })
+}
+
+/// Looks `name` up in the registry; on success `*out` is a new ticket (the seed's first),
+/// freed with `hamlyn_ticket_free`. `HAMLYN_RESULT_NOT_FOUND` if no one published it.
+///
+/// # Safety
+///
+/// `node` is NULL or a live node; `name` is NULL or NUL-terminated; `out` is NULL or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn hamlyn_node_lookup(
+    node: *const hamlyn_node,
+    name: *const c_char,
+    out: *mut *mut crate::hamlyn_ticket,
+) -> hamlyn_result {
+    guard(|| {
+        // SAFETY: the function's contract.
+        let node = unsafe { handle(node) }?.get()?;
+        // SAFETY: the function's contract.
+        let name = unsafe { text(name) }?;
+        non_null(out)?;
+        let seed = node.lookup(name)?;
+        let ticket = *seed.tickets.first().ok_or(hamlyn_result::BadSeed)?;
+        // SAFETY: `out` is non-NULL and writable (the contract).
+        unsafe { put(out, crate::ticket::give(ticket)) };
+        Ok(())
+    })
+}
+
+/// A few of the engine's counters (`hamlyn_node_stats`). Its layout is fixed within a
+/// major version (ABI.md): more counters come with a new struct and function.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct hamlyn_stats {
+    /// The engine's node id.
+    pub node: u32,
+    /// The engine's incarnation.
+    pub incarnation: u32,
+    /// Requests taken from termini.
+    pub requests: u64,
+    /// Requests finished (successfully or not).
+    pub completed: u64,
+    /// Error completions handed to clients.
+    pub error_completions: u64,
+    /// Packets delivered.
+    pub packets: u64,
+    /// Payload bytes delivered.
+    pub bytes: u64,
+    /// Notifications posted.
+    pub notifications: u64,
+    /// Notifications refused by a full queue.
+    pub queue_overflows: u64,
+    /// Areas registered.
+    pub areas: u64,
+    /// Slots that exist.
+    pub slots: u64,
+    /// Clients attached now (ports).
+    pub clients: u64,
+}
+
+/// The engine's statistics (`*out`).
+///
+/// # Safety
+///
+/// `node` is NULL or a live node; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn hamlyn_node_stats(
+    node: *const hamlyn_node,
+    out: *mut hamlyn_stats,
+) -> hamlyn_result {
+    guard(|| {
+        // SAFETY: the function's contract.
+        let node = unsafe { handle(node) }?.get()?;
+        non_null(out)?;
+        let s = node.stats()?;
+        let e = &s.engine;
+        let stats = hamlyn_stats {
+            node: s.node,
+            incarnation: s.incarnation,
+            requests: e.requests,
+            completed: e.completed,
+            error_completions: e.error_completions,
+            packets: e.packets,
+            bytes: e.bytes,
+            notifications: e.notifications,
+            queue_overflows: e.queue_overflows,
+            areas: s.areas,
+            slots: s.slots.len() as u64,
+            clients: s.ports.len() as u64,
+        };
+        // SAFETY: `out` is non-NULL and writable (the contract).
+        unsafe { put(out, stats) };
+        Ok(())
+    })
+}

@@ -1,0 +1,331 @@
+//! The C test programs (tests/c/*.c), built with the system compiler against the header
+//! and library as installed by install.sh into a scratch prefix (`pkg-config --cflags
+//! --libs hamlyn`), run against a daemon engine started here: plain, under
+//! AddressSanitizer and under valgrind memcheck (0 errors, 0 leaks), each when the tool
+//! exists (a skipped one says why on stderr).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+// A socket-name counter: nothing to model-check, and hamlyn-shm's atomics facade is not a
+// dependency of this crate.
+#[allow(clippy::disallowed_types)]
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use hamlyn_engine::{EngineConfig, EngineHandle};
+
+const PROGRAMS: [&str; 4] = ["errors", "pingpong", "group", "rma"];
+
+/// Longest a C program may run (valgrind is slow); a hung one is killed and fails.
+const RUN_BOUND: Duration = Duration::from_secs(600);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Plain,
+    Asan,
+    Valgrind,
+}
+
+/// The installed library and the programs built against it, once for every test.
+struct Built {
+    prefix: PathBuf,
+    plain: PathBuf,
+    /// Built with -fsanitize=address, if the compiler can.
+    asan: Option<PathBuf>,
+    valgrind: bool,
+}
+
+fn crate_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Where cargo put the libraries built for this test run: target/<profile>/deps, beside
+/// the test binary. (Not target/<profile>: `cargo test` does not refresh the copies
+/// there, so a stale library would be tested.)
+fn lib_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    exe.parent().expect("target/<profile>/deps").to_path_buf()
+}
+
+fn run_ok(cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn pkg_config(prefix: &Path) -> Vec<String> {
+    let out = Command::new("pkg-config")
+        .args(["--cflags", "--libs", "hamlyn"])
+        .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
+        .output()
+        .expect("pkg-config (apt-get install pkg-config)");
+    assert!(out.status.success(), "pkg-config: {out:?}");
+    String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Compiles every program into `dir` with `extra` flags; false if the first one fails
+/// with a sanitizer the compiler does not have.
+fn compile(dir: &Path, flags: &[String], extra: &[&str]) -> Result<(), String> {
+    std::fs::create_dir_all(dir).expect("bin dir");
+    let src = crate_dir().join("tests/c");
+    for p in PROGRAMS {
+        let out = Command::new("cc")
+            .args([
+                "-std=c11",
+                "-D_GNU_SOURCE",
+                "-g",
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+            ])
+            .args(extra)
+            .arg("-I")
+            .arg(&src)
+            .arg(src.join(format!("{p}.c")))
+            .args(flags)
+            .arg("-o")
+            .arg(dir.join(p))
+            .output()
+            .expect("cc (the system C compiler)");
+        if !out.status.success() {
+            return Err(format!(
+                "cc {p}.c {extra:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn built() -> &'static Built {
+    static BUILT: OnceLock<Built> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("hamlyn-capi-c");
+        let _ = std::fs::remove_dir_all(&root);
+        let prefix = root.join("prefix");
+        run_ok(
+            Command::new(crate_dir().join("install.sh"))
+                .arg("--lib-dir")
+                .arg(lib_dir())
+                .arg(&prefix),
+        );
+        // The installed header is the committed one.
+        assert_eq!(
+            std::fs::read(prefix.join("include/hamlyn.h")).expect("installed header"),
+            std::fs::read(crate_dir().join("include/hamlyn.h")).expect("header")
+        );
+        let flags = pkg_config(&prefix);
+        let plain = root.join("plain");
+        compile(&plain, &flags, &[]).unwrap_or_else(|e| panic!("{e}"));
+        let asan = root.join("asan");
+        let asan = match compile(
+            &asan,
+            &flags,
+            &["-fsanitize=address", "-fno-omit-frame-pointer"],
+        ) {
+            Ok(()) => Some(asan),
+            Err(e) => {
+                eprintln!("AddressSanitizer runs skipped: the compiler cannot build them: {e}");
+                None
+            }
+        };
+        let valgrind = Command::new("valgrind")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !valgrind {
+            eprintln!("valgrind runs skipped: no valgrind (apt-get install valgrind)");
+        }
+        Built {
+            prefix,
+            plain,
+            asan,
+            valgrind,
+        }
+    })
+}
+
+/// The modes this machine can run.
+fn modes() -> Vec<Mode> {
+    let b = built();
+    let mut m = vec![Mode::Plain];
+    if b.asan.is_some() {
+        m.push(Mode::Asan);
+    }
+    if b.valgrind {
+        m.push(Mode::Valgrind);
+    }
+    m
+}
+
+/// A daemon engine on a fresh socket, for one test.
+struct Daemon {
+    socket: PathBuf,
+    _engine: EngineHandle,
+}
+
+#[allow(clippy::disallowed_types)] // See the `use` above.
+fn daemon() -> Daemon {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let socket = std::env::temp_dir().join(format!(
+        "hamlyn-capi-{}-{}.sock",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let engine = EngineHandle::start(EngineConfig::daemon(&socket)).expect("daemon engine");
+    Daemon {
+        socket,
+        _engine: engine,
+    }
+}
+
+/// The command running C program `name` with `args` in `mode` against `daemon`.
+fn program(mode: Mode, daemon: &Daemon, name: &str, args: &[&str]) -> Command {
+    let b = built();
+    let mut cmd = match mode {
+        Mode::Plain => Command::new(b.plain.join(name)),
+        Mode::Asan => {
+            let mut c = Command::new(b.asan.as_ref().expect("asan build").join(name));
+            c.env("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:exitcode=1");
+            c
+        }
+        Mode::Valgrind => {
+            let mut c = Command::new("valgrind");
+            c.args([
+                "--error-exitcode=1",
+                "--leak-check=full",
+                "--errors-for-leak-kinds=definite,possible",
+                "--quiet",
+            ])
+            .arg(b.plain.join(name));
+            c
+        }
+    };
+    cmd.args(args)
+        .env("HAMLYN_SOCKET", &daemon.socket)
+        .env("LD_LIBRARY_PATH", b.prefix.join("lib"))
+        .env("HAMLYN_TEST_MODE", format!("{mode:?}"))
+        .env("HAMLYN_TEST_MODE", format!("{mode:?}"))
+        .stderr(Stdio::inherit());
+    cmd
+}
+
+/// Waits for `child` at most `RUN_BOUND`; kills it if it takes longer.
+fn finish(mut child: Child, what: &str) -> ExitStatus {
+    let deadline = Instant::now() + RUN_BOUND;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not finish within {RUN_BOUND:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn run(mut cmd: Command, what: &str) {
+    let child = cmd.stdout(Stdio::inherit()).spawn().expect("spawn");
+    let status = finish(child, what);
+    assert!(status.success(), "{what}: {status}");
+}
+
+/// Starts `cmd` with its stdout piped and reads `lines` lines from it.
+fn start_reading(mut cmd: Command, lines: usize) -> (Child, Vec<String>) {
+    let mut child = cmd.stdout(Stdio::piped()).spawn().expect("spawn");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut got = Vec::new();
+    for _ in 0..lines {
+        let mut line = String::new();
+        // Bounded: the program exits (closing stdout) if it fails before printing.
+        let n = out.read_line(&mut line).expect("read a seed line");
+        assert!(n > 0, "the program ended before printing its seeds");
+        got.push(line.trim().to_owned());
+    }
+    // Keep draining what it prints after, so it never blocks on a full pipe.
+    std::thread::spawn(move || {
+        let mut rest = String::new();
+        while out.read_line(&mut rest).is_ok_and(|n| n > 0) {
+            print!("{rest}");
+            rest.clear();
+        }
+    });
+    (child, got)
+}
+
+#[test]
+fn version_macros_and_every_error_case_get_result_codes() {
+    let d = daemon();
+    for mode in modes() {
+        run(
+            program(mode, &d, "errors", &[]),
+            &format!("errors ({mode:?})"),
+        );
+    }
+}
+
+#[test]
+fn ping_pong_between_two_processes_with_the_seed_in_the_environment() {
+    for mode in modes() {
+        let d = daemon();
+        let (pong, seed) = start_reading(program(mode, &d, "pingpong", &["pong"]), 1);
+        let mut ping = program(mode, &d, "pingpong", &["ping"]);
+        ping.env("HAMLYN_PEER_SEED", &seed[0]);
+        if mode != Mode::Plain {
+            ping.env("HAMLYN_ROUNDS", "20");
+        }
+        run(ping, &format!("ping ({mode:?})"));
+        let status = finish(pong, "pong");
+        assert!(status.success(), "pong ({mode:?}): {status}");
+    }
+}
+
+#[test]
+fn group_receive_with_split_tickets_across_processes() {
+    const PARTS: usize = 3;
+    let d = daemon();
+    for mode in modes() {
+        let parts = PARTS.to_string();
+        let (receiver, seeds) =
+            start_reading(program(mode, &d, "group", &["receive", &parts]), PARTS);
+        let senders: Vec<Child> = seeds
+            .iter()
+            .enumerate()
+            .map(|(i, seed)| {
+                program(mode, &d, "group", &["send"])
+                    .env("HAMLYN_SEED", seed)
+                    .env("HAMLYN_PART", i.to_string())
+                    .stdout(Stdio::inherit())
+                    .spawn()
+                    .expect("spawn a sender")
+            })
+            .collect();
+        for (i, s) in senders.into_iter().enumerate() {
+            let status = finish(s, "a sender");
+            assert!(status.success(), "sender {i} ({mode:?}): {status}");
+        }
+        let status = finish(receiver, "the receiver");
+        assert!(status.success(), "receiver ({mode:?}): {status}");
+    }
+}
+
+#[test]
+fn remote_read_compare_and_swap_and_fetch_add() {
+    let d = daemon();
+    for mode in modes() {
+        run(program(mode, &d, "rma", &[]), &format!("rma ({mode:?})"));
+    }
+}
