@@ -236,6 +236,17 @@ pub fn parallel(
             // Deliver what is pending: local events here, remote ones by remote write.
             while let Some(e) = work.pop() {
                 let (g, i, k, value) = decode(e);
+                // An event names an element, one of its inputs and a vector of this
+                // batch, or it is refused (a rank's ring holds whatever was written).
+                let valid = c
+                    .gates
+                    .get(g)
+                    .is_some_and(|gate| i < gate.inputs.len() && k < batch.len());
+                if !valid {
+                    return Err(AppError::Params(format!(
+                        "rank {rank}: an event for element {g}, input {i}, vector {k} does not exist"
+                    )));
+                }
                 let to = owner(c, g, size, placement);
                 if to != rank {
                     let pos = next_pos[to as usize];

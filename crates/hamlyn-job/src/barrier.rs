@@ -30,6 +30,8 @@ pub(crate) struct Barrier {
     releases: Vec<Ticket>,
     /// Generations whose release arrived and was not consumed yet.
     released: BTreeSet<u64>,
+    /// The generation this rank is in (or last left): releases for others are dropped.
+    current: u64,
 }
 
 /// How long one wait sleeps before it looks whether its request failed.
@@ -43,6 +45,7 @@ impl Barrier {
             counter: None,
             releases: Vec::new(),
             released: BTreeSet::new(),
+            current: 0,
         }
     }
 
@@ -84,6 +87,8 @@ impl Job {
                 })
         })?;
         let generation = old / size;
+        self.barrier.current = generation;
+        self.barrier.released.retain(|g| *g >= generation);
         let mut sent = Vec::new();
         if old % size == size - 1 {
             // The last to arrive lets everyone go.
@@ -172,9 +177,12 @@ impl Job {
 }
 
 impl Barrier {
-    /// Keeps a release that arrived (any generation).
+    /// Keeps a release that arrived: only for this rank's barrier or the next (a rank
+    /// can be at most one barrier ahead of the last to arrive), so no sender can grow
+    /// the set.
     fn note_release(&mut self, n: &hamlyn::Notification) {
-        if n.kind == NotificationKind::Message && n.slot == self.release_slot {
+        let near = n.word >= self.current && n.word <= self.current.saturating_add(1);
+        if n.kind == NotificationKind::Message && n.slot == self.release_slot && near {
             self.released.insert(n.word);
         }
     }

@@ -282,9 +282,7 @@ impl RpcClient {
             }
             let slice = (deadline - now).min(Duration::from_millis(20));
             match self.queue.wait(Some(slice))? {
-                Some(n) if n.slot == self.reply.id() => {
-                    self.arrived.insert(n.word);
-                }
+                Some(n) if n.slot == self.reply.id() => self.note_reply(&n),
                 Some(n) => self.note_segment_write(&n),
                 None => {
                     let s = call.sent.status();
@@ -321,7 +319,7 @@ impl RpcClient {
             }
             if let Some(n) = self.queue.wait(Some(deadline - now))? {
                 if n.slot == self.reply.id() {
-                    self.arrived.insert(n.word);
+                    self.note_reply(&n);
                 } else {
                     self.note_segment_write(&n);
                 }
@@ -334,6 +332,14 @@ impl RpcClient {
                 String::from_utf8_lossy(r.body).into_owned(),
             )),
             other => Err(RpcError::Refused(other)),
+        }
+    }
+
+    /// A reply arrived: kept only for a call still outstanding, so a server cannot grow
+    /// the set with made-up call ids.
+    fn note_reply(&mut self, n: &hamlyn::Notification) {
+        if self.outstanding.contains(&n.word) {
+            self.arrived.insert(n.word);
         }
     }
 
