@@ -201,11 +201,15 @@ pub fn parallel(
     let slot = node.slot(&inbox).meta(&meta).queue(0).create()?;
     let mut seed = hamlyn::Seed::single(slot.ticket_all()?);
     seed.data = rank.to_le_bytes().to_vec();
+    // A seed always carries a ticket (`Seed::from_bytes` refuses one without).
     let rings: Vec<Ticket> = job
         .all_gather(&seed)?
         .iter()
-        .map(|s| s.tickets[0])
+        .filter_map(|s| s.tickets.first().copied())
         .collect();
+    if rings.len() != size as usize {
+        return Err(AppError::Params("a rank published no event ring".into()));
+    }
     let mut queue = node.queue(0)?;
     let mut terminus = node.terminus(0)?;
     let mine: Vec<usize> = (0..c.gates.len())

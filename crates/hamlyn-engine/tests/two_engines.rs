@@ -523,6 +523,33 @@ fn registry_names_are_owned_and_leave_with_their_publisher() {
     assert!(msg.contains("node 9"), "{msg}");
 }
 
+/// Pushes `make(i)` for the next `i` up to `total` while terminus 0 of `c` takes them.
+fn push_what_fits(
+    c: &mut RawClient,
+    pushed: &mut u64,
+    total: u64,
+    make: impl Fn(u64) -> hamlyn_wire::request::SendRequest,
+) {
+    while *pushed < total && c.push(0, make(*pushed)).is_ok() {
+        *pushed += 1;
+    }
+}
+
+/// One message between a pair of clients of node 2 (entry 1 of `slot`), checked.
+fn local_round(tx: &mut RawClient, rx: &mut RawClient, slot: u32, key: u64, rounds: &mut u64) {
+    let r = *rounds;
+    tx.push(0, inline(2, slot, key, 1, 8, &r.to_le_bytes(), r))
+        .unwrap();
+    assert_eq!(
+        rx.wait_notif(0)
+            .expect("node 2's own message arrives")
+            .word
+            .get(),
+        r
+    );
+    *rounds += 1;
+}
+
 /// Issue 17, the NACK queue flooded: node 2's path back to node 1 is congested (its
 /// sends are `Full`) while a client of node 1 floods node 2 with writes node 2 refuses.
 /// The NACKs node 2 owes wait in a bounded queue; past the bound it stops taking packets
@@ -544,43 +571,25 @@ fn a_nack_flood_into_a_congested_path_is_held_not_grown() {
     let mut pushed = 0u64;
     let mut rounds = 0u64;
     let deadline = StdInstant::now() + Duration::from_secs(60);
+    let refused = |i: u64| inline(2, slot, key ^ 1, 0, 0, b"refused", i);
     loop {
-        while pushed < BAD
-            && bad
-                .push(0, inline(2, slot, key ^ 1, 0, 0, b"refused", pushed))
-                .is_ok()
-        {
-            pushed += 1;
-        }
+        push_what_fits(&mut bad, &mut pushed, BAD, refused);
         // Node 2's own pair goes on meanwhile.
-        tx.push(0, inline(2, slot, key, 1, 8, &rounds.to_le_bytes(), rounds))
-            .unwrap();
-        let n = rx.wait_notif(0).expect("the local message arrives");
-        assert_eq!(n.word.get(), rounds);
-        rounds += 1;
+        local_round(&mut tx, &mut rx, slot, key, &mut rounds);
         if rx.stats().engine.fabric_polls_held > 0 {
             break;
         }
         assert!(StdInstant::now() < deadline, "never held: pushed {pushed}");
     }
     for _ in 0..20 {
-        tx.push(0, inline(2, slot, key, 1, 8, &rounds.to_le_bytes(), rounds))
-            .unwrap();
-        assert_eq!(rx.wait_notif(0).expect("still served").word.get(), rounds);
-        rounds += 1;
+        local_round(&mut tx, &mut rx, slot, key, &mut rounds);
     }
     // The path clears: every refusal comes back to the flooding client, once.
     *valve.lock().unwrap() = false;
     let mut seqs = std::collections::BTreeSet::new();
     let deadline = StdInstant::now() + Duration::from_secs(60);
     while (seqs.len() as u64) < BAD {
-        while pushed < BAD
-            && bad
-                .push(0, inline(2, slot, key ^ 1, 0, 0, b"refused", pushed))
-                .is_ok()
-        {
-            pushed += 1;
-        }
+        push_what_fits(&mut bad, &mut pushed, BAD, refused);
         for e in bad.errors() {
             assert_eq!(
                 RejectReason::from_code(u64::from(e.status)),
@@ -642,21 +651,10 @@ fn a_read_flood_into_a_congested_path_is_held_not_grown() {
     let mut pushed = 0u64;
     let mut rounds = 0u64;
     let deadline = StdInstant::now() + Duration::from_secs(60);
+    let read = |_| read_req(2, src, src_key, 0, 8, reply, 0);
     loop {
-        while pushed < READS
-            && reader
-                .push(0, read_req(2, src, src_key, 0, 8, reply, 0))
-                .is_ok()
-        {
-            pushed += 1;
-        }
-        tx.push(0, inline(2, slot, key, 1, 8, &rounds.to_le_bytes(), rounds))
-            .unwrap();
-        assert_eq!(
-            rx.wait_notif(0).expect("the local message").word.get(),
-            rounds
-        );
-        rounds += 1;
+        push_what_fits(&mut reader, &mut pushed, READS, read);
+        local_round(&mut tx, &mut rx, slot, key, &mut rounds);
         if rx.stats().engine.fabric_polls_held > 0 {
             break;
         }
@@ -666,13 +664,7 @@ fn a_read_flood_into_a_congested_path_is_held_not_grown() {
     let mut answered = 0u64;
     let deadline = StdInstant::now() + Duration::from_secs(60);
     while answered < READS {
-        while pushed < READS
-            && reader
-                .push(0, read_req(2, src, src_key, 0, 8, reply, 0))
-                .is_ok()
-        {
-            pushed += 1;
-        }
+        push_what_fits(&mut reader, &mut pushed, READS, read);
         while let Some(n) = reader.queues[0].poll() {
             assert_eq!(n.kind(), Some(NotifKind::ReadDone), "{n:?}");
             answered += 1;
