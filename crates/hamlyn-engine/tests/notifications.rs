@@ -96,10 +96,9 @@ fn lost_notifications_are_reported_by_an_overflow_before_what_follows() {
             "in order, unharmed"
         );
     }
-    assert!(c.queues[0].poll().is_none());
-
-    // Room again: the next engine turn (here one spent on another queue) reports the gap,
-    // though nothing new arrived for this queue.
+    // Room again: the engine reports the gap on its next turn (here one spent on another
+    // queue), though nothing new arrived for this queue — or sooner: an idle engine that
+    // owes a report looks for room every millisecond, so it may be there already.
     send(&mut c, other, 1, flags);
     let n = c.wait_notif(0).expect("an Overflow report");
     assert_eq!((n.kind(), n.word.get()), (Some(NotifKind::Overflow), 3));
