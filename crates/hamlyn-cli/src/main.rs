@@ -50,6 +50,9 @@ enum Command {
     /// Start a parallel job of P processes on this node, each told its rank and the
     /// job's size (as mpirun does); see the `hamlyn-job` crate.
     Run(cmd::run::RunArgs),
+    /// The two ends of a long checksummed stream, for soak tests (`bench/soak.sh`):
+    /// every message ends delivered (verified by the receiver) or failed, never lost.
+    Soak(cmd::soak::SoakArgs),
     /// The cluster secret that authenticates links between nodes: make one, or show
     /// where this user's lives.
     Secret(cmd::secret::SecretArgs),
@@ -104,6 +107,7 @@ fn main() -> ExitCode {
         Command::Ping(args) => cmd::ping::run(args).map_err(Into::into),
         Command::Seed(args) => cmd::seed::run(args).map_err(Into::into),
         Command::Secret(args) => cmd::secret::run(args).map_err(Into::into),
+        Command::Soak(args) => cmd::soak::run(args).map_err(Into::into),
         Command::Run(args) => cmd::run::run(args).map_err(Into::into),
         Command::Bench(args) => cmd::bench::run(args).map_err(Into::into),
         #[cfg(feature = "bench")]

@@ -8,7 +8,9 @@
 //! compare-and-swap used as a lock by all three nodes (exact final count), garbage and a
 //! copied HELLO from a stranger without the cluster secret (refused before any frame,
 //! counted as authentication failures), forged keys from a connection that holds the
-//! secret (refused per packet and NACKed), traffic unaffected throughout, 1 GiB in
+//! secret (refused per packet and NACKed; its forged NACK and forged read and atomic
+//! answers refused and counted; its handshake, replayed, refused), traffic unaffected
+//! throughout, 1 GiB in
 //! messages of mixed sizes across rails (checksummed), SIGKILL of one node's engine (the
 //! others see it down within the heartbeat bound and go on; it restarts as a new
 //! incarnation and traffic resumes), and a veth link down and up (errors, then recovery).
@@ -534,7 +536,7 @@ fn three_hosts_in_network_namespaces() {
     // a connection holding the secret that forges keys and out-of-range offsets has
     // each packet refused and NACKed; legitimate traffic is unaffected.
     {
-        let (_area, _meta, victim) = inbox(&nodes[1], 4096, 1, W);
+        let (victim_area, _meta, victim) = inbox(&nodes[1], 4096, 1, W);
         let before = nodes[1].stats().unwrap();
         let mut junk = TcpStream::connect(net.addr(1)).unwrap();
         junk.write_all(&pattern(7, 4096)).unwrap();
@@ -630,7 +632,69 @@ fn three_hosts_in_network_namespaces() {
         let rejects = |reason| after.interface.rejects.get(reason).copied().unwrap_or(0);
         assert!(rejects("bad_key") >= 1, "{after:?}");
         assert!(rejects("out_of_bounds") >= 1, "{after:?}");
-        drop((junk, stranger, s));
+        // The member forges what only answers may carry: a NACK for a request node 1
+        // never sent it, and a read's and an atomic's answer aimed at a slot whose key it
+        // holds (as the target of a read learns the reply key). Refused and counted,
+        // nothing written, nothing notified.
+        let mut nack = Header::new(Op::Nack);
+        nack.src = NodeId(0);
+        nack.dst = NodeId(1);
+        nack.word = 1;
+        nack.request = RequestId {
+            terminus: 0x100,
+            seq: 1,
+        };
+        let answer = |op: Op| {
+            let mut h = Header::new(op);
+            h.flags = Flags::FIRST | Flags::LAST | Flags::NOTIFY;
+            h.src = NodeId(0);
+            h.dst = NodeId(1);
+            h.slot = victim.id();
+            h.key = good_key;
+            h.delta = 1;
+            h.request = nack.request;
+            h.to_packet(&[], &[0xEE; 8]).unwrap()
+        };
+        for packet in [
+            nack.to_bytes().to_vec(),
+            answer(Op::ReadResp),
+            answer(Op::AtomicResp),
+        ] {
+            s.write_all(link.seal_bytes(&packet).unwrap()).unwrap();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let e = nodes[1].stats().unwrap().engine;
+            if e.unmatched_nacks > after.engine.unmatched_nacks
+                && e.unexpected_answers >= after.engine.unexpected_answers + 2
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "forged answers not counted: {e:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(
+            victim_area.read_vec(0, 8).unwrap(),
+            [0u8; 8],
+            "a forged answer wrote into the slot"
+        );
+        // The member's first handshake message, replayed on a new connection, is refused
+        // (its ephemeral key was seen) and counted.
+        let failures = tcp(&nodes[1].stats().unwrap()).auth_failures;
+        let mut replay = TcpStream::connect(net.addr(1)).unwrap();
+        replay.write_all(&first).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while tcp(&nodes[1].stats().unwrap()).auth_failures <= failures {
+            assert!(
+                Instant::now() < deadline,
+                "a replayed handshake was not refused"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        drop((junk, stranger, s, replay));
         ping_pong(&nodes[2], &nodes[1], 50);
     }
 

@@ -4,13 +4,14 @@
 //! its protection checks, the [`receive`] decision for each arriving packet (reject with a
 //! reason, or where to deposit it, how to count it and whether to notify), [`segment`]ation
 //! of a send into packet headers with packet-counting deltas, and [`nack`]s that tell a
-//! sender why a packet was refused, and the [`peers`] a node knows (and which partly received
+//! sender why a packet was refused, the [`peers`] a node knows, what it [`expected`]s back from them, (and which partly received
 //! messages a lost peer breaks). Areas are reached through the small [`memory`] trait,
 //! so the engine backs them with shared memory and tests with plain buffers.
 //!
 //! No threads, clocks, syscalls or randomness: time ([`Instant`]) and keys are passed in.
 #![forbid(unsafe_code)]
 
+pub mod expected;
 pub mod memory;
 pub mod nack;
 pub mod peers;
@@ -20,6 +21,7 @@ pub mod segment;
 pub mod slot;
 pub mod time;
 
+pub use expected::{Answer, ExpectFull, Expected, Nacked, Unexpected};
 pub use memory::{AreaId, Areas, EntryMemory, Memory, OutOfRange, VecAreas};
 pub use peers::{peer_down_notification, Contributors, PartialMessage, PeerState, PeerTable};
 pub use receive::{

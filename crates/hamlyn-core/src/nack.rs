@@ -7,9 +7,15 @@ use crate::reject::RejectReason;
 /// The NACK for a refused packet: sent from `node` back to the packet's source, with the
 /// same slot, offset and request id, and the reason code in `word`.
 ///
-/// NACKs, heartbeats and hellos are never answered (no NACK storms between engines).
+/// NACKs, heartbeats and hellos are never answered (no NACK storms between engines), and
+/// neither are answers to reads and atomics (`READ_RESP`, `ATOMIC_RESP`): the node that
+/// sent one has nobody to tell, and the request id it carries is the *requester's*, which
+/// means nothing there. The requester fails its own request instead.
 pub fn nack_for(node: NodeId, h: &Header, reason: RejectReason) -> Option<Header> {
-    if matches!(h.op, Op::Nack | Op::Hello | Op::Heartbeat) {
+    if matches!(
+        h.op,
+        Op::Nack | Op::Hello | Op::Heartbeat | Op::ReadResp | Op::AtomicResp
+    ) {
         return None;
     }
     let mut n = Header::new(Op::Nack);

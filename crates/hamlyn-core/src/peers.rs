@@ -91,6 +91,10 @@ impl<K: Copy + PartialEq> Contributors<K> {
     }
 }
 
+/// Peers down whose last incarnation is kept at most (a member cycling through node ids
+/// must not grow the table without bound; peers up are bounded by the fabric).
+pub const MAX_DOWN_PEERS: usize = 4096;
+
 /// Peers by node id and the contributors of partly received messages.
 #[derive(Clone, Debug, Default)]
 pub struct PeerTable {
@@ -118,7 +122,9 @@ impl PeerTable {
 
     /// `node` is down. Returns the partly received messages it had contributed to, in a
     /// fixed order: each will never complete, and its receiver must be told
-    /// ([`peer_down_notification`]). The peer's last incarnation is kept.
+    /// ([`peer_down_notification`]). The peer's last incarnation is kept — for at most
+    /// [`MAX_DOWN_PEERS`] peers down at once: past that, the down peer of lowest id
+    /// (another than `node`) is forgotten.
     pub fn peer_down(&mut self, node: NodeId) -> Vec<PartialMessage> {
         let incarnation = self.peers.get(&node).map_or(0, |p| p.incarnation);
         self.peers.insert(
@@ -128,7 +134,27 @@ impl PeerTable {
                 incarnation,
             },
         );
+        if self.peers.values().filter(|p| !p.up).count() > MAX_DOWN_PEERS {
+            let oldest = self
+                .peers
+                .iter()
+                .find(|(n, p)| !p.up && **n != node)
+                .map(|(n, _)| *n);
+            if let Some(n) = oldest {
+                self.peers.remove(&n);
+            }
+        }
         self.partial.lost(node)
+    }
+
+    /// Peers known, up or down.
+    pub fn len(&self) -> usize {
+        self.peers.len()
+    }
+
+    /// Whether no peer is known.
+    pub fn is_empty(&self) -> bool {
+        self.peers.is_empty()
     }
 
     /// The peer, if it was ever seen.
@@ -228,6 +254,28 @@ mod tests {
         assert_eq!(t.partial_messages(), 1);
         assert_eq!(t.peer_down(a), vec![(SlotId(1), 0)]);
         assert_eq!(t.partial_messages(), 0);
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "thousands of peers: slow under miri")]
+    fn peers_down_are_bounded() {
+        let mut t = PeerTable::new();
+        t.peer_up(NodeId(0), 1);
+        for i in 1..=(MAX_DOWN_PEERS as u32 + 10) {
+            t.peer_up(NodeId(i), 1);
+            t.peer_down(NodeId(i));
+        }
+        assert_eq!(t.len(), MAX_DOWN_PEERS + 1, "the live peer and the bound");
+        assert_eq!(
+            t.live_incarnation(NodeId(0)),
+            Some(1),
+            "a live peer is kept"
+        );
+        assert!(
+            t.is_down(NodeId(MAX_DOWN_PEERS as u32 + 10)),
+            "the newest down is kept"
+        );
+        assert_eq!(t.get(NodeId(1)), None, "the oldest down went");
     }
 
     #[test]

@@ -800,7 +800,12 @@ fn send_and_check(fx: &mut Fixture, bytes: &[u8], want: &Expect) -> Result<(), T
             prop_assert_eq!(rej.reason, *reason, "header {:?}", parsed);
             prop_assert_eq!(rej.slot, slot.map(|i| fx.slots[i].id));
             let h = parsed.ok_or_else(|| TestCaseError::fail("rejected but unparseable"))?;
-            if matches!(h.op, Op::Nack | Op::Hello | Op::Heartbeat) {
+            // Answers to reads and atomics are not NACKed either: the requester fails its
+            // own request (`hamlyn_core::nack::nack_for`).
+            if matches!(
+                h.op,
+                Op::Nack | Op::Hello | Op::Heartbeat | Op::ReadResp | Op::AtomicResp
+            ) {
                 prop_assert!(rej.nack.is_none(), "answered a {:?}", h.op);
             } else {
                 let n = rej.nack.ok_or_else(|| TestCaseError::fail("no NACK"))?;

@@ -401,7 +401,24 @@ impl EngineState {
             let Some(remote) = self.remote.as_mut() else {
                 return Err(RejectReason::PeerDown);
             };
-            return remote.send(
+            // A read or atomic's answer is awaited from that peer only, into the range it
+            // names (`hamlyn_core::expected`): recorded before the request leaves.
+            let awaits = matches!(h.op, Op::ReadReq | Op::AtomicReq);
+            if awaits {
+                let Source::Bytes(body) = source else {
+                    return Err(RejectReason::Malformed);
+                };
+                let answer = crate::one_sided::awaited_answer(h, body)?;
+                if remote
+                    .expected
+                    .expect_answer(h.dst, h.request, answer)
+                    .is_err()
+                {
+                    // Back-pressure: the request waits in its terminus.
+                    return Ok(false);
+                }
+            }
+            let sent = remote.send(
                 now,
                 h,
                 meta,
@@ -409,6 +426,18 @@ impl EngineState {
                 &self.delivery.areas,
                 &mut self.counters,
             );
+            match sent {
+                Ok(true) if h.op == Op::Write && h.flags.contains(Flags::FIRST) => {
+                    remote.expected.sent_write(h.dst, h.request);
+                }
+                Ok(true) => {}
+                Ok(false) | Err(_) => {
+                    if awaits {
+                        remote.expected.cancel(h.dst, h.request);
+                    }
+                }
+            }
+            return sent;
         }
         let done =
             self.delivery
@@ -474,14 +503,7 @@ impl EngineState {
         about: &Header,
     ) {
         if requester == self.delivery.node() {
-            let (cid, terminus) = request_origin(request);
-            let c = Completion {
-                seq: request.seq,
-                status: u16::from(reason.code()),
-                terminus,
-                value: 0,
-            };
-            self.clients.fail(cid, c, &mut self.counters);
+            fail_local(&mut self.clients, request, reason, &mut self.counters);
         } else if let Some(remote) = self.remote.as_mut() {
             let mut asked = *about;
             asked.src = requester;
@@ -587,7 +609,18 @@ impl EngineState {
                 tracing::warn!(peer = node.0, "peer down");
                 self.counters.peers_lost += 1;
                 let broken = remote.peer_down(node);
+                let unanswered = remote.expected.peer_down(node);
                 self.registry.peer_down(node, &mut self.clients);
+                // Reads and atomics it never answered: their requests fail.
+                for request in unanswered {
+                    self.counters.answers_lost += 1;
+                    fail_local(
+                        &mut self.clients,
+                        request,
+                        RejectReason::PeerDown,
+                        &mut self.counters,
+                    );
+                }
                 for partial in broken {
                     self.tell_broken(partial, node);
                 }
@@ -720,3 +753,21 @@ const EMPTY_REQUEST: SendRequest = SendRequest {
         len: 0,
     },
 };
+
+/// An error completion for request `request` of this node's client, which has already
+/// completed (its answer or its delivery failed later): kept until the client has room.
+pub(crate) fn fail_local(
+    clients: &mut Clients,
+    request: RequestId,
+    reason: RejectReason,
+    counters: &mut EngineCounters,
+) {
+    let (cid, terminus) = request_origin(request);
+    let c = Completion {
+        seq: request.seq,
+        status: u16::from(reason.code()),
+        terminus,
+        value: 0,
+    };
+    clients.fail(cid, c, counters);
+}

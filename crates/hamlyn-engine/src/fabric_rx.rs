@@ -8,7 +8,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use hamlyn_core::{Areas, PeerTable, Placement, RejectReason};
+use hamlyn_core::{Areas, Expected, Nacked, PeerTable, Placement, RejectReason};
 use hamlyn_fabric::{Landing, PacketSink, PeerEvent, SharedBytesMut};
 use hamlyn_wire::request::Completion;
 use hamlyn_wire::{Header, NodeId, Op};
@@ -74,6 +74,7 @@ pub(crate) struct Receive<'a> {
     pub(crate) inbound: &'a mut Inbound,
     pub(crate) nacks: &'a mut VecDeque<Header>,
     pub(crate) peers: &'a mut PeerTable,
+    pub(crate) expected: &'a mut Expected,
     pub(crate) delivery: &'a mut Delivery,
     pub(crate) clients: &'a mut Clients,
     pub(crate) counters: &'a mut EngineCounters,
@@ -88,6 +89,12 @@ impl Receive<'_> {
                 self.counters.remote_packets += 1;
                 self.counters.remote_bytes += u64::from(h.payload_len);
                 self.peers.committed(from, h, done);
+                if is_answer(h) {
+                    self.expected.answered(from, h);
+                }
+            }
+            Err(reason) if is_answer(h) => {
+                self.answer_refused(from, h, reason);
             }
             Err(reason) => {
                 let node = self.delivery.node();
@@ -110,9 +117,26 @@ impl Receive<'_> {
         self.refuse(rej.and_then(|r| r.nack))
     }
 
-    /// A peer refused one of our packets: the terminus that sent it learns why.
+    /// The answer to one of this node's reads or atomics cannot be taken (its reply slot
+    /// refused it): nobody on the answering node can do anything about it, so no NACK
+    /// goes there; the request fails here, and its answer is no longer awaited.
     #[cold]
-    fn nack_received(&mut self, h: &Header) {
+    fn answer_refused(&mut self, from: NodeId, h: &Header, reason: RejectReason) -> Landing {
+        self.expected.answer_lost(from, h.request);
+        self.counters.answers_lost += 1;
+        crate::engine::fail_local(self.clients, h.request, reason, self.counters);
+        Landing::Discard
+    }
+
+    /// A peer refused one of our packets: the terminus that sent it learns why — if the
+    /// NACK names a request that really went to that peer (`hamlyn_core::expected`);
+    /// otherwise it is counted and ignored.
+    #[cold]
+    fn nack_received(&mut self, from: NodeId, h: &Header) {
+        if self.expected.nack(from, h.request) == Nacked::Unknown {
+            self.counters.unmatched_nacks += 1;
+            return;
+        }
         self.counters.nacks_received += 1;
         let reason = hamlyn_core::nack::nack_reason(h).unwrap_or(RejectReason::Unsupported);
         let (cid, terminus) = request_origin(h.request);
@@ -140,6 +164,13 @@ impl PacketSink for Receive<'_> {
                 return Landing::Discard;
             }
         }
+        if is_answer(h) {
+            if let Err(why) = self.expected.check_answer(from, h) {
+                self.counters.unexpected_answers += 1;
+                tracing::debug!(peer = from.0, %why, "answer refused");
+                return Landing::Discard;
+            }
+        }
         match h.op {
             Op::ReadReq | Op::AtomicReq
                 if (h.payload_len as usize) <= hamlyn_wire::request::MAX_INLINE =>
@@ -164,11 +195,12 @@ impl PacketSink for Receive<'_> {
                         self.inbound.landing.insert(packet_key(h), Land::Place(p));
                         Landing::Accept
                     }
+                    Err(rej) if is_answer(h) => self.answer_refused(from, h, rej.reason),
                     Err(rej) => self.refuse(rej.nack),
                 }
             }
             Op::Nack => {
-                self.nack_received(h);
+                self.nack_received(from, h);
                 Landing::Discard
             }
             _ => self.admit_refused(h),
@@ -219,6 +251,11 @@ impl PacketSink for Receive<'_> {
             self.inbound.unconfirmed.push(*h);
         }
     }
+}
+
+/// Whether `h` answers a read or atomic of this node.
+fn is_answer(h: &Header) -> bool {
+    matches!(h.op, Op::ReadResp | Op::AtomicResp)
 }
 
 fn scratch(buf: &mut Vec<u8>, len: usize) -> &mut [u8] {

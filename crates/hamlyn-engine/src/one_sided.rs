@@ -227,3 +227,29 @@ impl Reply<'_> {
         })
     }
 }
+
+/// The answer a READ_REQ or ATOMIC_REQ with body `body` awaits from the node it goes to:
+/// the operation, the reply slot, and the range of it the answer lands in.
+pub(crate) fn awaited_answer(h: &Header, body: &[u8]) -> Result<hamlyn_core::Answer, RejectReason> {
+    let (op, reply, reply_offset, len) = match h.op {
+        Op::ReadReq => {
+            let b = ReadBody::decode(body).map_err(|_| RejectReason::Malformed)?;
+            (Op::ReadResp, b.reply, b.reply_offset, h.word)
+        }
+        Op::AtomicReq => {
+            let b = AtomicBody::decode(body).map_err(|_| RejectReason::Malformed)?;
+            (Op::AtomicResp, b.reply, b.reply_offset, 8)
+        }
+        _ => return Err(RejectReason::Unsupported),
+    };
+    let start = reply
+        .offset
+        .checked_add(reply_offset)
+        .ok_or(RejectReason::OutOfBounds)?;
+    Ok(hamlyn_core::Answer {
+        op,
+        slot: reply.slot,
+        start,
+        len,
+    })
+}

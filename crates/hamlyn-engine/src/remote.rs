@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use hamlyn_core::{Instant, PartialMessage, PeerTable, RejectReason};
+use hamlyn_core::{Expected, Instant, PartialMessage, PeerTable, RejectReason};
 use hamlyn_fabric::{Fabric, FabricError, PeerEvent, SharedBytes};
 use hamlyn_wire::request::MAX_GATHER;
 use hamlyn_wire::{Header, NodeId};
@@ -30,6 +30,8 @@ pub(crate) struct Remote {
     fabric: Box<dyn Fabric + Send>,
     /// Peers, their incarnations, and who contributed to partly received messages.
     pub(crate) peers: PeerTable,
+    /// What was sent to each peer that a NACK or an answer may name.
+    pub(crate) expected: Expected,
     /// NACKs to send (kept while the fabric is full: a NACK is never dropped).
     nacks: VecDeque<Header>,
     /// The receiving state.
@@ -64,6 +66,7 @@ impl Remote {
         Remote {
             fabric,
             peers: PeerTable::new(),
+            expected: Expected::new(),
             nacks: VecDeque::new(),
             inbound: Inbound::default(),
         }
@@ -160,6 +163,7 @@ impl Remote {
             inbound: &mut self.inbound,
             nacks: &mut self.nacks,
             peers: &mut self.peers,
+            expected: &mut self.expected,
             delivery,
             clients,
             counters,

@@ -184,6 +184,15 @@ counters! {
         /// Sends already finished that failed later with `PeerDown`: the session that
         /// carried them was lost before the receiving node acknowledged their packets.
         sends_unconfirmed,
+        /// NACKs refused: they named no request sent to the peer that sent them (forged,
+        /// or a request older than the window kept per peer).
+        unmatched_nacks,
+        /// Answer packets (`READ_RESP`, `ATOMIC_RESP`) refused: no read or atomic of that
+        /// id was sent to their sender, or they fell outside the range it named.
+        unexpected_answers,
+        /// Reads and atomics failed after they were sent: their peer went down before
+        /// answering, or their answer was refused by the reply slot here.
+        answers_lost,
     }
 }
 

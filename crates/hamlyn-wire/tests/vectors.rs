@@ -727,4 +727,46 @@ fn write_fuzz_seeds() {
         std::fs::create_dir_all(&d).unwrap();
         std::fs::write(d.join(name), bytes).unwrap();
     }
+    // The core ingress target (`fuzz/fuzz_targets/ingress.rs`): length-prefixed packets
+    // to its slots (normal slot 0 key 0x11, fast slot 1 key 0x22) and the answer it awaits.
+    let packet = |op: Op, flags: Flags, slot: u32, key: u64, meta_index: u32, meta_len: usize| {
+        let mut h = Header::new(op);
+        h.flags = flags;
+        h.src = NodeId(2);
+        h.dst = NodeId(1);
+        h.slot = SlotId(slot);
+        h.key = key;
+        h.meta_index = meta_index;
+        h.offset = 16;
+        h.delta = 1;
+        h.request = RequestId {
+            terminus: 0x100,
+            seq: 1,
+        };
+        let bytes = h.to_packet(&vec![7; meta_len], &[0xAB; 32]).unwrap();
+        let mut out = (bytes.len() as u16).to_le_bytes().to_vec();
+        out.extend_from_slice(&bytes);
+        out
+    };
+    let whole = Flags::FIRST | Flags::LAST | Flags::NOTIFY;
+    let d = dir.join("ingress");
+    std::fs::create_dir_all(&d).unwrap();
+    for (name, bytes) in [
+        ("write", packet(Op::Write, whole, 0, 0x11, 0, 8)),
+        (
+            "fast",
+            packet(Op::Write, whole | Flags::FAST, 1, 0x22, u32::MAX, 0),
+        ),
+        ("answer", packet(Op::ReadResp, whole, 0, 0x11, 0, 0)),
+        (
+            "write-twice",
+            [
+                packet(Op::Write, Flags::FIRST, 0, 0x11, 1, 8),
+                packet(Op::Write, Flags::LAST | Flags::NOTIFY, 0, 0x11, 1, 0),
+            ]
+            .concat(),
+        ),
+    ] {
+        std::fs::write(d.join(name), bytes).unwrap();
+    }
 }

@@ -6,4 +6,5 @@ pub mod ping;
 pub mod run;
 pub mod secret;
 pub mod seed;
+pub mod soak;
 pub mod stat;

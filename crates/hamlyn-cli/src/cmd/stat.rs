@@ -142,6 +142,18 @@ pub fn render(s: &Stats) -> String {
         ("NACKs sent", e.nacks_sent),
         ("NACKs undeliverable", e.nacks_undeliverable),
         ("spoofed packets", e.spoofed_packets),
+        (
+            "NACKs refused (nothing sent to that peer)",
+            e.unmatched_nacks,
+        ),
+        (
+            "answers refused (nothing asked of that peer)",
+            e.unexpected_answers,
+        ),
+        (
+            "reads/atomics lost (peer down, reply refused)",
+            e.answers_lost,
+        ),
         ("misaddressed packets", e.misaddressed_packets),
         ("peers lost", e.peers_lost),
         ("atomics executed", e.atomics),
