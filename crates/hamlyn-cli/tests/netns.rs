@@ -9,7 +9,9 @@
 //! copied HELLO from a stranger without the cluster secret (refused before any frame,
 //! counted as authentication failures), forged keys from a connection that holds the
 //! secret (refused per packet and NACKed; its forged NACK and forged read and atomic
-//! answers refused and counted; its handshake, replayed, refused), traffic unaffected
+//! answers refused and counted; its publish over another node's name refused as NotOwner;
+//! its handshake, replayed, refused; its join query moving node 2, refused), traffic
+//! unaffected
 //! throughout, 1 GiB in
 //! messages of mixed sizes across rails (checksummed), SIGKILL of one node's engine (the
 //! others see it down within the heartbeat bound and go on; it restarts as a new
@@ -30,12 +32,12 @@ use hamlyn::{
     Area, Data, MetaArea, Node, NotificationKind, RejectReason, SendError, SendOptions, Slot,
     SlotPerms, Status, Ticket,
 };
-use hamlyn_fabric::tcp::frame::Hello;
+use hamlyn_fabric::tcp::frame::{Hello, JoinQuery};
 use hamlyn_fabric::tcp::secure::{Link, Opened, MAX_PLAIN};
 use hamlyn_fabric::tcp::ClusterSecret;
 use hamlyn_shm::sync::{AtomicU64, Ordering};
 use hamlyn_wire::stats::{FabricStats, Stats, TcpCounters};
-use hamlyn_wire::{Flags, Header, NodeId, Op, RequestId};
+use hamlyn_wire::{Flags, Header, NodeId, Op, RequestId, Seed};
 
 const HAMLYN: &str = env!("CARGO_BIN_EXE_hamlyn");
 const WAIT: Option<Duration> = Some(Duration::from_secs(30));
@@ -681,6 +683,47 @@ fn three_hosts_in_network_namespaces() {
             [0u8; 8],
             "a forged answer wrote into the slot"
         );
+        // The member tries to take over a name a client of node 2 published: the
+        // registry (node 1) answers NotOwner, and the name still resolves to the owner's.
+        let owned = Seed::single(victim.ticket_all().unwrap());
+        nodes[2].publish("netns-owned", &owned).unwrap();
+        let mut grab = Header::new(Op::Registry);
+        grab.src = NodeId(0);
+        grab.dst = NodeId(1);
+        grab.request = RequestId {
+            terminus: 0,
+            seq: 77,
+        };
+        let body = hamlyn_wire::control::Request::Publish {
+            name: "netns-owned".into(),
+            seed: Seed::single(shared_ticket).to_text().unwrap(),
+        }
+        .encode();
+        s.write_all(
+            link.seal_bytes(&grab.to_packet(&[], &body).unwrap())
+                .unwrap(),
+        )
+        .unwrap();
+        let answer = loop {
+            let h = Header::parse(&read_plain(&mut s, &mut link, &mut have, 64)).unwrap();
+            let rest = usize::from(h.meta_len) + h.payload_len as usize;
+            let body = read_plain(&mut s, &mut link, &mut have, rest);
+            if h.op == Op::Registry && h.request.seq == 77 {
+                break hamlyn_wire::control::Reply::decode(&body[usize::from(h.meta_len)..])
+                    .unwrap();
+            }
+        };
+        assert!(
+            matches!(
+                answer,
+                hamlyn_wire::control::Reply::Error { code, .. }
+                    if code == hamlyn_wire::control::ControlErrorCode::NotOwner as u16
+            ),
+            "{answer:?}"
+        );
+        for n in [&nodes[1], &nodes[3]] {
+            assert_eq!(n.lookup("netns-owned").unwrap(), owned, "the owner's seed");
+        }
         // The member's first handshake message, replayed on a new connection, is refused
         // (its ephemeral key was seen) and counted.
         let failures = tcp(&nodes[1].stats().unwrap()).auth_failures;
@@ -691,6 +734,39 @@ fn three_hosts_in_network_namespaces() {
             assert!(
                 Instant::now() < deadline,
                 "a replayed handshake was not refused"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // A member's join query claiming node 2 (up) from the test's own address would
+        // move node 2 there for node 1's next dial: refused, closed without an answer.
+        let bad_joins = |st: &Stats| tcp(st).closes.get("BadJoin").copied().unwrap_or(0);
+        let before_joins = bad_joins(&nodes[1].stats().unwrap());
+        let mut j = TcpStream::connect(net.addr(1)).unwrap();
+        j.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let (mut jlink, jfirst) = Link::dialer(&secret).unwrap();
+        j.write_all(&jfirst).unwrap();
+        while jlink.open(&mut out).unwrap() != Opened::Secured {
+            let k = j.read(jlink.read_buf()).unwrap();
+            assert!(k > 0, "the node closed the handshake");
+            jlink.filled(k);
+        }
+        let query = JoinQuery {
+            from: NodeId(2),
+            listen_port: PORT + 1,
+        };
+        j.write_all(jlink.seal_bytes(&query.to_header().to_bytes()).unwrap())
+            .unwrap();
+        let mut rest = Vec::new();
+        let _ = j.read_to_end(&mut rest);
+        assert!(
+            rest.is_empty(),
+            "a join query moving a live peer got an answer"
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while bad_joins(&nodes[1].stats().unwrap()) <= before_joins {
+            assert!(
+                Instant::now() < deadline,
+                "the moving join query was not refused"
             );
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -282,6 +282,11 @@ fn bad_queries_are_refused_and_sessions_stay_up() {
             CloseReason::BadJoin,
         ),
         (
+            "a query claiming node 1, which is up, from another address",
+            query(1, a1.port() ^ 1).to_bytes().to_vec(),
+            CloseReason::BadJoin,
+        ),
+        (
             "a truncated query",
             query(9, 7000).to_bytes()[..40].to_vec(),
             CloseReason::Truncated,

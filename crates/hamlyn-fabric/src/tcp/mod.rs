@@ -69,7 +69,9 @@
 //!   ([`frame::join_reply`]; for itself, when listening on a wildcard address, the
 //!   address the joiner dialed), closes the connection, and adds the joiner as a peer at
 //!   the connection's source address with the announced port (if it learns peers or
-//!   already knows the joiner; port 0 asks without being added). The joiner asks every
+//!   already knows the joiner, unless that peer is up at another address: a query never
+//!   moves a live peer, and is closed as [`CloseReason::BadJoin`]; port 0 asks without
+//!   being added). The joiner asks every
 //!   listed member in turn, so each one learns it, adds them all as peers, and sessions
 //!   come up by the rule above: whichever of two has the lower id dials. Queries touch
 //!   no session. A malformed query is closed as [`CloseReason::BadJoin`]; an answered one
@@ -1188,6 +1190,21 @@ impl TcpFabric {
                 .take(MAX_JOIN_MEMBERS - 1),
         );
         let known = self.peers.contains_key(&q.from);
+        // A query never moves a peer that is up: its session proves where it is, and a
+        // member claiming its id from elsewhere would have our next redial go there.
+        let moves_live_peer = self.peers.get(&q.from).is_some_and(|p| {
+            p.session.is_some()
+                && q.listen_port != 0
+                && p.addr != Some(SocketAddr::new(remote.ip(), q.listen_port))
+        });
+        if moves_live_peer {
+            return self.fail_conn(
+                i,
+                CloseReason::BadJoin,
+                "join query would move a peer that is up",
+                now,
+            );
+        }
         if !known && q.listen_port != 0 && self.peers.len() >= self.config.max_peers {
             return self.fail_conn(i, CloseReason::TooManyPeers, "peer table full", now);
         }
