@@ -165,6 +165,11 @@ pub struct ServerCounters {
     pub mismatched: u64,
     /// Clients whose replies could not be delivered: their frames were freed.
     pub clients_freed: u64,
+    /// Reply tickets refused: too small for the replies or not granting writes (the
+    /// knock is ignored), or refused by the node they name — a wrong key, a slot that is
+    /// not theirs or not there (the client is forgotten). A forged reply ticket costs
+    /// the server one reply, never a procedure's result sent somewhere else twice.
+    pub bad_reply_tickets: u64,
 }
 
 /// One connected client: its frames and where its replies go.
@@ -332,6 +337,12 @@ impl RpcServer {
         let Some(&reply) = seed.tickets.first() else {
             return Ok(());
         };
+        if reply.len < (FRAMES * REPLY_BYTES) as u64
+            || !reply.flags.contains(hamlyn::TicketFlags::WRITE)
+        {
+            self.counters.bad_reply_tickets += 1;
+            return Ok(());
+        }
         // Frames, then a staging copy of each reply, in one area.
         let area = self
             .node
@@ -452,12 +463,20 @@ impl RpcServer {
     /// Frees the frames of clients that are gone: their last reply failed, or (looked
     /// for every [`PROBE_EVERY`]) their name left the registry with them.
     fn free_lost_clients(&mut self) {
-        let mut lost: Vec<u64> = self
-            .clients
-            .iter()
-            .filter(|(_, c)| c.last.as_ref().is_some_and(|h| h.status().is_failed()))
-            .map(|(k, _)| *k)
-            .collect();
+        let mut lost = Vec::new();
+        for (k, c) in &self.clients {
+            match c.last.as_ref().map(SendHandle::status) {
+                // The client's node is gone, or the client with it.
+                Some(SendStatus::Failed(hamlyn::RejectReason::PeerDown)) => lost.push(*k),
+                // Its node refused the reply: the ticket was never good (forged), or
+                // the client destroyed its slot.
+                Some(SendStatus::Failed(_)) => {
+                    self.counters.bad_reply_tickets += 1;
+                    lost.push(*k);
+                }
+                _ => {}
+            }
+        }
         if self.probed.elapsed() >= PROBE_EVERY {
             self.probed = std::time::Instant::now();
             for &k in self.clients.keys() {

@@ -382,3 +382,73 @@ fn call_by_reference_reads_and_writes_the_callers_segment() {
     server.stop();
     engine.stop().unwrap();
 }
+
+/// Knocks on `service`'s door as a client would, with `reply` published as its reply
+/// ticket under `key`; returns the frames the server hands out (none if it ignored the
+/// knock within a second).
+fn knock(node: &Node, service: &str, key: u64, reply: hamlyn::Ticket) -> Vec<hamlyn::Ticket> {
+    let door = node.lookup(&format!("rpc/{service}")).unwrap().tickets[0];
+    node.publish(
+        &format!("rpc/{service}/client/{key:016x}"),
+        &hamlyn::Seed::single(reply),
+    )
+    .unwrap();
+    let mut t = node.terminus(0).unwrap();
+    let h = t
+        .send(&door, &SendOptions::new().tag(key), Data::Inline(b"!"))
+        .unwrap();
+    assert_eq!(h.wait(Some(WAIT)), Status::Sent);
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < deadline {
+        if let Ok(seed) = node.lookup(&format!("rpc/{service}/frames/{key:016x}")) {
+            return seed.tickets;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Vec::new()
+}
+
+/// Bad input at the door and in the reply path: a reply ticket too small for the replies
+/// is refused at the knock; one with a forged key is accepted, but the reply it names is
+/// refused by its node, so the server counts it, forgets that client (its frames go) and
+/// goes on serving a good client throughout.
+#[test]
+fn a_forged_reply_ticket_is_counted_and_the_server_keeps_serving() {
+    let engine = EngineHandle::start(EngineConfig::embedded()).unwrap();
+    let server = Served::start(engine.socket_path(), "svc", None, None);
+    let mut good =
+        RpcClient::connect(Node::connect(engine.socket_path()).unwrap(), "svc", WAIT).unwrap();
+    assert_eq!(good.call("echo", b"xy").unwrap(), b"yx");
+
+    let bad = Node::connect(engine.socket_path()).unwrap();
+    let replies = bad
+        .area((frame::FRAMES * frame::REPLY_BYTES) as u64)
+        .unwrap();
+    let meta = bad.meta_area(4).unwrap();
+    let slot = bad.slot(&replies).meta(&meta).queue(0).create().unwrap();
+    // Too small for the replies: ignored at the door.
+    let small = slot.ticket(0..64, 0..1).unwrap();
+    assert!(knock(&bad, "svc", 0x5111, small).is_empty());
+    // A forged key: frames are handed out, the first reply is refused.
+    let mut forged = slot.ticket_all().unwrap();
+    forged.key ^= 0xDEAD;
+    let frames = knock(&bad, "svc", 0x5222, forged);
+    assert_eq!(frames.len(), frame::FRAMES);
+    let call = frame::encode_call(0, 1, &[0u8; 32]).unwrap();
+    let mut t = bad.terminus(0).unwrap();
+    let h = t
+        .send(&frames[0], &SendOptions::new().tag(1), Data::Inline(&call))
+        .unwrap();
+    assert_eq!(h.wait(Some(WAIT)), Status::Sent);
+    // The good client is served meanwhile, and after.
+    for i in 0..20u8 {
+        assert_eq!(good.call("echo", &[i, 1]).unwrap(), [1, i]);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (counters, clients) = server.stop();
+    assert_eq!(counters.bad_reply_tickets, 2, "{counters:?}");
+    assert_eq!(counters.clients_freed, 1, "{counters:?}");
+    assert_eq!(clients, 1, "only the good client is left");
+    drop(good);
+    engine.stop().unwrap();
+}
