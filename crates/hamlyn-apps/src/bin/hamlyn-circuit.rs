@@ -1,14 +1,38 @@
 //! One rank of the parallel circuit simulator (`hamlyn run -n P -- hamlyn-circuit
 //! VECTORS linear|random:SEED [OUT]`): rank 0 prints the time and checks every sum, and
-//! with OUT writes the results (one per line) to `OUT/results`.
+//! with OUT writes the results (one per line) to `OUT/results`. `hamlyn-circuit
+//! --sequential VECTORS` times the sequential evaluation instead (the reference of
+//! `bench/apps.sh`'s speedups).
 
 use std::time::Instant;
 
 use hamlyn_apps::circuit::{parallel, test_vectors, Circuit, Placement};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let a: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: hamlyn-circuit VECTORS linear|random:SEED [OUT]";
+    let mut a: Vec<String> = std::env::args().skip(1).collect();
+    let usage = "usage: hamlyn-circuit [--sequential] VECTORS linear|random:SEED [OUT]";
+    if a.first().is_some_and(|s| s == "--sequential") {
+        a.remove(0);
+        let count: usize = a.first().ok_or(usage)?.parse()?;
+        let circuit = Circuit::adder32();
+        let vectors = test_vectors(count, 42);
+        let t = Instant::now();
+        let results = hamlyn_apps::circuit::sequential(&circuit, &vectors);
+        let took = t.elapsed();
+        let right = vectors
+            .iter()
+            .zip(&results)
+            .all(|(v, r)| *r == u64::from(v.0) + u64::from(v.1) + u64::from(v.2));
+        if !right {
+            return Err("the sequential adder is wrong".into());
+        }
+        println!(
+            "adder of {} elements, {count} vectors, sequential: {:.3} ms",
+            circuit.gates.len(),
+            took.as_secs_f64() * 1e3
+        );
+        return Ok(());
+    }
     let count: usize = a.first().ok_or(usage)?.parse()?;
     let placement = match a.get(1).map(String::as_str) {
         Some("linear") => Placement::Linear,
