@@ -11,8 +11,9 @@ use hamlyn::Seed;
 use hamlyn_rats::datagram::{DatagramReceiver, DatagramSender};
 use hamlyn_rats::remote_write::{RemoteWriteClient, RemoteWriteServer};
 use hamlyn_rats::simple_datagram::{SimpleClient, SimpleDatagram};
+use hamlyn_rats::stream::{StreamReceiver, StreamSender};
 use hamlyn_rats::tagged::{TaggedClient, TaggedServer};
-use hamlyn_rats::Manager;
+use hamlyn_rats::{Manager, RatsError};
 
 const WAIT: Option<Duration> = Some(Duration::from_secs(20));
 const SIZES: [usize; 8] = [0, 1, 128, 129, 4096, 65537, 1 << 20, 4 << 20];
@@ -181,4 +182,36 @@ fn request_response_across_nodes_through_the_registry() {
         c.release();
     }
     server.join().unwrap();
+}
+
+/// Over the network, a stream whose sending node goes away mid-stream ends at the
+/// receiver with `PeerGone` once the engine declares the peer down (here the node stops
+/// while its sender is still open): an error, never a hang.
+#[test]
+fn a_stream_whose_sending_node_goes_away_ends_with_an_error() {
+    let (ea, eb, a, b) = common::two_nodes();
+    let m = Manager::new(&a).unwrap();
+    let mut rx = StreamReceiver::new(&m, 1 << 20, 16).unwrap();
+    let seed = rx.make_seed().unwrap();
+    let mb = Manager::new(&b).unwrap();
+    let mut tx = StreamSender::from_seed(&mb, &seed).unwrap();
+    for i in 0..20u8 {
+        tx.write_record(&[i; 300]).unwrap();
+    }
+    tx.flush().unwrap();
+    for i in 0..20u8 {
+        let v = rx.read_record(WAIT).unwrap().expect("a record");
+        assert_eq!(rx.copy(&v).unwrap(), [i; 300]);
+        rx.release(&v).unwrap();
+    }
+    // Node 1 goes away with the stream open: no close, no end-of-stream.
+    std::mem::forget(tx);
+    drop((mb, b));
+    eb.stop().unwrap();
+    assert!(
+        matches!(rx.read_record(WAIT), Err(RatsError::PeerGone)),
+        "the receiver learns the sender's node is gone"
+    );
+    drop((rx, m, a));
+    ea.stop().unwrap();
 }
