@@ -10,7 +10,8 @@
 //! counted as authentication failures), forged keys from a connection that holds the
 //! secret (refused per packet and NACKed; its forged NACK and forged read and atomic
 //! answers refused and counted; its publish over another node's name refused as NotOwner;
-//! its handshake, replayed, refused; its join query moving node 2, refused), traffic
+//! its handshake, replayed, refused; its join query moving node 2, refused; one of its
+//! records altered by a byte in flight, refused), traffic
 //! unaffected
 //! throughout, 1 GiB in
 //! messages of mixed sizes across rails (checksummed), SIGKILL of one node's engine (the
@@ -770,7 +771,45 @@ fn three_hosts_in_network_namespaces() {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        drop((junk, stranger, s, replay));
+        // A man in the middle alters one byte of a sealed data record (what the member
+        // sends, a write to the victim): refused as a frame that does not open, counted,
+        // the connection closed; nothing written.
+        drop(s);
+        let refused_before = tcp(&nodes[1].stats().unwrap()).frames_refused;
+        let mut m = TcpStream::connect(net.addr(1)).unwrap();
+        m.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let (mut mlink, mfirst) = Link::dialer(&secret).unwrap();
+        m.write_all(&mfirst).unwrap();
+        while mlink.open(&mut out).unwrap() != Opened::Secured {
+            let k = m.read(mlink.read_buf()).unwrap();
+            assert!(k > 0, "the node closed the handshake");
+            mlink.filled(k);
+        }
+        let later = Hello {
+            session: 2,
+            ..hello
+        };
+        m.write_all(mlink.seal_bytes(&later.to_header().to_bytes()).unwrap())
+            .unwrap();
+        let mut tampered = mlink.seal_bytes(&forged(good_key, 64)).unwrap().to_vec();
+        let mid = tampered.len() / 2;
+        tampered[mid] ^= 0x01;
+        m.write_all(&tampered).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while tcp(&nodes[1].stats().unwrap()).frames_refused <= refused_before {
+            assert!(
+                Instant::now() < deadline,
+                "an altered record was not refused: {:?}",
+                tcp(&nodes[1].stats().unwrap())
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(
+            victim_area.read_vec(64, 16).unwrap(),
+            [0u8; 16],
+            "an altered record wrote into the slot"
+        );
+        drop((junk, stranger, replay, m));
         ping_pong(&nodes[2], &nodes[1], 50);
     }
 
