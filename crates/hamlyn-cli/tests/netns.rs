@@ -1012,10 +1012,16 @@ fn three_hosts_in_network_namespaces() {
         assert_eq!(h.wait(WAIT), Status::Failed(RejectReason::StaleIncarnation));
     }
 
-    // 8. A link goes down (node 2's veth on the bridge) and comes back.
+    // 8. A link goes down (node 2's veth on the bridge) and comes back. A name a client
+    // of node 2 published is dropped by the registry (node 1) while node 2 is down, and
+    // published again by node 2's engine when the registry node is back: its client is
+    // still there.
     {
         let (_a, _m, slot) = inbox(&nodes[2], 4096, 1, W);
         let to_two = slot.ticket_all().unwrap();
+        let kept = Seed::single(to_two);
+        nodes[2].publish("netns-partition", &kept).unwrap();
+        assert_eq!(nodes[1].lookup("netns-partition").unwrap(), kept);
         net.link(2, false);
         wait_peer(
             &nodes[1],
@@ -1028,9 +1034,27 @@ fn three_hosts_in_network_namespaces() {
             .send(&to_two, &SendOptions::new(), Data::Inline(b"link down"))
             .unwrap();
         assert_eq!(h.wait(WAIT), Status::Failed(RejectReason::PeerDown));
+        assert!(
+            nodes[1].lookup("netns-partition").is_err(),
+            "the registry drops the names of a node it lost"
+        );
         net.link(2, true);
         wait_peer(&nodes[1], 2, true, Duration::from_secs(30));
         ping_pong(&nodes[1], &nodes[2], 50);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match nodes[1].lookup("netns-partition") {
+                Ok(seed) => {
+                    assert_eq!(seed, kept);
+                    break;
+                }
+                Err(e) => assert!(
+                    Instant::now() < deadline,
+                    "the name never came back after the partition: {e}"
+                ),
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
     for i in 1..=3 {
         let log = net.log(i);

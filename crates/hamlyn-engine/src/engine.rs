@@ -604,6 +604,14 @@ impl EngineState {
                     // A restart: the clients that published there are gone.
                     self.registry.node_gone(node);
                 }
+                // The registry node is back (or new): it may have dropped our clients'
+                // names while it could not reach us; they are still here.
+                let at = self.registry_place();
+                if node == at.home {
+                    if let Some(remote) = self.remote.as_mut() {
+                        self.registry.republish(at, remote);
+                    }
+                }
             }
             PeerEvent::Down { node } => {
                 tracing::warn!(peer = node.0, "peer down");

@@ -12,9 +12,12 @@
 //! publish it again or unpublish it (`NotOwner`). Names leave with their publisher: a
 //! client that disconnects (its node tells the registry node with a `word` 2 packet, or
 //! the registry node sees it itself), a node that goes down or comes back as a new
-//! incarnation.
+//! incarnation. A node that was only cut off, not dead, gets its live clients' names back:
+//! each engine remembers what its clients published through it, and publishes it again
+//! whenever the registry node comes (back) up ([`Registry::republish`]) — so a partition
+//! never leaves a live publisher with a name the cluster forgot.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::os::fd::AsFd;
 
 use hamlyn_shm::fdpass::send_with_fds;
@@ -66,9 +69,12 @@ pub(crate) struct Registry {
     entries: BTreeMap<String, Entry>,
     /// Forwarded requests: sequence → (client, node asked).
     pending: HashMap<u32, (u32, NodeId)>,
-    /// Local clients that forwarded a publish (their names live on another node, which
-    /// is told when they leave).
-    published: HashSet<u32>,
+    /// What local clients published through the registry node (name → seed text, per
+    /// client): the registry node is told when they leave, and given their names again
+    /// when it comes back up after losing them. At most [`MAX_ENTRIES`] in all.
+    published: HashMap<u32, BTreeMap<String, String>>,
+    /// Names in `published`.
+    published_names: usize,
     next: u32,
 }
 
@@ -222,9 +228,7 @@ impl Registry {
         match remote.send_bytes(at.now, &h, &body) {
             Ok(()) => {
                 self.pending.insert(seq, (cid, home));
-                if matches!(req, Request::Publish { .. }) {
-                    self.published.insert(cid);
-                }
+                self.remember(cid, &req);
                 None
             }
             // Back-pressure (or a link still coming up): the request can be made again.
@@ -311,9 +315,10 @@ impl Registry {
             self.drop_names(|o| o == me);
             return;
         }
-        if !self.published.remove(&cid) {
+        let Some(names) = self.published.remove(&cid) else {
             return;
-        }
+        };
+        self.published_names -= names.len();
         if let Some(remote) = remote {
             let mut h = Header::new(Op::Registry);
             h.src = at.me;
@@ -324,6 +329,63 @@ impl Registry {
             // node when it declares it down.
             let _ = remote.send_bytes(at.now, &h, &[]);
         }
+    }
+
+    /// Remembers what client `cid` publishes or unpublishes through another node.
+    fn remember(&mut self, cid: u32, req: &Request) {
+        match req {
+            Request::Publish { name, seed } => {
+                let names = self.published.entry(cid).or_default();
+                let room = names.contains_key(name) || self.published_names < MAX_ENTRIES;
+                if room && names.insert(name.clone(), seed.clone()).is_none() {
+                    self.published_names += 1;
+                }
+            }
+            Request::Unpublish { name } => {
+                if let Some(names) = self.published.get_mut(&cid) {
+                    if names.remove(name).is_some() {
+                        self.published_names -= 1;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The registry node came (back) up: it may have dropped this node's names while it
+    /// could not reach it (or restarted empty). Every name live clients published
+    /// through it is published again, as its client; the answers go to nobody (a name
+    /// taken meanwhile by someone else stays theirs). How many were sent.
+    pub(crate) fn republish(&mut self, at: Place, remote: &mut Remote) -> usize {
+        if at.home == at.me {
+            return 0;
+        }
+        let mut sent = 0;
+        for (&cid, names) in &self.published {
+            for (name, seed) in names {
+                let req = Request::Publish {
+                    name: name.clone(),
+                    seed: seed.clone(),
+                };
+                let seq = self.next;
+                self.next = seq.wrapping_add(1);
+                let mut h = Header::new(Op::Registry);
+                h.src = at.me;
+                h.dst = at.home;
+                h.word = ASK;
+                h.meta_index = cid;
+                h.request = RequestId { terminus: 0, seq };
+                let body = req.encode();
+                h.payload_len = body.len() as u32;
+                match remote.send_bytes(at.now, &h, &body) {
+                    Ok(()) => sent += 1,
+                    Err(e) => {
+                        tracing::warn!(name = %name, error = %e, "registry: cannot publish again");
+                    }
+                }
+            }
+        }
+        sent
     }
 
     /// `node` is gone, or came back as a new incarnation (its clients are gone): its
