@@ -1,0 +1,63 @@
+"""Hamlyn: protected, zero-copy, sender-managed messaging between processes.
+
+The Python face of the Rust library (``crates/hamlyn``)::
+
+    import hamlyn
+
+    with hamlyn.Node.embedded() as node:           # or Node.connect_default()
+        inbox = node.area(4096)
+        meta = node.meta_area(8)
+        slot = node.slot(inbox, meta=meta, queue=0)
+        ticket = slot.ticket()                     # str(ticket): its seed text
+        queue, terminus = node.queue(0), node.terminus()
+        terminus.send(ticket, b"hello", tag=7)
+        n = queue.wait(timeout=1.0)
+        print(n.kind, bytes(memoryview(inbox)[: n.length]))
+
+Objects: ``Node`` (a connection to an engine, embedded or a daemon), ``Area`` (shared
+memory, a zero-copy buffer), ``MetaArea``, ``Slot``, ``Ticket`` (seeds as ``str``),
+``Terminus`` (send, read, compare_swap, fetch_add), ``Send`` and ``Status``, ``Queue``
+(poll, wait, event_fd, ``await queue.wait_async()``) and ``Notification``. Errors are
+subclasses of ``HamlynError`` (``hamlyn._errors``).
+"""
+
+from ._errors import *  # noqa: F401,F403
+from ._errors import __all__ as _error_names
+from ._hamlyn import (
+    DEFAULT_SOCKET,
+    MAX_INLINE,
+    SOCKET_ENV,
+    Area,
+    MetaArea,
+    Node,
+    Notification,
+    Queue,
+    Send,
+    Slot,
+    Status,
+    Terminus,
+    Ticket,
+    __version__,
+    seed_from_tickets,
+    tickets_from_seed,
+)
+
+__all__ = [
+    "Area",
+    "DEFAULT_SOCKET",
+    "MAX_INLINE",
+    "MetaArea",
+    "Node",
+    "Notification",
+    "Queue",
+    "SOCKET_ENV",
+    "Send",
+    "Slot",
+    "Status",
+    "Terminus",
+    "Ticket",
+    "__version__",
+    "seed_from_tickets",
+    "tickets_from_seed",
+    *_error_names,
+]
