@@ -149,6 +149,9 @@ impl From<SendError> for HamlynErr {
             SendError::Full => {
                 "terminus full: nothing was queued; retry once earlier requests are done".to_owned()
             }
+            SendError::EntriesBusy => format!(
+                "{e}: back-pressure, nothing was queued; retry once one is done, or name an entry"
+            ),
             e => e.to_string(),
         };
         HamlynErr(raise(send_class_of(&e), message))
