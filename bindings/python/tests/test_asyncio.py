@@ -34,17 +34,19 @@ def test_two_queues_of_one_node_are_awaited_together_and_the_loop_stays_free(nod
 
     async def main():
         with node.queue(0) as q0, node.queue(1) as q1, node.terminus() as term:
-            w0 = asyncio.ensure_future(q0.wait_async(timeout=30.0))
-            w1 = asyncio.ensure_future(q1.wait_async(timeout=30.0))
+            # A wait's own timeout ends in one last poll, which would hide a lost
+            # wake-up: the outer bounds are shorter, so a lost wake-up fails the test.
+            w0 = asyncio.ensure_future(q0.wait_async(timeout=60.0))
+            w1 = asyncio.ensure_future(q1.wait_async(timeout=60.0))
             ticks = 0
             for _ in range(5):  # the loop runs other work while both wait
                 await asyncio.sleep(0.01)
                 ticks += 1
             term.send(t1, b"one", tag=1)
-            n1 = await w1
+            n1 = await asyncio.wait_for(w1, 20.0)
             assert not w0.done()
             term.send(t0, b"zero", tag=0)
-            n0 = await w0
+            n0 = await asyncio.wait_for(w0, 20.0)
             return ticks, n0, n1
 
     ticks, n0, n1 = asyncio.run(main())

@@ -41,8 +41,11 @@ class _Watcher:
         self.waiters.clear()
 
     def _stop(self) -> None:
-        self.loop.remove_reader(self.fd)
-        _watchers.pop((self.loop, self.fd), None)
+        # Only the registered watcher of this (loop, descriptor) owns the reader: an
+        # older one, released late by a waiter it woke, must not remove its successor's.
+        if _watchers.get((self.loop, self.fd)) is self:
+            self.loop.remove_reader(self.fd)
+            del _watchers[(self.loop, self.fd)]
 
     def release(self, fut: asyncio.Future[None]) -> None:
         self.waiters.discard(fut)
