@@ -27,6 +27,7 @@ use pyo3::prelude::*;
 
 mod area;
 mod bench;
+mod direct;
 mod errors;
 mod node;
 mod queue;
@@ -118,6 +119,7 @@ fn _hamlyn(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<terminus::PyStatus>()?;
     m.add_class::<queue::PyQueue>()?;
     m.add_class::<queue::PyNotification>()?;
+    m.add_class::<direct::PyDirectTarget>()?;
     m.add_function(wrap_pyfunction!(ticket::seed_from_tickets, m)?)?;
     m.add_function(wrap_pyfunction!(ticket::tickets_from_seed, m)?)?;
     m.add_function(wrap_pyfunction!(bench::bench_pong, m)?)?;

@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyType;
 
 use crate::area::{PyArea, PyMetaArea};
+use crate::direct::PyDirectTarget;
 use crate::errors::{self, check};
 use crate::queue::PyQueue;
 use crate::slot::PySlot;
@@ -297,6 +298,16 @@ impl PyNode {
         let node = self.get(py)?;
         let t = check(py.allow_threads(|| node.terminus(priority)))?;
         Ok(PyTerminus::new(self.life(), t))
+    }
+
+    /// Maps the direct slot `ticket` names (a slot of this node made with
+    /// `direct=True`), to deposit into it without the engine. The engine checks the ticket
+    /// now and only now (`NotLocalError`, `BadKeyError`, `RefusedError`).
+    fn open_direct(&self, py: Python<'_>, ticket: &PyTicket) -> PyResult<PyDirectTarget> {
+        let node = self.get(py)?;
+        let t = ticket.ticket;
+        let target = check(py.allow_threads(|| node.open_direct(&t)))?;
+        Ok(PyDirectTarget::new(self.life(), target))
     }
 
     /// Takes the consumer of notification queue `index` (one per queue:

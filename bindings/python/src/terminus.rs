@@ -54,7 +54,7 @@ impl PyTerminus {
 }
 
 /// Send options from Python keywords.
-fn options<'a>(
+pub(crate) fn options<'a>(
     tag: u64,
     offset: u64,
     meta: &'a [u8],

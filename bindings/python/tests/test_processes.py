@@ -83,3 +83,18 @@ def test_a_stale_ticket_is_refused_with_bad_key_in_the_sending_process(peers, no
         n = q.wait(timeout=WAIT)
         assert n is not None and n.kind == "message" and n.length == 8
     assert area.read(0, 8) == b"8 bytes!"
+
+
+def test_a_direct_slot_is_deposited_into_by_the_sending_process(peers, node):
+    area = node.area(64)
+    slot = node.slot(area, meta=node.meta_area(1), queue=0, direct=True)
+    sender = peers.start("direct-send", env={"HAMLYN_SEED": slot.ticket().seed})
+    peers.finish(sender)
+    with node.queue(0) as q:
+        n = q.wait(timeout=WAIT)
+    assert n is not None and (n.kind, n.word, n.length) == ("message", 11, 8)
+    assert area.read(0, 8) == b"directly"
+    # A slot that is not direct is not mapped.
+    plain = node.slot(node.area(64), meta=node.meta_area(1))
+    with pytest.raises(hamlyn.RefusedError):
+        node.open_direct(plain.ticket())

@@ -16,8 +16,9 @@ The Python face of the Rust library (``crates/hamlyn``)::
 
 Objects: ``Node`` (a connection to an engine, embedded or a daemon), ``Area`` (shared
 memory, a zero-copy buffer), ``MetaArea``, ``Slot``, ``Ticket`` (seeds as ``str``),
-``Terminus`` (send, read, compare_swap, fetch_add), ``Send`` and ``Status``, ``Queue``
-(poll, wait, event_fd, ``await queue.wait_async()``) and ``Notification``. Errors are
+``Terminus`` (send, read, compare_swap, fetch_add), ``DirectTarget`` (a direct slot
+mapped here), ``Send`` and ``Status``, ``Queue`` (poll, wait, event_fd,
+``await queue.wait_async()``) and ``Notification``. Errors are
 subclasses of ``HamlynError`` (``hamlyn._errors``).
 """
 
@@ -28,6 +29,7 @@ from ._hamlyn import (
     MAX_INLINE,
     SOCKET_ENV,
     Area,
+    DirectTarget,
     MetaArea,
     Node,
     Notification,
@@ -45,6 +47,7 @@ from ._hamlyn import (
 __all__ = [
     "Area",
     "DEFAULT_SOCKET",
+    "DirectTarget",
     "MAX_INLINE",
     "MetaArea",
     "Node",

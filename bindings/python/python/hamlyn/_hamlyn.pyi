@@ -85,6 +85,7 @@ class Node:
         direct: bool = False,
     ) -> "Slot": ...
     def terminus(self, priority: int = 0) -> "Terminus": ...
+    def open_direct(self, ticket: "Ticket") -> "DirectTarget": ...
     def queue(self, index: int = 0) -> "Queue": ...
     @property
     def event_fd(self) -> int: ...
@@ -248,6 +249,49 @@ class Terminus:
     def index(self) -> int: ...
     def close(self) -> None: ...
     def __enter__(self) -> "Terminus": ...
+    def __exit__(
+        self,
+        t: Optional[type[BaseException]],
+        v: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool: ...
+
+@final
+class DirectTarget:
+    """A direct slot of this node mapped into this process."""
+
+    def send(
+        self,
+        data: Buffer,
+        *,
+        tag: int = 0,
+        offset: int = 0,
+        meta: Optional[bytes] = None,
+        notify: bool = True,
+        wake: bool = True,
+        fast: bool = False,
+        entry: Optional[int] = None,
+    ) -> None: ...
+    def send_area(
+        self,
+        area: Area,
+        area_offset: int = 0,
+        length: Optional[int] = None,
+        *,
+        tag: int = 0,
+        offset: int = 0,
+        meta: Optional[bytes] = None,
+        notify: bool = True,
+        wake: bool = True,
+        fast: bool = False,
+        entry: Optional[int] = None,
+    ) -> None: ...
+    @property
+    def ticket(self) -> Ticket: ...
+    @property
+    def fast(self) -> bool: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> "DirectTarget": ...
     def __exit__(
         self,
         t: Optional[type[BaseException]],
