@@ -14,6 +14,8 @@ and in environment variables. Every wait is bounded: a lost peer fails, never ha
     peer.py target            a slot granting reads and atomics whose first word is 40;
                               prints its seed, waits for a line on stdin, prints the word
     peer.py send-once         sends 8 bytes to $HAMLYN_SEED; prints the status's reason
+    peer.py engine            an embedded engine: prints its socket, then waits for stdin
+                              to close (or to be killed)
     peer.py direct-send       maps the direct slot $HAMLYN_SEED names and deposits 8 bytes
                               with tag 11 in this process
 """
@@ -144,6 +146,10 @@ def main() -> None:
         with hamlyn.Node.connect_default() as node, node.terminus() as term:
             status = term.send(t, b"8 bytes!").wait(timeout=WAIT)
             print(status.reason if status.failed else status.state, flush=True)
+    elif role == "engine":
+        with hamlyn.Node.embedded() as node:
+            print(node.socket_path, flush=True)
+            sys.stdin.read()
     elif role == "direct-send":
         t = hamlyn.Ticket.from_seed(os.environ["HAMLYN_SEED"])
         with hamlyn.Node.connect_default() as node, node.open_direct(t) as target:

@@ -171,3 +171,28 @@ def test_every_exception_is_a_hamlyn_error():
     assert len(names) > 20
     for n in names:
         assert issubclass(getattr(hamlyn, n), hamlyn.HamlynError), n
+
+
+def test_an_engine_that_dies_is_engine_gone_error_not_a_crash(peers):
+    engine = peers.start("engine", stdin=True)
+    socket = peers.line(engine)
+    node = hamlyn.Node.connect(socket)
+    area = node.area(64)
+    slot = node.slot(area, meta=node.meta_area(1), queue=0)
+    ticket = slot.ticket()
+    q = node.queue(0)
+    t = node.terminus()
+    view = memoryview(area)
+    engine.kill()
+    engine.wait(timeout=60)
+    with pytest.raises(hamlyn.EngineGoneError):
+        q.wait(timeout=30.0)
+    with pytest.raises(hamlyn.HamlynError):
+        node.area(64)
+    # The wait saw the engine gone, so sends are refused at once, nothing queued.
+    with pytest.raises(hamlyn.EngineGoneError):
+        t.send(ticket, b"x")
+    assert node.engine_gone()
+    view[0] = 1  # our mapping of the area is still ours
+    view.release()
+    node.close()
