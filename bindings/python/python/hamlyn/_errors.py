@@ -123,6 +123,3 @@ class BadKeyError(RejectedError, PermissionError):
 class TimeoutError(HamlynError, builtins.TimeoutError):
     """A wait ended at its timeout with the request still pending."""
 
-
-__all__ = [name for name, value in globals().items()
-           if isinstance(value, type) and issubclass(value, HamlynError)]

@@ -7,13 +7,34 @@ from typing import Any, Literal, Optional, final
 
 from typing_extensions import Buffer
 
+__all__ = [
+    "__version__",
+    "MAX_INLINE",
+    "DEFAULT_SOCKET",
+    "SOCKET_ENV",
+    "Node",
+    "Area",
+    "MetaArea",
+    "Slot",
+    "Ticket",
+    "Terminus",
+    "Send",
+    "Status",
+    "Queue",
+    "Notification",
+    "DirectTarget",
+    "seed_from_tickets",
+    "tickets_from_seed",
+    "bench_pong",
+    "bench_ping",
+]
 __version__: str
 MAX_INLINE: int
 DEFAULT_SOCKET: str
 SOCKET_ENV: str
 
-SlotModeName = Literal["normal", "paranoid", "paranoid_one_shot", "fast"]
-KindName = Literal["message", "fast", "peer_down", "read_done", "atomic_done", "overflow", "unknown"]
+_SlotModeName = Literal["normal", "paranoid", "paranoid_one_shot", "fast"]
+_KindName = Literal["message", "fast", "peer_down", "read_done", "atomic_done", "overflow", "unknown"]
 
 @final
 class Node:
@@ -76,7 +97,7 @@ class Node:
         *,
         meta: Optional["MetaArea"] = None,
         queue: Optional[int] = None,
-        mode: SlotModeName = "normal",
+        mode: _SlotModeName = "normal",
         offset: int = 0,
         length: Optional[int] = None,
         write: bool = True,
@@ -102,6 +123,8 @@ class Area:
     """Registered shared memory; a writable buffer of its bytes without a copy."""
 
     def __len__(self) -> int: ...
+    # The buffer protocol (in C; these two show at run time from Python 3.12): what
+    # makes an Area a `Buffer` to type checkers (`memoryview(area)`, `numpy.frombuffer`).
     def __buffer__(self, flags: int, /) -> memoryview: ...
     def __release_buffer__(self, buffer: memoryview, /) -> None: ...
     @property
@@ -145,7 +168,7 @@ class Slot:
     @property
     def id(self) -> int: ...
     @property
-    def mode(self) -> SlotModeName: ...
+    def mode(self) -> _SlotModeName: ...
     @property
     def length(self) -> int: ...
     @property
@@ -192,7 +215,7 @@ class Ticket:
     def meta_count(self) -> int: ...
     @property
     def grants(self) -> str: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __eq__(self, value: object, /) -> bool: ...
     def __hash__(self) -> int: ...
 
 @final
@@ -363,7 +386,7 @@ class Notification:
     """One notification."""
 
     @property
-    def kind(self) -> KindName: ...
+    def kind(self) -> _KindName: ...
     @property
     def raw_kind(self) -> int: ...
     @property
