@@ -86,6 +86,10 @@ pub(crate) fn lock<'a, T: Send>(py: Python<'_>, m: &'a Mutex<T>) -> PyResult<Mut
     }
 }
 
+/// Longest a blocking wait runs without the GIL before it looks for a signal (Ctrl-C
+/// raises `KeyboardInterrupt` within this long) and starts another slice.
+pub(crate) const SIGNAL_SLICE: Duration = Duration::from_millis(100);
+
 /// A timeout in seconds from Python (`None`: forever).
 pub(crate) fn timeout(seconds: Option<f64>) -> PyResult<Option<Duration>> {
     seconds

@@ -2,6 +2,7 @@
 //! `await queue.wait_async()`) and `hamlyn.Notification`.
 
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use hamlyn::{Node, Notification, NotificationKind, NotifyQueue};
 use pyo3::prelude::*;
@@ -73,16 +74,27 @@ impl PyQueue {
         if let Some(n) = self.with(py, |q| Ok(q.poll()))? {
             return Ok(Some(n.into()));
         }
-        let got = py.allow_threads(|| {
-            let mut g = self.queue.lock().map_err(|_| Err(Blocked::Poisoned))?;
-            let q = g.as_mut().ok_or(Err(Blocked::Closed))?;
-            q.wait(timeout).map_err(Ok)
-        });
-        match got {
-            Ok(n) => Ok(n.map(PyNotification::from)),
-            Err(Ok(e)) => check(Err(e)),
-            Err(Err(Blocked::Closed)) => Err(errors::closed("the queue is closed")),
-            Err(Err(Blocked::Poisoned)) => Err(errors::poisoned()),
+        // In slices, so that a signal (Ctrl-C) raises between them: a wait without the
+        // GIL cannot run Python's signal handlers.
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        loop {
+            let slice = deadline.map_or(crate::SIGNAL_SLICE, |d| {
+                d.saturating_duration_since(Instant::now())
+                    .min(crate::SIGNAL_SLICE)
+            });
+            let got = py.allow_threads(|| {
+                let mut g = self.queue.lock().map_err(|_| Err(Blocked::Poisoned))?;
+                let q = g.as_mut().ok_or(Err(Blocked::Closed))?;
+                q.wait(Some(slice)).map_err(Ok)
+            });
+            match got {
+                Ok(Some(n)) => return Ok(Some(n.into())),
+                Ok(None) if deadline.is_some_and(|d| Instant::now() >= d) => return Ok(None),
+                Ok(None) => py.check_signals()?,
+                Err(Ok(e)) => return check(Err(e)),
+                Err(Err(Blocked::Closed)) => return Err(errors::closed("the queue is closed")),
+                Err(Err(Blocked::Poisoned)) => return Err(errors::poisoned()),
+            }
         }
     }
 

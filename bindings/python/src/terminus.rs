@@ -2,6 +2,7 @@
 //! `hamlyn.Send` (how one request ended, or that it has not) and `hamlyn.Status`.
 
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use hamlyn::{
     CompareSwapArgs, Data, FetchAddArgs, ReadArgs, SendHandle, SendOptions, Status, Terminus,
@@ -226,12 +227,25 @@ impl PyTerminus {
     #[pyo3(signature = (timeout=None))]
     fn wait_idle(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
         let timeout = crate::timeout(timeout)?;
-        self.life.check()?;
-        let done = py.allow_threads(|| {
-            let mut g = self.terminus.lock().map_err(|_| ())?;
-            g.as_mut().map(|t| t.wait_idle(timeout)).ok_or(())
-        });
-        done.map_err(|()| errors::closed("the terminus is closed"))
+        // In slices, so that a signal (Ctrl-C) raises between them.
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        loop {
+            self.life.check()?;
+            let slice = deadline.map_or(crate::SIGNAL_SLICE, |d| {
+                d.saturating_duration_since(Instant::now())
+                    .min(crate::SIGNAL_SLICE)
+            });
+            let idle = py.allow_threads(|| {
+                let mut g = self.terminus.lock().map_err(|_| ())?;
+                g.as_mut().map(|t| t.wait_idle(Some(slice))).ok_or(())
+            });
+            match idle {
+                Err(()) => return Err(errors::closed("the terminus is closed")),
+                Ok(true) => return Ok(true),
+                Ok(false) if deadline.is_some_and(|d| Instant::now() >= d) => return Ok(false),
+                Ok(false) => py.check_signals()?,
+            }
+        }
     }
 
     /// Requests queued here and not finished yet.
@@ -311,7 +325,20 @@ impl PySend {
         if self.handle.is_done() {
             return Ok(PyStatus(self.handle.status()));
         }
-        Ok(PyStatus(py.allow_threads(|| self.handle.wait(timeout))))
+        // In slices, so that a signal (Ctrl-C) raises between them.
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        loop {
+            let slice = deadline.map_or(crate::SIGNAL_SLICE, |d| {
+                d.saturating_duration_since(Instant::now())
+                    .min(crate::SIGNAL_SLICE)
+            });
+            let status = py.allow_threads(|| self.handle.wait(Some(slice)));
+            if status != Status::Pending || deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(PyStatus(status));
+            }
+            py.check_signals()?;
+            self.life.check()?;
+        }
     }
 
     /// Waits as `wait` and returns None if the request was sent; raises `RejectedError`

@@ -16,6 +16,7 @@ and in environment variables. Every wait is bounded: a lost peer fails, never ha
     peer.py send-once         sends 8 bytes to $HAMLYN_SEED; prints the status's reason
     peer.py engine            an embedded engine: prints its socket, then waits for stdin
                               to close (or to be killed)
+    peer.py wait-forever      prints a line, then waits on an empty queue with no timeout
     peer.py direct-send       maps the direct slot $HAMLYN_SEED names and deposits 8 bytes
                               with tag 11 in this process
 """
@@ -150,6 +151,10 @@ def main() -> None:
         with hamlyn.Node.embedded() as node:
             print(node.socket_path, flush=True)
             sys.stdin.read()
+    elif role == "wait-forever":
+        with hamlyn.Node.connect_default() as node, node.queue(0) as q:
+            print("waiting", flush=True)
+            q.wait()
     elif role == "direct-send":
         t = hamlyn.Ticket.from_seed(os.environ["HAMLYN_SEED"])
         with hamlyn.Node.connect_default() as node, node.open_direct(t) as target:

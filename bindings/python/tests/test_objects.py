@@ -2,6 +2,8 @@
 every mode, seeds, the registry, statistics, the event descriptor."""
 
 import select
+import signal
+import subprocess
 import struct
 import threading
 
@@ -158,3 +160,14 @@ def test_a_daemon_style_connection_sees_the_same_engine(engine, node):
     assert node.id == engine.id
     assert node.client_id != engine.client_id
     assert str(node.socket_path) == str(engine.socket_path)
+
+
+def test_ctrl_c_interrupts_a_wait_without_a_timeout(peers):
+    waiter = peers.start("wait-forever")
+    assert peers.line(waiter) == "waiting"
+    waiter.send_signal(signal.SIGINT)
+    try:
+        waiter.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("SIGINT did not interrupt Queue.wait()")
+    assert waiter.returncode != 0, "the wait ended by KeyboardInterrupt, not normally"
