@@ -6,6 +6,7 @@ import signal
 import subprocess
 import struct
 import threading
+import time
 
 import pytest
 
@@ -165,9 +166,12 @@ def test_a_daemon_style_connection_sees_the_same_engine(engine, node):
 def test_ctrl_c_interrupts_a_wait_without_a_timeout(peers):
     waiter = peers.start("wait-forever")
     assert peers.line(waiter) == "waiting"
+    # Give it time to be inside the wait: a signal before it would raise between
+    # bytecodes and prove nothing (too short a pause makes the test vacuous, not wrong).
+    time.sleep(0.5)
     waiter.send_signal(signal.SIGINT)
     try:
-        waiter.wait(timeout=60)
+        waiter.wait(timeout=20)
     except subprocess.TimeoutExpired:
         pytest.fail("SIGINT did not interrupt Queue.wait()")
     assert waiter.returncode != 0, "the wait ended by KeyboardInterrupt, not normally"
