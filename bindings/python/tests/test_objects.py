@@ -1,12 +1,14 @@
 """The objects on one node: the area as a buffer (memoryview, NumPy), metadata, slots of
 every mode, seeds, the registry, statistics, the event descriptor."""
 
+import re
 import select
 import signal
 import subprocess
 import struct
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -109,14 +111,23 @@ def test_seeds_carry_several_tickets_and_split_tickets_cover_the_whole(node):
     assert len({whole, hamlyn.Ticket.from_seed(whole.seed)}) == 1, "hashable, by value"
 
 
-def test_publish_lookup_and_unpublish(node):
+def test_publish_lookup_and_unpublish(engine, node):
     slot = node.slot(node.area(64), meta=node.meta_area(1))
     ticket = slot.ticket()
     node.publish("python-test", ticket)
     assert node.lookup("python-test") == ticket
+    # The name is this connection's: another one can neither take nor remove it.
+    with hamlyn.Node.connect(engine.socket_path) as other:
+        assert other.lookup("python-test") == ticket
+        with pytest.raises(hamlyn.NotOwnerError):
+            other.publish("python-test", ticket)
+        with pytest.raises(hamlyn.NotOwnerError):
+            other.unpublish("python-test")
     node.unpublish("python-test")
     with pytest.raises(hamlyn.NotFoundError):
         node.lookup("python-test")
+    with pytest.raises(hamlyn.NotFoundError):
+        node.unpublish("python-test")
 
 
 def test_statistics_are_a_dict_of_the_engines_counters(node):
@@ -175,3 +186,12 @@ def test_ctrl_c_interrupts_a_wait_without_a_timeout(peers):
     except subprocess.TimeoutExpired:
         pytest.fail("SIGINT did not interrupt Queue.wait()")
     assert waiter.returncode != 0, "the wait ended by KeyboardInterrupt, not normally"
+
+
+def test_the_version_is_the_crates():
+    cargo = Path(__file__).resolve().parents[1] / "Cargo.toml"
+    # version.workspace = true: the workspace's version.
+    root = Path(__file__).resolve().parents[3] / "Cargo.toml"
+    assert "version.workspace = true" in cargo.read_text()
+    m = re.search(r'^version = "([^"]+)"', root.read_text(), re.M)
+    assert m is not None and hamlyn.__version__ == m.group(1)
