@@ -1,0 +1,132 @@
+//! `hamlyn._hamlyn`: the extension module of the Python package `hamlyn`
+//! (bindings/python), a PyO3 wrapper over the application library (`hamlyn`).
+//!
+//! The Python package (python/hamlyn) re-exports these classes, defines the exceptions
+//! (`_errors.py`) and the asyncio wait (`_aio.py`); `_hamlyn.pyi` types them.
+//!
+//! Conventions, those of the C API (crates/hamlyn-capi) in Python style:
+//!
+//! - every object is a handle with `close()` and a context manager; a handle made from a
+//!   node keeps the node's [`Life`], so after `Node.close()` every call on it raises
+//!   `ClosedError` (never a crash), and after its own `close()` too;
+//! - the library's errors become exceptions of `hamlyn` (`errors.rs`), each a subclass of
+//!   `HamlynError` with the library's message;
+//! - every call that may block (a control request, a wait) releases the GIL
+//!   (`Python::allow_threads`); a terminus and a queue, single-consumer objects in Rust,
+//!   carry a lock, taken without the GIL when another thread holds it ([`lock`]);
+//! - an area is a buffer (`memoryview(area)`, `numpy.frombuffer(area, ...)`) over its
+//!   shared memory, without a copy; the buffer keeps the mapping alive until released.
+//!
+//! Nothing another process can write is ever a Rust reference here: the area's bytes are
+//! handed to Python as a raw buffer, exactly as the C API hands them to C.
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use pyo3::prelude::*;
+
+mod area;
+mod bench;
+mod direct;
+mod errors;
+mod node;
+mod queue;
+mod slot;
+mod terminus;
+mod ticket;
+
+/// Whether the node a handle was made from is still open: shared by the node and every
+/// handle made from it (`Node.close()` closes them all).
+#[derive(Debug, Default)]
+pub(crate) struct Life {
+    closed: Flag,
+}
+
+/// A closed-flag. A plain atomic: this crate does not depend on hamlyn-shm's atomics
+/// facade, and the flag is never model-checked (nothing is published through it).
+#[allow(clippy::disallowed_types)]
+#[derive(Debug, Default)]
+struct Flag(std::sync::atomic::AtomicBool);
+
+impl Life {
+    /// `ClosedError` once the node was closed.
+    pub(crate) fn check(&self) -> PyResult<()> {
+        // Acquire: pairs with the Release in `close`, so that a call starting after
+        // `Node.close()` returned sees the flag.
+        if self.closed.0.load(std::sync::atomic::Ordering::Acquire) {
+            Err(errors::closed(
+                "the node this handle was made from is closed",
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
+    pub(crate) fn close(&self) {
+        // Release: pairs with the Acquire in `check`.
+        self.closed
+            .0
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// Locks a handle's mutex. Never blocks while holding the GIL: if another thread holds
+/// the lock (a `wait` on the same queue, say, which runs without the GIL), the GIL is
+/// released while this thread waits for it, so the holder can finish and come back. A
+/// lock poisoned by a panic is an error, not a crash.
+pub(crate) fn lock<'a, T: Send>(py: Python<'_>, m: &'a Mutex<T>) -> PyResult<MutexGuard<'a, T>> {
+    loop {
+        match m.try_lock() {
+            Ok(g) => return Ok(g),
+            // Wait for the holder without the GIL, then try again with it (a guard
+            // cannot cross the GIL boundary: it is not `Send`).
+            Err(std::sync::TryLockError::WouldBlock) => py.allow_threads(|| drop(m.lock())),
+            Err(std::sync::TryLockError::Poisoned(_)) => return Err(errors::poisoned()),
+        }
+    }
+}
+
+/// Longest a blocking wait runs without the GIL before it looks for a signal (Ctrl-C
+/// raises `KeyboardInterrupt` within this long) and starts another slice.
+pub(crate) const SIGNAL_SLICE: Duration = Duration::from_millis(100);
+
+/// A timeout in seconds from Python (`None`: forever).
+pub(crate) fn timeout(seconds: Option<f64>) -> PyResult<Option<Duration>> {
+    seconds
+        .map(|s| {
+            Duration::try_from_secs_f64(s).map_err(|_| {
+                errors::invalid(format!(
+                    "timeout must be a finite number of seconds >= 0, not {s}"
+                ))
+            })
+        })
+        .transpose()
+}
+
+/// The library's version (`hamlyn.__version__`).
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The extension module.
+#[pymodule]
+fn _hamlyn(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", VERSION)?;
+    m.add("MAX_INLINE", hamlyn::MAX_INLINE)?;
+    m.add("DEFAULT_SOCKET", hamlyn::DEFAULT_SOCKET)?;
+    m.add("SOCKET_ENV", hamlyn::SOCKET_ENV)?;
+    m.add_class::<node::PyNode>()?;
+    m.add_class::<area::PyArea>()?;
+    m.add_class::<area::PyMetaArea>()?;
+    m.add_class::<slot::PySlot>()?;
+    m.add_class::<ticket::PyTicket>()?;
+    m.add_class::<terminus::PyTerminus>()?;
+    m.add_class::<terminus::PySend>()?;
+    m.add_class::<terminus::PyStatus>()?;
+    m.add_class::<queue::PyQueue>()?;
+    m.add_class::<queue::PyNotification>()?;
+    m.add_class::<direct::PyDirectTarget>()?;
+    m.add_function(wrap_pyfunction!(ticket::seed_from_tickets, m)?)?;
+    m.add_function(wrap_pyfunction!(ticket::tickets_from_seed, m)?)?;
+    m.add_function(wrap_pyfunction!(bench::bench_pong, m)?)?;
+    m.add_function(wrap_pyfunction!(bench::bench_ping, m)?)?;
+    Ok(())
+}

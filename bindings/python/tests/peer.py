@@ -1,0 +1,167 @@
+"""The other processes of the tests: each role is a program run with the test's
+interpreter, connecting to the engine at $HAMLYN_SOCKET; seeds travel as text on stdout
+and in environment variables. Every wait is bounded: a lost peer fails, never hangs.
+
+    peer.py pong              prints its inbox's seed, then answers each 8-byte ping n
+                              with n + 1 until a goodbye
+    peer.py ping              $HAMLYN_PEER_SEED is the pong's seed; sends its own seed
+                              (from an area, no copy), then $HAMLYN_ROUNDS pings
+    peer.py group-receive N   one slot of N * 64 bytes and one metadata entry; prints the
+                              N seeds of its ticket split N ways; waits for the single
+                              notification that says every part arrived
+    peer.py group-send        $HAMLYN_SEED is one part, $HAMLYN_PART its number: fills
+                              its range with bytes of value PART + 1
+    peer.py target            a slot granting reads and atomics whose first word is 40;
+                              prints its seed, waits for a line on stdin, prints the word
+    peer.py send-once         sends 8 bytes to $HAMLYN_SEED; prints the status's reason
+    peer.py engine            an embedded engine: prints its socket, then waits for stdin
+                              to close (or to be killed)
+    peer.py wait-forever      prints a line, then waits on an empty queue with no timeout
+    peer.py direct-send       maps the direct slot $HAMLYN_SEED names and deposits 8 bytes
+                              with tag 11 in this process
+"""
+
+import os
+import struct
+import sys
+
+import hamlyn
+
+WAIT = 30.0
+TAG_HELLO, TAG_PING, TAG_BYE = 1, 2, 3
+HELLO = 1024  # where the hello lands: the pings' words are at 0
+
+
+def fail(why: str) -> None:
+    print(f"peer {sys.argv[1:]}: {why}", file=sys.stderr)
+    sys.exit(1)
+
+
+def next_message(queue: hamlyn.Queue) -> hamlyn.Notification:
+    n = queue.wait(timeout=WAIT)
+    if n is None:
+        fail(f"no notification within {WAIT} s")
+    if n.kind != "message":
+        fail(f"unexpected {n!r}")
+    return n
+
+
+class End:
+    """A node with an inbox slot reporting to queue 0, and a terminus."""
+
+    def __init__(self) -> None:
+        self.node = hamlyn.Node.connect_default()
+        self.area = self.node.area(4096)
+        self.meta = self.node.meta_area(4)
+        self.slot = self.node.slot(self.area, meta=self.meta, queue=0)
+        self.ticket = self.slot.ticket()
+        self.queue = self.node.queue(0)
+        self.terminus = self.node.terminus()
+
+    def send_word(self, to: hamlyn.Ticket, tag: int, value: int) -> None:
+        self.terminus.send(to, struct.pack("<Q", value), tag=tag).result(timeout=WAIT)
+
+    def word(self) -> int:
+        return struct.unpack_from("<Q", self.area)[0]
+
+
+def main() -> None:
+    role = sys.argv[1]
+    if role == "pong":
+        e = End()
+        print(e.ticket.seed, flush=True)
+        n = next_message(e.queue)
+        if n.word != TAG_HELLO:
+            fail(f"expected the hello, got {n!r}")
+        text = e.area.read(HELLO, n.length).decode()
+        peer = hamlyn.Ticket.from_seed(text)
+        answered = 0
+        while True:
+            n = next_message(e.queue)
+            if n.word == TAG_BYE:
+                break
+            if n.word != TAG_PING:
+                fail(f"unexpected tag {n.word}")
+            e.send_word(peer, TAG_PING, e.word() + 1)
+            answered += 1
+        print(f"pong: answered {answered}", flush=True)
+        e.node.close()
+    elif role == "ping":
+        e = End()
+        peer = hamlyn.Ticket.from_seed(os.environ["HAMLYN_PEER_SEED"])
+        rounds = int(os.environ.get("HAMLYN_ROUNDS", "100"))
+        with e.node.area(4096) as out:
+            seed = e.ticket.seed.encode()
+            memoryview(out)[: len(seed)] = seed  # written in place: the area is the buffer
+            e.terminus.send_area(peer, out, 0, len(seed), tag=TAG_HELLO, offset=HELLO).result(
+                timeout=WAIT
+            )
+        for i in range(rounds):
+            e.send_word(peer, TAG_PING, i * 2)
+            n = next_message(e.queue)
+            if n.word != TAG_PING or e.word() != i * 2 + 1:
+                fail(f"round {i}: {n!r}, word {e.word()}")
+        e.send_word(peer, TAG_BYE, 0)
+        print(f"ping: {rounds} round trips", flush=True)
+        e.node.close()
+    elif role == "group-receive":
+        parts = int(sys.argv[2])
+        with hamlyn.Node.connect_default() as node:
+            area = node.area(parts * 64)
+            meta = node.meta_area(1)
+            slot = node.slot(area, meta=meta, queue=0)
+            queue = node.queue(0)
+            split = slot.ticket().split(parts)
+            for i, t in enumerate(split):
+                if (t.offset, t.length) != (i * 64, 64):
+                    fail(f"part {i} is {t!r}")
+                print(t.seed)
+            sys.stdout.flush()
+            n = next_message(queue)
+            if n.meta_index != 0:
+                fail(f"the group's notification names entry {n.meta_index}")
+            got = bytes(memoryview(area))
+            want = b"".join(bytes([i + 1]) * 64 for i in range(parts))
+            if got != want:
+                fail(f"the group's bytes are {got!r}")
+            if queue.poll() is not None:
+                fail("more than one notification for one group")
+            print(f"group: {parts} parts, one message", flush=True)
+    elif role == "group-send":
+        part = int(os.environ["HAMLYN_PART"])
+        t = hamlyn.Ticket.from_seed(os.environ["HAMLYN_SEED"])
+        with hamlyn.Node.connect_default() as node, node.terminus() as term:
+            term.send(t, bytes([part + 1]) * t.length).result(timeout=WAIT)
+    elif role == "target":
+        with hamlyn.Node.connect_default() as node:
+            area = node.area(4096)
+            struct.pack_into("<Q", area, 0, 40)
+            area.write(64, b"read me!")
+            meta = node.meta_area(1)
+            slot = node.slot(area, meta=meta, write=False, read=True, atomic=True)
+            print(slot.ticket().seed, flush=True)
+            sys.stdin.readline()  # until the test is done with us
+            print(struct.unpack_from("<Q", area)[0], flush=True)
+    elif role == "send-once":
+        t = hamlyn.Ticket.from_seed(os.environ["HAMLYN_SEED"])
+        with hamlyn.Node.connect_default() as node, node.terminus() as term:
+            status = term.send(t, b"8 bytes!").wait(timeout=WAIT)
+            print(status.reason if status.failed else status.state, flush=True)
+    elif role == "engine":
+        with hamlyn.Node.embedded() as node:
+            print(node.socket_path, flush=True)
+            sys.stdin.read()
+    elif role == "wait-forever":
+        with hamlyn.Node.connect_default() as node, node.queue(0) as q:
+            print("waiting", flush=True)
+            q.wait()
+    elif role == "direct-send":
+        t = hamlyn.Ticket.from_seed(os.environ["HAMLYN_SEED"])
+        with hamlyn.Node.connect_default() as node, node.open_direct(t) as target:
+            target.send(b"directly", tag=11)
+    else:
+        fail(f"unknown role {role}")
+
+
+if __name__ == "__main__":
+    main()
