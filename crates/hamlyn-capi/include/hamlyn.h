@@ -173,6 +173,9 @@
 // The ticket names a fast-mode slot.
 #define HAMLYN_TICKET_FAST 8
 
+// Most tickets one seed holds (`hamlyn_seed_tickets`, `hamlyn_seed_from_tickets`).
+#define HAMLYN_SEED_TICKETS_MAX 16
+
 // What a call did. `HAMLYN_RESULT_OK` (0) is success; every other value names why the
 // call failed (or, for `HAMLYN_RESULT_EMPTY` and `HAMLYN_RESULT_TIMEOUT`, that there was
 // nothing to take). New codes may be added in a minor version: treat unknown codes as
@@ -306,6 +309,21 @@ typedef struct hamlyn_send_options {
   // The metadata entry, with `HAMLYN_SEND_ENTRY`.
   uint32_t entry;
 } hamlyn_send_options;
+
+// How a node's port is made (`hamlyn_node_embedded_with`, `hamlyn_node_connect_with`).
+// All zeros is valid: every zero field takes the library's default.
+typedef struct hamlyn_node_options {
+  // Termini in the port (1..=64; 0: 4): how many `hamlyn_terminus` may exist at once.
+  uint16_t termini;
+  // Notification queues in the port (1..=64; 0: 4).
+  uint16_t queues;
+  // Entries per notification queue (a power of two, 64..=65536; 0: 1024).
+  uint32_t queue_cap;
+  // Polls a waiter spins through before it sleeps (0: 200, about 10 µs).
+  uint32_t spin;
+  // Longest wait for a control reply, in milliseconds (0: 10 s).
+  uint32_t control_timeout_ms;
+} hamlyn_node_options;
 
 // A few of the engine's counters (`hamlyn_node_stats`). Its layout is fixed within a
 // major version (ABI.md): more counters come with a new struct and function.
@@ -562,6 +580,39 @@ hamlyn_result hamlyn_node_embedded(struct hamlyn_node **out);
 //
 // `socket_path` is NULL or a NUL-terminated string; `out` is NULL or writable.
 hamlyn_result hamlyn_node_connect(const char *socket_path, struct hamlyn_node **out);
+
+// `hamlyn_node_embedded` with a port made as `options` says (NULL: the defaults). Values
+// out of range are `HAMLYN_RESULT_INVALID_ARGUMENT`.
+//
+// # Safety
+//
+// `options` is NULL or valid; `out` is NULL or writable.
+hamlyn_result hamlyn_node_embedded_with(const struct hamlyn_node_options *options,
+                                        struct hamlyn_node **out);
+
+// `hamlyn_node_connect` with a port made as `options` says (NULL: the defaults).
+//
+// # Safety
+//
+// `socket_path` is NULL or NUL-terminated; `options` is NULL or valid; `out` is NULL or
+// writable.
+hamlyn_result hamlyn_node_connect_with(const char *socket_path,
+                                       const struct hamlyn_node_options *options,
+                                       struct hamlyn_node **out);
+
+// The socket path of the engine `node` is connected to, NUL-terminated, into `buf`
+// (capacity `cap`); `*out_needed` (if not NULL) is the length it needs, NUL included:
+// `HAMLYN_RESULT_BUFFER_TOO_SMALL` if `cap` is less. How a second connection (another
+// thread, a child process) finds an embedded engine.
+//
+// # Safety
+//
+// `node` is NULL or live; `buf` is NULL or writable for `cap` bytes; `out_needed` is
+// NULL or writable.
+hamlyn_result hamlyn_node_socket_path(const struct hamlyn_node *node,
+                                      char *buf,
+                                      size_t cap,
+                                      size_t *out_needed);
 
 // Connects to the node's daemon at `$HAMLYN_SOCKET`, else at `/tmp/hamlyn.sock`.
 hamlyn_result hamlyn_node_connect_default(struct hamlyn_node **out);
@@ -955,6 +1006,36 @@ hamlyn_result hamlyn_ticket_get_info(const struct hamlyn_ticket *ticket,
 //
 // `ticket` is NULL or a live ticket, not used again.
 void hamlyn_ticket_free(struct hamlyn_ticket *ticket);
+
+// Parses seed text holding one or more tickets (a group's parts, a service's frames):
+// `*out_count` is how many it holds; the first `min(count, cap)` are written to `out` as
+// new tickets (each freed with `hamlyn_ticket_free`). `HAMLYN_RESULT_BUFFER_TOO_SMALL`
+// (and nothing written) if `cap` is less than the count; `HAMLYN_RESULT_BAD_SEED` for
+// text that does not decode.
+//
+// # Safety
+//
+// `seed_text` is NULL or NUL-terminated; `out` is NULL or writable for `cap` pointers;
+// `out_count` is NULL or writable.
+hamlyn_result hamlyn_seed_tickets(const char *seed_text,
+                                  struct hamlyn_ticket **out,
+                                  size_t cap,
+                                  size_t *out_count);
+
+// Writes the seed text of `count` tickets (one seed holding them all, in order) and a
+// NUL into `buf` (capacity `cap`); `*out_needed` (if not NULL) is the length it needs,
+// NUL included. `HAMLYN_RESULT_BUFFER_TOO_SMALL` if `cap` is less (`buf` untouched);
+// `HAMLYN_RESULT_INVALID_ARGUMENT` for 0 or more than `HAMLYN_SEED_TICKETS_MAX` tickets.
+//
+// # Safety
+//
+// `tickets` is NULL or readable for `count` pointers, each NULL or live; `buf` is NULL
+// or writable for `cap` bytes; `out_needed` is NULL or writable.
+hamlyn_result hamlyn_seed_from_tickets(const struct hamlyn_ticket *const *tickets,
+                                       size_t count,
+                                       char *buf,
+                                       size_t cap,
+                                       size_t *out_needed);
 
 #ifdef __cplusplus
 }  // extern "C"

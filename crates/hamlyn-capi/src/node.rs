@@ -66,6 +66,135 @@ pub unsafe extern "C" fn hamlyn_node_connect(
     })
 }
 
+/// How a node's port is made (`hamlyn_node_embedded_with`, `hamlyn_node_connect_with`).
+/// All zeros is valid: every zero field takes the library's default.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct hamlyn_node_options {
+    /// Termini in the port (1..=64; 0: 4): how many `hamlyn_terminus` may exist at once.
+    pub termini: u16,
+    /// Notification queues in the port (1..=64; 0: 4).
+    pub queues: u16,
+    /// Entries per notification queue (a power of two, 64..=65536; 0: 1024).
+    pub queue_cap: u32,
+    /// Polls a waiter spins through before it sleeps (0: 200, about 10 µs).
+    pub spin: u32,
+    /// Longest wait for a control reply, in milliseconds (0: 10 s).
+    pub control_timeout_ms: u32,
+}
+
+impl hamlyn_node_options {
+    fn to_options(self) -> hamlyn::NodeOptions {
+        let d = hamlyn::NodeOptions::default();
+        let or = |v: u32, default: u32| if v == 0 { default } else { v };
+        hamlyn::NodeOptions {
+            termini: if self.termini == 0 {
+                d.termini
+            } else {
+                self.termini
+            },
+            queues: if self.queues == 0 {
+                d.queues
+            } else {
+                self.queues
+            },
+            queue_cap: or(self.queue_cap, d.queue_cap),
+            spin: or(self.spin, d.spin),
+            control_timeout: if self.control_timeout_ms == 0 {
+                d.control_timeout
+            } else {
+                std::time::Duration::from_millis(u64::from(self.control_timeout_ms))
+            },
+            ..d
+        }
+    }
+}
+
+/// The options `options` points to (NULL: the defaults).
+///
+/// # Safety
+///
+/// `options` is NULL or valid.
+unsafe fn options_of(options: *const hamlyn_node_options) -> hamlyn::NodeOptions {
+    // SAFETY: the caller's contract: NULL or a valid struct.
+    unsafe { options.as_ref() }
+        .copied()
+        .unwrap_or_default()
+        .to_options()
+}
+
+/// `hamlyn_node_embedded` with a port made as `options` says (NULL: the defaults). Values
+/// out of range are `HAMLYN_RESULT_INVALID_ARGUMENT`.
+///
+/// # Safety
+///
+/// `options` is NULL or valid; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn hamlyn_node_embedded_with(
+    options: *const hamlyn_node_options,
+    out: *mut *mut hamlyn_node,
+) -> hamlyn_result {
+    guard(|| {
+        non_null(out)?;
+        // SAFETY: the function's contract.
+        let o = unsafe { options_of(options) };
+        give(Node::embedded_with(o)?, out);
+        Ok(())
+    })
+}
+
+/// `hamlyn_node_connect` with a port made as `options` says (NULL: the defaults).
+///
+/// # Safety
+///
+/// `socket_path` is NULL or NUL-terminated; `options` is NULL or valid; `out` is NULL or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn hamlyn_node_connect_with(
+    socket_path: *const c_char,
+    options: *const hamlyn_node_options,
+    out: *mut *mut hamlyn_node,
+) -> hamlyn_result {
+    guard(|| {
+        // SAFETY: the function's contract.
+        let path = unsafe { text(socket_path) }?;
+        non_null(out)?;
+        // SAFETY: the function's contract.
+        let o = unsafe { options_of(options) };
+        give(Node::connect_with(path, o)?, out);
+        Ok(())
+    })
+}
+
+/// The socket path of the engine `node` is connected to, NUL-terminated, into `buf`
+/// (capacity `cap`); `*out_needed` (if not NULL) is the length it needs, NUL included:
+/// `HAMLYN_RESULT_BUFFER_TOO_SMALL` if `cap` is less. How a second connection (another
+/// thread, a child process) finds an embedded engine.
+///
+/// # Safety
+///
+/// `node` is NULL or live; `buf` is NULL or writable for `cap` bytes; `out_needed` is
+/// NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn hamlyn_node_socket_path(
+    node: *const hamlyn_node,
+    buf: *mut c_char,
+    cap: usize,
+    out_needed: *mut usize,
+) -> hamlyn_result {
+    guard(|| {
+        // SAFETY: the function's contract.
+        let node = unsafe { handle(node) }?.get()?;
+        let p = node
+            .socket_path()
+            .to_str()
+            .ok_or(hamlyn_result::InvalidArgument)?
+            .to_owned();
+        // SAFETY: the function's contract.
+        unsafe { crate::text_out(&p, buf, cap, out_needed) }
+    })
+}
+
 /// Connects to the node's daemon at `$HAMLYN_SOCKET`, else at `/tmp/hamlyn.sock`.
 #[no_mangle]
 pub extern "C" fn hamlyn_node_connect_default(out: *mut *mut hamlyn_node) -> hamlyn_result {

@@ -209,3 +209,91 @@ mod tests {
         assert!(s.len() < HAMLYN_SEED_TEXT_MAX, "{} bytes", s.len());
     }
 }
+
+/// Most tickets one seed holds (`hamlyn_seed_tickets`, `hamlyn_seed_from_tickets`).
+pub const HAMLYN_SEED_TICKETS_MAX: usize = 16;
+
+/// Parses seed text holding one or more tickets (a group's parts, a service's frames):
+/// `*out_count` is how many it holds; the first `min(count, cap)` are written to `out` as
+/// new tickets (each freed with `hamlyn_ticket_free`). `HAMLYN_RESULT_BUFFER_TOO_SMALL`
+/// (and nothing written) if `cap` is less than the count; `HAMLYN_RESULT_BAD_SEED` for
+/// text that does not decode.
+///
+/// # Safety
+///
+/// `seed_text` is NULL or NUL-terminated; `out` is NULL or writable for `cap` pointers;
+/// `out_count` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn hamlyn_seed_tickets(
+    seed_text: *const c_char,
+    out: *mut *mut hamlyn_ticket,
+    cap: usize,
+    out_count: *mut usize,
+) -> hamlyn_result {
+    guard(|| {
+        // SAFETY: the function's contract.
+        let s = unsafe { text(seed_text) }.map_err(|e| match e {
+            hamlyn_result::InvalidArgument => hamlyn_result::BadSeed,
+            e => e,
+        })?;
+        non_null(out_count)?;
+        let seed = hamlyn::seed::from_text(s.trim()).map_err(|e| match e {
+            hamlyn::Error::InvalidArgument(_) => hamlyn_result::BadSeed,
+            e => e.into(),
+        })?;
+        // SAFETY: `out_count` is non-NULL and writable (the contract).
+        unsafe { put(out_count, seed.tickets.len()) };
+        if seed.tickets.len() > cap {
+            return Err(hamlyn_result::BufferTooSmall);
+        }
+        if seed.tickets.is_empty() {
+            return Ok(());
+        }
+        non_null(out)?;
+        for (i, t) in seed.tickets.into_iter().enumerate() {
+            // SAFETY: `out` is writable for `cap` pointers and `i < count <= cap`.
+            unsafe { put(out.add(i), give(t)) };
+        }
+        Ok(())
+    })
+}
+
+/// Writes the seed text of `count` tickets (one seed holding them all, in order) and a
+/// NUL into `buf` (capacity `cap`); `*out_needed` (if not NULL) is the length it needs,
+/// NUL included. `HAMLYN_RESULT_BUFFER_TOO_SMALL` if `cap` is less (`buf` untouched);
+/// `HAMLYN_RESULT_INVALID_ARGUMENT` for 0 or more than `HAMLYN_SEED_TICKETS_MAX` tickets.
+///
+/// # Safety
+///
+/// `tickets` is NULL or readable for `count` pointers, each NULL or live; `buf` is NULL
+/// or writable for `cap` bytes; `out_needed` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn hamlyn_seed_from_tickets(
+    tickets: *const *const hamlyn_ticket,
+    count: usize,
+    buf: *mut c_char,
+    cap: usize,
+    out_needed: *mut usize,
+) -> hamlyn_result {
+    guard(|| {
+        non_null(tickets)?;
+        if count == 0 || count > HAMLYN_SEED_TICKETS_MAX {
+            return Err(hamlyn_result::InvalidArgument);
+        }
+        let mut list = Vec::with_capacity(count);
+        for i in 0..count {
+            // SAFETY: `tickets` is readable for `count` pointers (the contract).
+            let p = unsafe { *tickets.add(i) };
+            // SAFETY: each pointer is NULL or a live ticket (the contract).
+            list.push(unsafe { handle(p) }?.ticket);
+        }
+        let seed = hamlyn::Seed {
+            protocol: 0,
+            tickets: list,
+            data: Vec::new(),
+        };
+        let s = hamlyn::seed::to_text(&seed)?;
+        // SAFETY: the function's contract.
+        unsafe { text_out(&s, buf, cap, out_needed) }
+    })
+}

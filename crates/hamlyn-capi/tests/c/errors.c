@@ -80,6 +80,73 @@ static void seeds(const hamlyn_ticket *t) {
     free(text);
 }
 
+/* Seeds of several tickets (a group's parts), both ways, and their errors. */
+static void multi_ticket_seeds(const hamlyn_ticket *t) {
+    hamlyn_ticket *parts[3];
+    OK(hamlyn_ticket_split(t, 3, parts));
+    const hamlyn_ticket *in[3] = {parts[0], parts[1], parts[2]};
+    size_t need = 0;
+    EXPECT(hamlyn_seed_from_tickets(in, 0, NULL, 0, &need), HAMLYN_RESULT_INVALID_ARGUMENT);
+    EXPECT(hamlyn_seed_from_tickets(in, HAMLYN_SEED_TICKETS_MAX + 1, NULL, 0, &need),
+           HAMLYN_RESULT_INVALID_ARGUMENT);
+    EXPECT(hamlyn_seed_from_tickets(NULL, 3, NULL, 0, &need), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_seed_from_tickets(in, 3, NULL, 0, &need), HAMLYN_RESULT_BUFFER_TOO_SMALL);
+    ASSERT(need > HAMLYN_SEED_TEXT_MAX / 2);
+    char *text = malloc(need);
+    ASSERT(text != NULL);
+    OK(hamlyn_seed_from_tickets(in, 3, text, need, NULL));
+
+    hamlyn_ticket *out[3] = {NULL, NULL, NULL};
+    size_t count = 0;
+    EXPECT(hamlyn_seed_tickets(text, out, 2, &count), HAMLYN_RESULT_BUFFER_TOO_SMALL);
+    ASSERT(count == 3 && out[0] == NULL);
+    EXPECT(hamlyn_seed_tickets("not a seed", out, 3, &count), HAMLYN_RESULT_BAD_SEED);
+    OK(hamlyn_seed_tickets(text, out, 3, &count));
+    ASSERT(count == 3);
+    for (int i = 0; i < 3; i++) {
+        hamlyn_ticket_info a, b;
+        OK(hamlyn_ticket_get_info(parts[i], &a));
+        OK(hamlyn_ticket_get_info(out[i], &b));
+        ASSERT(a.offset == b.offset && a.len == b.len && a.slot == b.slot);
+        hamlyn_ticket_free(out[i]);
+        hamlyn_ticket_free(parts[i]);
+    }
+    /* A one-ticket seed is a seed of one. */
+    char one[HAMLYN_SEED_TEXT_MAX];
+    OK(hamlyn_ticket_to_seed(t, one, sizeof one, NULL));
+    OK(hamlyn_seed_tickets(one, out, 3, &count));
+    ASSERT(count == 1);
+    hamlyn_ticket_free(out[0]);
+    free(text);
+}
+
+/* Node options, and the socket path a second connection finds the engine by. */
+static void node_options(hamlyn_node *node) {
+    char path[4096];
+    size_t need = 0;
+    EXPECT(hamlyn_node_socket_path(node, path, 1, &need), HAMLYN_RESULT_BUFFER_TOO_SMALL);
+    ASSERT(need > 1 && need <= sizeof path);
+    OK(hamlyn_node_socket_path(node, path, sizeof path, NULL));
+    ASSERT(strlen(path) + 1 == need);
+
+    hamlyn_node_options o = {0};
+    o.queues = 2;
+    o.queue_cap = 100; /* not a power of two */
+    hamlyn_node *other = NULL;
+    EXPECT(hamlyn_node_connect_with(path, &o, &other), HAMLYN_RESULT_INVALID_ARGUMENT);
+    ASSERT(other == NULL);
+    o.queue_cap = 128;
+    OK(hamlyn_node_connect_with(path, &o, &other));
+    hamlyn_queue *q;
+    OK(hamlyn_queue_new(other, 1, &q));
+    hamlyn_queue *beyond = NULL;
+    EXPECT(hamlyn_queue_new(other, 2, &beyond), HAMLYN_RESULT_NO_SUCH_QUEUE);
+    hamlyn_queue_free(q);
+    hamlyn_node_free(other);
+    OK(hamlyn_node_connect_with(path, NULL, &other));
+    hamlyn_node_free(other);
+}
+
 int main(void) {
     version();
     nulls();
@@ -116,6 +183,8 @@ int main(void) {
     EXPECT(hamlyn_slot_ticket(slot, 0, 64, 3, 5, &ticket), HAMLYN_RESULT_OUT_OF_RANGE);
     OK(hamlyn_slot_ticket_all(slot, &ticket));
     seeds(ticket);
+    multi_ticket_seeds(ticket);
+    node_options(node);
 
     hamlyn_queue *queue, *again = NULL;
     OK(hamlyn_queue_new(node, 0, &queue));

@@ -3,9 +3,12 @@
  *   pingpong pong           prints its inbox's seed on stdout, then answers every 8-byte
  *                           ping n with n + 1 until the last one
  *   pingpong ping           HAMLYN_PEER_SEED is the pong's seed; sends its own seed first
- *                           (from an area), then HAMLYN_ROUNDS pings (default 100)
+ *                           (from an area), then HAMLYN_ROUNDS pings (default 100), and
+ *                           prints the mean round trip on stderr (bench/bindings.sh
+ *                           compares it with the same loop in Rust, examples/pingpong.rs)
  */
 #include <stdint.h>
+#include <time.h>
 
 #include "check.h"
 
@@ -131,12 +134,18 @@ static int ping(void) {
     ASSERT(st.state == HAMLYN_STATUS_SENT);
     hamlyn_send_free(s);
 
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     for (uint64_t i = 0; i < rounds; i++) {
         send_word(&e, peer, TAG_PING, i * 2);
         hamlyn_notification n = next(e.queue, HAMLYN_NOTIFY_MESSAGE);
         ASSERT(n.word == TAG_PING);
         ASSERT(word_at_0(&e) == i * 2 + 1);
     }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double ns = (double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec);
+    /* What bench/bindings.sh reads: the mean round trip (no assertion anywhere). */
+    fprintf(stderr, "ping: %.1f ns per round trip\n", rounds ? ns / (double)rounds : 0.0);
     send_word(&e, peer, TAG_BYE, 0);
     hamlyn_area_free(out);
     hamlyn_ticket_free(peer);
