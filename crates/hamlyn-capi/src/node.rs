@@ -84,6 +84,8 @@ pub struct hamlyn_node_options {
 }
 
 impl hamlyn_node_options {
+    // `..d`: options the library gains later take their defaults here.
+    #[allow(clippy::needless_update)]
     fn to_options(self) -> hamlyn::NodeOptions {
         let d = hamlyn::NodeOptions::default();
         let or = |v: u32, default: u32| if v == 0 { default } else { v };

@@ -186,30 +186,6 @@ pub unsafe extern "C" fn hamlyn_ticket_free(ticket: *mut hamlyn_ticket) {
     unsafe { free_box(ticket) }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use hamlyn::{NodeId, SlotId, TicketFlags};
-
-    #[test]
-    fn the_longest_seed_text_fits_the_advertised_buffer() {
-        let t = Ticket {
-            node: NodeId(u32::MAX),
-            incarnation: u32::MAX,
-            slot: SlotId(u32::MAX),
-            key: u64::MAX,
-            meta_first: u32::MAX,
-            meta_count: u32::MAX,
-            offset: u64::MAX,
-            len: u64::MAX,
-            share: u64::MAX,
-            flags: TicketFlags(u16::MAX),
-        };
-        let s = hamlyn::seed::ticket_to_text(&t).expect("text");
-        assert!(s.len() < HAMLYN_SEED_TEXT_MAX, "{} bytes", s.len());
-    }
-}
-
 /// Most tickets one seed holds (`hamlyn_seed_tickets`, `hamlyn_seed_from_tickets`).
 pub const HAMLYN_SEED_TICKETS_MAX: usize = 16;
 
@@ -296,4 +272,28 @@ pub unsafe extern "C" fn hamlyn_seed_from_tickets(
         // SAFETY: the function's contract.
         unsafe { text_out(&s, buf, cap, out_needed) }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hamlyn::{NodeId, SlotId, TicketFlags};
+
+    #[test]
+    fn the_longest_seed_text_fits_the_advertised_buffer() {
+        let t = Ticket {
+            node: NodeId(u32::MAX),
+            incarnation: u32::MAX,
+            slot: SlotId(u32::MAX),
+            key: u64::MAX,
+            meta_first: u32::MAX,
+            meta_count: u32::MAX,
+            offset: u64::MAX,
+            len: u64::MAX,
+            share: u64::MAX,
+            flags: TicketFlags(u16::MAX),
+        };
+        let s = hamlyn::seed::ticket_to_text(&t).expect("text");
+        assert!(s.len() < HAMLYN_SEED_TEXT_MAX, "{} bytes", s.len());
+    }
 }
