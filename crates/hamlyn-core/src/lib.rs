@@ -11,6 +11,7 @@
 //! No threads, clocks, syscalls or randomness: time ([`Instant`]) and keys are passed in.
 #![forbid(unsafe_code)]
 
+pub mod endpoint;
 pub mod memory;
 pub mod nack;
 pub mod peers;

@@ -586,7 +586,7 @@ impl EngineState {
             PeerEvent::Down { node } => {
                 tracing::warn!(peer = node.0, "peer down");
                 self.counters.peers_lost += 1;
-                let broken = remote.peer_down(node);
+                let broken = remote.peer_down(node, &mut self.delivery);
                 self.registry.peer_down(node, &mut self.clients);
                 for partial in broken {
                     self.tell_broken(partial, node);

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use hamlyn_core::{RejectCounts, SlotMode};
 use hamlyn_wire::stats::{
-    fill_page, Counts, InterfaceCounters, PeerStats, PortStats, RegistryStats,
+    fill_page, Counts, EndpointStats, InterfaceCounters, PeerStats, PortStats, RegistryStats,
     SlotMode as ModeName, SlotStats, StatsPage, StatsSection, StatsSummary,
 };
 
@@ -24,6 +24,7 @@ fn mode_name(m: SlotMode) -> ModeName {
         SlotMode::Paranoid => ModeName::Paranoid,
         SlotMode::ParanoidOneShot => ModeName::ParanoidOneShot,
         SlotMode::Fast => ModeName::Fast,
+        SlotMode::Endpoint => ModeName::Endpoint,
         _ => ModeName::Other,
     }
 }
@@ -78,6 +79,15 @@ pub(crate) fn stats_page(
                     bytes: s.bytes,
                     messages: s.messages,
                     rejects: counts(&s.rejects),
+                    endpoint: s.endpoint.map(|(spec, c)| EndpointStats {
+                        buf_size: spec.layout.buf_size(),
+                        buffers: spec.layout.buffers(),
+                        report_discards: spec.report_discards,
+                        posted: st.delivery.posted_waiting(s),
+                        delivered: c.delivered,
+                        discarded: c.discarded,
+                        corrupt: c.corrupt,
+                    }),
                 },
             ));
             (StatsPage::Slots(v), next)

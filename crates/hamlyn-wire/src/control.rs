@@ -34,6 +34,18 @@ pub mod mode {
     pub const PARANOID_ONE_SHOT: u8 = 2;
     /// Fast.
     pub const FAST: u8 = 3;
+    /// A receive endpoint ([`super::Request::CreateEndpoint`]; never in `CreateSlot`).
+    pub const ENDPOINT: u8 = 4;
+}
+
+/// Flag bits of [`Request::CreateEndpoint`].
+pub mod endpoint_flag {
+    /// A message that finds no posted buffer is also refused to its sender (an error
+    /// completion, `NoBuffer`), not only counted (FLIPC's optimistic discard).
+    pub const REPORT_DISCARDS: u8 = 1;
+    /// Danger: same-node ticket holders may map the endpoint and deposit into its posted
+    /// buffers without the engine, as for direct slots ([`super::perm::DANGER_DIRECT`]).
+    pub const DANGER_DIRECT: u8 = 2;
 }
 
 /// Slot permission bits used on the control socket.
@@ -181,6 +193,24 @@ pub enum Request {
     /// counts it as detached, not lost (`clients_detached` in [`crate::stats`]).
     /// Answered `Ok`.
     Detach,
+    /// Create a receive endpoint (seed 002): a slot over `base..base + layout.len()` of
+    /// `area` laid out as [`crate::endpoint`] says, whose messages (single packets of at
+    /// most `buf_size` bytes, sent with fast tickets) land in the next buffer the receiver
+    /// posted. Answered [`Reply::Slot`].
+    CreateEndpoint {
+        /// The area holding the endpoint.
+        area: u32,
+        /// Offset of the endpoint in the area (a multiple of 64).
+        base: u64,
+        /// Bytes per buffer (see [`crate::endpoint::EndpointLayout::new`]).
+        buf_size: u32,
+        /// Number of buffers.
+        buffers: u32,
+        /// Notification queue index in the port, or [`NO_QUEUE`].
+        queue: u32,
+        /// [`endpoint_flag`] bits.
+        flags: u8,
+    },
 }
 
 /// The engine's answer to a [`Request`].
@@ -235,9 +265,11 @@ pub enum Reply {
         base: u64,
         /// Bytes the slot covers.
         len: u64,
-        /// Offset of the slot's metadata entry 0 in the metadata area (0 for fast slots).
+        /// Offset of the slot's metadata entry 0 in the metadata area (0 for fast slots;
+        /// an endpoint's buffer size for [`mode::ENDPOINT`]).
         meta_base: u64,
-        /// The slot's metadata entries (0 for fast slots).
+        /// The slot's metadata entries (0 for fast slots; an endpoint's number of
+        /// buffers for [`mode::ENDPOINT`]).
         meta_count: u32,
         /// Offset of the slot's notification queue in the queue memfd.
         queue_offset: u64,
@@ -401,6 +433,17 @@ impl Request {
             Request::Detach => {
                 w.u8(15);
             }
+            Request::CreateEndpoint {
+                area,
+                base,
+                buf_size,
+                buffers,
+                queue,
+                flags,
+            } => {
+                w.u8(32).u32(area).u64(base).u32(buf_size).u32(buffers);
+                w.u32(queue).u8(flags);
+            }
             Request::Unpublish { ref name } => {
                 w.u8(16).bytes(name.as_bytes());
             }
@@ -475,6 +518,14 @@ impl Request {
                 key: r.u64()?,
             },
             15 => Request::Detach,
+            32 => Request::CreateEndpoint {
+                area: r.u32()?,
+                base: r.u64()?,
+                buf_size: r.u32()?,
+                buffers: r.u32()?,
+                queue: r.u32()?,
+                flags: r.u8()?,
+            },
             16 => Request::Unpublish {
                 name: name(&mut r)?,
             },
@@ -676,6 +727,14 @@ mod tests {
                 meta_base: 0,
                 meta_count: 16,
                 queue: 0,
+            },
+            Request::CreateEndpoint {
+                area: 1,
+                base: 128,
+                buf_size: 256,
+                buffers: 9,
+                queue: 0,
+                flags: endpoint_flag::REPORT_DISCARDS,
             },
             Request::Rekey { slot: 5 },
             Request::Revoke { slot: 5 },

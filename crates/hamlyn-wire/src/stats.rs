@@ -394,6 +394,8 @@ pub enum SlotMode {
     ParanoidOneShot,
     /// Fast.
     Fast,
+    /// A receive endpoint.
+    Endpoint,
     /// A mode this build has no name for.
     Other,
 }
@@ -408,6 +410,7 @@ impl SlotMode {
             SlotMode::Paranoid => mode::PARANOID,
             SlotMode::ParanoidOneShot => mode::PARANOID_ONE_SHOT,
             SlotMode::Fast => mode::FAST,
+            SlotMode::Endpoint => mode::ENDPOINT,
             SlotMode::Other => MODE_OTHER,
         }
     }
@@ -418,6 +421,7 @@ impl SlotMode {
             mode::PARANOID => SlotMode::Paranoid,
             mode::PARANOID_ONE_SHOT => SlotMode::ParanoidOneShot,
             mode::FAST => SlotMode::Fast,
+            mode::ENDPOINT => SlotMode::Endpoint,
             MODE_OTHER => SlotMode::Other,
             _ => return Err(invalid("slot mode", "unknown code")),
         })
@@ -430,6 +434,7 @@ impl SlotMode {
             SlotMode::Paranoid => "paranoid",
             SlotMode::ParanoidOneShot => "paranoid_one_shot",
             SlotMode::Fast => "fast",
+            SlotMode::Endpoint => "endpoint",
             SlotMode::Other => "other",
         }
     }
@@ -461,6 +466,30 @@ pub struct SlotStats {
     pub messages: u64,
     /// Packets refused for it, by reject reason.
     pub rejects: Counts,
+    /// What a receive endpoint holds and did (endpoint slots only).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub endpoint: Option<EndpointStats>,
+}
+
+/// A receive endpoint's resources and counters (seed 002's resource control, visible).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct EndpointStats {
+    /// Bytes per buffer.
+    pub buf_size: u32,
+    /// Buffers it owns.
+    pub buffers: u32,
+    /// Discards are reported to senders, not only counted.
+    pub report_discards: bool,
+    /// Buffers posted and not yet filled, when the statistics were taken (read from the
+    /// receiver's ring, so only as true as the receiver keeps it).
+    pub posted: u64,
+    /// Messages deposited into posted buffers.
+    pub delivered: u64,
+    /// Messages discarded for want of a posted buffer.
+    pub discarded: u64,
+    /// Packets refused because the ring held impossible indices.
+    pub corrupt: u64,
 }
 
 /// A part of the statistics, asked for in one `Request::Stats`.
@@ -946,6 +975,19 @@ impl PageItem for SlotStats {
         put_bool(w, self.direct);
         w.u64(self.packets).u64(self.bytes).u64(self.messages);
         put_counts(w, &self.rejects);
+        match &self.endpoint {
+            None => {
+                w.u8(0);
+            }
+            Some(e) => {
+                w.u8(1).u32(e.buf_size).u32(e.buffers);
+                put_bool(w, e.report_discards);
+                w.u64(e.posted)
+                    .u64(e.delivered)
+                    .u64(e.discarded)
+                    .u64(e.corrupt);
+            }
+        }
     }
 
     fn get(r: &mut Reader<'_>) -> Result<SlotStats, WireError> {
@@ -961,6 +1003,19 @@ impl PageItem for SlotStats {
             bytes: r.u64()?,
             messages: r.u64()?,
             rejects: get_counts(r)?,
+            endpoint: match r.u8()? {
+                0 => None,
+                1 => Some(EndpointStats {
+                    buf_size: r.u32()?,
+                    buffers: r.u32()?,
+                    report_discards: get_bool(r, "report_discards")?,
+                    posted: r.u64()?,
+                    delivered: r.u64()?,
+                    discarded: r.u64()?,
+                    corrupt: r.u64()?,
+                }),
+                _ => return Err(invalid("endpoint", "presence must be 0 or 1")),
+            },
         })
     }
 }
@@ -989,6 +1044,15 @@ mod tests {
             bytes: 4096,
             messages: 3,
             rejects: counts(&[("bad_key", 1), ("out_of_bounds", 2)]),
+            endpoint: (n % 3 == 0).then_some(EndpointStats {
+                buf_size: 256,
+                buffers: 8,
+                report_discards: true,
+                posted: 3,
+                delivered: 10,
+                discarded: 2,
+                corrupt: 1,
+            }),
         }
     }
 

@@ -26,6 +26,9 @@
 //!   ([`Notification::request`]).
 //! - [`NotifyQueue`] ([`Node::queue`]): where message arrivals are reported; poll, wait
 //!   (spin, then sleep on a futex: no core burnt), or use [`Node::event_fd`] with epoll.
+//! - [`Endpoint`] ([`Node::endpoint`] → [`EndpointBuilder`]): a receive endpoint (FLIPC):
+//!   messages land in buffers the receiver posted, chosen by the engine; a message that
+//!   finds none is discarded and counted ([`Endpoint::take_discards`], wait-free).
 //! - Direct slots, for processes of one trusted job on one node: a receiver opts in with
 //!   [`SlotBuilder::danger_direct`]; a ticket holder maps the slot with
 //!   [`Node::open_direct`] and its [`DirectTarget::send`] deposits, counts and notifies
@@ -63,6 +66,7 @@ mod completion;
 mod control;
 mod direct;
 mod embedded;
+mod endpoint;
 mod error;
 mod keys;
 mod node;
@@ -77,6 +81,7 @@ mod testing;
 pub use area::{Area, MetaArea, Span};
 pub use completion::Status;
 pub use direct::{DirectTarget, DIRECT_PACKET_BYTES};
+pub use endpoint::{Buffer, Endpoint, EndpointBuilder, Received};
 pub use error::{Error, SendError};
 pub use node::{default_socket_path, Node, NodeOptions, DEFAULT_SOCKET, SOCKET_ENV};
 pub use queue::{Notification, NotificationKind, NotifyQueue};

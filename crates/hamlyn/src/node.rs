@@ -408,6 +408,12 @@ impl Node {
         SlotBuilder::new(self.shared.clone(), area)
     }
 
+    /// Starts building a receive endpoint of `buffers` buffers of `buf_size` bytes (a
+    /// multiple of 64, at most 64 KiB): [`EndpointBuilder::create`] makes it.
+    pub fn endpoint(&self, buf_size: u32, buffers: u32) -> crate::EndpointBuilder {
+        crate::EndpointBuilder::new(self.shared.clone(), buf_size, buffers)
+    }
+
     /// Opens a terminus served at `priority` (0 first; the engine has a few levels and
     /// clamps the rest). A terminus index keeps the priority it was first opened at: a
     /// dropped terminus is reused only for the same priority.
