@@ -15,7 +15,11 @@
 
 use hamlyn_wire::endpoint::{entry_flags, ring_off, EndpointLayout, DISCARDS, POSTED, TAKEN};
 
+use hamlyn_wire::entry::{NotifEntry, NotifKind};
+use hamlyn_wire::Header;
+
 use crate::memory::Memory;
+use crate::receive::{notification_entry, MessageDone};
 use crate::reject::RejectReason;
 
 /// Compare-and-swap attempts on `taken` before a message is discarded as contended.
@@ -175,6 +179,18 @@ pub fn complete<M: Memory + ?Sized>(
     mem.write(e + ring_off::LEN, &fields).map_err(gone)?;
     mem.store_u64(e + ring_off::DONE, claim.pos.wrapping_add(1))
         .map_err(gone)
+}
+
+/// The notification an endpoint message earns (its `seq` left 0 for the queue to fill):
+/// a message of the packet's length, whose `meta_index` names the buffer it landed in.
+pub fn notification(h: &Header, buf: u32) -> NotifEntry {
+    let done = MessageDone {
+        kind: NotifKind::Message,
+        len: h.payload_len,
+    };
+    let mut entry = notification_entry(done, h);
+    entry.meta_index.set(buf);
+    entry
 }
 
 /// Gives a claim up (its packet will never finish: the sender's node went down mid-way):

@@ -276,19 +276,11 @@ impl Interface {
         slot.bytes += u64::from(h.payload_len);
         slot.messages += 1;
         Ok(match slot.config.queue {
-            Some(queue) if h.flags.contains(Flags::NOTIFY) => {
-                let done = MessageDone {
-                    kind: NotifKind::Message,
-                    len: h.payload_len,
-                };
-                let mut entry = notification_entry(done, h);
-                entry.meta_index.set(c.buf);
-                Some(Notification {
-                    queue,
-                    entry,
-                    wake: h.flags.contains(Flags::WAKE),
-                })
-            }
+            Some(queue) if h.flags.contains(Flags::NOTIFY) => Some(Notification {
+                queue,
+                entry: endpoint::notification(h, c.buf),
+                wake: h.flags.contains(Flags::WAKE),
+            }),
             _ => None,
         })
     }

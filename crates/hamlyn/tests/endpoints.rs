@@ -369,3 +369,56 @@ fn flooding_senders_each_see_delivered_plus_discarded_equal_sent() {
         "the endpoint's counter agrees with the senders"
     );
 }
+
+#[test]
+fn a_direct_sender_claims_buffers_with_the_engines_code_beside_mediated_sends() {
+    let engine = EngineHandle::start(EngineConfig::embedded()).expect("engine");
+    let rx = Node::connect(engine.socket_path()).expect("receiver");
+    let tx = Node::connect(engine.socket_path()).expect("sender");
+    let mut ep = rx
+        .endpoint(64, 3)
+        .queue(0)
+        .danger_direct()
+        .create()
+        .expect("endpoint");
+    let mut q = rx.queue(0).expect("queue");
+    ep.post_all().expect("post");
+    let direct = tx.open_direct(&ep.ticket()).expect("mapped");
+    let mut t = tx.terminus(0).expect("terminus");
+    direct
+        .send(&SendOptions::new().tag(1), Data::Inline(b"direct one"))
+        .expect("deposited");
+    let h = send(&mut t, &ep.ticket(), 2, b"mediated");
+    assert_eq!(h.wait(Some(WAIT)), Status::Sent);
+    direct
+        .send(&SendOptions::new().tag(3), Data::Inline(b"direct two"))
+        .expect("deposited");
+    assert_eq!(
+        direct.send(&SendOptions::new().tag(4), Data::Inline(b"no room")),
+        Err(SendError::Rejected(RejectReason::NoBuffer)),
+        "a direct sender learns of its discard at once"
+    );
+    assert_eq!(
+        direct.send(&SendOptions::new(), Data::Inline(&[0; 65])),
+        Err(SendError::Ticket(hamlyn::SegmentError::OutsideTicket {
+            offset: 0,
+            end: 65
+        })),
+        "larger than a buffer"
+    );
+    let mut seen = Vec::new();
+    while let Some(r) = ep.receive() {
+        // The notification names the same buffer.
+        let n = q.wait(Some(WAIT)).expect("wait").expect("notified");
+        assert_eq!((n.word, n.meta_index), (r.word, Some(r.buffer.index())));
+        seen.push((r.word, ep.bytes(&r).expect("read"), r.buffer.index()));
+    }
+    let words: Vec<_> = seen.iter().map(|s| s.0).collect();
+    assert_eq!(words, [1, 2, 3], "in the order they were deposited");
+    assert_eq!(seen[0].1, b"direct one");
+    assert_eq!(seen[1].1, b"mediated");
+    let mut bufs: Vec<_> = seen.iter().map(|s| s.2).collect();
+    bufs.sort_unstable();
+    assert_eq!(bufs, [0, 1, 2], "each in a buffer of its own");
+    assert_eq!(ep.take_discards(), 1);
+}
