@@ -128,6 +128,19 @@ impl<M: RingMemory> Receiver<M> {
         self.posted.wrapping_sub(taken).min(self.layout.ring_cap())
     }
 
+    /// Whether [`Receiver::take`] has something to return (a finished message, or an
+    /// aborted claim to pass over). Wait-free: one Acquire load.
+    pub fn ready(&self) -> bool {
+        if self.acquired == self.posted {
+            return false;
+        }
+        let e = self.base + (self.layout.entry_offset(self.acquired) + ring_off::DONE) as usize;
+        // Acquire: pairs with the depositor's Release store of `done`, as in `take`.
+        self.mem
+            .atomic_u64(e)
+            .is_some_and(|d| d.load(Ordering::Acquire) == self.acquired.wrapping_add(1))
+    }
+
     /// The next message, in ring order, if its depositor finished it.
     pub fn take(&mut self) -> Option<Taken> {
         if self.acquired == self.posted {

@@ -279,6 +279,11 @@ impl Endpoint {
         self.rx.waiting()
     }
 
+    /// Whether a message is waiting to be received (wait-free, takes nothing).
+    pub fn ready(&self) -> bool {
+        self.rx.ready()
+    }
+
     /// The next message, in arrival order, if one arrived. Wait-free.
     pub fn receive(&mut self) -> Option<Received> {
         loop {
