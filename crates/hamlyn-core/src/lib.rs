@@ -15,6 +15,7 @@ pub mod endpoint;
 pub mod memory;
 pub mod nack;
 pub mod peers;
+pub mod rate;
 pub mod receive;
 pub mod reject;
 pub mod segment;
@@ -23,6 +24,7 @@ pub mod time;
 
 pub use memory::{AreaId, Areas, EntryMemory, Memory, OutOfRange, VecAreas};
 pub use peers::{peer_down_notification, Contributors, PartialMessage, PeerState, PeerTable};
+pub use rate::{RateLimit, TokenBucket};
 pub use receive::{
     count_packet, notification_entry, Access, Committed, Interface, InterfaceStats, MessageDone,
     Notification, Placement, QueueId,

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use hamlyn_core::endpoint::EndpointSpec;
 use hamlyn_core::{
-    AreaId, MetaRange, OwnerId, RejectReason, SlotConfig, SlotError, SlotMode, SlotPerms,
+    AreaId, MetaRange, OwnerId, RateLimit, RejectReason, SlotConfig, SlotError, SlotMode,
+    SlotPerms, TokenBucket,
 };
 use hamlyn_shm::memory::RingMemory;
 use hamlyn_shm::notifq;
@@ -226,6 +227,33 @@ impl EngineState {
                 }
             }
             Request::OpenTerminus { index, priority } => self.open_terminus(cid, index, priority),
+            Request::SetRate {
+                terminus,
+                bytes_per_sec,
+                msgs_per_sec,
+            } => {
+                let now = self.now();
+                let Some(port) = self.clients.port_mut(cid) else {
+                    return err(ControlErrorCode::NotAttached, "attach first");
+                };
+                let Some(term) = port.termini.get_mut(usize::from(terminus)) else {
+                    return err(
+                        ControlErrorCode::InvalidArgument,
+                        "no such terminus in the port",
+                    );
+                };
+                let limit = RateLimit {
+                    bytes_per_sec,
+                    msgs_per_sec,
+                };
+                match term.rate.as_mut() {
+                    Some(bucket) => bucket.set_limit(limit, now),
+                    None => term.rate = Some(TokenBucket::new(limit, now)),
+                }
+                term.throttled_until = None;
+                self.look_at_all = true;
+                ok(Reply::Ok)
+            }
             Request::CreateEndpoint {
                 area,
                 base,
@@ -352,6 +380,8 @@ impl EngineState {
                 completion_off,
                 wake_off,
                 broken: false,
+                rate: None,
+                throttled_until: None,
             });
         }
         let fds = vec![

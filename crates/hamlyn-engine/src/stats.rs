@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use hamlyn_core::{RejectCounts, SlotMode};
 use hamlyn_wire::stats::{
     fill_page, Counts, EndpointStats, InterfaceCounters, PeerStats, PortStats, RegistryStats,
-    SlotMode as ModeName, SlotStats, StatsPage, StatsSection, StatsSummary,
+    SlotMode as ModeName, SlotStats, StatsPage, StatsSection, StatsSummary, TerminusRate,
 };
 
 use crate::engine::EngineState;
@@ -55,6 +55,22 @@ pub(crate) fn stats_page(
                         termini_broken: count32(port.termini.iter().filter(|t| t.broken).count()),
                         queues: count32(port.queues.len()),
                         queue_overflows: port.queues.iter().map(|q| q.overflows()).sum(),
+                        rates: port
+                            .termini
+                            .iter()
+                            .enumerate()
+                            .filter_map(|(t, term)| {
+                                let b = term.rate.as_ref()?;
+                                Some(TerminusRate {
+                                    terminus: t as u16,
+                                    bytes_per_sec: b.limit().bytes_per_sec,
+                                    msgs_per_sec: b.limit().msgs_per_sec,
+                                    passed: b.passed,
+                                    passed_bytes: b.passed_bytes,
+                                    held: b.held,
+                                })
+                            })
+                            .collect(),
                     })
                 },
             ));

@@ -211,6 +211,16 @@ pub enum Request {
         /// [`endpoint_flag`] bits.
         flags: u8,
     },
+    /// Limits what a terminus of the port sends (token buckets the engine keeps per
+    /// terminus; 0 is unlimited, both 0 lifts the limit). Answered `Ok`.
+    SetRate {
+        /// Terminus index in the port.
+        terminus: u16,
+        /// Payload bytes per second.
+        bytes_per_sec: u64,
+        /// Messages per second.
+        msgs_per_sec: u64,
+    },
 }
 
 /// The engine's answer to a [`Request`].
@@ -444,6 +454,13 @@ impl Request {
                 w.u8(32).u32(area).u64(base).u32(buf_size).u32(buffers);
                 w.u32(queue).u8(flags);
             }
+            Request::SetRate {
+                terminus,
+                bytes_per_sec,
+                msgs_per_sec,
+            } => {
+                w.u8(33).u16(terminus).u64(bytes_per_sec).u64(msgs_per_sec);
+            }
             Request::Unpublish { ref name } => {
                 w.u8(16).bytes(name.as_bytes());
             }
@@ -525,6 +542,11 @@ impl Request {
                 buffers: r.u32()?,
                 queue: r.u32()?,
                 flags: r.u8()?,
+            },
+            33 => Request::SetRate {
+                terminus: r.u16()?,
+                bytes_per_sec: r.u64()?,
+                msgs_per_sec: r.u64()?,
             },
             16 => Request::Unpublish {
                 name: name(&mut r)?,
@@ -735,6 +757,11 @@ mod tests {
                 buffers: 9,
                 queue: 0,
                 flags: endpoint_flag::REPORT_DISCARDS,
+            },
+            Request::SetRate {
+                terminus: 3,
+                bytes_per_sec: 1 << 30,
+                msgs_per_sec: 7,
             },
             Request::Rekey { slot: 5 },
             Request::Revoke { slot: 5 },

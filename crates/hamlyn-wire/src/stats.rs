@@ -221,7 +221,31 @@ pub struct PortStats {
     pub queues: u32,
     /// Notifications refused by the port's full queues.
     pub queue_overflows: u64,
+    /// The rate limits of its rate-limited termini.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub rates: Vec<TerminusRate>,
 }
+
+/// A rate-limited terminus: its token buckets' rates and what they did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct TerminusRate {
+    /// The terminus's index in its port.
+    pub terminus: u16,
+    /// Payload bytes per second allowed (0: unlimited).
+    pub bytes_per_sec: u64,
+    /// Messages per second allowed (0: unlimited).
+    pub msgs_per_sec: u64,
+    /// Messages let through.
+    pub passed: u64,
+    /// Payload bytes let through.
+    pub passed_bytes: u64,
+    /// Turns a message waited for tokens.
+    pub held: u64,
+}
+
+/// Most rate entries a port's statistics may carry (a port has at most 64 termini).
+const MAX_RATES: u16 = 1024;
 
 /// Another node, as the engine and its fabric see it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -878,6 +902,16 @@ impl PageItem for PortStats {
             .u32(self.termini_broken)
             .u32(self.queues)
             .u64(self.queue_overflows);
+        let n = self.rates.len().min(usize::from(MAX_RATES));
+        w.u16(n as u16);
+        for r in &self.rates[..n] {
+            w.u16(r.terminus)
+                .u64(r.bytes_per_sec)
+                .u64(r.msgs_per_sec)
+                .u64(r.passed)
+                .u64(r.passed_bytes)
+                .u64(r.held);
+        }
     }
 
     fn get(r: &mut Reader<'_>) -> Result<PortStats, WireError> {
@@ -889,6 +923,24 @@ impl PageItem for PortStats {
             termini_broken: r.u32()?,
             queues: r.u32()?,
             queue_overflows: r.u64()?,
+            rates: {
+                let n = r.u16()?;
+                if n > MAX_RATES {
+                    return Err(invalid("rates", "too many"));
+                }
+                let mut v = Vec::with_capacity(usize::from(n));
+                for _ in 0..n {
+                    v.push(TerminusRate {
+                        terminus: r.u16()?,
+                        bytes_per_sec: r.u64()?,
+                        msgs_per_sec: r.u64()?,
+                        passed: r.u64()?,
+                        passed_bytes: r.u64()?,
+                        held: r.u64()?,
+                    });
+                }
+                v
+            },
         })
     }
 }
@@ -1113,6 +1165,14 @@ mod tests {
                 termini_broken: 0,
                 queues: 4,
                 queue_overflows: 6,
+                rates: vec![TerminusRate {
+                    terminus: 2,
+                    bytes_per_sec: 1 << 20,
+                    msgs_per_sec: 0,
+                    passed: 10,
+                    passed_bytes: 640,
+                    held: 3,
+                }],
             }]),
             StatsPage::Peers(vec![
                 PeerStats {

@@ -94,7 +94,7 @@ pub use request::{Data, MetaIndex, SendOptions, BUDGET_PACKET_BYTES};
 pub use slot::{Slot, SlotBuilder};
 pub use terminus::{CompareSwapArgs, FetchAddArgs, ReadArgs, RequestRef, SendHandle, Terminus};
 
-pub use hamlyn_core::{RejectReason, SegmentError, SlotMode, SlotPerms};
+pub use hamlyn_core::{RateLimit, RejectReason, SegmentError, SlotMode, SlotPerms};
 pub use hamlyn_wire::request::{MAX_GATHER, MAX_INLINE};
 pub use hamlyn_wire::stats::{self, Stats};
 pub use hamlyn_wire::{MetaEntry, NodeId, Seed, SlotId, Ticket, TicketFlags, MAX_META_LEN};

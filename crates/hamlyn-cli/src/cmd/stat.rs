@@ -285,6 +285,36 @@ pub fn render(s: &Stats) -> String {
         }
         align_numbers(&mut pt, 0);
         let _ = writeln!(out, "Ports\n{pt}\n");
+        let rates: Vec<_> = s
+            .ports
+            .iter()
+            .flat_map(|p| p.rates.iter().map(move |r| (p.client, r)))
+            .collect();
+        if !rates.is_empty() {
+            let mut rt = table(&[
+                "client", "terminus", "bytes/s", "msgs/s", "passed", "bytes", "held",
+            ]);
+            let limit = |v: u64| {
+                if v == 0 {
+                    "-".to_string()
+                } else {
+                    v.to_string()
+                }
+            };
+            for (client, r) in rates {
+                rt.add_row(vec![
+                    client.to_string(),
+                    r.terminus.to_string(),
+                    limit(r.bytes_per_sec),
+                    limit(r.msgs_per_sec),
+                    r.passed.to_string(),
+                    r.passed_bytes.to_string(),
+                    r.held.to_string(),
+                ]);
+            }
+            align_numbers(&mut rt, 0);
+            let _ = writeln!(out, "Rate limits\n{rt}\n");
+        }
     }
 
     if s.slots.is_empty() {
@@ -397,6 +427,14 @@ mod tests {
                 termini_broken: 0,
                 queues: 4,
                 queue_overflows: 0,
+                rates: vec![hamlyn_wire::stats::TerminusRate {
+                    terminus: 1,
+                    bytes_per_sec: 1_000_000,
+                    msgs_per_sec: 5_000,
+                    passed: 77,
+                    passed_bytes: 4_928,
+                    held: 12,
+                }],
             }],
             peers: vec![PeerStats {
                 node: 4,
@@ -484,6 +522,8 @@ mod tests {
             "NACKs sent",
             "8080",
             "Endpoints",
+            "Rate limits",
+            "1000000",
             "counted",
             "31337",
             "2/3",
