@@ -16,8 +16,9 @@ use crate::stats::{StatsPage, StatsSection};
 /// Control protocol version (2: the port's queues in their own memfd; direct slots; 3:
 /// typed statistics in pages, [`Request::Stats`] and [`Reply::StatsPage`]; 4: the
 /// engine's back-pressure counters in the statistics, the wake-up descriptors are socket
-/// pair ends).
-pub const CONTROL_VERSION: u16 = 5;
+/// pair ends; 6: receive endpoints and terminus rate limits, [`Request::CreateEndpoint`],
+/// [`Request::SetRate`], and their statistics).
+pub const CONTROL_VERSION: u16 = 6;
 /// Largest control message in bytes (a statistics page included: see
 /// [`crate::stats::PAGE_BUDGET`]).
 pub const MAX_CONTROL_MSG: usize = 64 * 1024;
