@@ -416,6 +416,41 @@ mod tests {
         assert_eq!(p.pick(|_| false), None);
     }
 
+    proptest::proptest! {
+        /// For any priorities, bound and pattern of readiness: a member that stays ready
+        /// is served within bound + members picks, and a pick is always a ready member.
+        #[test]
+        fn no_ready_member_waits_past_the_bound(
+            prios in proptest::collection::vec(0u8..4, 1..6),
+            bound in 1u32..8,
+            pattern in proptest::collection::vec(proptest::collection::vec(proptest::bool::ANY, 6), 1..200),
+        ) {
+            let n = prios.len();
+            let mut p = picker(&prios, bound);
+            // Picks since each member became (and stayed) ready.
+            let mut waiting = vec![0u32; n];
+            for ready_now in &pattern {
+                let ready = |i: usize| ready_now[i];
+                let got = p.pick(ready);
+                proptest::prop_assert_eq!(got.is_some(), (0..n).any(ready));
+                for (i, w) in waiting.iter_mut().enumerate() {
+                    if !ready(i) || got == Some(i) {
+                        *w = 0;
+                    } else {
+                        *w += 1;
+                        proptest::prop_assert!(
+                            *w <= bound + n as u32,
+                            "member {} passed over {} times", i, *w
+                        );
+                    }
+                }
+                if let Some(c) = got {
+                    proptest::prop_assert!(ready(c));
+                }
+            }
+        }
+    }
+
     #[test]
     fn a_waiting_member_is_served_within_the_bound() {
         let bound = 5;
