@@ -96,7 +96,8 @@ pub struct EndpointGroup {
 }
 
 impl EndpointGroup {
-    /// An empty group woken through `queue` (its members must report to it).
+    /// An empty group woken through `queue` (its members must report to it). The queue is
+    /// the group's own: waiting consumes every notification in it, whatever slot posted it.
     pub fn new(queue: NotifyQueue) -> EndpointGroup {
         EndpointGroup {
             members: Members {
