@@ -21,6 +21,19 @@
 // The patch version of the library this header came from.
 #define HAMLYN_VERSION_PATCH 0
 
+// `hamlyn_endpoint_config.flags`: arrivals are also reported to notification queue
+// `queue` (entries name the buffer in `meta_index`).
+#define HAMLYN_ENDPOINT_QUEUE 1
+
+// `hamlyn_endpoint_config.flags`: a message that finds no posted buffer also fails its
+// send (`HAMLYN_REJECT_NO_BUFFER`), not only counted.
+#define HAMLYN_ENDPOINT_REPORT_DISCARDS 2
+
+// `hamlyn_endpoint_config.flags`: **danger**, same-node ticket holders may map the
+// endpoint and deposit without the engine (`hamlyn_direct_open`), as for
+// `HAMLYN_SLOT_DANGER_DIRECT`.
+#define HAMLYN_ENDPOINT_DANGER_DIRECT 4
+
 // `hamlyn_notification.kind`: every packet of a message arrived.
 #define HAMLYN_NOTIFY_MESSAGE 1
 
@@ -157,6 +170,18 @@
 // `hamlyn_status.reason`: the engine does not support the operation.
 #define HAMLYN_REJECT_UNSUPPORTED 17
 
+// `hamlyn_status.reason`: the receive endpoint had no buffer posted (the message was
+// discarded and counted; reported only by endpoints made with
+// `HAMLYN_ENDPOINT_REPORT_DISCARDS`).
+#define HAMLYN_REJECT_NO_BUFFER 18
+
+// `hamlyn_status.reason`: the message is larger than the receive endpoint's buffers.
+#define HAMLYN_REJECT_TOO_LARGE 19
+
+// `hamlyn_status.reason`: the receive endpoint's posted-buffer ring is corrupt (its
+// owner wrote impossible indices); nothing was deposited.
+#define HAMLYN_REJECT_RING_CORRUPT 20
+
 // Longest seed text of one ticket, NUL included: a buffer this long always suffices for
 // `hamlyn_ticket_to_seed`.
 #define HAMLYN_SEED_TEXT_MAX 256
@@ -266,6 +291,9 @@ typedef struct hamlyn_area hamlyn_area;
 // `hamlyn_direct_free`.
 typedef struct hamlyn_direct hamlyn_direct;
 
+// A receive endpoint, destroyed by `hamlyn_endpoint_free`.
+typedef struct hamlyn_endpoint hamlyn_endpoint;
+
 // An area of 128-byte metadata entries (every slot mode but fast needs one).
 typedef struct hamlyn_meta_area hamlyn_meta_area;
 
@@ -309,6 +337,30 @@ typedef struct hamlyn_send_options {
   // The metadata entry, with `HAMLYN_SEND_ENTRY`.
   uint32_t entry;
 } hamlyn_send_options;
+
+// How to make an endpoint (`hamlyn_endpoint_new`).
+typedef struct hamlyn_endpoint_config {
+  // Bytes per buffer: a multiple of 64, 64..=65536 (the largest message).
+  uint32_t buf_size;
+  // Number of buffers, 1..=65536.
+  uint32_t buffers;
+  // `HAMLYN_ENDPOINT_*` bits.
+  uint32_t flags;
+  // The notification queue, with `HAMLYN_ENDPOINT_QUEUE`.
+  uint16_t queue;
+} hamlyn_endpoint_config;
+
+// A message taken from an endpoint (`hamlyn_endpoint_receive`).
+typedef struct hamlyn_endpoint_message {
+  // The buffer holding it, the program's until posted again.
+  uint32_t buffer;
+  // Payload bytes from the start of the buffer.
+  uint32_t len;
+  // The sending node.
+  uint32_t src_node;
+  // The message's tag.
+  uint64_t word;
+} hamlyn_endpoint_message;
 
 // How a node's port is made (`hamlyn_node_embedded_with`, `hamlyn_node_connect_with`).
 // All zeros is valid: every zero field takes the library's default.
@@ -564,6 +616,94 @@ hamlyn_result hamlyn_direct_send(const struct hamlyn_direct *direct,
 //
 // `direct` is NULL or live, not used again.
 void hamlyn_direct_free(struct hamlyn_direct *direct);
+
+// Creates an endpoint with its buffers (none posted yet); `*out` is the new handle.
+//
+// # Safety
+//
+// `node` is NULL or live; `config` is NULL or valid; `out` is NULL or writable.
+hamlyn_result hamlyn_endpoint_new(const struct hamlyn_node *node,
+                                  const struct hamlyn_endpoint_config *config,
+                                  struct hamlyn_endpoint **out);
+
+// A ticket for sending to the endpoint (a fast ticket over one buffer's bytes); `*out`
+// is the new ticket.
+//
+// # Safety
+//
+// `ep` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_endpoint_ticket(const struct hamlyn_endpoint *ep, struct hamlyn_ticket **out);
+
+// Posts every buffer neither posted nor held by the program; `*out` (if not NULL) is how
+// many.
+//
+// # Safety
+//
+// `ep` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_endpoint_post_all(const struct hamlyn_endpoint *ep, uint32_t *out);
+
+// Takes a buffer neither posted nor held (`*out`, its index) for the program to fill or
+// post; `HAMLYN_RESULT_EMPTY` if there is none.
+//
+// # Safety
+//
+// `ep` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_endpoint_alloc(const struct hamlyn_endpoint *ep, uint32_t *out);
+
+// Posts buffer `buffer`, which the program must hold (allocated or received):
+// `HAMLYN_RESULT_INVALID_ARGUMENT` otherwise (never posted twice).
+//
+// # Safety
+//
+// `ep` is NULL or live.
+hamlyn_result hamlyn_endpoint_post(const struct hamlyn_endpoint *ep, uint32_t buffer);
+
+// The next message (`*out`), if one arrived; `HAMLYN_RESULT_EMPTY` if not. Never
+// blocks. The message's buffer is the program's until posted again.
+//
+// # Safety
+//
+// `ep` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_endpoint_receive(const struct hamlyn_endpoint *ep,
+                                      struct hamlyn_endpoint_message *out);
+
+// Copies the first `len` bytes of held buffer `buffer` to `dst`.
+//
+// # Safety
+//
+// `ep` is NULL or live; `dst` is NULL or writable for `len` bytes.
+hamlyn_result hamlyn_endpoint_read(const struct hamlyn_endpoint *ep,
+                                   uint32_t buffer,
+                                   uint8_t *dst,
+                                   size_t len);
+
+// Messages discarded for want of a posted buffer since the last call (`*out`), and the
+// count reset, in one wait-free step.
+//
+// # Safety
+//
+// `ep` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_endpoint_take_discards(const struct hamlyn_endpoint *ep, uint64_t *out);
+
+// Destroys the endpoint (its tickets stop working) and frees the handle (NULL is
+// ignored).
+//
+// # Safety
+//
+// `ep` is NULL or a live endpoint, not used again.
+void hamlyn_endpoint_free(struct hamlyn_endpoint *ep);
+
+// Limits what `terminus` sends to `bytes_per_sec` payload bytes and `msgs_per_sec`
+// messages per second (0: unlimited; both 0 lifts the limit); the engine keeps the token
+// buckets.
+//
+// # Safety
+//
+// `node` and `terminus` are NULL or live, `terminus` made from `node`.
+hamlyn_result hamlyn_terminus_set_rate(const struct hamlyn_node *node,
+                                       const struct hamlyn_terminus *terminus,
+                                       uint64_t bytes_per_sec,
+                                       uint64_t msgs_per_sec);
 
 // The name of result code `code` ("HAMLYN_RESULT_FULL"), or "HAMLYN_RESULT_UNKNOWN"
 // for a value this library does not define: a static string, never freed, never NULL.

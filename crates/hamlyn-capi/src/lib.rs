@@ -35,6 +35,7 @@ use std::time::Duration;
 
 mod area;
 mod direct;
+mod endpoint;
 mod error;
 mod node;
 mod queue;
@@ -44,6 +45,7 @@ mod ticket;
 
 pub use area::*;
 pub use direct::*;
+pub use endpoint::*;
 pub use error::*;
 pub use node::*;
 pub use queue::*;

@@ -88,6 +88,17 @@ pub struct hamlyn_terminus {
     terminus: Mutex<Terminus>,
 }
 
+impl hamlyn_terminus {
+    /// Runs `f` on the terminus, if its node is live.
+    pub(crate) fn with_terminus<T>(
+        &self,
+        f: impl FnOnce(&mut Terminus) -> Result<T, hamlyn_result>,
+    ) -> Result<T, hamlyn_result> {
+        self.life.check()?;
+        f(&mut *crate::lock(&self.terminus)?)
+    }
+}
+
 /// The state of a request once its engine looked at it: how it ended, or that it has not.
 pub struct hamlyn_send {
     life: Arc<Life>,
@@ -136,6 +147,15 @@ pub const HAMLYN_REJECT_PEER_DOWN: u32 = 15;
 pub const HAMLYN_REJECT_STALE_INCARNATION: u32 = 16;
 /// `hamlyn_status.reason`: the engine does not support the operation.
 pub const HAMLYN_REJECT_UNSUPPORTED: u32 = 17;
+/// `hamlyn_status.reason`: the receive endpoint had no buffer posted (the message was
+/// discarded and counted; reported only by endpoints made with
+/// `HAMLYN_ENDPOINT_REPORT_DISCARDS`).
+pub const HAMLYN_REJECT_NO_BUFFER: u32 = 18;
+/// `hamlyn_status.reason`: the message is larger than the receive endpoint's buffers.
+pub const HAMLYN_REJECT_TOO_LARGE: u32 = 19;
+/// `hamlyn_status.reason`: the receive endpoint's posted-buffer ring is corrupt (its
+/// owner wrote impossible indices); nothing was deposited.
+pub const HAMLYN_REJECT_RING_CORRUPT: u32 = 20;
 
 /// How a request stands (`hamlyn_send_status`, `hamlyn_send_wait`).
 #[repr(C)]
@@ -546,6 +566,9 @@ mod tests {
             HAMLYN_REJECT_PEER_DOWN,
             HAMLYN_REJECT_STALE_INCARNATION,
             HAMLYN_REJECT_UNSUPPORTED,
+            HAMLYN_REJECT_NO_BUFFER,
+            HAMLYN_REJECT_TOO_LARGE,
+            HAMLYN_REJECT_RING_CORRUPT,
         ];
         assert_eq!(ours.len(), RejectReason::ALL.len());
         for (c, r) in ours.iter().zip(RejectReason::ALL) {

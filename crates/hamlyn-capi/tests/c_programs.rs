@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use hamlyn_engine::{EngineConfig, EngineHandle};
 
-const PROGRAMS: [&str; 4] = ["errors", "pingpong", "group", "rma"];
+const PROGRAMS: [&str; 5] = ["errors", "pingpong", "group", "rma", "endpoints"];
 
 /// Longest a C program may run (valgrind is slow); a hung one is killed and fails.
 const RUN_BOUND: Duration = Duration::from_secs(600);
@@ -327,5 +327,16 @@ fn remote_read_compare_and_swap_and_fetch_add() {
     let d = daemon();
     for mode in modes() {
         run(program(mode, &d, "rma", &[]), &format!("rma ({mode:?})"));
+    }
+}
+
+#[test]
+fn receive_endpoints_and_rate_limits() {
+    let d = daemon();
+    for mode in modes() {
+        run(
+            program(mode, &d, "endpoints", &[]),
+            &format!("endpoints ({mode:?})"),
+        );
     }
 }

@@ -11,10 +11,12 @@
 //! No threads, clocks, syscalls or randomness: time ([`Instant`]) and keys are passed in.
 #![forbid(unsafe_code)]
 
+pub mod endpoint;
 pub mod expected;
 pub mod memory;
 pub mod nack;
 pub mod peers;
+pub mod rate;
 pub mod receive;
 pub mod reject;
 pub mod segment;
@@ -24,6 +26,7 @@ pub mod time;
 pub use expected::{Answer, ExpectFull, Expected, Nacked, Unexpected};
 pub use memory::{AreaId, Areas, EntryMemory, Memory, OutOfRange, VecAreas};
 pub use peers::{peer_down_notification, Contributors, PartialMessage, PeerState, PeerTable};
+pub use rate::{RateLimit, TokenBucket};
 pub use receive::{
     count_packet, notification_entry, Access, Committed, Interface, InterfaceStats, MessageDone,
     Notification, Placement, QueueId,

@@ -42,6 +42,14 @@ pub trait Memory {
     /// Atomically adds `v` (wrapping) to the 8-byte-aligned u64 at `offset`; returns the
     /// old value.
     fn fetch_add_u64(&mut self, offset: u64, v: u64) -> Result<u64, OutOfRange>;
+    /// Reads the 8-byte-aligned u64 at `offset` with Acquire ordering (shared-memory
+    /// implementations), pairing with the Release store or read-modify-write of whoever
+    /// published it.
+    fn load_u64(&self, offset: u64) -> Result<u64, OutOfRange>;
+    /// Stores `v` into the 8-byte-aligned u64 at `offset` with Release ordering (shared-
+    /// memory implementations): what was written before is visible to whoever loads it
+    /// with Acquire.
+    fn store_u64(&mut self, offset: u64, v: u64) -> Result<(), OutOfRange>;
 }
 
 /// What committing a packet does to its metadata entry: copy bytes in and out and add to
@@ -131,6 +139,13 @@ impl Memory for Vec<u8> {
         let old = word64(self, offset)?;
         self.write(offset, &old.wrapping_add(v).to_le_bytes())?;
         Ok(old)
+    }
+    fn load_u64(&self, offset: u64) -> Result<u64, OutOfRange> {
+        word64(self, offset)
+    }
+    fn store_u64(&mut self, offset: u64, v: u64) -> Result<(), OutOfRange> {
+        word64(self, offset)?;
+        self.write(offset, &v.to_le_bytes())
     }
 }
 

@@ -10,6 +10,7 @@
 use hamlyn_wire::entry::{meta_off, MetaEntry, NotifEntry, NotifKind};
 use hamlyn_wire::{Flags, Header, NodeId, Op, SlotId};
 
+use crate::endpoint::{self, Arrival, Claim, ClaimError};
 use crate::memory::{AreaId, Areas, EntryMemory, Memory};
 use crate::nack::nack_for;
 use crate::reject::{Reject, RejectCounts, RejectReason};
@@ -30,6 +31,9 @@ pub struct Placement {
     pub offset: u64,
     /// Payload bytes.
     pub len: u32,
+    /// The posted buffer claimed for it, when the slot is a receive endpoint (then
+    /// `offset` lies in that buffer): [`Interface::commit_placed`] completes it.
+    pub claim: Option<Claim>,
 }
 
 /// A notification to post: the entry (its `seq` is left 0 for the queue to fill) and the
@@ -121,6 +125,7 @@ impl Interface {
             reason,
             slot,
             nack: nack_for(self.node, h, reason),
+            quiet: false,
         }
     }
 
@@ -132,16 +137,169 @@ impl Interface {
             reason: RejectReason::Malformed,
             slot: None,
             nack: None,
+            quiet: false,
         }
     }
 
     /// Checks a write packet's header; on success says where its payload goes.
     ///
     /// Nothing is written. Paranoid modes read the message's metadata entry.
+    ///
+    /// A receive endpoint's packet claims the next posted buffer here (so a fabric can
+    /// read the payload straight into it); with none posted, the message is discarded:
+    /// counted in the endpoint's shared discard word and its counters, and refused as
+    /// [`RejectReason::NoBuffer`] — [`Reject::quiet`] unless the endpoint reports
+    /// discards. An admitted endpoint packet must be committed with
+    /// [`Interface::commit_placed`] or given up with [`Interface::abort_placed`].
     pub fn admit<A: Areas>(&mut self, h: &Header, areas: &mut A) -> Result<Placement, Reject> {
         match check(self.node, &self.slots, h, areas) {
+            Ok(p) if p.claim.is_none() && self.is_endpoint(p.slot) => {
+                self.claim_endpoint(h, p, areas)
+            }
             Ok(p) => Ok(p),
             Err((slot, reason)) => Err(self.reject(h, slot, reason)),
+        }
+    }
+
+    fn is_endpoint(&self, id: SlotId) -> bool {
+        self.slots
+            .get(id)
+            .is_some_and(|s| s.config.mode == SlotMode::Endpoint)
+    }
+
+    /// Claims the endpoint buffer an admitted packet lands in (`p.offset` is the offset
+    /// in the buffer).
+    fn claim_endpoint<A: Areas>(
+        &mut self,
+        h: &Header,
+        p: Placement,
+        areas: &mut A,
+    ) -> Result<Placement, Reject> {
+        let Some((spec, base)) = self
+            .slots
+            .get(p.slot)
+            .and_then(|s| s.endpoint.map(|(spec, _)| (spec, s.config.base)))
+        else {
+            return Err(self.reject(h, Some(p.slot), RejectReason::BadMode));
+        };
+        let Some(mem) = areas.area(p.area) else {
+            return Err(self.reject(h, Some(p.slot), RejectReason::AreaGone));
+        };
+        let result = endpoint::claim(mem, base, &spec.layout);
+        if result == Err(ClaimError::NoBuffer) {
+            // The receiver reads and resets this word; the engine keeps the total.
+            let _ = endpoint::count_discard(mem, base);
+        }
+        let counts = self
+            .slots
+            .get_mut(p.slot)
+            .and_then(|s| s.endpoint.as_mut().map(|(_, c)| c));
+        match result {
+            Ok(c) => Ok(Placement {
+                offset: c.offset + p.offset,
+                claim: Some(c),
+                ..p
+            }),
+            Err(e) => {
+                if let Some(counts) = counts {
+                    match e {
+                        ClaimError::NoBuffer => counts.discarded += 1,
+                        ClaimError::RingCorrupt => counts.corrupt += 1,
+                        _ => {}
+                    }
+                }
+                let mut rej = self.reject(h, Some(p.slot), e.into());
+                if e == ClaimError::NoBuffer && !spec.report_discards {
+                    rej.nack = None;
+                    rej.quiet = true;
+                }
+                Err(rej)
+            }
+        }
+    }
+
+    /// Finishes an admitted packet whose payload is in place, as [`Interface::commit`]
+    /// does, and completes a receive endpoint's claim: the ring entry is written and
+    /// published, and the notification (if the sender asked for one and the endpoint has
+    /// a queue) names the buffer in its `meta_index`.
+    pub fn commit_placed<A: Areas>(
+        &mut self,
+        h: &Header,
+        meta: &[u8],
+        p: &Placement,
+        areas: &mut A,
+    ) -> Result<Committed, Reject> {
+        let Some(c) = p.claim else {
+            return self.commit(h, meta, areas);
+        };
+        let done = self.complete_endpoint(h, p, &c, areas);
+        match done {
+            Ok(notif) => {
+                self.stats.packets += 1;
+                self.stats.bytes += u64::from(h.payload_len);
+                self.stats.messages += 1;
+                self.stats.notifications += u64::from(notif.is_some());
+                Ok(Committed {
+                    message_done: true,
+                    notification: notif,
+                })
+            }
+            Err(reason) => Err(self.reject(h, Some(p.slot), reason)),
+        }
+    }
+
+    fn complete_endpoint<A: Areas>(
+        &mut self,
+        h: &Header,
+        p: &Placement,
+        c: &Claim,
+        areas: &mut A,
+    ) -> Result<Option<Notification>, RejectReason> {
+        let slot = self
+            .slots
+            .get_mut(p.slot)
+            .ok_or(RejectReason::UnknownSlot)?;
+        let (spec, counts) = slot.endpoint.as_mut().ok_or(RejectReason::AreaGone)?;
+        if slot.config.area != p.area {
+            return Err(RejectReason::AreaGone);
+        }
+        let mem = areas.area(p.area).ok_or(RejectReason::AreaGone)?;
+        let arrival = Arrival {
+            len: h.payload_len,
+            src_node: h.src.0,
+            word: h.word,
+            aborted: false,
+        };
+        endpoint::complete(mem, slot.config.base, &spec.layout, c, &arrival)?;
+        counts.delivered += 1;
+        slot.packets += 1;
+        slot.bytes += u64::from(h.payload_len);
+        slot.messages += 1;
+        Ok(match slot.config.queue {
+            Some(queue) if h.flags.contains(Flags::NOTIFY) => Some(Notification {
+                queue,
+                entry: endpoint::notification(h, c.buf),
+                wake: h.flags.contains(Flags::WAKE),
+            }),
+            _ => None,
+        })
+    }
+
+    /// Gives up an admitted packet that will never be committed (its sender's node went
+    /// down while its payload was being read): a receive endpoint's claimed buffer is
+    /// handed back to the receiver ([`endpoint::abort`]). Nothing to do for other slots.
+    pub fn abort_placed<A: Areas>(&mut self, p: &Placement, areas: &mut A) {
+        let Some(c) = p.claim else { return };
+        let Some((spec, base)) = self
+            .slots
+            .get(p.slot)
+            .filter(|s| s.config.area == p.area)
+            .and_then(|s| s.endpoint.map(|(spec, _)| (spec, s.config.base)))
+        else {
+            return;
+        };
+        if let Some(mem) = areas.area(p.area) {
+            let _ = endpoint::abort(mem, base, &spec.layout, &c);
         }
     }
 
@@ -200,9 +358,10 @@ impl Interface {
         let p = self.admit(h, areas)?;
         let written = areas.area(p.area).map(|m| m.write(p.offset, payload));
         if !matches!(written, Some(Ok(()))) {
+            self.abort_placed(&p, areas);
             return Err(self.reject(h, Some(p.slot), RejectReason::AreaGone));
         }
-        self.commit(h, meta, areas)
+        self.commit_placed(h, meta, &p, areas)
     }
 
     /// Parses a whole packet and receives it.
@@ -369,6 +528,7 @@ fn place<A: Areas>(
         area: slot.config.area,
         offset: at,
         len,
+        claim: None,
     })
 }
 
@@ -420,6 +580,9 @@ fn check<A: Areas>(
         return Err(fail(RejectReason::Revoked));
     }
     let single = h.flags.contains(Flags::FIRST | Flags::LAST);
+    if slot.config.mode == SlotMode::Endpoint {
+        return check_endpoint(slot, id, h, single);
+    }
     let mut paranoid_range = None;
     if slot.config.mode == SlotMode::Fast {
         if h.key != slot.key {
@@ -472,6 +635,41 @@ fn check<A: Areas>(
         paranoid_range,
         areas,
     )
+}
+
+/// The admission checks of a receive endpoint, in the order of [`check`]'s: the key, then
+/// the packet's shape (a write, fast form, one packet, no metadata bytes), permission,
+/// inhibition, and that it fits a buffer (`TooLarge`). The placement's offset is the
+/// packet's offset in the buffer, which `Interface::admit` claims next.
+fn check_endpoint(slot: &Slot, id: SlotId, h: &Header, single: bool) -> Result<Placement, Refusal> {
+    let fail = |r| (Some(id), r);
+    if h.key != slot.key {
+        return Err(fail(RejectReason::BadKey));
+    }
+    if h.op != Op::Write || !h.is_fast() || !single || h.meta_len != 0 {
+        return Err(fail(RejectReason::BadMode));
+    }
+    if !slot.config.perms.write {
+        return Err(fail(RejectReason::NotPermitted));
+    }
+    if slot.inhibited {
+        return Err(fail(RejectReason::Inhibited));
+    }
+    let (spec, _) = slot.endpoint.ok_or(fail(RejectReason::BadMode))?;
+    let fits = h
+        .offset
+        .checked_add(u64::from(h.payload_len))
+        .is_some_and(|end| end <= u64::from(spec.layout.buf_size()));
+    if !fits {
+        return Err(fail(RejectReason::TooLarge));
+    }
+    Ok(Placement {
+        slot: id,
+        area: slot.config.area,
+        offset: h.offset,
+        len: h.payload_len,
+        claim: None,
+    })
 }
 
 /// Deposits metadata and counts the packet; returns (message complete, notification).

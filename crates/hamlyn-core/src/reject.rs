@@ -43,11 +43,19 @@ pub enum RejectReason {
     StaleIncarnation = 16,
     /// The operation is not supported by this engine.
     Unsupported = 17,
+    /// The receive endpoint had no buffer posted: the message was discarded and counted
+    /// (reported to the sender only if the endpoint asks for it).
+    NoBuffer = 18,
+    /// The message is larger than the receive endpoint's buffers.
+    TooLarge = 19,
+    /// The receive endpoint's posted-buffer ring holds impossible indices (its owner
+    /// scribbled over it): nothing was deposited.
+    RingCorrupt = 20,
 }
 
 impl RejectReason {
     /// Every reason, in code order.
-    pub const ALL: [RejectReason; 17] = [
+    pub const ALL: [RejectReason; 20] = [
         RejectReason::Malformed,
         RejectReason::WrongNode,
         RejectReason::UnknownSlot,
@@ -65,6 +73,9 @@ impl RejectReason {
         RejectReason::PeerDown,
         RejectReason::StaleIncarnation,
         RejectReason::Unsupported,
+        RejectReason::NoBuffer,
+        RejectReason::TooLarge,
+        RejectReason::RingCorrupt,
     ];
 
     /// The wire code.
@@ -100,6 +111,9 @@ impl RejectReason {
             RejectReason::PeerDown => "peer_down",
             RejectReason::StaleIncarnation => "stale_incarnation",
             RejectReason::Unsupported => "unsupported",
+            RejectReason::NoBuffer => "no_buffer",
+            RejectReason::TooLarge => "too_large",
+            RejectReason::RingCorrupt => "ring_corrupt",
         }
     }
 }
@@ -120,11 +134,15 @@ pub struct Reject {
     pub slot: Option<SlotId>,
     /// The NACK header to send to the packet's source.
     pub nack: Option<Header>,
+    /// Counted only: a message a receive endpoint discarded for want of a buffer, whose
+    /// endpoint does not report discards (FLIPC's optimistic style). Its sender is told
+    /// nothing: no NACK, and a local send completes as sent.
+    pub quiet: bool,
 }
 
 /// Reject counters, one per reason.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RejectCounts([u64; 18]);
+pub struct RejectCounts([u64; 24]);
 
 impl RejectCounts {
     /// Counts one reject.

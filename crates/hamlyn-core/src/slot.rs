@@ -9,6 +9,7 @@
 use hamlyn_wire::entry::META_ENTRY_LEN;
 use hamlyn_wire::SlotId;
 
+use crate::endpoint::{EndpointCounts, EndpointSpec};
 use crate::memory::AreaId;
 use crate::receive::QueueId;
 use crate::reject::RejectCounts;
@@ -32,6 +33,10 @@ pub enum SlotMode {
     /// Single-packet messages whose one word of metadata travels in the notification;
     /// no metadata area.
     Fast,
+    /// A receive endpoint (seed 002): single-packet messages without metadata bytes, each
+    /// deposited in the next buffer the receiver posted ([`crate::endpoint`]); no
+    /// metadata area. Made by [`SlotTable::create_endpoint`].
+    Endpoint,
 }
 
 impl SlotMode {
@@ -125,6 +130,8 @@ pub struct Slot {
     /// notify without the engine ([`SlotTable::create_direct`]). Their deposits bypass
     /// every check and counter here.
     pub direct: bool,
+    /// A receive endpoint's shape and counters ([`SlotMode::Endpoint`] slots only).
+    pub endpoint: Option<(EndpointSpec, EndpointCounts)>,
 }
 
 /// Why a slot-table operation failed.
@@ -150,6 +157,10 @@ pub enum SlotError {
     /// checked on every packet, and a direct sender's deposits are never checked.
     #[error("paranoid slots cannot allow direct access")]
     DirectParanoid,
+    /// An endpoint slot must be made by [`SlotTable::create_endpoint`], with the mode
+    /// [`SlotMode::Endpoint`] and exactly its layout's length, 64-byte aligned.
+    #[error("an endpoint needs the endpoint mode and exactly its layout's bytes")]
+    EndpointShape,
 }
 
 /// All slots of one node.
@@ -172,7 +183,14 @@ impl SlotTable {
 
     /// Creates a slot with `key`; returns its number.
     pub fn create(&mut self, config: SlotConfig, key: u64) -> Result<SlotId, SlotError> {
-        if config.mode != SlotMode::Fast && config.meta.is_none() {
+        if config.mode == SlotMode::Endpoint {
+            return Err(SlotError::EndpointShape);
+        }
+        self.insert(config, key)
+    }
+
+    fn insert(&mut self, config: SlotConfig, key: u64) -> Result<SlotId, SlotError> {
+        if !matches!(config.mode, SlotMode::Fast | SlotMode::Endpoint) && config.meta.is_none() {
             return Err(SlotError::NeedsMetadata);
         }
         if config.base.checked_add(config.len).is_none() {
@@ -188,6 +206,7 @@ impl SlotTable {
             bytes: 0,
             messages: 0,
             direct: false,
+            endpoint: None,
         };
         let reusable = loop {
             match self.free.pop() {
@@ -228,6 +247,29 @@ impl SlotTable {
         let id = self.create(config, key)?;
         if let Some(s) = self.get_mut(id) {
             s.direct = true;
+        }
+        Ok(id)
+    }
+
+    /// Creates a receive endpoint with `key` ([`SlotMode::Endpoint`], `config.len` equal
+    /// to the layout's length, base 64-byte aligned), direct if `direct`.
+    pub fn create_endpoint(
+        &mut self,
+        config: SlotConfig,
+        spec: EndpointSpec,
+        key: u64,
+        direct: bool,
+    ) -> Result<SlotId, SlotError> {
+        if config.mode != SlotMode::Endpoint
+            || config.len != spec.layout.len()
+            || config.base % 64 != 0
+        {
+            return Err(SlotError::EndpointShape);
+        }
+        let id = self.insert(config, key)?;
+        if let Some(s) = self.get_mut(id) {
+            s.direct = direct;
+            s.endpoint = Some((spec, EndpointCounts::default()));
         }
         Ok(id)
     }

@@ -4,8 +4,10 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
+use hamlyn_core::endpoint::EndpointSpec;
 use hamlyn_core::{
-    AreaId, MetaRange, OwnerId, RejectReason, SlotConfig, SlotError, SlotMode, SlotPerms,
+    AreaId, MetaRange, OwnerId, RateLimit, RejectReason, SlotConfig, SlotError, SlotMode,
+    SlotPerms, TokenBucket,
 };
 use hamlyn_shm::memory::RingMemory;
 use hamlyn_shm::notifq;
@@ -14,8 +16,9 @@ use hamlyn_shm::region::ShmRegion;
 use hamlyn_shm::spsc;
 use hamlyn_shm::wake::EventFd;
 use hamlyn_wire::control::{
-    mode, perm, ControlErrorCode, Reply, Request, CONTROL_VERSION, NO_QUEUE,
+    endpoint_flag, mode, perm, ControlErrorCode, Reply, Request, CONTROL_VERSION, NO_QUEUE,
 };
+use hamlyn_wire::endpoint::EndpointLayout;
 use hamlyn_wire::entry::META_ENTRY_LEN;
 use hamlyn_wire::SlotId;
 
@@ -224,6 +227,41 @@ impl EngineState {
                 }
             }
             Request::OpenTerminus { index, priority } => self.open_terminus(cid, index, priority),
+            Request::SetRate {
+                terminus,
+                bytes_per_sec,
+                msgs_per_sec,
+            } => {
+                let now = self.now();
+                let Some(port) = self.clients.port_mut(cid) else {
+                    return err(ControlErrorCode::NotAttached, "attach first");
+                };
+                let Some(term) = port.termini.get_mut(usize::from(terminus)) else {
+                    return err(
+                        ControlErrorCode::InvalidArgument,
+                        "no such terminus in the port",
+                    );
+                };
+                let limit = RateLimit {
+                    bytes_per_sec,
+                    msgs_per_sec,
+                };
+                match term.rate.as_mut() {
+                    Some(bucket) => bucket.set_limit(limit, now),
+                    None => term.rate = Some(TokenBucket::new(limit, now)),
+                }
+                term.throttled_until = None;
+                self.look_at_all = true;
+                ok(Reply::Ok)
+            }
+            Request::CreateEndpoint {
+                area,
+                base,
+                buf_size,
+                buffers,
+                queue,
+                flags,
+            } => self.create_endpoint(cid, area, base, buf_size, buffers, queue, flags),
             Request::OpenDirect {
                 node,
                 incarnation,
@@ -342,6 +380,8 @@ impl EngineState {
                 completion_off,
                 wake_off,
                 broken: false,
+                rate: None,
+                throttled_until: None,
             });
         }
         let fds = vec![
@@ -552,6 +592,95 @@ impl EngineState {
         }
     }
 
+    /// `CreateEndpoint`: a receive endpoint (seed 002) over `base..base + layout.len()` of
+    /// one of the client's areas, writes only, reporting to one of its queues or none.
+    #[allow(clippy::too_many_arguments)]
+    fn create_endpoint(
+        &mut self,
+        cid: u32,
+        area: u32,
+        base: u64,
+        buf_size: u32,
+        buffers: u32,
+        queue: u32,
+        flags: u8,
+    ) -> Answer {
+        let slots = self.clients.get_mut(cid).map_or(0, |c| c.usage.slots);
+        if slots >= self.cfg.quotas.slots {
+            let n = self.cfg.quotas.slots;
+            return self.over_quota(format!("a client may hold {n} slots"));
+        }
+        if flags & !(endpoint_flag::REPORT_DISCARDS | endpoint_flag::DANGER_DIRECT) != 0 {
+            return err(ControlErrorCode::InvalidArgument, "unknown endpoint flags");
+        }
+        let layout = match EndpointLayout::new(buf_size, buffers) {
+            Ok(l) => l,
+            Err(e) => return err(ControlErrorCode::InvalidArgument, e.to_string()),
+        };
+        let Some(region) = self.delivery.areas.owned(cid, AreaId(area)) else {
+            return err(ControlErrorCode::NotFound, "no such area of this client");
+        };
+        if base % 64 != 0
+            || base
+                .checked_add(layout.len())
+                .is_none_or(|end| end > region.len() as u64)
+        {
+            return err(
+                ControlErrorCode::InvalidArgument,
+                "endpoint outside its area (or its base not a multiple of 64)",
+            );
+        }
+        let queues = self
+            .clients
+            .get_mut(cid)
+            .and_then(|c| c.port.as_ref())
+            .map_or(0, |p| p.queues.len());
+        let queue = if queue == NO_QUEUE {
+            None
+        } else if (queue as usize) < queues {
+            Some(queue_id(cid, queue as u16))
+        } else {
+            return err(
+                ControlErrorCode::InvalidArgument,
+                "no such notification queue in the port",
+            );
+        };
+        let config = SlotConfig {
+            owner: OwnerId(cid),
+            area: AreaId(area),
+            base,
+            len: layout.len(),
+            mode: SlotMode::Endpoint,
+            meta: None,
+            queue,
+            perms: SlotPerms::default(),
+        };
+        let spec = EndpointSpec {
+            layout,
+            report_discards: flags & endpoint_flag::REPORT_DISCARDS != 0,
+        };
+        let key = match random_key() {
+            Ok(k) => k,
+            Err(refusal) => return refusal,
+        };
+        let direct = flags & endpoint_flag::DANGER_DIRECT != 0;
+        match self
+            .delivery
+            .iface
+            .slots_mut()
+            .create_endpoint(config, spec, key, direct)
+        {
+            Ok(id) => {
+                self.delivery.reborn(id);
+                if let Some(c) = self.clients.get_mut(cid) {
+                    c.usage.slots += 1;
+                }
+                ok(Reply::Slot { slot: id.0, key })
+            }
+            Err(e) => slot_err(e),
+        }
+    }
+
     /// `OpenDirect`: after the checks of `Interface::check_direct` (and the ticket's
     /// incarnation), the slot's geometry and the descriptors a direct sender maps: the
     /// message area, the metadata area (not for fast slots), and the queue file and
@@ -578,9 +707,11 @@ impl EngineState {
             Err(reason) => return direct_refusal(reason, self.delivery.is_tombstone(slot)),
         };
         let cfg = s.config;
+        let endpoint = s.endpoint.map(|(spec, _)| spec.layout);
         let mode_code = match cfg.mode {
             SlotMode::Normal => mode::NORMAL,
             SlotMode::Fast => mode::FAST,
+            SlotMode::Endpoint => mode::ENDPOINT,
             _ => {
                 return err(
                     ControlErrorCode::NotDirect,
@@ -610,7 +741,8 @@ impl EngineState {
                 }
                 (m.base, m.count)
             }
-            None => (0, 0),
+            // An endpoint's shape travels where a slot's entries would.
+            None => endpoint.map_or((0, 0), |l| (u64::from(l.buf_size()), l.buffers())),
         };
         let (queue_offset, queue_cap) = match cfg.queue {
             Some(q) => {

@@ -60,16 +60,40 @@ impl Delivery {
         self.tombstones.remove(&slot.0);
     }
 
+    /// Buffers a receive endpoint's owner posted that no message filled yet, as its ring
+    /// says now (0 if the ring is unreadable or impossible).
+    pub(crate) fn posted_waiting(&self, slot: &hamlyn_core::Slot) -> u64 {
+        let Some((spec, _)) = slot.endpoint else {
+            return 0;
+        };
+        let Some(area) = self.areas.get(slot.config.area) else {
+            return 0;
+        };
+        let base = slot.config.base;
+        let word = |off| area.mem.load_u64(base + off).unwrap_or(0);
+        let waiting =
+            word(hamlyn_wire::endpoint::POSTED).wrapping_sub(word(hamlyn_wire::endpoint::TAKEN));
+        if waiting > spec.layout.ring_cap() {
+            0
+        } else {
+            waiting
+        }
+    }
+
     /// Whether `slot` belonged to a client that died.
     pub(crate) fn is_tombstone(&self, slot: u32) -> bool {
         self.tombstones.contains(&slot)
     }
 
     /// Check: where the packet's payload goes, or why it is refused (counted by the core).
-    pub(crate) fn check(&mut self, h: &Header) -> Result<Placement, RejectReason> {
-        self.iface
-            .admit(h, &mut self.areas)
-            .map_err(|rej| self.refusal(h.slot, rej.reason))
+    /// `Ok(None)`: a receive endpoint discarded it quietly (no buffer posted, counted;
+    /// the sender is told nothing).
+    pub(crate) fn check(&mut self, h: &Header) -> Result<Option<Placement>, RejectReason> {
+        match self.iface.admit(h, &mut self.areas) {
+            Ok(p) => Ok(Some(p)),
+            Err(rej) if rej.quiet => Ok(None),
+            Err(rej) => Err(self.refusal(h.slot, rej.reason)),
+        }
     }
 
     /// The reason reported to the sender: a slot of a dead client is "peer down".
@@ -130,12 +154,13 @@ impl Delivery {
         &mut self,
         h: &Header,
         meta: &[u8],
+        p: &Placement,
         clients: &mut Clients,
         counters: &mut EngineCounters,
     ) -> Result<bool, RejectReason> {
         let done = self
             .iface
-            .commit(h, meta, &mut self.areas)
+            .commit_placed(h, meta, p, &mut self.areas)
             .map_err(|rej| rej.reason)?;
         if let Some(n) = done.notification {
             clients.notify(n, counters);
@@ -153,9 +178,14 @@ impl Delivery {
         clients: &mut Clients,
         counters: &mut EngineCounters,
     ) -> Result<bool, RejectReason> {
-        let placement = self.check(h)?;
-        self.deposit(pieces, &placement)?;
-        let done = self.commit(h, meta, clients, counters)?;
+        let Some(placement) = self.check(h)? else {
+            return Ok(true);
+        };
+        if let Err(reason) = self.deposit(pieces, &placement) {
+            self.iface.abort_placed(&placement, &mut self.areas);
+            return Err(reason);
+        }
+        let done = self.commit(h, meta, &placement, clients, counters)?;
         counters.packets += 1;
         counters.bytes += u64::from(h.payload_len);
         Ok(done)

@@ -160,6 +160,11 @@ impl EngineState {
                 return false;
             }
         }
+        if term.rate.is_some()
+            && !Self::tokens_ready(&mut term.rate, &mut term.throttled_until, self.origin)
+        {
+            return false;
+        }
         let mut buf = [0u8; REQUEST_LEN];
         match ring.pop(&mut buf) {
             Ok(true) => {}
@@ -174,7 +179,10 @@ impl EngineState {
         let ring_seq = term.finished as u32;
         self.counters.requests += 1;
         match self.open_request(cid, t, &buf, ring_seq) {
-            Ok((req, seg)) => self.first_packet(cid, t, &req, seg),
+            Ok((req, seg)) => {
+                self.take_tokens(cid, t, req.len());
+                self.first_packet(cid, t, &req, seg)
+            }
             Err((seq, reason)) => {
                 if !self.end_request(cid, t, seq, Some(reason)) {
                     self.put_current(cid, t, failed_request(seq, reason));
@@ -182,6 +190,52 @@ impl EngineState {
             }
         }
         true
+    }
+
+    /// Whether a rate-limited terminus's next request may start now; if not, it is not
+    /// work until its tokens are back (the engine's sleep is bounded by that instant).
+    #[cold]
+    fn tokens_ready(
+        rate: &mut Option<hamlyn_core::TokenBucket>,
+        throttled_until: &mut Option<Instant>,
+        origin: std::time::Instant,
+    ) -> bool {
+        let now = Instant(origin.elapsed().as_nanos() as u64);
+        let Some(bucket) = rate.as_mut() else {
+            return true;
+        };
+        if bucket.ready(now) {
+            *throttled_until = None;
+            true
+        } else {
+            *throttled_until = bucket.next_ready(now);
+            false
+        }
+    }
+
+    /// A rate-limited terminus started a request of `len` bytes: its tokens go.
+    fn take_tokens(&mut self, cid: u32, t: usize, len: u64) {
+        if let Some(bucket) = self
+            .clients
+            .port_mut(cid)
+            .and_then(|p| p.termini.get_mut(t))
+            .and_then(|term| term.rate.as_mut())
+        {
+            bucket.take(len);
+        }
+    }
+
+    /// How long the engine may sleep before a rate-limited terminus has tokens again
+    /// (`None`: none waits for tokens).
+    fn throttle_bound(&self) -> Option<std::time::Duration> {
+        let now = self.now();
+        self.clients
+            .iter()
+            .filter_map(|c| c.port.as_ref())
+            .flat_map(|p| p.termini.iter())
+            .filter_map(|t| t.throttled_until)
+            .min()
+            .map(|at| std::time::Duration::from_nanos(at.nanos_since(now)))
     }
 
     /// Decodes and checks a request copied out of terminus `t`'s ring and segments it;
@@ -616,7 +670,7 @@ impl EngineState {
             PeerEvent::Down { node } => {
                 tracing::warn!(peer = node.0, "peer down");
                 self.counters.peers_lost += 1;
-                let broken = remote.peer_down(node);
+                let broken = remote.peer_down(node, &mut self.delivery);
                 let unanswered = remote.expected.peer_down(node);
                 self.registry.peer_down(node, &mut self.clients);
                 // Reads and atomics it never answered: their requests fail.
@@ -688,10 +742,13 @@ impl EngineState {
 
     /// How long the engine may sleep before the fabric needs a poll.
     pub(crate) fn fabric_sleep_bound(&self) -> std::time::Duration {
-        match &self.remote {
+        let fabric = match &self.remote {
             Some(remote) => remote.sleep_bound(self.now()),
             None => std::time::Duration::MAX,
-        }
+        };
+        // A terminus waiting for tokens is not work, but must be looked at when they are
+        // back.
+        self.throttle_bound().map_or(fabric, |t| fabric.min(t))
     }
 
     /// The incarnation a ticket for `node` must carry, if the node is known.

@@ -63,9 +63,18 @@ pub(crate) struct Inbound {
 }
 
 impl Inbound {
-    /// `node` is gone: packets from it that were half read will never finish.
-    pub(crate) fn forget(&mut self, node: NodeId) {
-        self.landing.retain(|k, _| k.0 != node.0);
+    /// `node` is gone: packets from it that were half read will never finish (a receive
+    /// endpoint's buffer claimed for one is handed back to its receiver).
+    pub(crate) fn forget(&mut self, node: NodeId, delivery: &mut Delivery) {
+        self.landing.retain(|k, land| {
+            if k.0 != node.0 {
+                return true;
+            }
+            if let Land::Place(p) = land {
+                delivery.iface.abort_placed(p, &mut delivery.areas);
+            }
+            false
+        });
     }
 }
 
@@ -83,8 +92,11 @@ pub(crate) struct Receive<'a> {
 impl Receive<'_> {
     /// A placed payload is complete: commit and notify, and remember which peers
     /// contributed to messages still incomplete.
-    fn commit(&mut self, from: NodeId, h: &Header, meta: &[u8]) {
-        match self.delivery.commit(h, meta, self.clients, self.counters) {
+    fn commit(&mut self, from: NodeId, h: &Header, meta: &[u8], p: &Placement) {
+        match self
+            .delivery
+            .commit(h, meta, p, self.clients, self.counters)
+        {
             Ok(done) => {
                 self.counters.remote_packets += 1;
                 self.counters.remote_bytes += u64::from(h.payload_len);
@@ -235,7 +247,7 @@ impl PacketSink for Receive<'_> {
     fn on_payload(&mut self, from: NodeId, h: &Header, meta: &[u8]) {
         match self.inbound.landing.remove(&packet_key(h)) {
             Some(Land::Defer(body)) => self.inbound.deferred.push((*h, body)),
-            Some(Land::Place(_)) => self.commit(from, h, meta),
+            Some(Land::Place(p)) => self.commit(from, h, meta, &p),
             None => {}
         }
     }

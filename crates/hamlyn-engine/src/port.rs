@@ -4,6 +4,8 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use hamlyn_core::{Instant, TokenBucket};
+
 use hamlyn_core::{RejectReason, Segmenter};
 use hamlyn_shm::memory::RingMemory;
 use hamlyn_shm::notifq;
@@ -42,6 +44,11 @@ pub(crate) struct TerminusState {
     pub(crate) wake_off: usize,
     /// The client corrupted the ring; the terminus is no longer served.
     pub(crate) broken: bool,
+    /// Its token buckets, once the client set a rate (`SetRate`).
+    pub(crate) rate: Option<TokenBucket>,
+    /// Its next request waits for tokens until then (not work until then: the engine may
+    /// sleep, at most until the earliest such instant).
+    pub(crate) throttled_until: Option<Instant>,
 }
 
 /// A client's port, engine side.
@@ -81,6 +88,9 @@ impl TerminusState {
         if let Some(cur) = &self.current {
             // A failed request still here waits for error room only.
             return cur.failed.is_none();
+        }
+        if self.throttled_until.is_some() {
+            return false;
         }
         !self.broken
             && self

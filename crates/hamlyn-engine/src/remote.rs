@@ -206,8 +206,12 @@ impl Remote {
 
     /// `node` is down: what it was sending is forgotten, and the partly received messages
     /// it contributed to are returned (each gets a peer-down notification).
-    pub(crate) fn peer_down(&mut self, node: NodeId) -> Vec<PartialMessage> {
-        self.inbound.forget(node);
+    pub(crate) fn peer_down(
+        &mut self,
+        node: NodeId,
+        delivery: &mut Delivery,
+    ) -> Vec<PartialMessage> {
+        self.inbound.forget(node, delivery);
         self.peers.peer_down(node)
     }
 

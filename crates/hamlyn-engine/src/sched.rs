@@ -12,7 +12,10 @@
 //! cost then grows with the busy termini, not with every terminus that exists, and a
 //! cold terminus's first request waits at most `COLD_STRIDE` turns. After the engine
 //! slept, its first turn looks at every terminus ([`Scheduler::due`]'s `all`): a doorbell
-//! is not left waiting.
+//! is not left waiting. Only termini of the lowest priority level in use go cold: a
+//! terminus of a higher level is looked at on every turn, since a lower level may be
+//! served only once every higher terminus is known idle (strict priority, never
+//! inverted by a cold high-priority terminus).
 
 /// Opaque terminus key: (client id, terminus index).
 pub(crate) type TerminusKey = (u32, u16);
@@ -94,6 +97,14 @@ impl Scheduler {
         mut serve: impl FnMut(TerminusKey) -> bool,
     ) -> bool {
         let mut busy = false;
+        // Strict priority: a lower level is served only once every terminus above it is
+        // known to be idle, so above the lowest level in use no terminus is left cold
+        // (looking at it is what proves it idle). The cold saving applies to the lowest
+        // level in use, which is every terminus when all share one priority.
+        let lowest = (0..PRIORITY_LEVELS)
+            .rev()
+            .find(|&l| self.level_len(l) > 0)
+            .unwrap_or(0);
         for level in 0..PRIORITY_LEVELS {
             let n = self.level_len(level);
             if n == 0 {
@@ -103,7 +114,7 @@ impl Scheduler {
                 let Some(place) = self.place(level, i) else {
                     continue;
                 };
-                if !self.due(level, place, turn, all) {
+                if level == lowest && !self.due(level, place, turn, all) {
                     continue;
                 }
                 if let Some(key) = self.at(level, place) {
@@ -268,6 +279,33 @@ mod tests {
             (0..COLD_STRIDE).filter(|&t| s.due(0, q, t, false)).count(),
             1
         );
+    }
+
+    /// A high-priority terminus that went cold is still served before a busy lower one
+    /// (a cold terminus is skipped only at the lowest level in use).
+    #[test]
+    fn a_cold_high_priority_terminus_is_never_overtaken() {
+        let mut s = Scheduler::new();
+        s.add((1, 0), 0);
+        s.add((2, 0), 1);
+        s.add((3, 0), 2);
+        // The top level goes cold while level 1 stays busy (hot).
+        for turn in 0..u64::from(HOT_TURNS) + 1 {
+            s.turn(turn, false, |k| k.0 == 2);
+        }
+        // Now level 0 gets work too: on every later turn (not only its cold share of
+        // them), the highest level with work is the one served.
+        for turn in 2001..2001 + 2 * COLD_STRIDE {
+            let mut served = Vec::new();
+            s.turn(turn, false, |k| {
+                let work = k.0 <= 2;
+                if work {
+                    served.push(k.0);
+                }
+                work
+            });
+            assert_eq!(served, [1], "turn {turn}: only the top level, cold or not");
+        }
     }
 
     #[test]

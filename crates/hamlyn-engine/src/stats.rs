@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use hamlyn_core::{RejectCounts, SlotMode};
 use hamlyn_wire::stats::{
-    fill_page, Counts, InterfaceCounters, PeerStats, PortStats, RegistryStats,
-    SlotMode as ModeName, SlotStats, StatsPage, StatsSection, StatsSummary,
+    fill_page, Counts, EndpointStats, InterfaceCounters, PeerStats, PortStats, RegistryStats,
+    SlotMode as ModeName, SlotStats, StatsPage, StatsSection, StatsSummary, TerminusRate,
 };
 
 use crate::engine::EngineState;
@@ -24,6 +24,7 @@ fn mode_name(m: SlotMode) -> ModeName {
         SlotMode::Paranoid => ModeName::Paranoid,
         SlotMode::ParanoidOneShot => ModeName::ParanoidOneShot,
         SlotMode::Fast => ModeName::Fast,
+        SlotMode::Endpoint => ModeName::Endpoint,
         _ => ModeName::Other,
     }
 }
@@ -54,6 +55,22 @@ pub(crate) fn stats_page(
                         termini_broken: count32(port.termini.iter().filter(|t| t.broken).count()),
                         queues: count32(port.queues.len()),
                         queue_overflows: port.queues.iter().map(|q| q.overflows()).sum(),
+                        rates: port
+                            .termini
+                            .iter()
+                            .enumerate()
+                            .filter_map(|(t, term)| {
+                                let b = term.rate.as_ref()?;
+                                Some(TerminusRate {
+                                    terminus: t as u16,
+                                    bytes_per_sec: b.limit().bytes_per_sec,
+                                    msgs_per_sec: b.limit().msgs_per_sec,
+                                    passed: b.passed,
+                                    passed_bytes: b.passed_bytes,
+                                    held: b.held,
+                                })
+                            })
+                            .collect(),
                     })
                 },
             ));
@@ -78,6 +95,15 @@ pub(crate) fn stats_page(
                     bytes: s.bytes,
                     messages: s.messages,
                     rejects: counts(&s.rejects),
+                    endpoint: s.endpoint.map(|(spec, c)| EndpointStats {
+                        buf_size: spec.layout.buf_size(),
+                        buffers: spec.layout.buffers(),
+                        report_discards: spec.report_discards,
+                        posted: st.delivery.posted_waiting(s),
+                        delivered: c.delivered,
+                        discarded: c.discarded,
+                        corrupt: c.corrupt,
+                    }),
                 },
             ));
             (StatsPage::Slots(v), next)

@@ -118,6 +118,28 @@ impl<R: Deref<Target = ShmRegion>> Memory for AreaMem<R> {
         // AcqRel: as for compare-and-swap above.
         Ok(word.fetch_add(v, Ordering::AcqRel))
     }
+
+    fn load_u64(&self, offset: u64) -> Result<u64, OutOfRange> {
+        let word = self
+            .0
+            .atomic_u64(at(offset, 8)?)
+            .map_err(|_| oor(offset, 8))?;
+        // Acquire: pairs with the Release `store_u64` (or AcqRel read-modify-write) of
+        // whoever published the word: an endpoint's receiver publishing `posted`, a
+        // depositor publishing a ring entry's `done` (hamlyn_core::endpoint).
+        Ok(word.load(Ordering::Acquire))
+    }
+
+    fn store_u64(&mut self, offset: u64, v: u64) -> Result<(), OutOfRange> {
+        let word = self
+            .0
+            .atomic_u64(at(offset, 8)?)
+            .map_err(|_| oor(offset, 8))?;
+        // Release: pairs with the Acquire `load_u64` of the word's reader, which then
+        // sees every byte written before (an endpoint buffer and its ring entry).
+        word.store(v, Ordering::Release);
+        Ok(())
+    }
 }
 
 #[cfg(all(test, not(loom)))]

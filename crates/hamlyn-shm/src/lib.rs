@@ -13,6 +13,8 @@
 //! - [`spsc`]: single-producer single-consumer rings of fixed-size entries (termini),
 //!   robust against a hostile producer.
 //! - [`notifq`]: the multi-producer notification queue of 32-byte entries.
+//! - [`endpoint`]: a receive endpoint's receiver side: posting buffers, taking arrivals,
+//!   reading and resetting the discard counter.
 //! - [`wake`]: spin-then-sleep on a shared futex without lost wakeups, and the port's
 //!   eventfd for event loops.
 //! - [`memory`]: the small memory abstraction the rings are written over, so that loom can
@@ -36,6 +38,7 @@
 #[cfg(not(loom))]
 pub mod area_mem;
 pub mod bytes;
+pub mod endpoint;
 pub mod fdpass;
 pub mod keys;
 pub mod memory;

@@ -16,8 +16,9 @@ use crate::stats::{StatsPage, StatsSection};
 /// Control protocol version (2: the port's queues in their own memfd; direct slots; 3:
 /// typed statistics in pages, [`Request::Stats`] and [`Reply::StatsPage`]; 4: the
 /// engine's back-pressure counters in the statistics, the wake-up descriptors are socket
-/// pair ends).
-pub const CONTROL_VERSION: u16 = 5;
+/// pair ends; 6: receive endpoints and terminus rate limits, [`Request::CreateEndpoint`],
+/// [`Request::SetRate`], and their statistics).
+pub const CONTROL_VERSION: u16 = 6;
 /// Largest control message in bytes (a statistics page included: see
 /// [`crate::stats::PAGE_BUDGET`]).
 pub const MAX_CONTROL_MSG: usize = 64 * 1024;
@@ -34,6 +35,18 @@ pub mod mode {
     pub const PARANOID_ONE_SHOT: u8 = 2;
     /// Fast.
     pub const FAST: u8 = 3;
+    /// A receive endpoint ([`super::Request::CreateEndpoint`]; never in `CreateSlot`).
+    pub const ENDPOINT: u8 = 4;
+}
+
+/// Flag bits of [`Request::CreateEndpoint`].
+pub mod endpoint_flag {
+    /// A message that finds no posted buffer is also refused to its sender (an error
+    /// completion, `NoBuffer`), not only counted (FLIPC's optimistic discard).
+    pub const REPORT_DISCARDS: u8 = 1;
+    /// Danger: same-node ticket holders may map the endpoint and deposit into its posted
+    /// buffers without the engine, as for direct slots ([`super::perm::DANGER_DIRECT`]).
+    pub const DANGER_DIRECT: u8 = 2;
 }
 
 /// Slot permission bits used on the control socket.
@@ -181,6 +194,34 @@ pub enum Request {
     /// counts it as detached, not lost (`clients_detached` in [`crate::stats`]).
     /// Answered `Ok`.
     Detach,
+    /// Create a receive endpoint (seed 002): a slot over `base..base + layout.len()` of
+    /// `area` laid out as [`crate::endpoint`] says, whose messages (single packets of at
+    /// most `buf_size` bytes, sent with fast tickets) land in the next buffer the receiver
+    /// posted. Answered [`Reply::Slot`].
+    CreateEndpoint {
+        /// The area holding the endpoint.
+        area: u32,
+        /// Offset of the endpoint in the area (a multiple of 64).
+        base: u64,
+        /// Bytes per buffer (see [`crate::endpoint::EndpointLayout::new`]).
+        buf_size: u32,
+        /// Number of buffers.
+        buffers: u32,
+        /// Notification queue index in the port, or [`NO_QUEUE`].
+        queue: u32,
+        /// [`endpoint_flag`] bits.
+        flags: u8,
+    },
+    /// Limits what a terminus of the port sends (token buckets the engine keeps per
+    /// terminus; 0 is unlimited, both 0 lifts the limit). Answered `Ok`.
+    SetRate {
+        /// Terminus index in the port.
+        terminus: u16,
+        /// Payload bytes per second.
+        bytes_per_sec: u64,
+        /// Messages per second.
+        msgs_per_sec: u64,
+    },
 }
 
 /// The engine's answer to a [`Request`].
@@ -235,9 +276,11 @@ pub enum Reply {
         base: u64,
         /// Bytes the slot covers.
         len: u64,
-        /// Offset of the slot's metadata entry 0 in the metadata area (0 for fast slots).
+        /// Offset of the slot's metadata entry 0 in the metadata area (0 for fast slots;
+        /// an endpoint's buffer size for [`mode::ENDPOINT`]).
         meta_base: u64,
-        /// The slot's metadata entries (0 for fast slots).
+        /// The slot's metadata entries (0 for fast slots; an endpoint's number of
+        /// buffers for [`mode::ENDPOINT`]).
         meta_count: u32,
         /// Offset of the slot's notification queue in the queue memfd.
         queue_offset: u64,
@@ -401,6 +444,24 @@ impl Request {
             Request::Detach => {
                 w.u8(15);
             }
+            Request::CreateEndpoint {
+                area,
+                base,
+                buf_size,
+                buffers,
+                queue,
+                flags,
+            } => {
+                w.u8(32).u32(area).u64(base).u32(buf_size).u32(buffers);
+                w.u32(queue).u8(flags);
+            }
+            Request::SetRate {
+                terminus,
+                bytes_per_sec,
+                msgs_per_sec,
+            } => {
+                w.u8(33).u16(terminus).u64(bytes_per_sec).u64(msgs_per_sec);
+            }
             Request::Unpublish { ref name } => {
                 w.u8(16).bytes(name.as_bytes());
             }
@@ -475,6 +536,19 @@ impl Request {
                 key: r.u64()?,
             },
             15 => Request::Detach,
+            32 => Request::CreateEndpoint {
+                area: r.u32()?,
+                base: r.u64()?,
+                buf_size: r.u32()?,
+                buffers: r.u32()?,
+                queue: r.u32()?,
+                flags: r.u8()?,
+            },
+            33 => Request::SetRate {
+                terminus: r.u16()?,
+                bytes_per_sec: r.u64()?,
+                msgs_per_sec: r.u64()?,
+            },
             16 => Request::Unpublish {
                 name: name(&mut r)?,
             },
@@ -676,6 +750,19 @@ mod tests {
                 meta_base: 0,
                 meta_count: 16,
                 queue: 0,
+            },
+            Request::CreateEndpoint {
+                area: 1,
+                base: 128,
+                buf_size: 256,
+                buffers: 9,
+                queue: 0,
+                flags: endpoint_flag::REPORT_DISCARDS,
+            },
+            Request::SetRate {
+                terminus: 3,
+                bytes_per_sec: 1 << 30,
+                msgs_per_sec: 7,
             },
             Request::Rekey { slot: 5 },
             Request::Revoke { slot: 5 },

@@ -16,6 +16,7 @@ pub mod base32;
 pub mod codec;
 pub mod control;
 pub mod crc;
+pub mod endpoint;
 pub mod entry;
 pub mod error;
 pub mod header;

@@ -230,7 +230,31 @@ pub struct PortStats {
     pub queues: u32,
     /// Notifications refused by the port's full queues.
     pub queue_overflows: u64,
+    /// The rate limits of its rate-limited termini.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub rates: Vec<TerminusRate>,
 }
+
+/// A rate-limited terminus: its token buckets' rates and what they did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct TerminusRate {
+    /// The terminus's index in its port.
+    pub terminus: u16,
+    /// Payload bytes per second allowed (0: unlimited).
+    pub bytes_per_sec: u64,
+    /// Messages per second allowed (0: unlimited).
+    pub msgs_per_sec: u64,
+    /// Messages let through.
+    pub passed: u64,
+    /// Payload bytes let through.
+    pub passed_bytes: u64,
+    /// Turns a message waited for tokens.
+    pub held: u64,
+}
+
+/// Most rate entries a port's statistics may carry (a port has at most 64 termini).
+const MAX_RATES: u16 = 1024;
 
 /// Another node, as the engine and its fabric see it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -403,6 +427,8 @@ pub enum SlotMode {
     ParanoidOneShot,
     /// Fast.
     Fast,
+    /// A receive endpoint.
+    Endpoint,
     /// A mode this build has no name for.
     Other,
 }
@@ -417,6 +443,7 @@ impl SlotMode {
             SlotMode::Paranoid => mode::PARANOID,
             SlotMode::ParanoidOneShot => mode::PARANOID_ONE_SHOT,
             SlotMode::Fast => mode::FAST,
+            SlotMode::Endpoint => mode::ENDPOINT,
             SlotMode::Other => MODE_OTHER,
         }
     }
@@ -427,6 +454,7 @@ impl SlotMode {
             mode::PARANOID => SlotMode::Paranoid,
             mode::PARANOID_ONE_SHOT => SlotMode::ParanoidOneShot,
             mode::FAST => SlotMode::Fast,
+            mode::ENDPOINT => SlotMode::Endpoint,
             MODE_OTHER => SlotMode::Other,
             _ => return Err(invalid("slot mode", "unknown code")),
         })
@@ -439,6 +467,7 @@ impl SlotMode {
             SlotMode::Paranoid => "paranoid",
             SlotMode::ParanoidOneShot => "paranoid_one_shot",
             SlotMode::Fast => "fast",
+            SlotMode::Endpoint => "endpoint",
             SlotMode::Other => "other",
         }
     }
@@ -470,6 +499,30 @@ pub struct SlotStats {
     pub messages: u64,
     /// Packets refused for it, by reject reason.
     pub rejects: Counts,
+    /// What a receive endpoint holds and did (endpoint slots only).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub endpoint: Option<EndpointStats>,
+}
+
+/// A receive endpoint's resources and counters (seed 002's resource control, visible).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct EndpointStats {
+    /// Bytes per buffer.
+    pub buf_size: u32,
+    /// Buffers it owns.
+    pub buffers: u32,
+    /// Discards are reported to senders, not only counted.
+    pub report_discards: bool,
+    /// Buffers posted and not yet filled, when the statistics were taken (read from the
+    /// receiver's ring, so only as true as the receiver keeps it).
+    pub posted: u64,
+    /// Messages deposited into posted buffers.
+    pub delivered: u64,
+    /// Messages discarded for want of a posted buffer.
+    pub discarded: u64,
+    /// Packets refused because the ring held impossible indices.
+    pub corrupt: u64,
 }
 
 /// A part of the statistics, asked for in one `Request::Stats`.
@@ -858,6 +911,16 @@ impl PageItem for PortStats {
             .u32(self.termini_broken)
             .u32(self.queues)
             .u64(self.queue_overflows);
+        let n = self.rates.len().min(usize::from(MAX_RATES));
+        w.u16(n as u16);
+        for r in &self.rates[..n] {
+            w.u16(r.terminus)
+                .u64(r.bytes_per_sec)
+                .u64(r.msgs_per_sec)
+                .u64(r.passed)
+                .u64(r.passed_bytes)
+                .u64(r.held);
+        }
     }
 
     fn get(r: &mut Reader<'_>) -> Result<PortStats, WireError> {
@@ -869,6 +932,24 @@ impl PageItem for PortStats {
             termini_broken: r.u32()?,
             queues: r.u32()?,
             queue_overflows: r.u64()?,
+            rates: {
+                let n = r.u16()?;
+                if n > MAX_RATES {
+                    return Err(invalid("rates", "too many"));
+                }
+                let mut v = Vec::with_capacity(usize::from(n));
+                for _ in 0..n {
+                    v.push(TerminusRate {
+                        terminus: r.u16()?,
+                        bytes_per_sec: r.u64()?,
+                        msgs_per_sec: r.u64()?,
+                        passed: r.u64()?,
+                        passed_bytes: r.u64()?,
+                        held: r.u64()?,
+                    });
+                }
+                v
+            },
         })
     }
 }
@@ -955,6 +1036,19 @@ impl PageItem for SlotStats {
         put_bool(w, self.direct);
         w.u64(self.packets).u64(self.bytes).u64(self.messages);
         put_counts(w, &self.rejects);
+        match &self.endpoint {
+            None => {
+                w.u8(0);
+            }
+            Some(e) => {
+                w.u8(1).u32(e.buf_size).u32(e.buffers);
+                put_bool(w, e.report_discards);
+                w.u64(e.posted)
+                    .u64(e.delivered)
+                    .u64(e.discarded)
+                    .u64(e.corrupt);
+            }
+        }
     }
 
     fn get(r: &mut Reader<'_>) -> Result<SlotStats, WireError> {
@@ -970,6 +1064,19 @@ impl PageItem for SlotStats {
             bytes: r.u64()?,
             messages: r.u64()?,
             rejects: get_counts(r)?,
+            endpoint: match r.u8()? {
+                0 => None,
+                1 => Some(EndpointStats {
+                    buf_size: r.u32()?,
+                    buffers: r.u32()?,
+                    report_discards: get_bool(r, "report_discards")?,
+                    posted: r.u64()?,
+                    delivered: r.u64()?,
+                    discarded: r.u64()?,
+                    corrupt: r.u64()?,
+                }),
+                _ => return Err(invalid("endpoint", "presence must be 0 or 1")),
+            },
         })
     }
 }
@@ -998,6 +1105,15 @@ mod tests {
             bytes: 4096,
             messages: 3,
             rejects: counts(&[("bad_key", 1), ("out_of_bounds", 2)]),
+            endpoint: (n % 3 == 0).then_some(EndpointStats {
+                buf_size: 256,
+                buffers: 8,
+                report_discards: true,
+                posted: 3,
+                delivered: 10,
+                discarded: 2,
+                corrupt: 1,
+            }),
         }
     }
 
@@ -1058,6 +1174,14 @@ mod tests {
                 termini_broken: 0,
                 queues: 4,
                 queue_overflows: 6,
+                rates: vec![TerminusRate {
+                    terminus: 2,
+                    bytes_per_sec: 1 << 20,
+                    msgs_per_sec: 0,
+                    passed: 10,
+                    passed_bytes: 640,
+                    held: 3,
+                }],
             }]),
             StatsPage::Peers(vec![
                 PeerStats {

@@ -12,12 +12,13 @@
 //! exactly as on mediated slots, and a group may mix direct and mediated members.
 
 use hamlyn_core::SlotMode;
-use hamlyn_core::{count_packet, notification_entry, RejectReason};
+use hamlyn_core::{count_packet, endpoint, notification_entry, RejectReason};
 use hamlyn_shm::area_mem::AreaMem;
 use hamlyn_shm::notifq::{self, NotifLayout};
 use hamlyn_shm::region::ShmRegion;
 use hamlyn_shm::wake::EventFd;
 use hamlyn_wire::control::{mode, Reply};
+use hamlyn_wire::endpoint::EndpointLayout;
 use hamlyn_wire::{Flags, NodeId, Ticket, FAST_META_INDEX, META_ENTRY_LEN};
 use std::os::fd::OwnedFd;
 
@@ -64,6 +65,9 @@ pub struct DirectTarget {
     entries: Option<ShmRegion>,
     /// The receiver's notification queue, if the slot has one.
     queue: Option<notifq::Producer<ShmRegion>>,
+    /// A receive endpoint's layout: then `data` maps the whole endpoint (ring and
+    /// buffers), and a send claims the next posted buffer as the engine would.
+    endpoint: Option<EndpointLayout>,
 }
 
 /// The metadata entries as the core's commit sees them: the same adapter the engine uses
@@ -132,9 +136,20 @@ impl DirectTarget {
         else {
             return Err(Error::Protocol("expected Direct"));
         };
-        let fast = match mode_code {
-            mode::NORMAL => false,
-            mode::FAST => true,
+        let (fast, endpoint) = match mode_code {
+            mode::NORMAL => (false, None),
+            mode::FAST => (true, None),
+            mode::ENDPOINT => {
+                // An endpoint's shape travels where a slot's entries would.
+                let buf_size = u32::try_from(meta_base)
+                    .map_err(|_| Error::Protocol("endpoint buffer size"))?;
+                let layout = EndpointLayout::new(buf_size, meta_count)
+                    .map_err(|_| Error::Protocol("endpoint layout"))?;
+                if layout.len() != len {
+                    return Err(Error::Protocol("endpoint length"));
+                }
+                (true, Some(layout))
+            }
             _ => return Err(Error::Protocol("a direct slot of an unknown mode")),
         };
         let fds = DirectFds::split(fds, fast, queue_cap != 0).ok_or(Error::Protocol(
@@ -150,7 +165,11 @@ impl DirectTarget {
                 len,
             });
         }
-        let data = if ticket.len == 0 {
+        let data = if endpoint.is_some() {
+            // The whole endpoint: a send picks the buffer.
+            let n = usize::try_from(len).map_err(|_| Error::Protocol("endpoint length"))?;
+            Some(ShmRegion::from_fd_range(fds.area, base, n)?)
+        } else if ticket.len == 0 {
             None
         } else {
             let at = base
@@ -196,6 +215,7 @@ impl DirectTarget {
             data,
             entries,
             queue,
+            endpoint,
         })
     }
 
@@ -239,6 +259,9 @@ impl DirectTarget {
         if (spec.meta_index == FAST_META_INDEX) != self.fast {
             return Err(rejected(RejectReason::BadMode));
         }
+        if let Some(layout) = self.endpoint {
+            return self.send_to_endpoint(&layout, &spec, &data);
+        }
         let mode = if self.fast {
             SlotMode::Fast
         } else {
@@ -272,6 +295,72 @@ impl DirectTarget {
             }
         }
         Ok(())
+    }
+
+    /// A send to a direct receive endpoint: what the engine does for an endpoint packet,
+    /// with the core's own functions — claim the next posted buffer
+    /// ([`hamlyn_core::endpoint::claim`]), copy the message into it, complete the ring
+    /// entry, notify. A message that finds no buffer is counted in the endpoint's discard
+    /// word and refused here as `NoBuffer` (a direct sender has no completion to defer
+    /// that to; ignoring the error is FLIPC's optimistic style); an impossible ring is
+    /// `RingCorrupt`, and nothing is written then.
+    fn send_to_endpoint(
+        &self,
+        layout: &EndpointLayout,
+        spec: &hamlyn_core::SendSpec<'_>,
+        data: &Data<'_>,
+    ) -> Result<(), SendError> {
+        let region = self.data.as_ref().ok_or(rejected(RejectReason::AreaGone))?;
+        let mut mem = AreaMem(region);
+        let mut segs = spec.segment(DIRECT_PACKET_BYTES)?;
+        let seg = segs.next().ok_or(rejected(RejectReason::BadMode))?;
+        let h = &seg.header;
+        if segs.next().is_some() {
+            return Err(rejected(RejectReason::TooLarge));
+        }
+        let fits = h
+            .offset
+            .checked_add(u64::from(h.payload_len))
+            .is_some_and(|end| end <= u64::from(layout.buf_size()));
+        if !fits {
+            return Err(rejected(RejectReason::TooLarge));
+        }
+        let claim = match endpoint::claim(&mut mem, 0, layout) {
+            Ok(c) => c,
+            Err(e) => {
+                if e == endpoint::ClaimError::NoBuffer {
+                    let _ = endpoint::count_discard(&mut mem, 0);
+                }
+                return Err(rejected(e.into()));
+            }
+        };
+        let at = claim.offset + h.offset;
+        if let Err(e) = self.deposit_at(data, at, u64::from(h.payload_len)) {
+            let _ = endpoint::abort(&mut mem, 0, layout, &claim);
+            return Err(e);
+        }
+        let arrival = endpoint::Arrival {
+            len: h.payload_len,
+            src_node: h.src.0,
+            word: h.word,
+            aborted: false,
+        };
+        endpoint::complete(&mut mem, 0, layout, &claim, &arrival)
+            .map_err(|e| rejected(e.into()))?;
+        if let Some(q) = &self.queue {
+            if h.flags.contains(Flags::NOTIFY) {
+                // A full queue counted the loss itself; the message stands in its buffer.
+                let _ = q.post(&endpoint::notification(h, claim.buf));
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies the whole message to byte `at` of the mapped data.
+    fn deposit_at(&self, data: &Data<'_>, at: u64, len: u64) -> Result<(), SendError> {
+        // `deposit` counts from the ticket's offset; an endpoint's ticket starts at 0 and
+        // its mapping at the endpoint's base.
+        self.deposit(data, 0, at + self.ticket.offset, len)
     }
 
     /// The message length, after checking gather spans name this node's areas and lie

@@ -26,6 +26,12 @@
 //!   ([`Notification::request`]).
 //! - [`NotifyQueue`] ([`Node::queue`]): where message arrivals are reported; poll, wait
 //!   (spin, then sleep on a futex: no core burnt), or use [`Node::event_fd`] with epoll.
+//! - [`Endpoint`] ([`Node::endpoint`] → [`EndpointBuilder`]): a receive endpoint (FLIPC):
+//!   messages land in buffers the receiver posted, chosen by the engine; a message that
+//!   finds none is discarded and counted ([`Endpoint::take_discards`], wait-free).
+//! - [`EndpointGroup`]: receive-any across endpoints by priority without starvation,
+//!   blocking on the group's notification queue; [`SharedGroup`] for several waiting
+//!   threads, the highest-priority waiter served first.
 //! - Direct slots, for processes of one trusted job on one node: a receiver opts in with
 //!   [`SlotBuilder::danger_direct`]; a ticket holder maps the slot with
 //!   [`Node::open_direct`] and its [`DirectTarget::send`] deposits, counts and notifies
@@ -63,7 +69,9 @@ mod completion;
 mod control;
 mod direct;
 mod embedded;
+mod endpoint;
 mod error;
+mod group;
 mod keys;
 mod node;
 mod queue;
@@ -77,14 +85,16 @@ mod testing;
 pub use area::{Area, MetaArea, Span};
 pub use completion::Status;
 pub use direct::{DirectTarget, DIRECT_PACKET_BYTES};
+pub use endpoint::{Buffer, Endpoint, EndpointBuilder, Received};
 pub use error::{Error, SendError};
+pub use group::{EndpointGroup, SharedGroup, DEFAULT_STARVATION_BOUND};
 pub use node::{default_socket_path, Node, NodeOptions, DEFAULT_SOCKET, SOCKET_ENV};
 pub use queue::{Notification, NotificationKind, NotifyQueue};
 pub use request::{Data, MetaIndex, SendOptions, BUDGET_PACKET_BYTES};
 pub use slot::{Slot, SlotBuilder};
 pub use terminus::{CompareSwapArgs, FetchAddArgs, ReadArgs, RequestRef, SendHandle, Terminus};
 
-pub use hamlyn_core::{RejectReason, SegmentError, SlotMode, SlotPerms};
+pub use hamlyn_core::{RateLimit, RejectReason, SegmentError, SlotMode, SlotPerms};
 pub use hamlyn_wire::request::{MAX_GATHER, MAX_INLINE};
 pub use hamlyn_wire::stats::{self, Stats};
 pub use hamlyn_wire::{MetaEntry, NodeId, Seed, SlotId, Ticket, TicketFlags, MAX_META_LEN};

@@ -71,6 +71,8 @@ static INSTANCES: AtomicU64 = AtomicU64::new(1);
 pub(crate) struct TerminusSlots {
     in_use: Vec<bool>,
     opened: Vec<Option<u8>>,
+    /// A rate limit was set on the terminus (lifted before the index is handed out again).
+    rated: Vec<bool>,
 }
 
 /// Everything the handles of one node share. Field order is drop order: the engine (if
@@ -350,6 +352,7 @@ impl Node {
             termini: Mutex::new(TerminusSlots {
                 in_use: vec![false; usize::from(g.termini)],
                 opened: vec![None; usize::from(g.termini)],
+                rated: vec![false; usize::from(g.termini)],
             }),
             queues_taken: AtomicU64::new(0),
             options,
@@ -408,6 +411,12 @@ impl Node {
         SlotBuilder::new(self.shared.clone(), area)
     }
 
+    /// Starts building a receive endpoint of `buffers` buffers of `buf_size` bytes (a
+    /// multiple of 64, at most 64 KiB): [`EndpointBuilder::create`] makes it.
+    pub fn endpoint(&self, buf_size: u32, buffers: u32) -> crate::EndpointBuilder {
+        crate::EndpointBuilder::new(self.shared.clone(), buf_size, buffers)
+    }
+
     /// Opens a terminus served at `priority` (0 first; the engine has a few levels and
     /// clamps the rest). A terminus index keeps the priority it was first opened at: a
     /// dropped terminus is reused only for the same priority.
@@ -430,9 +439,52 @@ impl Node {
             })?;
             slots.opened[index] = Some(priority);
         }
+        if slots.rated[index] {
+            // A limit set for an earlier user of this terminus does not carry over.
+            shared.control().call_ok(&Request::SetRate {
+                terminus: idx,
+                bytes_per_sec: 0,
+                msgs_per_sec: 0,
+            })?;
+            slots.rated[index] = false;
+        }
         let t = Terminus::new(shared.clone(), idx)?;
         slots.in_use[index] = true;
         Ok(t)
+    }
+
+    /// A terminus as [`Node::terminus`] gives, limited from the start to `limit` (token
+    /// buckets the engine keeps for it, in payload bytes and messages per second; 0 is
+    /// unlimited). [`Node::set_rate`] changes the limit later.
+    pub fn terminus_with_rate(
+        &self,
+        priority: u8,
+        limit: hamlyn_core::RateLimit,
+    ) -> Result<Terminus, Error> {
+        let t = self.terminus(priority)?;
+        self.set_rate(&t, limit)?;
+        Ok(t)
+    }
+
+    /// Sets (or, with both rates 0, lifts) the rate limit of `terminus`: the engine starts
+    /// a message of the terminus only when its buckets hold tokens, so the terminus
+    /// sends at most `limit` on average (bursts of 10 ms of the rate), and a limited
+    /// terminus never slows any other. Shown in `hamlyn stat`.
+    pub fn set_rate(
+        &self,
+        terminus: &Terminus,
+        limit: hamlyn_core::RateLimit,
+    ) -> Result<(), Error> {
+        let index = terminus.index();
+        self.shared.control().call_ok(&Request::SetRate {
+            terminus: index,
+            bytes_per_sec: limit.bytes_per_sec,
+            msgs_per_sec: limit.msgs_per_sec,
+        })?;
+        if let Some(r) = self.shared.termini().rated.get_mut(usize::from(index)) {
+            *r = !limit.is_unlimited();
+        }
+        Ok(())
     }
 
     /// Maps the direct slot `ticket` names, to deposit into it without the engine

@@ -297,6 +297,36 @@ pub fn render(s: &Stats) -> String {
         }
         align_numbers(&mut pt, 0);
         let _ = writeln!(out, "Ports\n{pt}\n");
+        let rates: Vec<_> = s
+            .ports
+            .iter()
+            .flat_map(|p| p.rates.iter().map(move |r| (p.client, r)))
+            .collect();
+        if !rates.is_empty() {
+            let mut rt = table(&[
+                "client", "terminus", "bytes/s", "msgs/s", "passed", "bytes", "held",
+            ]);
+            let limit = |v: u64| {
+                if v == 0 {
+                    "-".to_string()
+                } else {
+                    v.to_string()
+                }
+            };
+            for (client, r) in rates {
+                rt.add_row(vec![
+                    client.to_string(),
+                    r.terminus.to_string(),
+                    limit(r.bytes_per_sec),
+                    limit(r.msgs_per_sec),
+                    r.passed.to_string(),
+                    r.passed_bytes.to_string(),
+                    r.held.to_string(),
+                ]);
+            }
+            align_numbers(&mut rt, 0);
+            let _ = writeln!(out, "Rate limits\n{rt}\n");
+        }
     }
 
     if s.slots.is_empty() {
@@ -339,6 +369,41 @@ pub fn render(s: &Stats) -> String {
         }
         let _ = writeln!(out, "Slots\n{st}");
     }
+    let endpoints: Vec<_> = s
+        .slots
+        .iter()
+        .filter_map(|sl| sl.endpoint.map(|e| (sl.slot, e)))
+        .collect();
+    if !endpoints.is_empty() {
+        let mut et = table(&[
+            "slot",
+            "buffer size",
+            "buffers",
+            "posted",
+            "delivered",
+            "discarded",
+            "discards",
+            "ring corrupt",
+        ]);
+        for (slot, e) in endpoints {
+            et.add_row(vec![
+                slot.to_string(),
+                e.buf_size.to_string(),
+                e.buffers.to_string(),
+                e.posted.to_string(),
+                e.delivered.to_string(),
+                e.discarded.to_string(),
+                if e.report_discards {
+                    "reported".into()
+                } else {
+                    "counted".into()
+                },
+                e.corrupt.to_string(),
+            ]);
+        }
+        align_numbers(&mut et, 0);
+        let _ = writeln!(out, "\nEndpoints\n{et}");
+    }
     out
 }
 
@@ -374,6 +439,14 @@ mod tests {
                 termini_broken: 0,
                 queues: 4,
                 queue_overflows: 0,
+                rates: vec![hamlyn_wire::stats::TerminusRate {
+                    terminus: 1,
+                    bytes_per_sec: 1_000_000,
+                    msgs_per_sec: 5_000,
+                    passed: 77,
+                    passed_bytes: 4_928,
+                    held: 12,
+                }],
             }],
             peers: vec![PeerStats {
                 node: 4,
@@ -404,25 +477,50 @@ mod tests {
             })),
             areas: 3,
             registry: RegistryStats { home: 1, names: 5 },
-            slots: vec![SlotStats {
-                slot: 1,
-                owner: 1,
-                mode: SlotMode::Normal,
-                len: 4096,
-                revoked: false,
-                inhibited: true,
-                direct: false,
-                packets: 9,
-                bytes: 4096,
-                messages: 9,
-                rejects: counts(&[("bad_key", 1), ("out_of_bounds", 2)]),
-            }],
+            slots: vec![
+                SlotStats {
+                    slot: 1,
+                    owner: 1,
+                    mode: SlotMode::Normal,
+                    len: 4096,
+                    revoked: false,
+                    inhibited: true,
+                    direct: false,
+                    packets: 9,
+                    bytes: 4096,
+                    messages: 9,
+                    rejects: counts(&[("bad_key", 1), ("out_of_bounds", 2)]),
+                    endpoint: None,
+                },
+                SlotStats {
+                    slot: 2,
+                    owner: 1,
+                    mode: SlotMode::Endpoint,
+                    len: 8448,
+                    revoked: false,
+                    inhibited: false,
+                    direct: false,
+                    packets: 70,
+                    bytes: 700,
+                    messages: 70,
+                    rejects: counts(&[("no_buffer", 31)]),
+                    endpoint: Some(hamlyn_wire::stats::EndpointStats {
+                        buf_size: 256,
+                        buffers: 32,
+                        report_discards: false,
+                        posted: 5,
+                        delivered: 70,
+                        discarded: 31,
+                        corrupt: 0,
+                    }),
+                },
+            ],
             ..Stats::default()
         };
         s.engine.nacks_sent = 8080;
         let out = render(&s);
         assert!(
-            out.starts_with("node 3, incarnation 77: 1 port(s), 3 area(s), 1 slot(s), 1 peer(s)"),
+            out.starts_with("node 3, incarnation 77: 1 port(s), 3 area(s), 2 slot(s), 1 peer(s)"),
             "{out}"
         );
         for want in [
@@ -435,6 +533,10 @@ mod tests {
             "clients detached",
             "NACKs sent",
             "8080",
+            "Endpoints",
+            "Rate limits",
+            "1000000",
+            "counted",
             "31337",
             "2/3",
             "555",

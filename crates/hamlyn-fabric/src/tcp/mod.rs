@@ -1764,7 +1764,11 @@ impl TcpFabric {
             peer.stats.refused_full += 1;
             return Err(FabricError::Full);
         }
-        let pick = if hold.is_some() {
+        let pick = if let Some(rail) = pinned_rail(header, n) {
+            // A single-packet message keeps to its pair's rail, so the messages of one
+            // sending terminus to one slot (an endpoint pair) arrive in the order sent.
+            Some(rail)
+        } else if hold.is_some() {
             holding.or(empty)
         } else {
             empty
@@ -2148,4 +2152,22 @@ pub fn tcp_cluster(nodes: usize, config: &TcpConfig) -> Result<Vec<TcpFabric>, T
         }
     }
     Ok(fabrics)
+}
+
+/// The rail a packet must take, if it is pinned: a single-packet write goes on the rail
+/// its (sending terminus, destination slot) pair hashes to, so one pair's messages never
+/// overtake each other on different rails (docs/ARCHITECTURE.md, "Ordered delivery per
+/// endpoint pair"). Multi-packet messages are striped over every rail as before; packet
+/// counting does not care about their order.
+fn pinned_rail(header: &Header, rails: usize) -> Option<usize> {
+    let single = header
+        .flags
+        .contains(hamlyn_wire::Flags::FIRST | hamlyn_wire::Flags::LAST);
+    if rails < 2 || header.op != hamlyn_wire::Op::Write || !single {
+        return None;
+    }
+    let pair = (u64::from(header.request.terminus) << 32) | u64::from(header.slot.0);
+    // A multiplicative hash (Fibonacci): pairs that differ in any bit spread over rails.
+    let h = pair.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+    Some((h % rails as u64) as usize)
 }
