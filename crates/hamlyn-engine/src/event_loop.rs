@@ -361,7 +361,10 @@ impl Engine {
                     req @ (Request::Publish { .. }
                     | Request::Unpublish { .. }
                     | Request::Lookup { .. }
-                    | Request::Ping { .. }),
+                    | Request::Ping { .. }
+                    | Request::AmRegister { .. }
+                    | Request::AmUnregister { .. }
+                    | Request::AmTable { .. }),
                 ) => {
                     let at = self.state.registry_place();
                     let remote = self.state.remote.as_mut();

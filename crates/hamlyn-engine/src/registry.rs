@@ -23,6 +23,7 @@ use hamlyn_wire::{Header, NodeId, Op, RequestId, Seed};
 
 use hamlyn_core::Instant;
 
+use crate::am_table::HandlerTable;
 use crate::clients::Clients;
 use crate::counters::EngineCounters;
 use crate::remote::Remote;
@@ -44,7 +45,7 @@ const ANSWER: u64 = 1;
 const CLIENT_GONE: u64 = 2;
 
 /// Who published a name: a client of a node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct Owner {
     /// The client's node.
     pub(crate) node: NodeId,
@@ -70,6 +71,8 @@ pub(crate) struct Registry {
     /// is told when they leave).
     published: HashSet<u32>,
     next: u32,
+    /// The active-message handler table (on the registry node).
+    handlers: HandlerTable,
 }
 
 fn not_found(name: &str) -> Reply {
@@ -148,6 +151,9 @@ impl Registry {
                 None => not_found(name),
             },
             Request::Ping { .. } => Reply::Ok,
+            Request::AmRegister { handlers } => self.handlers.register(handlers, owner),
+            Request::AmUnregister { names } => self.handlers.unregister(names, owner),
+            Request::AmTable { start } => self.handlers.page(*start),
             _ => error(ControlErrorCode::BadRequest, "not a registry request"),
         }
     }
@@ -155,6 +161,7 @@ impl Registry {
     /// Removes every name `pick` selects (their publisher is gone); how many.
     fn drop_names(&mut self, pick: impl Fn(Owner) -> bool) -> usize {
         let before = self.entries.len();
+        self.handlers.drop_owners(&pick);
         self.entries.retain(|_, e| !pick(e.owner));
         before - self.entries.len()
     }
@@ -222,7 +229,7 @@ impl Registry {
         match remote.send_bytes(at.now, &h, &body) {
             Ok(()) => {
                 self.pending.insert(seq, (cid, home));
-                if matches!(req, Request::Publish { .. }) {
+                if matches!(req, Request::Publish { .. } | Request::AmRegister { .. }) {
                     self.published.insert(cid);
                 }
                 None

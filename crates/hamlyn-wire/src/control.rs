@@ -181,6 +181,51 @@ pub enum Request {
     /// counts it as detached, not lost (`clients_detached` in [`crate::stats`]).
     /// Answered `Ok`.
     Detach,
+    /// Active messages (seed 003 §5.4, `grim_synchHandlers`): this client registers
+    /// handlers by name and argument-layout fingerprint in the cluster's handler table
+    /// (on the registry node), which gives each name a dense cluster-wide id the first
+    /// time it is registered. Answered `Ok`; refused whole (`InvalidArgument`, naming
+    /// it) if a name is live with another fingerprint. A client's registrations leave
+    /// with it.
+    AmRegister {
+        /// (name, fingerprint) pairs, at most [`MAX_AM_HANDLERS_PER_REQUEST`].
+        handlers: Vec<(String, u64)>,
+    },
+    /// Active messages: this client no longer has these handlers. A name nobody has any
+    /// more stays in the table with its id (ids are never reused), not live, and its
+    /// epoch moves on when it is registered again. Answered `Ok`.
+    AmUnregister {
+        /// Names, at most [`MAX_AM_HANDLERS_PER_REQUEST`].
+        names: Vec<String>,
+    },
+    /// Active messages: a page of the cluster's handler table, from id `start`;
+    /// answered [`Reply::AmTable`].
+    AmTable {
+        /// The first id wanted: 0, then the `next` of the previous page.
+        start: u32,
+    },
+}
+
+/// Longest active-message handler name in bytes.
+pub const MAX_AM_HANDLER_NAME: usize = 64;
+/// Most handlers one [`Request::AmRegister`] or [`Request::AmUnregister`] names.
+pub const MAX_AM_HANDLERS_PER_REQUEST: usize = 32;
+/// Most entries one [`Reply::AmTable`] page carries.
+pub const AM_TABLE_PAGE: usize = 32;
+
+/// One entry of the cluster's active-message handler table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AmHandlerEntry {
+    /// The dense cluster-wide id.
+    pub id: u32,
+    /// Moves on each time the name becomes live again after nobody had it.
+    pub epoch: u32,
+    /// Whether some client has it registered now.
+    pub live: bool,
+    /// The fingerprint of its argument layout.
+    pub fingerprint: u64,
+    /// Its name.
+    pub name: String,
 }
 
 /// The engine's answer to a [`Request`].
@@ -251,6 +296,15 @@ pub enum Reply {
         code: u16,
         /// What went wrong, for people.
         message: String,
+    },
+    /// A page of the active-message handler table ([`Request::AmTable`]).
+    AmTable {
+        /// The table's version (moves on with every change).
+        version: u64,
+        /// Entries in id order, at most [`AM_TABLE_PAGE`].
+        entries: Vec<AmHandlerEntry>,
+        /// The `start` of the next page; `None`: this page ends the table.
+        next: Option<u32>,
     },
 }
 
@@ -404,6 +458,21 @@ impl Request {
             Request::Unpublish { ref name } => {
                 w.u8(16).bytes(name.as_bytes());
             }
+            Request::AmRegister { ref handlers } => {
+                w.u8(40).u16(handlers.len() as u16);
+                for (name, fp) in handlers {
+                    w.bytes(name.as_bytes()).u64(*fp);
+                }
+            }
+            Request::AmUnregister { ref names } => {
+                w.u8(41).u16(names.len() as u16);
+                for name in names {
+                    w.bytes(name.as_bytes());
+                }
+            }
+            Request::AmTable { start } => {
+                w.u8(42).u32(start);
+            }
         }
         w.0
     }
@@ -478,6 +547,23 @@ impl Request {
             16 => Request::Unpublish {
                 name: name(&mut r)?,
             },
+            40 => {
+                let n = am_count(&mut r, MAX_AM_HANDLERS_PER_REQUEST)?;
+                let mut handlers = Vec::with_capacity(n);
+                for _ in 0..n {
+                    handlers.push((handler_name(&mut r)?, r.u64()?));
+                }
+                Request::AmRegister { handlers }
+            }
+            41 => {
+                let n = am_count(&mut r, MAX_AM_HANDLERS_PER_REQUEST)?;
+                let mut names = Vec::with_capacity(n);
+                for _ in 0..n {
+                    names.push(handler_name(&mut r)?);
+                }
+                Request::AmUnregister { names }
+            }
+            42 => Request::AmTable { start: r.u32()? },
             _ => {
                 return Err(WireError::InvalidField {
                     field: "request tag",
@@ -505,6 +591,31 @@ fn name(r: &mut Reader<'_>) -> Result<String, WireError> {
     }
     String::from_utf8(b.to_vec()).map_err(|_| WireError::InvalidField {
         field: "name",
+        why: "not UTF-8",
+    })
+}
+
+fn am_count(r: &mut Reader<'_>, max: usize) -> Result<usize, WireError> {
+    let n = usize::from(r.u16()?);
+    if n > max {
+        return Err(WireError::InvalidField {
+            field: "handler count",
+            why: "more than one request or page carries",
+        });
+    }
+    Ok(n)
+}
+
+fn handler_name(r: &mut Reader<'_>) -> Result<String, WireError> {
+    let b = r.bytes(MAX_AM_HANDLER_NAME)?;
+    if b.is_empty() {
+        return Err(WireError::InvalidField {
+            field: "handler name",
+            why: "empty",
+        });
+    }
+    String::from_utf8(b.to_vec()).map_err(|_| WireError::InvalidField {
+        field: "handler name",
         why: "not UTF-8",
     })
 }
@@ -576,6 +687,21 @@ impl Reply {
                 w.u64(*meta_base).u32(*meta_count);
                 w.u64(*queue_offset).u32(*queue_cap);
             }
+            Reply::AmTable {
+                version,
+                entries,
+                next,
+            } => {
+                w.u8(40).u64(*version).u16(entries.len() as u16);
+                for e in entries {
+                    w.u32(e.id).u32(e.epoch).u8(u8::from(e.live)).u64(e.fingerprint);
+                    w.bytes(e.name.as_bytes());
+                }
+                match next {
+                    None => w.u8(0),
+                    Some(n) => w.u8(1).u32(*n),
+                };
+            }
             Reply::Error { code, message } => {
                 let n = message.len().min(1024);
                 w.u8(6)
@@ -622,6 +748,47 @@ impl Reply {
             7 => Reply::Seed {
                 seed: seed_text(&mut r)?,
             },
+            40 => {
+                let version = r.u64()?;
+                let n = am_count(&mut r, AM_TABLE_PAGE)?;
+                let mut entries = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let id = r.u32()?;
+                    let epoch = r.u32()?;
+                    let live = match r.u8()? {
+                        0 => false,
+                        1 => true,
+                        _ => {
+                            return Err(WireError::InvalidField {
+                                field: "live",
+                                why: "must be 0 or 1",
+                            })
+                        }
+                    };
+                    entries.push(AmHandlerEntry {
+                        id,
+                        epoch,
+                        live,
+                        fingerprint: r.u64()?,
+                        name: handler_name(&mut r)?,
+                    });
+                }
+                let next = match r.u8()? {
+                    0 => None,
+                    1 => Some(r.u32()?),
+                    _ => {
+                        return Err(WireError::InvalidField {
+                            field: "next",
+                            why: "presence must be 0 or 1",
+                        })
+                    }
+                };
+                Reply::AmTable {
+                    version,
+                    entries,
+                    next,
+                }
+            }
             8 => Reply::Direct {
                 mode: r.u8()?,
                 base: r.u64()?,
@@ -703,6 +870,13 @@ mod tests {
                 key: 0xFEED_FACE_CAFE_BEEF,
             },
             Request::Detach,
+            Request::AmRegister {
+                handlers: vec![("ping".into(), 7), ("sum".into(), u64::MAX)],
+            },
+            Request::AmUnregister {
+                names: vec!["sum".into()],
+            },
+            Request::AmTable { start: 3 },
         ]
     }
 
@@ -754,6 +928,17 @@ mod tests {
             },
             Reply::Seed {
                 seed: "hmseed1-abc".into(),
+            },
+            Reply::AmTable {
+                version: 9,
+                entries: vec![AmHandlerEntry {
+                    id: 1,
+                    epoch: 2,
+                    live: true,
+                    fingerprint: 3,
+                    name: "echo".into(),
+                }],
+                next: Some(2),
             },
             Reply::Direct {
                 mode: mode::NORMAL,

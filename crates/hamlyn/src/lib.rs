@@ -95,5 +95,7 @@ pub use hamlyn_shm::fdpass::FdPassError;
 pub use hamlyn_shm::memory::LayoutError;
 pub use hamlyn_shm::region::RegionError;
 pub use hamlyn_shm::wake::WakeError;
-pub use hamlyn_wire::control::ControlErrorCode;
+pub use hamlyn_wire::control::{
+    AmHandlerEntry, ControlErrorCode, MAX_AM_HANDLERS_PER_REQUEST, MAX_AM_HANDLER_NAME,
+};
 pub use hamlyn_wire::{SplitError, WireError};

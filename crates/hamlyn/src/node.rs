@@ -577,6 +577,56 @@ impl Node {
         }
     }
 
+    /// Registers active-message handlers (name, argument-layout fingerprint) of this node
+    /// handle in the cluster's handler table on the registry node (seed 003 §5.4; at most
+    /// [`hamlyn_wire::control::MAX_AM_HANDLERS_PER_REQUEST`] at once): all or none; a
+    /// name live with another fingerprint is refused (`InvalidArgument`, naming it). The
+    /// registrations leave with this connection. The `hamlyn-am` crate builds on this.
+    pub fn am_register(&self, handlers: &[(String, u64)]) -> Result<(), Error> {
+        match self.registry_call(&Request::AmRegister {
+            handlers: handlers.to_vec(),
+        })? {
+            Reply::Ok => Ok(()),
+            _ => Err(self.shared.control().violation("expected Ok")),
+        }
+    }
+
+    /// This node handle no longer has these active-message handlers.
+    pub fn am_unregister(&self, names: &[String]) -> Result<(), Error> {
+        match self.registry_call(&Request::AmUnregister {
+            names: names.to_vec(),
+        })? {
+            Reply::Ok => Ok(()),
+            _ => Err(self.shared.control().violation("expected Ok")),
+        }
+    }
+
+    /// The cluster's active-message handler table, whole (fetched page by page), with
+    /// its version as of the last page.
+    pub fn am_table(&self) -> Result<(u64, Vec<hamlyn_wire::control::AmHandlerEntry>), Error> {
+        let mut all = Vec::new();
+        let mut start = 0;
+        loop {
+            match self.registry_call(&Request::AmTable { start })? {
+                Reply::AmTable {
+                    version,
+                    entries,
+                    next,
+                } => {
+                    all.extend(entries);
+                    match next {
+                        Some(n) if n > start => start = n,
+                        Some(_) => {
+                            return Err(self.shared.control().violation("table page goes back"))
+                        }
+                        None => return Ok((version, all)),
+                    }
+                }
+                _ => return Err(self.shared.control().violation("expected AmTable")),
+            }
+        }
+    }
+
     /// A registry request, made again while the engine says `Busy` (the registry node's
     /// link is full or still coming up, or too many requests wait) for at most the
     /// control timeout ([`NodeOptions::control_timeout`]).
