@@ -48,7 +48,10 @@ impl HandlerTable {
     /// `owner` registers `handlers`: all or none.
     pub(crate) fn register(&mut self, handlers: &[(String, u64)], owner: Owner) -> Reply {
         if handlers.len() > MAX_AM_HANDLERS_PER_REQUEST {
-            return refuse(ControlErrorCode::InvalidArgument, "too many handlers".into());
+            return refuse(
+                ControlErrorCode::InvalidArgument,
+                "too many handlers".into(),
+            );
         }
         let mut fresh = 0;
         for (name, fp) in handlers {
@@ -58,7 +61,11 @@ impl HandlerTable {
                     format!("handler name {name:?}: 1..={MAX_AM_HANDLER_NAME} bytes"),
                 );
             }
-            match self.by_name.get(name).map(|&id| &self.handlers[id as usize]) {
+            match self
+                .by_name
+                .get(name)
+                .map(|&id| &self.handlers[id as usize])
+            {
                 Some(h) if !h.owners.is_empty() && h.fingerprint != *fp => {
                     return refuse(
                         ControlErrorCode::InvalidArgument,
@@ -134,7 +141,12 @@ impl HandlerTable {
 
     /// Every owner `pick` selects is gone: its registrations go.
     pub(crate) fn drop_owners(&mut self, pick: impl Fn(Owner) -> bool) {
-        let gone: Vec<Owner> = self.per_owner.keys().copied().filter(|o| pick(*o)).collect();
+        let gone: Vec<Owner> = self
+            .per_owner
+            .keys()
+            .copied()
+            .filter(|o| pick(*o))
+            .collect();
         if gone.is_empty() {
             return;
         }
@@ -204,8 +216,14 @@ mod tests {
     fn ids_are_dense_and_stable_epochs_move_on_and_collisions_are_refused() {
         let mut t = HandlerTable::default();
         let (a, b) = (owner(0, 1), owner(1, 1));
-        assert_eq!(t.register(&[("x".into(), 1), ("y".into(), 2)], a), Reply::Ok);
-        assert_eq!(t.register(&[("y".into(), 2), ("z".into(), 3)], b), Reply::Ok);
+        assert_eq!(
+            t.register(&[("x".into(), 1), ("y".into(), 2)], a),
+            Reply::Ok
+        );
+        assert_eq!(
+            t.register(&[("y".into(), 2), ("z".into(), 3)], b),
+            Reply::Ok
+        );
         let e = entries(&t);
         let names: Vec<_> = e.iter().map(|e| (e.id, e.name.as_str())).collect();
         assert_eq!(names, [(0, "x"), (1, "y"), (2, "z")]);

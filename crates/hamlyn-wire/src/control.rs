@@ -694,7 +694,10 @@ impl Reply {
             } => {
                 w.u8(40).u64(*version).u16(entries.len() as u16);
                 for e in entries {
-                    w.u32(e.id).u32(e.epoch).u8(u8::from(e.live)).u64(e.fingerprint);
+                    w.u32(e.id)
+                        .u32(e.epoch)
+                        .u8(u8::from(e.live))
+                        .u64(e.fingerprint);
                     w.bytes(e.name.as_bytes());
                 }
                 match next {
