@@ -457,7 +457,7 @@ impl AmEndpoint {
         want: Want,
     ) -> Result<CallId, AmError> {
         self.ensure_link(to)?;
-        let max = self.links.get(to).map_or(0, |l| l.bulk.max_len());
+        let max = self.links.get(to).map_or(0, |l| l.bulk_max);
         let len = payload.len() as u64;
         if len + HEADER_LEN as u64 > max || len > u64::from(u32::MAX) {
             return Err(AmError::TooLong {

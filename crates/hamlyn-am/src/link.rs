@@ -23,6 +23,8 @@ use crate::AmError;
 pub(crate) struct Link {
     pub(crate) short: DatagramSender,
     pub(crate) bulk: DatagramSender,
+    /// The receiver's bulk buffer size (header included).
+    pub(crate) bulk_max: u64,
 }
 
 /// An endpoint's links.
@@ -133,7 +135,15 @@ impl Links {
                 "a link seed grants nothing",
             )));
         }
-        self.links.insert(peer, Link { short, bulk });
+        let bulk_max = bulk.max_len();
+        self.links.insert(
+            peer,
+            Link {
+                short,
+                bulk,
+                bulk_max,
+            },
+        );
         Ok(true)
     }
 

@@ -89,6 +89,11 @@ impl<T> Served<T> {
         rx.recv_timeout(WAIT).unwrap()
     }
 
+    /// Runs `f` on the endpoint's thread, between polls, without waiting for it.
+    pub fn post(&self, f: impl FnOnce(&mut AmEndpoint) + Send + 'static) {
+        self.cmds.send(Some(Box::new(f))).unwrap();
+    }
+
     pub fn finish(self) -> T {
         self.cmds.send(None).unwrap();
         self.thread.join().unwrap()
