@@ -33,6 +33,20 @@ pub struct Addr {
     pub client: u32,
 }
 
+impl Addr {
+    /// The client number that names a node's engine itself.
+    pub const ENGINE: u32 = u32::MAX;
+
+    /// `node`'s engine, which runs the engine-resident handlers (`hamlyn.ping`,
+    /// `hamlyn.echo`, `hamlyn.counter`, `hamlyn.stats`: [`hamlyn::am_engine`]).
+    pub fn engine(node: NodeId) -> Addr {
+        Addr {
+            node,
+            client: Addr::ENGINE,
+        }
+    }
+}
+
 /// How an endpoint is sized.
 #[derive(Clone, Copy, Debug)]
 pub struct AmOptions {
@@ -247,6 +261,8 @@ pub struct AmEndpoint {
     options: AmOptions,
     next_call: u64,
     pending: HashMap<u64, Pending>,
+    /// Outcomes of calls to engine-resident handlers, until waited for.
+    engine_done: HashMap<u64, Result<Outcome, AmError>>,
     failures: VecDeque<Failure>,
     outbox: VecDeque<(Addr, [u8; HEADER_LEN])>,
     counters: AmCounters,
@@ -299,6 +315,7 @@ impl AmEndpoint {
             options: o,
             next_call: 1,
             pending: HashMap::new(),
+            engine_done: HashMap::new(),
             failures: VecDeque::new(),
             outbox: VecDeque::new(),
             counters: AmCounters::default(),
@@ -431,6 +448,9 @@ impl AmEndpoint {
         args: [u64; 4],
         want: Want,
     ) -> Result<CallId, AmError> {
+        if to.client == Addr::ENGINE {
+            return self.engine_call(to.node, handler, channel, args, want);
+        }
         self.ensure_link(to)?;
         let hd = self.header(Kind::Short, handler, channel, args, want);
         let link = self.links.get(to).ok_or(AmError::Timeout)?;
@@ -481,6 +501,50 @@ impl AmEndpoint {
         Ok(self.track(hd, to, sent, want))
     }
 
+    /// A short message to a node's engine: its engine-resident handler runs at once
+    /// (through this endpoint's engine, forwarded over the fabric), and the outcome waits
+    /// for [`AmEndpoint::wait`].
+    fn engine_call(
+        &mut self,
+        node: NodeId,
+        handler: HandlerId,
+        channel: u16,
+        args: [u64; 4],
+        want: Want,
+    ) -> Result<CallId, AmError> {
+        let hd = self.header(Kind::Short, handler, channel, args, want);
+        let outcome = match self.node.am_engine_call(node, handler.id, args) {
+            Ok(r) if want == Want::Reply => Ok(Outcome::Reply(r)),
+            Ok(_) => Ok(Outcome::Done),
+            Err(hamlyn::Error::Refused {
+                code: Some(hamlyn::ControlErrorCode::NotFound),
+                ..
+            }) => Err(AmError::Refused {
+                handler: self.handlers.name_of(handler.id),
+                id: handler.id,
+                why: Refusal::NoHandler,
+            }),
+            Err(e) => Err(e.into()),
+        };
+        match (want, outcome) {
+            (Want::Nothing, Ok(_)) => {}
+            (Want::Nothing, Err(error)) => {
+                if self.failures.len() >= MAX_FAILURES {
+                    self.counters.failures_dropped += 1;
+                } else {
+                    self.failures.push_back(Failure {
+                        call: CallId(hd.call),
+                        error,
+                    });
+                }
+            }
+            (_, outcome) => {
+                self.engine_done.insert(hd.call, outcome);
+            }
+        }
+        Ok(CallId(hd.call))
+    }
+
     fn ensure_link(&mut self, to: Addr) -> Result<(), AmError> {
         if self.links.get(to).is_some() {
             return Ok(());
@@ -507,6 +571,9 @@ impl AmEndpoint {
     /// running arriving handlers meanwhile.
     pub fn wait(&mut self, call: CallId, timeout: Duration) -> Result<Outcome, AmError> {
         let deadline = Instant::now() + timeout;
+        if let Some(out) = self.engine_done.remove(&call.0) {
+            return out;
+        }
         loop {
             let p = self
                 .pending

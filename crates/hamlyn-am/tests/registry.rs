@@ -7,7 +7,7 @@
 mod common;
 
 use common::{cluster, endpoint, serve, WAIT};
-use hamlyn_am::{fingerprint, AmError, HandlerId, Refusal, Want};
+use hamlyn_am::{fingerprint, Addr, AmError, HandlerId, Refusal, Want};
 
 fn echo(ctx: &mut hamlyn_am::Ctx<'_>) -> Result<(), String> {
     ctx.reply(ctx.args()).map_err(|e| e.to_string())
@@ -72,9 +72,12 @@ fn ids_agree_across_three_nodes_late_joiners_get_them_and_wrong_handlers_fail() 
         .iter()
         .map(|n| zero.handler_by_name(n).unwrap())
         .collect();
+    // Dense: after the engine-resident handlers, which hold the first ids.
     let mut dense: Vec<u32> = ids.iter().map(|h| h.id).collect();
     dense.sort_unstable();
-    assert_eq!(dense, [0, 1, 2, 3], "dense ids");
+    assert_eq!(dense, [4, 5, 6, 7], "dense ids");
+    let names: Vec<&str> = zero.table().1.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(&names[..4], hamlyn::am_engine::NAMES);
 
     // A late joiner on node 2 (another process's connection) gets the same table.
     let mut late = endpoint(engines[2].socket_path());
@@ -136,7 +139,7 @@ fn ids_agree_across_three_nodes_late_joiners_get_them_and_wrong_handlers_fail() 
         other => panic!("echo is gone from node 1: {other:?}"),
     }
     let table_one = one.finish();
-    assert_eq!(table_one.len(), 4);
+    assert_eq!(table_one.len(), 8);
     late.refresh().unwrap();
     assert_eq!(late.handler_by_name("echo").unwrap(), ids[1]);
     assert_eq!(
@@ -144,7 +147,7 @@ fn ids_agree_across_three_nodes_late_joiners_get_them_and_wrong_handlers_fail() 
         [5, 6, 7, 8]
     );
     let (table_two, counters) = two.finish();
-    assert_eq!(table_two.len(), 4);
+    assert_eq!(table_two.len(), 8);
     let max = counters.iter().find(|(n, _)| n == "max").unwrap().1;
     assert_eq!((max.calls, max.replies, max.errors), (1, 1, 0));
     // Both of "echo"'s owners unregistered it now: not live any more, under the same id.
@@ -154,6 +157,53 @@ fn ids_agree_across_three_nodes_late_joiners_get_them_and_wrong_handlers_fail() 
         Err(AmError::UnknownName(_))
     ));
     assert!(!zero.table().1[ids[1].id as usize].live);
+
+    // The engine-resident handlers: every node has them, under the same ids; the
+    // counter is each engine's own.
+    let ping = zero.handler_by_name("hamlyn.ping").unwrap();
+    let counter = zero.handler_by_name("hamlyn.counter").unwrap();
+    let echo = late.handler_by_name("hamlyn.echo").unwrap();
+    for n in 0..3u32 {
+        let node = hamlyn::NodeId(n);
+        let r = zero.call(
+            Addr::engine(node),
+            ping,
+            0,
+            [40 + u64::from(n), 0, 0, 0],
+            WAIT,
+        );
+        assert_eq!(r.unwrap(), [40 + u64::from(n), u64::from(n), 0, 0]);
+        let r = late.call(Addr::engine(node), echo, 0, [1, 2, 3, 4], WAIT);
+        assert_eq!(r.unwrap(), [1, 2, 3, 4]);
+    }
+    let two_engine = Addr::engine(hamlyn::NodeId(2));
+    assert_eq!(
+        zero.call(two_engine, counter, 0, [5, 0, 0, 0], WAIT)
+            .unwrap()[..2],
+        [0, 5]
+    );
+    assert_eq!(
+        late.call(two_engine, counter, 0, [3, 0, 0, 0], WAIT)
+            .unwrap()[..2],
+        [5, 8]
+    );
+    let c = zero
+        .send_short(two_engine, counter, 0, [1, 0, 0, 0], Want::Ack)
+        .unwrap();
+    assert_eq!(zero.wait(c, WAIT).unwrap(), hamlyn_am::Outcome::Done);
+    let stats = zero.handler_by_name("hamlyn.stats").unwrap();
+    assert_eq!(
+        zero.call(two_engine, stats, 0, [0; 4], WAIT).unwrap(),
+        [1, 1, 3, 1],
+        "node 2's engine answered one ping, one echo, three counter calls and this"
+    );
+    // A user handler's id at an engine: refused, named.
+    match zero.call(two_engine, sum, 0, [0; 4], WAIT) {
+        Err(AmError::Refused { handler, why, .. }) => {
+            assert_eq!((handler.as_str(), why), ("sum", Refusal::NoHandler));
+        }
+        other => panic!("{other:?}"),
+    }
     drop((zero, late));
     for e in engines {
         e.stop().unwrap();

@@ -3,12 +3,13 @@
 //! given a dense cluster-wide id the first time it is registered. Ids are never reused:
 //! a name nobody has registered any more stays, not live, and its epoch moves on when it
 //! becomes live again, so a message numbered for the old epoch is told apart. A client's
-//! registrations leave with it (the registry's [`Owner`]s).
+//! registrations leave with it (the registry's [`Owner`]s). The engine-resident handlers
+//! (`crate::am_engine`) hold the first ids, live for good.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use hamlyn_wire::control::{
-    AmHandlerEntry, ControlErrorCode, Reply, AM_TABLE_PAGE, MAX_AM_HANDLERS_PER_REQUEST,
+    am_engine, AmHandlerEntry, ControlErrorCode, Reply, AM_TABLE_PAGE, MAX_AM_HANDLERS_PER_REQUEST,
     MAX_AM_HANDLER_NAME,
 };
 
@@ -23,10 +24,18 @@ struct Handler {
     fingerprint: u64,
     epoch: u32,
     owners: BTreeSet<Owner>,
+    /// An engine-resident handler: live whoever registers it.
+    permanent: bool,
+}
+
+impl Handler {
+    fn live(&self) -> bool {
+        self.permanent || !self.owners.is_empty()
+    }
 }
 
 /// The table (meaningful on the registry node only).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct HandlerTable {
     /// By id (the index).
     handlers: Vec<Handler>,
@@ -35,6 +44,28 @@ pub(crate) struct HandlerTable {
     version: u64,
     /// Registrations per owner (to refuse an owner registering without bound).
     per_owner: BTreeMap<Owner, usize>,
+}
+
+impl Default for HandlerTable {
+    fn default() -> Self {
+        let mut t = HandlerTable {
+            handlers: Vec::new(),
+            by_name: HashMap::new(),
+            version: 1,
+            per_owner: BTreeMap::new(),
+        };
+        for name in am_engine::NAMES {
+            t.by_name.insert(name.to_owned(), t.handlers.len() as u32);
+            t.handlers.push(Handler {
+                name: name.to_owned(),
+                fingerprint: am_engine::FINGERPRINT,
+                epoch: 1,
+                owners: BTreeSet::new(),
+                permanent: true,
+            });
+        }
+        t
+    }
 }
 
 fn refuse(code: ControlErrorCode, message: String) -> Reply {
@@ -66,7 +97,7 @@ impl HandlerTable {
                 .get(name)
                 .map(|&id| &self.handlers[id as usize])
             {
-                Some(h) if !h.owners.is_empty() && h.fingerprint != *fp => {
+                Some(h) if h.live() && h.fingerprint != *fp => {
                     return refuse(
                         ControlErrorCode::InvalidArgument,
                         format!(
@@ -95,13 +126,14 @@ impl HandlerTable {
                         fingerprint: *fp,
                         epoch: 0,
                         owners: BTreeSet::new(),
+                        permanent: false,
                     });
                     self.by_name.insert(name.clone(), id);
                     id
                 }
             };
             let h = &mut self.handlers[id as usize];
-            if h.owners.is_empty() {
+            if !h.live() {
                 // Live again (or for the first time): a new epoch, perhaps a new layout.
                 h.epoch = h.epoch.wrapping_add(1);
                 h.fingerprint = *fp;
@@ -133,7 +165,7 @@ impl HandlerTable {
                     self.per_owner.remove(&owner);
                 }
             }
-            if h.owners.is_empty() {
+            if !h.live() {
                 self.version += 1;
             }
         }
@@ -167,7 +199,7 @@ impl HandlerTable {
             .map(|(i, h)| AmHandlerEntry {
                 id: (from + i) as u32,
                 epoch: h.epoch,
-                live: !h.owners.is_empty(),
+                live: h.live(),
                 fingerprint: h.fingerprint,
                 name: h.name.clone(),
             })
@@ -226,21 +258,36 @@ mod tests {
         );
         let e = entries(&t);
         let names: Vec<_> = e.iter().map(|e| (e.id, e.name.as_str())).collect();
-        assert_eq!(names, [(0, "x"), (1, "y"), (2, "z")]);
+        assert_eq!(
+            &names[..4],
+            [
+                (0, "hamlyn.ping"),
+                (1, "hamlyn.echo"),
+                (2, "hamlyn.counter"),
+                (3, "hamlyn.stats")
+            ]
+        );
+        assert_eq!(&names[4..], [(4, "x"), (5, "y"), (6, "z")]);
         // A collision refuses the whole request.
         let r = t.register(&[("w".into(), 9), ("y".into(), 99)], b);
         assert!(matches!(r, Reply::Error { .. }), "{r:?}");
-        assert_eq!(t.len(), 3, "nothing of a refused request stays");
+        assert_eq!(t.len(), 7, "nothing of a refused request stays");
         // y stays live while b has it; once nobody has it, its layout may change, in a
         // new epoch, under the same id.
         t.unregister(&["y".into()], a);
-        assert!(entries(&t)[1].live);
+        assert!(entries(&t)[5].live);
         t.drop_owners(|o| o == b);
-        let y = &entries(&t)[1];
+        let y = &entries(&t)[5];
         assert!(!y.live && y.epoch == 1);
         assert_eq!(t.register(&[("y".into(), 99)], a), Reply::Ok);
-        let y = &entries(&t)[1];
-        assert!(y.live && y.epoch == 2 && y.fingerprint == 99 && y.id == 1);
+        let y = &entries(&t)[5];
+        assert!(y.live && y.epoch == 2 && y.fingerprint == 99 && y.id == 5);
+        // Engine-resident handlers stay live and keep their layout.
+        let r = t.register(&[("hamlyn.echo".into(), 1)], a);
+        assert!(matches!(r, Reply::Error { .. }), "{r:?}");
+        t.register(&[("hamlyn.echo".into(), am_engine::FINGERPRINT)], a);
+        t.drop_owners(|_| true);
+        assert!(entries(&t)[1].live);
     }
 
     #[test]
@@ -250,7 +297,7 @@ mod tests {
             assert_eq!(t.register(&[(format!("h{i}"), i)], owner(0, 1)), Reply::Ok);
         }
         let e = entries(&t);
-        assert_eq!(e.len(), 100);
+        assert_eq!(e.len(), 104);
         assert!(e.iter().enumerate().all(|(i, e)| e.id as usize == i));
         let Reply::AmTable { entries, next, .. } = t.page(1000) else {
             panic!()

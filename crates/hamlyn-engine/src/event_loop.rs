@@ -364,7 +364,8 @@ impl Engine {
                     | Request::Ping { .. }
                     | Request::AmRegister { .. }
                     | Request::AmUnregister { .. }
-                    | Request::AmTable { .. }),
+                    | Request::AmTable { .. }
+                    | Request::AmCall { .. }),
                 ) => {
                     let at = self.state.registry_place();
                     let remote = self.state.remote.as_mut();

@@ -26,6 +26,7 @@
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub)]
 
+mod am_engine;
 mod am_table;
 mod areas;
 mod clients;

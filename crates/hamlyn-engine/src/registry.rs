@@ -23,6 +23,7 @@ use hamlyn_wire::{Header, NodeId, Op, RequestId, Seed};
 
 use hamlyn_core::Instant;
 
+use crate::am_engine::EngineHandlers;
 use crate::am_table::HandlerTable;
 use crate::clients::Clients;
 use crate::counters::EngineCounters;
@@ -73,6 +74,8 @@ pub(crate) struct Registry {
     next: u32,
     /// The active-message handler table (on the registry node).
     handlers: HandlerTable,
+    /// The active-message handlers this engine runs itself (on every node).
+    engine_handlers: EngineHandlers,
 }
 
 fn not_found(name: &str) -> Reply {
@@ -109,7 +112,7 @@ fn error(code: ControlErrorCode, message: impl Into<String>) -> Reply {
 impl Registry {
     /// Answers a publish, unpublish, lookup or ping here (this node holds the registry),
     /// asked by `owner`.
-    pub(crate) fn answer(&mut self, req: &Request, owner: Owner) -> Reply {
+    pub(crate) fn answer(&mut self, req: &Request, owner: Owner, me: NodeId) -> Reply {
         match req {
             Request::Publish { name, seed } => {
                 if name.is_empty() || name.len() > MAX_NAME || seed.len() > MAX_SEED_TEXT {
@@ -154,6 +157,7 @@ impl Registry {
             Request::AmRegister { handlers } => self.handlers.register(handlers, owner),
             Request::AmUnregister { names } => self.handlers.unregister(names, owner),
             Request::AmTable { start } => self.handlers.page(*start),
+            Request::AmCall { handler, args, .. } => self.engine_handlers.call(me, *handler, *args),
             _ => error(ControlErrorCode::BadRequest, "not a registry request"),
         }
     }
@@ -196,6 +200,7 @@ impl Registry {
     ) -> Option<Reply> {
         let (home, what) = match req {
             Request::Ping { node } => (NodeId(node), "the pinged"),
+            Request::AmCall { node, .. } => (NodeId(node), "the called"),
             _ => (at.home, "the registry"),
         };
         if home == at.me {
@@ -203,7 +208,7 @@ impl Registry {
                 node: at.me,
                 client: cid,
             };
-            return Some(self.answer(&req, owner));
+            return Some(self.answer(&req, owner, at.me));
         }
         let Some(remote) = remote else {
             return Some(unreachable(what, home, "this node has no fabric"));
@@ -269,8 +274,10 @@ impl Registry {
         }
         if h.word == ASK {
             let reply = match Request::decode(body) {
-                Ok(req @ Request::Ping { .. }) => self.answer(&req, owner),
-                Ok(req) if at.home == at.me => self.answer(&req, owner),
+                Ok(req @ (Request::Ping { .. } | Request::AmCall { .. })) => {
+                    self.answer(&req, owner, at.me)
+                }
+                Ok(req) if at.home == at.me => self.answer(&req, owner, at.me),
                 Ok(_) => error(
                     ControlErrorCode::NotFound,
                     "this node does not hold the registry",

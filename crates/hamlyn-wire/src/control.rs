@@ -204,6 +204,41 @@ pub enum Request {
         /// The first id wanted: 0, then the `next` of the previous page.
         start: u32,
     },
+    /// Active messages: run engine-resident handler `handler` (one of
+    /// [`am_engine`]'s, which every engine has, under the same ids everywhere) on
+    /// `node`'s engine with four arguments; answered [`Reply::AmReply`].
+    AmCall {
+        /// The node whose engine runs it.
+        node: u32,
+        /// The handler's id.
+        handler: u32,
+        /// Its arguments.
+        args: [u64; 4],
+    },
+}
+
+/// The handlers every engine runs itself (seed 003 §5.4's predefined handlers), with
+/// their ids: the first ids of every cluster's active-message table.
+pub mod am_engine {
+    /// `hamlyn.ping`: replies `[args[0], the engine's node id, 0, 0]`.
+    pub const PING: u32 = 0;
+    /// `hamlyn.echo`: replies its arguments.
+    pub const ECHO: u32 = 1;
+    /// `hamlyn.counter`: adds `args[0]` to the engine's counter; replies
+    /// `[the value before, the value after, 0, 0]`.
+    pub const COUNTER: u32 = 2;
+    /// `hamlyn.stats`: replies the calls each of these four handlers answered.
+    pub const STATS: u32 = 3;
+    /// Their names, by id.
+    pub const NAMES: [&str; 4] = [
+        "hamlyn.ping",
+        "hamlyn.echo",
+        "hamlyn.counter",
+        "hamlyn.stats",
+    ];
+    /// The fingerprint every engine-resident handler is registered with (four u64
+    /// arguments, no payload).
+    pub const FINGERPRINT: u64 = 0x4841_4d4c_594e_3455;
 }
 
 /// Longest active-message handler name in bytes.
@@ -305,6 +340,11 @@ pub enum Reply {
         entries: Vec<AmHandlerEntry>,
         /// The `start` of the next page; `None`: this page ends the table.
         next: Option<u32>,
+    },
+    /// An engine-resident handler's reply ([`Request::AmCall`]).
+    AmReply {
+        /// Its four values.
+        args: [u64; 4],
     },
 }
 
@@ -473,6 +513,16 @@ impl Request {
             Request::AmTable { start } => {
                 w.u8(42).u32(start);
             }
+            Request::AmCall {
+                node,
+                handler,
+                args,
+            } => {
+                w.u8(43).u32(node).u32(handler);
+                for a in args {
+                    w.u64(a);
+                }
+            }
         }
         w.0
     }
@@ -564,6 +614,11 @@ impl Request {
                 Request::AmUnregister { names }
             }
             42 => Request::AmTable { start: r.u32()? },
+            43 => Request::AmCall {
+                node: r.u32()?,
+                handler: r.u32()?,
+                args: [r.u64()?, r.u64()?, r.u64()?, r.u64()?],
+            },
             _ => {
                 return Err(WireError::InvalidField {
                     field: "request tag",
@@ -705,6 +760,12 @@ impl Reply {
                     Some(n) => w.u8(1).u32(*n),
                 };
             }
+            Reply::AmReply { args } => {
+                w.u8(41);
+                for a in args {
+                    w.u64(*a);
+                }
+            }
             Reply::Error { code, message } => {
                 let n = message.len().min(1024);
                 w.u8(6)
@@ -792,6 +853,9 @@ impl Reply {
                     next,
                 }
             }
+            41 => Reply::AmReply {
+                args: [r.u64()?, r.u64()?, r.u64()?, r.u64()?],
+            },
             8 => Reply::Direct {
                 mode: r.u8()?,
                 base: r.u64()?,
@@ -880,6 +944,11 @@ mod tests {
                 names: vec!["sum".into()],
             },
             Request::AmTable { start: 3 },
+            Request::AmCall {
+                node: 2,
+                handler: am_engine::COUNTER,
+                args: [1, 2, 3, u64::MAX],
+            },
         ]
     }
 
@@ -943,6 +1012,7 @@ mod tests {
                 }],
                 next: Some(2),
             },
+            Reply::AmReply { args: [4, 3, 2, 1] },
             Reply::Direct {
                 mode: mode::NORMAL,
                 base: 4096,

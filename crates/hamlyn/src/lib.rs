@@ -96,6 +96,6 @@ pub use hamlyn_shm::memory::LayoutError;
 pub use hamlyn_shm::region::RegionError;
 pub use hamlyn_shm::wake::WakeError;
 pub use hamlyn_wire::control::{
-    AmHandlerEntry, ControlErrorCode, MAX_AM_HANDLERS_PER_REQUEST, MAX_AM_HANDLER_NAME,
+    am_engine, AmHandlerEntry, ControlErrorCode, MAX_AM_HANDLERS_PER_REQUEST, MAX_AM_HANDLER_NAME,
 };
 pub use hamlyn_wire::{SplitError, WireError};

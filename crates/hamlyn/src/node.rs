@@ -627,6 +627,25 @@ impl Node {
         }
     }
 
+    /// Runs engine-resident active-message handler `handler`
+    /// ([`hamlyn_wire::control::am_engine`]) on `node`'s engine with `args`, and returns
+    /// its reply (a node that cannot be reached is `Unreachable`).
+    pub fn am_engine_call(
+        &self,
+        node: NodeId,
+        handler: u32,
+        args: [u64; 4],
+    ) -> Result<[u64; 4], Error> {
+        match self.registry_call(&Request::AmCall {
+            node: node.0,
+            handler,
+            args,
+        })? {
+            Reply::AmReply { args } => Ok(args),
+            _ => Err(self.shared.control().violation("expected AmReply")),
+        }
+    }
+
     /// A registry request, made again while the engine says `Busy` (the registry node's
     /// link is full or still coming up, or too many requests wait) for at most the
     /// control timeout ([`NodeOptions::control_timeout`]).
