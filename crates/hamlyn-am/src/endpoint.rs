@@ -266,6 +266,8 @@ pub struct AmEndpoint {
     failures: VecDeque<Failure>,
     outbox: VecDeque<(Addr, [u8; HEADER_LEN])>,
     counters: AmCounters,
+    /// Logical channels opened (channel 0, the manager's own terminus, is always open).
+    channels: u16,
 }
 
 impl std::fmt::Debug for AmEndpoint {
@@ -319,6 +321,7 @@ impl AmEndpoint {
             failures: VecDeque::new(),
             outbox: VecDeque::new(),
             counters: AmCounters::default(),
+            channels: 1,
         })
     }
 
@@ -394,6 +397,33 @@ impl AmEndpoint {
 
     // ----- sending -----
 
+    /// Opens a logical channel (seed 003 §4.2): a terminus of this endpoint's own,
+    /// served at `priority` (0 first; the engine schedules termini round robin within a
+    /// priority), and returns its number, which travels with every message sent on it.
+    /// Channel 0 is always open (priority 0). A port has as many termini as its
+    /// `NodeOptions::termini` (4 by default, at most 64), one of them channel 0's.
+    pub fn open_channel(&mut self, priority: u8) -> Result<u16, AmError> {
+        let t = self.mgr.open_terminus(priority)?;
+        let c = u16::try_from(t).map_err(|_| AmError::NoChannel(u16::MAX))?;
+        self.channels = c + 1;
+        Ok(c)
+    }
+
+    /// Sends through `channel`'s terminus.
+    fn on_channel<T>(
+        &mut self,
+        channel: u16,
+        send: impl FnOnce(&mut Links) -> Result<T, AmError>,
+    ) -> Result<T, AmError> {
+        if channel >= self.channels {
+            return Err(AmError::NoChannel(channel));
+        }
+        let before = self.mgr.select_terminus(usize::from(channel))?;
+        let r = send(&mut self.links);
+        self.mgr.select_terminus(before)?;
+        r
+    }
+
     /// Links with `peer` (done by the first send too), waiting up to `timeout`; this
     /// endpoint keeps serving its own arrivals meanwhile.
     pub fn connect(&mut self, peer: Addr, timeout: Duration) -> Result<(), AmError> {
@@ -451,10 +481,15 @@ impl AmEndpoint {
         if to.client == Addr::ENGINE {
             return self.engine_call(to.node, handler, channel, args, want);
         }
+        if channel >= self.channels {
+            return Err(AmError::NoChannel(channel));
+        }
         self.ensure_link(to)?;
         let hd = self.header(Kind::Short, handler, channel, args, want);
-        let link = self.links.get(to).ok_or(AmError::Timeout)?;
-        let sent = match link.short.send(&hd.encode(), &[]) {
+        let sent = match self.on_channel(channel, |links| {
+            let link = links.get(to).ok_or(AmError::Timeout)?;
+            Ok(link.short.send(&hd.encode(), &[]))
+        })? {
             Err(RatsError::Full) => {
                 self.counters.full += 1;
                 return Err(AmError::Full);
@@ -476,6 +511,9 @@ impl AmEndpoint {
         payload: &[u8],
         want: Want,
     ) -> Result<CallId, AmError> {
+        if channel >= self.channels {
+            return Err(AmError::NoChannel(channel));
+        }
         self.ensure_link(to)?;
         let max = self.links.get(to).map_or(0, |l| l.bulk_max);
         let len = payload.len() as u64;
@@ -490,8 +528,10 @@ impl AmEndpoint {
         let mut bytes = Vec::with_capacity(HEADER_LEN + payload.len());
         bytes.extend_from_slice(&hd.encode());
         bytes.extend_from_slice(payload);
-        let link = self.links.get(to).ok_or(AmError::Timeout)?;
-        let sent = match link.bulk.send(&bytes, &[]) {
+        let sent = match self.on_channel(channel, |links| {
+            let link = links.get(to).ok_or(AmError::Timeout)?;
+            Ok(link.bulk.send(&bytes, &[]))
+        })? {
             Err(RatsError::Full) => {
                 self.counters.full += 1;
                 return Err(AmError::Full);

@@ -66,6 +66,9 @@ pub enum AmError {
     /// The call is not outstanding (finished already, or never started here).
     #[error("call {0} is not outstanding")]
     NoCall(u64),
+    /// No logical channel with this number is open here ([`crate::AmEndpoint::open_channel`]).
+    #[error("logical channel {0} is not open")]
+    NoChannel(u16),
     /// A send failed at the engine or the receiving engine (e.g. the peer is gone).
     #[error("send failed: {0:?}")]
     SendFailed(hamlyn::Status),

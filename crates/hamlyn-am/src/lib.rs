@@ -21,8 +21,9 @@
 //!   port's event descriptor while nothing arrives); a handler replies at most once
 //!   through its token ([`Ctx::reply`]); a sender waits for the reply or for remote
 //!   completion ([`Want`], [`AmEndpoint::wait`]).
-//! - **Logical channels**: the sender's channel number travels with every message
-//!   ([`Ctx::channel`]).
+//! - **Logical channels** (seed 003 §4.2): [`AmEndpoint::open_channel`] gives the
+//!   endpoint a terminus of its own at a priority; a message is sent through its
+//!   channel's terminus, and the channel number travels with it ([`Ctx::channel`]).
 //!
 //! Every header a peer sends goes through [`header::parse`] (typed [`HeaderError`]s for
 //! lying lengths, unknown kinds, flags or codes; fuzzed); a handler never runs on a

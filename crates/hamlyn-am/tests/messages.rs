@@ -70,6 +70,7 @@ fn bulk_from_eight_senders_lands_exactly_under_credit_with_back_pressure() {
             let t = std::thread::spawn(move || {
                 let mut ep = endpoint(&path);
                 ep.connect(to, WAIT).unwrap();
+                let channel = ep.open_channel((s % 3) as u8).unwrap();
                 linked_tx.send(()).unwrap();
                 go_rx.recv_timeout(WAIT).unwrap();
                 let mut calls: Vec<CallId> = Vec::new();
@@ -78,7 +79,7 @@ fn bulk_from_eight_senders_lands_exactly_under_credit_with_back_pressure() {
                     let p = payload(s, i);
                     let args = [checksum(&p), s as u64, i as u64, 0];
                     loop {
-                        match ep.send_bulk(to, sink, s as u16, args, &p, Want::Ack) {
+                        match ep.send_bulk(to, sink, channel, args, &p, Want::Ack) {
                             Ok(c) => {
                                 calls.push(c);
                                 break;
@@ -179,16 +180,26 @@ fn replies_completion_memory_and_bad_input_across_nodes() {
     let id = |n: &str| client.handler_by_name(n).unwrap();
     let (add, noop, twice, fails) = (id("add"), id("noop"), id("twice"), id("fails"));
 
-    // A reply, with the logical channel it came on; a bulk message's reply.
-    assert_eq!(
-        client.call(to, add, 7, [2, 3, 0, 0], WAIT).unwrap(),
-        [5, 7, 0, 0]
+    // A reply, with the logical channel it came on (a terminus of the client's, at a
+    // priority of its own); a bulk message's reply; a channel not opened is refused.
+    let (urgent, lazy) = (
+        client.open_channel(0).unwrap(),
+        client.open_channel(3).unwrap(),
     );
+    assert_eq!((urgent, lazy), (1, 2));
+    assert_eq!(
+        client.call(to, add, lazy, [2, 3, 0, 0], WAIT).unwrap(),
+        [5, 2, 0, 0]
+    );
+    assert!(matches!(
+        client.send_short(to, add, 7, [0; 4], Want::Nothing),
+        Err(AmError::NoChannel(7))
+    ));
     let c = client
         .send_bulk(
             to,
             add,
-            3,
+            urgent,
             [1, 1, 0, 0],
             &[9u8; 70_000 - 64 * 1024 + 100],
             Want::Reply,
@@ -196,7 +207,7 @@ fn replies_completion_memory_and_bad_input_across_nodes() {
         .unwrap();
     assert_eq!(
         client.wait(c, WAIT).unwrap(),
-        Outcome::Reply([2, 3, 4_564, 0])
+        Outcome::Reply([2, 1, 4_564, 0])
     );
     // Remote completion of a message without reply.
     let c = client.send_short(to, noop, 0, [0; 4], Want::Ack).unwrap();

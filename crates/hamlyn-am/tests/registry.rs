@@ -90,14 +90,16 @@ fn ids_agree_across_three_nodes_late_joiners_get_them_and_wrong_handlers_fail() 
         assert_eq!(late.handler_by_name(n).unwrap(), *id, "{n}");
     }
 
-    // Calls reach the handlers, across nodes.
+    // Calls reach the handlers, across nodes (on a logical channel of the late joiner's).
+    let late_channel = late.open_channel(1).unwrap();
     let sum = ids[0];
     assert_eq!(
         zero.call(one.addr, sum, 0, [2, 40, 0, 0], WAIT).unwrap()[0],
         42
     );
     assert_eq!(
-        late.call(two.addr, ids[2], 1, [7, 9, 0, 0], WAIT).unwrap()[0],
+        late.call(two.addr, ids[2], late_channel, [7, 9, 0, 0], WAIT)
+            .unwrap()[0],
         9
     );
     // "sum" is not a handler of node 2's endpoint: refused there, named here.
