@@ -125,12 +125,19 @@ pub struct AmCounters {
     pub bad_hellos: u64,
     /// Failures not kept (more than [`MAX_FAILURES`] unread).
     pub failures_dropped: u64,
+    /// Answers (replies, acks, errors) given up: their peer never took them (no credit
+    /// or no link back for very long, the peer gone) or too many waited.
+    pub answers_dropped: u64,
+    /// Link set-ups with a peer that failed (its seeds were not a link's, no room).
+    pub link_failures: u64,
 }
 
 /// Unread failures kept at most ([`AmEndpoint::failures`]).
 pub const MAX_FAILURES: usize = 4096;
 /// Replies and errors waiting for credit, at most.
 const MAX_OUTBOX: usize = 65_536;
+/// Polls an answer waits for credit (or for its peer to link back) before it is given up.
+const ANSWER_TRIES: u32 = 10_000;
 
 #[derive(Debug)]
 struct Pending {
@@ -264,7 +271,8 @@ pub struct AmEndpoint {
     /// Outcomes of calls to engine-resident handlers, until waited for.
     engine_done: HashMap<u64, Result<Outcome, AmError>>,
     failures: VecDeque<Failure>,
-    outbox: VecDeque<(Addr, [u8; HEADER_LEN])>,
+    /// Answers waiting for credit: to whom, the bytes, polls tried.
+    outbox: VecDeque<(Addr, [u8; HEADER_LEN], u32)>,
     counters: AmCounters,
     /// Logical channels opened (channel 0, the manager's own terminus, is always open).
     channels: u16,
@@ -701,7 +709,7 @@ impl AmEndpoint {
     /// (`None`: until something arrives) when nothing has; the thread sleeps on the
     /// port's event descriptor meanwhile. Returns the messages handled.
     pub fn poll(&mut self, timeout: Option<Duration>) -> Result<usize, AmError> {
-        self.flush_outbox()?;
+        self.flush_outbox();
         let mut handled = 0;
         let mut wait = timeout;
         loop {
@@ -719,11 +727,12 @@ impl AmEndpoint {
                     handled += self.arrived(d, true)?;
                 }
             } else if id == self.links.door_id() {
-                self.counters.bad_hellos +=
-                    self.links.hellos(&mut self.short_rx, &mut self.bulk_rx)?;
+                let (bad, failed) = self.links.hellos(&mut self.short_rx, &mut self.bulk_rx)?;
+                self.counters.bad_hellos += bad;
+                self.counters.link_failures += failed;
             }
             // Anything else is a credit for one of our senders: taken when it sends.
-            self.flush_outbox()?;
+            self.flush_outbox();
         }
     }
 
@@ -826,32 +835,40 @@ impl AmEndpoint {
         }
         if self.outbox.len() >= MAX_OUTBOX {
             // Bounded: the peer sends faster than it takes our answers.
-            self.counters.failures_dropped += 1;
+            self.counters.answers_dropped += 1;
             return Ok(());
         }
-        self.outbox.push_back((src, answer.encode()));
+        self.outbox.push_back((src, answer.encode(), 0));
         Ok(())
     }
 
-    /// Sends queued answers while their links have credit.
-    fn flush_outbox(&mut self) -> Result<(), AmError> {
-        while let Some((to, bytes)) = self.outbox.front().copied() {
-            if self.links.get(to).is_none() && !self.links.try_link(to)? {
-                // No link back yet: the peer has not published it; kept for later.
-                return Ok(());
+    /// Sends queued answers while their links have credit; an answer to a peer without
+    /// credit waits (behind it, only that peer's); one to a peer that never links back
+    /// is given up after [`ANSWER_TRIES`] polls (counted).
+    fn flush_outbox(&mut self) {
+        let mut kept = VecDeque::new();
+        let mut blocked: Vec<Addr> = Vec::new();
+        while let Some((to, bytes, tries)) = self.outbox.pop_front() {
+            if blocked.contains(&to) {
+                kept.push_back((to, bytes, tries));
+                continue;
             }
-            let Some(link) = self.links.get(to) else {
-                return Ok(());
+            let linked =
+                self.links.get(to).is_some() || matches!(self.links.try_link(to), Ok(true));
+            let sent = match self.links.get(to) {
+                Some(link) if linked => link.short.send(&bytes, &[]),
+                _ => Err(RatsError::Full),
             };
-            match link.short.send(&bytes, &[]) {
-                Ok(_) => {
-                    self.outbox.pop_front();
+            match sent {
+                Ok(_) => {}
+                Err(RatsError::Full) if tries < ANSWER_TRIES => {
+                    blocked.push(to);
+                    kept.push_back((to, bytes, tries + 1));
                 }
-                Err(RatsError::Full) => return Ok(()),
-                Err(e) => return Err(e.into()),
+                Err(_) => self.counters.answers_dropped += 1,
             }
         }
-        Ok(())
+        self.outbox = kept;
     }
 
     /// A reply, ack or error for one of our calls.

@@ -156,13 +156,14 @@ impl Links {
     }
 
     /// Answers the hellos that arrived: grants each peer credits and links with it.
-    /// Returns how many named no one who published seeds for us.
+    /// Returns how many named no one who published seeds for us, and how many links
+    /// failed (seeds that are not a link's, no room for another peer).
     pub(crate) fn hellos(
         &mut self,
         short_rx: &mut hamlyn_rats::datagram::DatagramReceiver,
         bulk_rx: &mut hamlyn_rats::datagram::DatagramReceiver,
-    ) -> Result<u64, AmError> {
-        let mut bad = 0;
+    ) -> Result<(u64, u64), AmError> {
+        let (mut bad, mut failed) = (0, 0);
         while let Some(t) = self.door.get_tag()? {
             let peer = Addr {
                 node: t.src,
@@ -171,12 +172,21 @@ impl Links {
             if self.links.contains_key(&peer) && self.granted.contains_key(&peer) {
                 continue;
             }
-            if !self.try_link(peer)? {
-                bad += 1;
-                continue;
+            match self.try_link(peer) {
+                Ok(true) => {}
+                Ok(false) => {
+                    bad += 1;
+                    continue;
+                }
+                Err(_) => {
+                    failed += 1;
+                    continue;
+                }
             }
-            self.grant(peer, short_rx, bulk_rx)?;
+            if self.grant(peer, short_rx, bulk_rx).is_err() {
+                failed += 1;
+            }
         }
-        Ok(bad)
+        Ok((bad, failed))
     }
 }

@@ -256,6 +256,19 @@ fn replies_completion_memory_and_bad_input_across_nodes() {
     forged.handler = add.id;
     forged.epoch = add.epoch + 1;
     client.send_raw(to, &forged.encode(), false).unwrap();
+    // A knock on the server's door naming a client that published no link.
+    let door = client
+        .node()
+        .lookup(&format!("am.door.{}.{}", to.node.0, to.client))
+        .unwrap();
+    let other = hamlyn::Node::connect(engines[1].socket_path()).unwrap();
+    let knocker = hamlyn_rats::Manager::new(&other).unwrap();
+    let knock = hamlyn_rats::tagged::TaggedClient::from_seed(&knocker, &door).unwrap();
+    assert!(!knock
+        .write(0, &[1], 4242)
+        .unwrap()
+        .wait(Some(WAIT))
+        .is_failed());
     // A reply for no call of the server's.
     let mut reply = Header::new(Kind::Reply);
     reply.call = 1 << 40;
@@ -268,6 +281,7 @@ fn replies_completion_memory_and_bad_input_across_nodes() {
                 && c.unknown_handler == 1
                 && c.stale_epoch == 1
                 && c.reply_refused == 1
+                && c.bad_hellos == 1
             {
                 break c;
             }
