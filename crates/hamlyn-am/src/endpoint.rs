@@ -191,7 +191,8 @@ impl Ctx<'_> {
     /// buffer it landed in; nothing is copied until asked).
     pub fn read_payload(&self, off: u64, buf: &mut [u8]) -> Result<(), AmError> {
         let end = off.checked_add(buf.len() as u64);
-        let Some((rx, d)) = self.payload.filter(|_| end <= Some(self.payload_len())) else {
+        let fits = matches!(end, Some(e) if e <= self.payload_len());
+        let Some((rx, d)) = self.payload.filter(|_| fits) else {
             return Err(AmError::TooLong {
                 len: end.unwrap_or(u64::MAX),
                 max: self.payload_len(),

@@ -46,6 +46,18 @@ fn bulk_from_eight_senders_lands_exactly_under_credit_with_back_pressure() {
                 if bytes.len() != BULK || checksum(&bytes) != sum {
                     return Err("checksum".into());
                 }
+                // A part of the view, and nothing past its end.
+                let mut last = [0u8; 2];
+                c.read_payload(BULK as u64 - 2, &mut last)
+                    .map_err(|e| e.to_string())?;
+                if last[..] != bytes[BULK - 2..] {
+                    return Err("the view's tail".into());
+                }
+                if c.read_payload(BULK as u64 - 1, &mut last).is_ok()
+                    || c.read_payload(u64::MAX, &mut last).is_ok()
+                {
+                    return Err("read past the payload".into());
+                }
                 Ok(())
             })
             .unwrap();
