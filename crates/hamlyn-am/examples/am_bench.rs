@@ -43,8 +43,10 @@ fn server(path: PathBuf) -> (Addr, mpsc::Sender<()>, std::thread::JoinHandle<()>
 }
 
 fn client(path: &Path) -> AmEndpoint {
-    let mut options = NodeOptions::default();
-    options.termini = 64;
+    let options = NodeOptions {
+        termini: 64,
+        ..NodeOptions::default()
+    };
     let node = Node::connect_with(path, options).unwrap();
     let mut ep = AmEndpoint::new(node, AmOptions::default()).unwrap();
     ep.refresh().unwrap();
