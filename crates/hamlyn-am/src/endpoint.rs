@@ -134,6 +134,8 @@ pub struct AmCounters {
 
 /// Unread failures kept at most ([`AmEndpoint::failures`]).
 pub const MAX_FAILURES: usize = 4096;
+/// How often a waiting call looks whether its peer endpoint is still there.
+const PROBE_EVERY: Duration = Duration::from_millis(500);
 /// Replies and errors waiting for credit, at most.
 const MAX_OUTBOX: usize = 65_536;
 /// Polls an answer waits for credit (or for its peer to link back) before it is given up.
@@ -623,6 +625,7 @@ impl AmEndpoint {
         if let Some(out) = self.engine_done.remove(&call.0) {
             return out;
         }
+        let mut probed = Instant::now();
         loop {
             let p = self
                 .pending
@@ -637,12 +640,26 @@ impl AmEndpoint {
                 self.pending.remove(&call.0);
                 return Err(AmError::SendFailed(s));
             }
+            let to = p.to;
             let now = Instant::now();
             if now >= deadline {
                 return Err(AmError::Timeout);
             }
+            if now.duration_since(probed) >= PROBE_EVERY {
+                probed = now;
+                if self.links.is_gone(to) {
+                    self.pending.remove(&call.0);
+                    return Err(AmError::PeerGone(to));
+                }
+            }
             self.poll(Some((deadline - now).min(Duration::from_millis(20))))?;
         }
+    }
+
+    /// The state of an outstanding call's send (`None`: not outstanding): `Sent` to a
+    /// peer on this node means it landed in the peer's receive buffer.
+    pub fn send_status(&self, call: CallId) -> Option<hamlyn::Status> {
+        self.pending.get(&call.0).map(|p| p.sent.status())
     }
 
     /// A short message with [`Want::Reply`], waited for (up to `timeout`); sends again

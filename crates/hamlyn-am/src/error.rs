@@ -69,6 +69,9 @@ pub enum AmError {
     /// No logical channel with this number is open here ([`crate::AmEndpoint::open_channel`]).
     #[error("logical channel {0} is not open")]
     NoChannel(u16),
+    /// The peer endpoint is gone (its connection closed) while a call to it waited.
+    #[error("the endpoint at node {} client {} is gone", .0.node.0, .0.client)]
+    PeerGone(crate::Addr),
     /// A send failed at the engine or the receiving engine (e.g. the peer is gone).
     #[error("send failed: {0:?}")]
     SendFailed(hamlyn::Status),

@@ -147,6 +147,18 @@ impl Links {
         Ok(true)
     }
 
+    /// Whether `peer` is still there: its door's name leaves the registry with its
+    /// connection. An unreachable registry says nothing (assumed there).
+    pub(crate) fn is_gone(&self, peer: Addr) -> bool {
+        matches!(
+            self.node.lookup(&door_name(peer)),
+            Err(hamlyn::Error::Refused {
+                code: Some(hamlyn::ControlErrorCode::NotFound),
+                ..
+            })
+        )
+    }
+
     /// Knocks on `peer`'s door (after granting it credits).
     pub(crate) fn hello(&mut self, peer: Addr) -> Result<(), AmError> {
         let door = self.node.lookup(&door_name(peer))?;

@@ -345,3 +345,79 @@ fn replies_completion_memory_and_bad_input_across_nodes() {
         e.stop().unwrap();
     }
 }
+
+/// A server that serves until told to go quiet, then leaves (its connection closes)
+/// when told to, with whatever arrived meanwhile unanswered.
+fn leaving_server(
+    path: std::path::PathBuf,
+) -> (
+    hamlyn_am::Addr,
+    mpsc::Sender<()>,
+    mpsc::Receiver<()>,
+    mpsc::Sender<()>,
+    std::thread::JoinHandle<()>,
+) {
+    let (addr_tx, addr_rx) = mpsc::channel();
+    let (quiet_tx, quiet_rx) = mpsc::channel::<()>();
+    let (quiet_ack, quiet_acked) = mpsc::channel::<()>();
+    let (die_tx, die_rx) = mpsc::channel::<()>();
+    let t = std::thread::spawn(move || {
+        let mut ep = endpoint(&path);
+        ep.register("echo", fingerprint("any"), |c| {
+            c.reply(c.args()).map_err(|e| e.to_string())
+        })
+        .unwrap();
+        ep.synch().unwrap();
+        addr_tx.send(ep.addr()).unwrap();
+        while quiet_rx.try_recv().is_err() {
+            ep.poll(Some(Duration::from_millis(5))).unwrap();
+        }
+        quiet_ack.send(()).unwrap();
+        die_rx.recv_timeout(WAIT).unwrap();
+        drop(ep);
+    });
+    let addr = addr_rx.recv_timeout(WAIT).unwrap();
+    (addr, quiet_tx, quiet_acked, die_tx, t)
+}
+
+#[test]
+fn a_call_to_an_endpoint_that_goes_away_fails_instead_of_waiting_out() {
+    let engines = cluster(2);
+    // Across nodes: the message finds the peer's slot gone (its send fails), or it
+    // landed before and the waiting call sees the peer's door leave the registry.
+    // On one node a message reported sent has landed: only the second can happen.
+    for (server_node, client_node) in [(0, 1), (0, 0)] {
+        let (to, quiet, quieted, die, server) =
+            leaving_server(engines[server_node].socket_path().to_path_buf());
+        let mut client = endpoint(engines[client_node].socket_path());
+        client.refresh().unwrap();
+        let echo = client.handler_by_name("echo").unwrap();
+        assert_eq!(
+            client.call(to, echo, 0, [1, 2, 3, 4], WAIT).unwrap(),
+            [1, 2, 3, 4]
+        );
+        quiet.send(()).unwrap();
+        quieted.recv_timeout(WAIT).unwrap();
+        let c = client.send_short(to, echo, 0, [0; 4], Want::Reply).unwrap();
+        if server_node == client_node {
+            let deadline = std::time::Instant::now() + WAIT;
+            while !client.send_status(c).unwrap().is_done() {
+                assert!(std::time::Instant::now() < deadline);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            assert_eq!(client.send_status(c), Some(hamlyn::Status::Sent));
+        }
+        die.send(()).unwrap();
+        server.join().unwrap();
+        match client.wait(c, WAIT) {
+            Err(AmError::PeerGone(a)) => assert_eq!(a, to),
+            Err(AmError::SendFailed(s)) if server_node != client_node => {
+                assert!(s.is_failed())
+            }
+            other => panic!("the call must fail when its peer leaves: {other:?}"),
+        }
+    }
+    for e in engines {
+        e.stop().unwrap();
+    }
+}
