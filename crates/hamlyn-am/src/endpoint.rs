@@ -134,6 +134,8 @@ pub struct AmCounters {
 
 /// Unread failures kept at most ([`AmEndpoint::failures`]).
 pub const MAX_FAILURES: usize = 4096;
+/// How often, at most, `poll` reports changed handler counters to the engine.
+const REPORT_EVERY: Duration = Duration::from_secs(1);
 /// How often a waiting call looks whether its peer endpoint is still there.
 const PROBE_EVERY: Duration = Duration::from_millis(500);
 /// Replies and errors waiting for credit, at most.
@@ -279,6 +281,10 @@ pub struct AmEndpoint {
     counters: AmCounters,
     /// Logical channels opened (channel 0, the manager's own terminus, is always open).
     channels: u16,
+    /// When the counters were last reported to the engine.
+    reported: Option<Instant>,
+    /// Whether they changed since.
+    unreported: bool,
 }
 
 impl std::fmt::Debug for AmEndpoint {
@@ -333,6 +339,8 @@ impl AmEndpoint {
             outbox: VecDeque::new(),
             counters: AmCounters::default(),
             channels: 1,
+            reported: None,
+            unreported: false,
         })
     }
 
@@ -399,6 +407,32 @@ impl AmEndpoint {
     /// Per-handler counters of this process's handlers.
     pub fn handler_counters(&self) -> Vec<(String, HandlerCounters)> {
         self.handlers.counters()
+    }
+
+    /// Reports the per-handler counters ([`AmEndpoint::handler_counters`]) to this
+    /// endpoint's engine, which sums them over its clients for `hamlyn stat` (the first
+    /// [`hamlyn::MAX_AM_REPORT`] handlers). [`AmEndpoint::poll`] does it by itself at
+    /// most once a second while they change.
+    pub fn report_counters(&mut self) -> Result<(), AmError> {
+        let rows: Vec<(String, hamlyn::AmCounts)> = self
+            .handlers
+            .counters()
+            .into_iter()
+            .take(hamlyn::MAX_AM_REPORT)
+            .map(|(n, c)| {
+                let counts = hamlyn::AmCounts {
+                    calls: c.calls,
+                    replies: c.replies,
+                    errors: c.errors,
+                    refused: c.refused,
+                };
+                (n, counts)
+            })
+            .collect();
+        self.node.am_report(&rows)?;
+        self.reported = Some(Instant::now());
+        self.unreported = false;
+        Ok(())
     }
 
     /// Endpoint-wide counters.
@@ -727,6 +761,11 @@ impl AmEndpoint {
     /// (`None`: until something arrives) when nothing has; the thread sleeps on the
     /// port's event descriptor meanwhile. Returns the messages handled.
     pub fn poll(&mut self, timeout: Option<Duration>) -> Result<usize, AmError> {
+        if self.unreported && self.reported.is_none_or(|t| t.elapsed() >= REPORT_EVERY) {
+            // Counters are for people: a report that fails is tried again next time.
+            let _ = self.report_counters();
+            self.reported = Some(Instant::now());
+        }
         self.flush_outbox();
         let mut handled = 0;
         let mut wait = timeout;
@@ -807,6 +846,7 @@ impl AmEndpoint {
 
     /// Runs the handler a message names, and answers as its flags ask.
     fn run(&mut self, hd: &Header, src: Addr, d: Option<&Datagram>) -> Result<(), AmError> {
+        self.unreported = true;
         let mut answer = Header::new(Kind::Ack);
         answer.handler = hd.handler;
         answer.epoch = hd.epoch;
@@ -815,11 +855,13 @@ impl AmEndpoint {
         match self.handlers.local_by_id(hd.handler) {
             None => {
                 self.counters.unknown_handler += 1;
+                self.handlers.refused(hd.handler);
                 answer.kind = Kind::Error;
                 answer.refusal = Some(Refusal::NoHandler);
             }
             Some((id, _, _)) if id.epoch != hd.epoch => {
                 self.counters.stale_epoch += 1;
+                self.handlers.refused(hd.handler);
                 answer.kind = Kind::Error;
                 answer.refusal = Some(Refusal::StaleEpoch);
             }

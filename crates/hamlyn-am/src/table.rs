@@ -34,6 +34,9 @@ pub struct HandlerCounters {
     pub replies: u64,
     /// Times it returned an error (or gave no reply that was asked for).
     pub errors: u64,
+    /// Messages naming it refused here without running it (it was not registered here
+    /// (any more), or they named an old epoch).
+    pub refused: u64,
 }
 
 /// The fingerprint of an argument layout described as text (for example
@@ -67,6 +70,9 @@ pub(crate) struct Handlers {
     version: u64,
     /// Local handlers by cluster id.
     by_id: HashMap<u32, String>,
+    /// Messages refused here, by the id they named (ids of the table copy only, so
+    /// forged ids cannot grow it).
+    refused: HashMap<u32, u64>,
 }
 
 impl std::fmt::Debug for Handlers {
@@ -255,11 +261,23 @@ impl Handlers {
         Some((hid, &mut l.handler, &mut l.counters))
     }
 
-    /// Counters of every local handler, by name.
+    /// A message naming `id` was refused here.
+    pub(crate) fn refused(&mut self, id: u32) {
+        if (id as usize) < self.table.len() {
+            *self.refused.entry(id).or_insert(0) += 1;
+        }
+    }
+
+    /// Counters of every handler this process ran or refused, by name.
     pub(crate) fn counters(&self) -> Vec<(String, HandlerCounters)> {
-        self.local
+        let mut all: BTreeMap<String, HandlerCounters> = self
+            .local
             .iter()
             .map(|(n, l)| (n.clone(), l.counters))
-            .collect()
+            .collect();
+        for (&id, &n) in &self.refused {
+            all.entry(self.name_of(id)).or_default().refused += n;
+        }
+        all.into_iter().collect()
     }
 }

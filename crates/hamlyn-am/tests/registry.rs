@@ -148,6 +148,21 @@ fn ids_agree_across_three_nodes_late_joiners_get_them_and_wrong_handlers_fail() 
         zero.call(two.addr, ids[1], 0, [5, 6, 7, 8], WAIT).unwrap(),
         [5, 6, 7, 8]
     );
+    // Node 2's endpoint reports its counters to its engine, which sums its clients'
+    // (what `hamlyn stat` shows): "max" ran once, "echo" once, and a message for "sum"
+    // was refused there (the forged id is not in the table: not counted by name).
+    two.run(|ep| ep.report_counters().unwrap());
+    let summed = late.node().am_counters().unwrap();
+    let row = |n: &str| summed.iter().find(|(h, _)| h == n).map(|r| r.1);
+    let counts = |calls, replies, errors, refused| hamlyn::AmCounts {
+        calls,
+        replies,
+        errors,
+        refused,
+    };
+    assert_eq!(row("max"), Some(counts(1, 1, 0, 0)));
+    assert_eq!(row("echo"), Some(counts(1, 1, 0, 0)));
+    assert_eq!(row("sum"), Some(counts(0, 0, 0, 1)));
     let (table_two, counters) = two.finish();
     assert_eq!(table_two.len(), 8);
     let max = counters.iter().find(|(n, _)| n == "max").unwrap().1;

@@ -6,7 +6,9 @@
 //!
 //! [`Request::AmCall`]: hamlyn_wire::control::Request::AmCall
 
-use hamlyn_wire::control::{am_engine, ControlErrorCode, Reply};
+use std::collections::{BTreeMap, HashMap};
+
+use hamlyn_wire::control::{am_engine, AmCounts, ControlErrorCode, Reply, MAX_AM_REPORT};
 use hamlyn_wire::NodeId;
 
 /// The engine-resident handlers' state: the remote counter and the calls each answered.
@@ -46,6 +48,54 @@ impl EngineHandlers {
     }
 }
 
+/// What this engine's clients reported of their own handlers (`AmReport`), kept until
+/// they leave, summed by name for `hamlyn stat` (`AmCounters`).
+#[derive(Debug, Default)]
+pub(crate) struct ClientReports {
+    by_client: HashMap<u32, Vec<(String, AmCounts)>>,
+}
+
+impl ClientReports {
+    /// Client `cid`'s report, replacing its last (bounded by the request's decoder).
+    pub(crate) fn report(&mut self, cid: u32, handlers: Vec<(String, AmCounts)>) -> Reply {
+        if handlers.len() > MAX_AM_REPORT {
+            return Reply::Error {
+                code: ControlErrorCode::InvalidArgument as u16,
+                message: format!("at most {MAX_AM_REPORT} handlers per report"),
+            };
+        }
+        self.by_client.insert(cid, handlers);
+        Reply::Ok
+    }
+
+    /// Every client's counters summed by handler name (the first [`MAX_AM_REPORT`]
+    /// names).
+    pub(crate) fn sum(&self) -> Reply {
+        let mut sum: BTreeMap<&str, AmCounts> = BTreeMap::new();
+        for rows in self.by_client.values() {
+            for (name, c) in rows {
+                let s = sum.entry(name).or_default();
+                s.calls = s.calls.saturating_add(c.calls);
+                s.replies = s.replies.saturating_add(c.replies);
+                s.errors = s.errors.saturating_add(c.errors);
+                s.refused = s.refused.saturating_add(c.refused);
+            }
+        }
+        Reply::AmCounters {
+            handlers: sum
+                .into_iter()
+                .take(MAX_AM_REPORT)
+                .map(|(n, c)| (n.to_owned(), c))
+                .collect(),
+        }
+    }
+
+    /// Client `cid` left: its report goes.
+    pub(crate) fn forget(&mut self, cid: u32) {
+        self.by_client.remove(&cid);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,5 +127,42 @@ mod tests {
         assert_eq!(reply(h.call(me, am_engine::STATS, [0; 4])), [1, 1, 2, 1]);
         assert!(matches!(h.call(me, 4, [0; 4]), Reply::Error { .. }));
         assert_eq!(h.calls(), [1, 1, 2, 1]);
+    }
+
+    #[test]
+    fn reports_are_summed_by_name_and_leave_with_their_client() {
+        let mut r = ClientReports::default();
+        let c = |calls| AmCounts {
+            calls,
+            replies: calls,
+            errors: 1,
+            refused: 0,
+        };
+        r.report(1, vec![("a".into(), c(2)), ("b".into(), c(1))]);
+        r.report(2, vec![("a".into(), c(3))]);
+        r.report(2, vec![("a".into(), c(5))]);
+        let Reply::AmCounters { handlers } = r.sum() else {
+            panic!()
+        };
+        assert_eq!(
+            handlers,
+            vec![
+                (
+                    "a".into(),
+                    AmCounts {
+                        calls: 7,
+                        replies: 7,
+                        errors: 2,
+                        refused: 0
+                    }
+                ),
+                ("b".into(), c(1))
+            ]
+        );
+        r.forget(1);
+        let Reply::AmCounters { handlers } = r.sum() else {
+            panic!()
+        };
+        assert_eq!(handlers, vec![("a".into(), c(5))]);
     }
 }

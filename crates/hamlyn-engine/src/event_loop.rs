@@ -365,7 +365,9 @@ impl Engine {
                     | Request::AmRegister { .. }
                     | Request::AmUnregister { .. }
                     | Request::AmTable { .. }
-                    | Request::AmCall { .. }),
+                    | Request::AmCall { .. }
+                    | Request::AmReport { .. }
+                    | Request::AmCounters),
                 ) => {
                     let at = self.state.registry_place();
                     let remote = self.state.remote.as_mut();

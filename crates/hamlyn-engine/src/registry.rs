@@ -23,7 +23,7 @@ use hamlyn_wire::{Header, NodeId, Op, RequestId, Seed};
 
 use hamlyn_core::Instant;
 
-use crate::am_engine::EngineHandlers;
+use crate::am_engine::{ClientReports, EngineHandlers};
 use crate::am_table::HandlerTable;
 use crate::clients::Clients;
 use crate::counters::EngineCounters;
@@ -76,6 +76,8 @@ pub(crate) struct Registry {
     handlers: HandlerTable,
     /// The active-message handlers this engine runs itself (on every node).
     engine_handlers: EngineHandlers,
+    /// This engine's clients' own handler counters (answered here, never forwarded).
+    reports: ClientReports,
 }
 
 fn not_found(name: &str) -> Reply {
@@ -198,6 +200,11 @@ impl Registry {
         at: Place,
         remote: Option<&mut Remote>,
     ) -> Option<Reply> {
+        let req = match req {
+            Request::AmReport { handlers } => return Some(self.reports.report(cid, handlers)),
+            Request::AmCounters => return Some(self.reports.sum()),
+            other => other,
+        };
         let (home, what) = match req {
             Request::Ping { node } => (NodeId(node), "the pinged"),
             Request::AmCall { node, .. } => (NodeId(node), "the called"),
@@ -317,6 +324,7 @@ impl Registry {
     /// registry, else the registry node is told (if the client ever published there).
     pub(crate) fn forget_client(&mut self, cid: u32, at: Place, remote: Option<&mut Remote>) {
         self.pending.retain(|_, (c, _)| *c != cid);
+        self.reports.forget(cid);
         if at.home == at.me {
             let me = Owner {
                 node: at.me,

@@ -215,6 +215,62 @@ pub enum Request {
         /// Its arguments.
         args: [u64; 4],
     },
+    /// Active messages: this client's per-handler counters, replacing what it reported
+    /// before (kept by its engine until it leaves, shown by `hamlyn stat`); answered `Ok`.
+    AmReport {
+        /// (handler name, [`AmCounts`]), at most [`MAX_AM_REPORT`].
+        handlers: Vec<(String, AmCounts)>,
+    },
+    /// Active messages: the per-handler counters this engine's clients reported, summed
+    /// by handler name; answered [`Reply::AmCounters`].
+    AmCounters,
+}
+
+/// Most handlers one [`Request::AmReport`] or [`Reply::AmCounters`] carries.
+pub const MAX_AM_REPORT: usize = 256;
+
+/// What happened to one active-message handler in a process (or summed over a node's).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AmCounts {
+    /// Times it ran.
+    pub calls: u64,
+    /// Replies it gave.
+    pub replies: u64,
+    /// Times it failed (an error, a second reply, no reply when one was asked for).
+    pub errors: u64,
+    /// Messages naming it refused without running it (not registered there any more,
+    /// an old epoch).
+    pub refused: u64,
+}
+
+fn put_counts(w: &mut Writer, c: &AmCounts) {
+    w.u64(c.calls).u64(c.replies).u64(c.errors).u64(c.refused);
+}
+
+fn get_counts(r: &mut Reader<'_>) -> Result<AmCounts, WireError> {
+    Ok(AmCounts {
+        calls: r.u64()?,
+        replies: r.u64()?,
+        errors: r.u64()?,
+        refused: r.u64()?,
+    })
+}
+
+fn put_report(w: &mut Writer, rows: &[(String, AmCounts)]) {
+    w.u16(rows.len() as u16);
+    for (name, c) in rows {
+        w.bytes(name.as_bytes());
+        put_counts(w, c);
+    }
+}
+
+fn get_report(r: &mut Reader<'_>) -> Result<Vec<(String, AmCounts)>, WireError> {
+    let n = am_count(r, MAX_AM_REPORT)?;
+    let mut rows = Vec::with_capacity(n);
+    for _ in 0..n {
+        rows.push((handler_name(r)?, get_counts(r)?));
+    }
+    Ok(rows)
 }
 
 /// The handlers every engine runs itself (seed 003 §5.4's predefined handlers), with
@@ -345,6 +401,12 @@ pub enum Reply {
     AmReply {
         /// Its four values.
         args: [u64; 4],
+    },
+    /// The per-handler counters of an engine's clients, summed by name
+    /// ([`Request::AmCounters`]), at most [`MAX_AM_REPORT`] handlers.
+    AmCounters {
+        /// (handler name, counters), by name.
+        handlers: Vec<(String, AmCounts)>,
     },
 }
 
@@ -523,6 +585,13 @@ impl Request {
                     w.u64(a);
                 }
             }
+            Request::AmReport { ref handlers } => {
+                w.u8(44);
+                put_report(&mut w, handlers);
+            }
+            Request::AmCounters => {
+                w.u8(45);
+            }
         }
         w.0
     }
@@ -619,6 +688,10 @@ impl Request {
                 handler: r.u32()?,
                 args: [r.u64()?, r.u64()?, r.u64()?, r.u64()?],
             },
+            44 => Request::AmReport {
+                handlers: get_report(&mut r)?,
+            },
+            45 => Request::AmCounters,
             _ => {
                 return Err(WireError::InvalidField {
                     field: "request tag",
@@ -766,6 +839,10 @@ impl Reply {
                     w.u64(*a);
                 }
             }
+            Reply::AmCounters { handlers } => {
+                w.u8(42);
+                put_report(&mut w, handlers);
+            }
             Reply::Error { code, message } => {
                 let n = message.len().min(1024);
                 w.u8(6)
@@ -855,6 +932,9 @@ impl Reply {
             }
             41 => Reply::AmReply {
                 args: [r.u64()?, r.u64()?, r.u64()?, r.u64()?],
+            },
+            42 => Reply::AmCounters {
+                handlers: get_report(&mut r)?,
             },
             8 => Reply::Direct {
                 mode: r.u8()?,
@@ -949,6 +1029,18 @@ mod tests {
                 handler: am_engine::COUNTER,
                 args: [1, 2, 3, u64::MAX],
             },
+            Request::AmReport {
+                handlers: vec![(
+                    "sum".into(),
+                    AmCounts {
+                        calls: 5,
+                        replies: 4,
+                        errors: 1,
+                        refused: 2,
+                    },
+                )],
+            },
+            Request::AmCounters,
         ]
     }
 
@@ -1013,6 +1105,9 @@ mod tests {
                 next: Some(2),
             },
             Reply::AmReply { args: [4, 3, 2, 1] },
+            Reply::AmCounters {
+                handlers: vec![("x".into(), AmCounts::default())],
+            },
             Reply::Direct {
                 mode: mode::NORMAL,
                 base: 4096,

@@ -646,6 +646,30 @@ impl Node {
         }
     }
 
+    /// Reports this connection's active-message handler counters to its engine
+    /// (replacing the last report; at most
+    /// [`hamlyn_wire::control::MAX_AM_REPORT`] handlers), for `hamlyn stat`.
+    pub fn am_report(
+        &self,
+        handlers: &[(String, hamlyn_wire::control::AmCounts)],
+    ) -> Result<(), Error> {
+        match self.registry_call(&Request::AmReport {
+            handlers: handlers.to_vec(),
+        })? {
+            Reply::Ok => Ok(()),
+            _ => Err(self.shared.control().violation("expected Ok")),
+        }
+    }
+
+    /// The active-message handler counters this engine's clients reported, summed by
+    /// handler name.
+    pub fn am_counters(&self) -> Result<Vec<(String, hamlyn_wire::control::AmCounts)>, Error> {
+        match self.registry_call(&Request::AmCounters)? {
+            Reply::AmCounters { handlers } => Ok(handlers),
+            _ => Err(self.shared.control().violation("expected AmCounters")),
+        }
+    }
+
     /// A registry request, made again while the engine says `Busy` (the registry node's
     /// link is full or still coming up, or too many requests wait) for at most the
     /// control timeout ([`NodeOptions::control_timeout`]).
