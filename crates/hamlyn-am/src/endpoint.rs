@@ -134,6 +134,8 @@ pub struct AmCounters {
 
 /// Unread failures kept at most ([`AmEndpoint::failures`]).
 pub const MAX_FAILURES: usize = 4096;
+/// Ready protocol instances one `poll` serves at most (each with all it has waiting).
+const POLL_BUDGET: usize = 64;
 /// How often, at most, `poll` reports changed handler counters to the engine.
 const REPORT_EVERY: Duration = Duration::from_secs(1);
 /// How often a waiting call looks whether its peer endpoint is still there.
@@ -759,7 +761,8 @@ impl AmEndpoint {
 
     /// Runs the handlers of what arrived (GRIM's `grim_poll`), waiting up to `timeout`
     /// (`None`: until something arrives) when nothing has; the thread sleeps on the
-    /// port's event descriptor meanwhile. Returns the messages handled.
+    /// port's event descriptor meanwhile. Returns the messages handled (a bounded
+    /// number: call it again while it returns work).
     pub fn poll(&mut self, timeout: Option<Duration>) -> Result<usize, AmError> {
         if self.unreported && self.reported.is_none_or(|t| t.elapsed() >= REPORT_EVERY) {
             // Counters are for people: a report that fails is tried again next time.
@@ -769,7 +772,9 @@ impl AmEndpoint {
         self.flush_outbox();
         let mut handled = 0;
         let mut wait = timeout;
-        loop {
+        // Bounded, so a caller waiting for something else (a reply, a deadline) gets
+        // control back under a steady stream of arrivals.
+        for _ in 0..POLL_BUDGET {
             let ready = self.mgr.poll(wait)?;
             wait = Some(Duration::ZERO);
             let Some(id) = ready else {
@@ -791,6 +796,7 @@ impl AmEndpoint {
             // Anything else is a credit for one of our senders: taken when it sends.
             self.flush_outbox();
         }
+        Ok(handled)
     }
 
     fn arrived(&mut self, d: Datagram, bulk: bool) -> Result<usize, AmError> {
