@@ -11,8 +11,7 @@
 #![no_main]
 
 use hamlyn_core::{
-    Answer, Expected, Interface, MetaRange, OwnerId, SlotConfig, SlotMode, SlotPerms,
-    VecAreas,
+    Answer, Expected, Interface, MetaRange, OwnerId, SlotConfig, SlotMode, SlotPerms, VecAreas,
 };
 use hamlyn_wire::{Header, NodeId, Op, RequestId, SlotId, META_ENTRY_LEN};
 use libfuzzer_sys::fuzz_target;
@@ -24,8 +23,22 @@ const META: usize = 16 * META_ENTRY_LEN;
 const SLOTS: [(SlotMode, u64, u64, u64, u32, u64); 4] = [
     (SlotMode::Normal, 512, 1024, 0, 4, 0x11),
     (SlotMode::Fast, 2048, 256, 0, 0, 0x22),
-    (SlotMode::Paranoid, 3072, 1024, 5 * META_ENTRY_LEN as u64, 4, 0x33),
-    (SlotMode::ParanoidOneShot, 5120, 1024, 10 * META_ENTRY_LEN as u64, 4, 0x44),
+    (
+        SlotMode::Paranoid,
+        3072,
+        1024,
+        5 * META_ENTRY_LEN as u64,
+        4,
+        0x33,
+    ),
+    (
+        SlotMode::ParanoidOneShot,
+        5120,
+        1024,
+        10 * META_ENTRY_LEN as u64,
+        4,
+        0x44,
+    ),
 ];
 
 fuzz_target!(|data: &[u8]| {

@@ -90,6 +90,37 @@ fn node_daemon_answers_stat_and_stops_cleanly_on_sigterm() {
     assert!(table.starts_with("node 7, incarnation "), "{table}");
     assert!(table.contains("messages delivered"), "{table}");
 
+    // `hamlyn ping` is answered by the engine's resident `hamlyn.ping` handler, which
+    // `hamlyn stat` then counts beside the handler table.
+    let out = run(
+        &[
+            "ping",
+            "--socket",
+            sock,
+            "-c",
+            "2",
+            "--interval-ms",
+            "1",
+            "7",
+        ],
+        Duration::from_secs(20),
+    );
+    assert!(out.status.success(), "ping: {}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("2 of 2 answered"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = run(&["stat", "--socket", sock], Duration::from_secs(20));
+    let table = text(&out.stdout);
+    let ping_row = table
+        .lines()
+        .find(|l| l.contains("hamlyn.ping"))
+        .unwrap_or_else(|| panic!("no handler table: {table}"));
+    let cells: Vec<&str> = ping_row.split('|').map(str::trim).collect();
+    assert_eq!(cells[1..4], ["0", "hamlyn.ping", "yes"], "{ping_row}");
+    assert_eq!(cells[6], "2", "two pings answered: {ping_row}");
+
     let pid = rustix::process::Pid::from_child(&node.0);
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("SIGTERM");
     let status = node

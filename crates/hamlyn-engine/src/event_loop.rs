@@ -361,7 +361,13 @@ impl Engine {
                     req @ (Request::Publish { .. }
                     | Request::Unpublish { .. }
                     | Request::Lookup { .. }
-                    | Request::Ping { .. }),
+                    | Request::Ping { .. }
+                    | Request::AmRegister { .. }
+                    | Request::AmUnregister { .. }
+                    | Request::AmTable { .. }
+                    | Request::AmCall { .. }
+                    | Request::AmReport { .. }
+                    | Request::AmCounters),
                 ) => {
                     let at = self.state.registry_place();
                     let remote = self.state.remote.as_mut();

@@ -26,6 +26,8 @@
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub)]
 
+mod am_engine;
+mod am_table;
 mod areas;
 mod clients;
 mod config;

@@ -26,6 +26,8 @@ use hamlyn_wire::{Header, NodeId, Op, RequestId, Seed};
 
 use hamlyn_core::Instant;
 
+use crate::am_engine::{ClientReports, EngineHandlers};
+use crate::am_table::HandlerTable;
 use crate::clients::Clients;
 use crate::counters::EngineCounters;
 use crate::remote::Remote;
@@ -47,7 +49,7 @@ const ANSWER: u64 = 1;
 const CLIENT_GONE: u64 = 2;
 
 /// Who published a name: a client of a node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct Owner {
     /// The client's node.
     pub(crate) node: NodeId,
@@ -76,6 +78,12 @@ pub(crate) struct Registry {
     /// Names in `published`.
     published_names: usize,
     next: u32,
+    /// The active-message handler table (on the registry node).
+    handlers: HandlerTable,
+    /// The active-message handlers this engine runs itself (on every node).
+    engine_handlers: EngineHandlers,
+    /// This engine's clients' own handler counters (answered here, never forwarded).
+    reports: ClientReports,
 }
 
 fn not_found(name: &str) -> Reply {
@@ -112,7 +120,7 @@ fn error(code: ControlErrorCode, message: impl Into<String>) -> Reply {
 impl Registry {
     /// Answers a publish, unpublish, lookup or ping here (this node holds the registry),
     /// asked by `owner`.
-    pub(crate) fn answer(&mut self, req: &Request, owner: Owner) -> Reply {
+    pub(crate) fn answer(&mut self, req: &Request, owner: Owner, me: NodeId) -> Reply {
         match req {
             Request::Publish { name, seed } => {
                 if name.is_empty() || name.len() > MAX_NAME || seed.len() > MAX_SEED_TEXT {
@@ -154,6 +162,10 @@ impl Registry {
                 None => not_found(name),
             },
             Request::Ping { .. } => Reply::Ok,
+            Request::AmRegister { handlers } => self.handlers.register(handlers, owner),
+            Request::AmUnregister { names } => self.handlers.unregister(names, owner),
+            Request::AmTable { start } => self.handlers.page(*start),
+            Request::AmCall { handler, args, .. } => self.engine_handlers.call(me, *handler, *args),
             _ => error(ControlErrorCode::BadRequest, "not a registry request"),
         }
     }
@@ -161,6 +173,7 @@ impl Registry {
     /// Removes every name `pick` selects (their publisher is gone); how many.
     fn drop_names(&mut self, pick: impl Fn(Owner) -> bool) -> usize {
         let before = self.entries.len();
+        self.handlers.drop_owners(&pick);
         self.entries.retain(|_, e| !pick(e.owner));
         before - self.entries.len()
     }
@@ -193,8 +206,14 @@ impl Registry {
         at: Place,
         remote: Option<&mut Remote>,
     ) -> Option<Reply> {
+        let req = match req {
+            Request::AmReport { handlers } => return Some(self.reports.report(cid, handlers)),
+            Request::AmCounters => return Some(self.reports.sum()),
+            other => other,
+        };
         let (home, what) = match req {
             Request::Ping { node } => (NodeId(node), "the pinged"),
+            Request::AmCall { node, .. } => (NodeId(node), "the called"),
             _ => (at.home, "the registry"),
         };
         if home == at.me {
@@ -202,7 +221,7 @@ impl Registry {
                 node: at.me,
                 client: cid,
             };
-            return Some(self.answer(&req, owner));
+            return Some(self.answer(&req, owner, at.me));
         }
         let Some(remote) = remote else {
             return Some(unreachable(what, home, "this node has no fabric"));
@@ -266,8 +285,10 @@ impl Registry {
         }
         if h.word == ASK {
             let reply = match Request::decode(body) {
-                Ok(req @ Request::Ping { .. }) => self.answer(&req, owner),
-                Ok(req) if at.home == at.me => self.answer(&req, owner),
+                Ok(req @ (Request::Ping { .. } | Request::AmCall { .. })) => {
+                    self.answer(&req, owner, at.me)
+                }
+                Ok(req) if at.home == at.me => self.answer(&req, owner, at.me),
                 Ok(_) => error(
                     ControlErrorCode::NotFound,
                     "this node does not hold the registry",
@@ -307,6 +328,7 @@ impl Registry {
     /// registry, else the registry node is told (if the client ever published there).
     pub(crate) fn forget_client(&mut self, cid: u32, at: Place, remote: Option<&mut Remote>) {
         self.pending.retain(|_, (c, _)| *c != cid);
+        self.reports.forget(cid);
         if at.home == at.me {
             let me = Owner {
                 node: at.me,
@@ -340,6 +362,11 @@ impl Registry {
                 if room && names.insert(name.clone(), seed.clone()).is_none() {
                     self.published_names += 1;
                 }
+            }
+            // Handlers registered in the cluster's table: nothing to publish again, but
+            // the registry node must hear when this client leaves.
+            Request::AmRegister { .. } => {
+                self.published.entry(cid).or_default();
             }
             Request::Unpublish { name } => {
                 if let Some(names) = self.published.get_mut(&cid) {

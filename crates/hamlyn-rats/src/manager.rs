@@ -88,6 +88,10 @@ struct Inner {
     entries: Allocator,
     queue: NotifyQueue,
     terminus: Terminus,
+    /// Termini opened later ([`Manager::open_terminus`]), numbered from 1.
+    more_termini: Vec<Terminus>,
+    /// The terminus sends go through now (0: `terminus`).
+    current: usize,
     instances: Vec<Option<InstanceState>>,
     free_ids: Vec<u32>,
     ready: VecDeque<u32>,
@@ -131,6 +135,8 @@ impl Manager {
             entries: Allocator::new(u64::from(options.entries), 1)?,
             queue,
             terminus,
+            more_termini: Vec::new(),
+            current: 0,
             instances: Vec::new(),
             free_ids: Vec::new(),
             ready: VecDeque::new(),
@@ -425,6 +431,27 @@ impl Manager {
 
     // ----- sending -----
 
+    /// Opens one more terminus of the node's port at `priority` (0 = served first) and
+    /// returns its number (the manager's own is 0). Sends go through it while it is
+    /// selected ([`Manager::select_terminus`]).
+    pub fn open_terminus(&self, priority: u8) -> Result<usize, RatsError> {
+        let t = self.shared.node.terminus(priority)?;
+        let mut inner = self.inner();
+        inner.more_termini.push(t);
+        Ok(inner.more_termini.len())
+    }
+
+    /// Makes every send of the manager's instances go through terminus `t` (0: the
+    /// manager's own; others from [`Manager::open_terminus`]) until another is selected;
+    /// returns the one selected before.
+    pub fn select_terminus(&self, t: usize) -> Result<usize, RatsError> {
+        let mut inner = self.inner();
+        if t > inner.more_termini.len() {
+            return Err(RatsError::InvalidArgument("no such terminus"));
+        }
+        Ok(std::mem::replace(&mut inner.current, t))
+    }
+
     /// Queues one message; a full terminus is waited out (bounded), never dropped.
     pub(crate) fn send(
         &self,
@@ -622,11 +649,18 @@ impl Inner {
         self.reclaim();
         // Bounded: a full terminus drains as the engine works; waiting for it to go idle
         // ends within the engine's own progress or its death.
+        let terminus = match self.current {
+            0 => &mut self.terminus,
+            i => self
+                .more_termini
+                .get_mut(i - 1)
+                .ok_or(RatsError::InvalidArgument("no such terminus"))?,
+        };
         for _ in 0..1000 {
-            match self.terminus.send(ticket, opts, data) {
+            match terminus.send(ticket, opts, data) {
                 Err(SendError::Full) | Err(SendError::EntriesBusy) => {
-                    if !self.terminus.wait_idle(Some(Duration::from_millis(100)))
-                        && self.terminus.in_flight() == 0
+                    if !terminus.wait_idle(Some(Duration::from_millis(100)))
+                        && terminus.in_flight() == 0
                     {
                         return Err(RatsError::Send(SendError::EngineGone));
                     }

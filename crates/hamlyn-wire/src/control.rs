@@ -222,6 +222,142 @@ pub enum Request {
         /// Messages per second.
         msgs_per_sec: u64,
     },
+    /// Active messages (seed 003 §5.4, `grim_synchHandlers`): this client registers
+    /// handlers by name and argument-layout fingerprint in the cluster's handler table
+    /// (on the registry node), which gives each name a dense cluster-wide id the first
+    /// time it is registered. Answered `Ok`; refused whole (`InvalidArgument`, naming
+    /// it) if a name is live with another fingerprint. A client's registrations leave
+    /// with it.
+    AmRegister {
+        /// (name, fingerprint) pairs, at most [`MAX_AM_HANDLERS_PER_REQUEST`].
+        handlers: Vec<(String, u64)>,
+    },
+    /// Active messages: this client no longer has these handlers. A name nobody has any
+    /// more stays in the table with its id (ids are never reused), not live, and its
+    /// epoch moves on when it is registered again. Answered `Ok`.
+    AmUnregister {
+        /// Names, at most [`MAX_AM_HANDLERS_PER_REQUEST`].
+        names: Vec<String>,
+    },
+    /// Active messages: a page of the cluster's handler table, from id `start`;
+    /// answered [`Reply::AmTable`].
+    AmTable {
+        /// The first id wanted: 0, then the `next` of the previous page.
+        start: u32,
+    },
+    /// Active messages: run engine-resident handler `handler` (one of
+    /// [`am_engine`]'s, which every engine has, under the same ids everywhere) on
+    /// `node`'s engine with four arguments; answered [`Reply::AmReply`].
+    AmCall {
+        /// The node whose engine runs it.
+        node: u32,
+        /// The handler's id.
+        handler: u32,
+        /// Its arguments.
+        args: [u64; 4],
+    },
+    /// Active messages: this client's per-handler counters, replacing what it reported
+    /// before (kept by its engine until it leaves, shown by `hamlyn stat`); answered `Ok`.
+    AmReport {
+        /// (handler name, [`AmCounts`]), at most [`MAX_AM_REPORT`].
+        handlers: Vec<(String, AmCounts)>,
+    },
+    /// Active messages: the per-handler counters this engine's clients reported, summed
+    /// by handler name; answered [`Reply::AmCounters`].
+    AmCounters,
+}
+
+/// Most handlers one [`Request::AmReport`] or [`Reply::AmCounters`] carries.
+pub const MAX_AM_REPORT: usize = 256;
+
+/// What happened to one active-message handler in a process (or summed over a node's).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AmCounts {
+    /// Times it ran.
+    pub calls: u64,
+    /// Replies it gave.
+    pub replies: u64,
+    /// Times it failed (an error, a second reply, no reply when one was asked for).
+    pub errors: u64,
+    /// Messages naming it refused without running it (not registered there any more,
+    /// an old epoch).
+    pub refused: u64,
+}
+
+fn put_counts(w: &mut Writer, c: &AmCounts) {
+    w.u64(c.calls).u64(c.replies).u64(c.errors).u64(c.refused);
+}
+
+fn get_counts(r: &mut Reader<'_>) -> Result<AmCounts, WireError> {
+    Ok(AmCounts {
+        calls: r.u64()?,
+        replies: r.u64()?,
+        errors: r.u64()?,
+        refused: r.u64()?,
+    })
+}
+
+fn put_report(w: &mut Writer, rows: &[(String, AmCounts)]) {
+    w.u16(rows.len() as u16);
+    for (name, c) in rows {
+        w.bytes(name.as_bytes());
+        put_counts(w, c);
+    }
+}
+
+fn get_report(r: &mut Reader<'_>) -> Result<Vec<(String, AmCounts)>, WireError> {
+    let n = am_count(r, MAX_AM_REPORT)?;
+    let mut rows = Vec::with_capacity(n);
+    for _ in 0..n {
+        rows.push((handler_name(r)?, get_counts(r)?));
+    }
+    Ok(rows)
+}
+
+/// The handlers every engine runs itself (seed 003 §5.4's predefined handlers), with
+/// their ids: the first ids of every cluster's active-message table.
+pub mod am_engine {
+    /// `hamlyn.ping`: replies `[args[0], the engine's node id, 0, 0]`.
+    pub const PING: u32 = 0;
+    /// `hamlyn.echo`: replies its arguments.
+    pub const ECHO: u32 = 1;
+    /// `hamlyn.counter`: adds `args[0]` to the engine's counter; replies
+    /// `[the value before, the value after, 0, 0]`.
+    pub const COUNTER: u32 = 2;
+    /// `hamlyn.stats`: replies the calls each of these four handlers answered.
+    pub const STATS: u32 = 3;
+    /// Their names, by id.
+    pub const NAMES: [&str; 4] = [
+        "hamlyn.ping",
+        "hamlyn.echo",
+        "hamlyn.counter",
+        "hamlyn.stats",
+    ];
+    /// The fingerprint every engine-resident handler is registered with (four u64
+    /// arguments, no payload).
+    pub const FINGERPRINT: u64 = 0x4841_4d4c_594e_3455;
+}
+
+/// Longest active-message handler name in bytes.
+pub const MAX_AM_HANDLER_NAME: usize = 64;
+/// Most handlers one [`Request::AmRegister`] or [`Request::AmUnregister`] names.
+pub const MAX_AM_HANDLERS_PER_REQUEST: usize = 32;
+/// Most entries one [`Reply::AmTable`] page carries.
+pub const AM_TABLE_PAGE: usize = 32;
+
+/// One entry of the cluster's active-message handler table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AmHandlerEntry {
+    /// The dense cluster-wide id.
+    pub id: u32,
+    /// Moves on each time the name becomes live again after nobody had it.
+    pub epoch: u32,
+    /// Whether some client has it registered now.
+    pub live: bool,
+    /// The fingerprint of its argument layout.
+    pub fingerprint: u64,
+    /// Its name.
+    pub name: String,
 }
 
 /// The engine's answer to a [`Request`].
@@ -294,6 +430,26 @@ pub enum Reply {
         code: u16,
         /// What went wrong, for people.
         message: String,
+    },
+    /// A page of the active-message handler table ([`Request::AmTable`]).
+    AmTable {
+        /// The table's version (moves on with every change).
+        version: u64,
+        /// Entries in id order, at most [`AM_TABLE_PAGE`].
+        entries: Vec<AmHandlerEntry>,
+        /// The `start` of the next page; `None`: this page ends the table.
+        next: Option<u32>,
+    },
+    /// An engine-resident handler's reply ([`Request::AmCall`]).
+    AmReply {
+        /// Its four values.
+        args: [u64; 4],
+    },
+    /// The per-handler counters of an engine's clients, summed by name
+    /// ([`Request::AmCounters`]), at most [`MAX_AM_REPORT`] handlers.
+    AmCounters {
+        /// (handler name, counters), by name.
+        handlers: Vec<(String, AmCounts)>,
     },
 }
 
@@ -465,6 +621,38 @@ impl Request {
             Request::Unpublish { ref name } => {
                 w.u8(16).bytes(name.as_bytes());
             }
+            Request::AmRegister { ref handlers } => {
+                w.u8(40).u16(handlers.len() as u16);
+                for (name, fp) in handlers {
+                    w.bytes(name.as_bytes()).u64(*fp);
+                }
+            }
+            Request::AmUnregister { ref names } => {
+                w.u8(41).u16(names.len() as u16);
+                for name in names {
+                    w.bytes(name.as_bytes());
+                }
+            }
+            Request::AmTable { start } => {
+                w.u8(42).u32(start);
+            }
+            Request::AmCall {
+                node,
+                handler,
+                args,
+            } => {
+                w.u8(43).u32(node).u32(handler);
+                for a in args {
+                    w.u64(a);
+                }
+            }
+            Request::AmReport { ref handlers } => {
+                w.u8(44);
+                put_report(&mut w, handlers);
+            }
+            Request::AmCounters => {
+                w.u8(45);
+            }
         }
         w.0
     }
@@ -552,6 +740,32 @@ impl Request {
             16 => Request::Unpublish {
                 name: name(&mut r)?,
             },
+            40 => {
+                let n = am_count(&mut r, MAX_AM_HANDLERS_PER_REQUEST)?;
+                let mut handlers = Vec::with_capacity(n);
+                for _ in 0..n {
+                    handlers.push((handler_name(&mut r)?, r.u64()?));
+                }
+                Request::AmRegister { handlers }
+            }
+            41 => {
+                let n = am_count(&mut r, MAX_AM_HANDLERS_PER_REQUEST)?;
+                let mut names = Vec::with_capacity(n);
+                for _ in 0..n {
+                    names.push(handler_name(&mut r)?);
+                }
+                Request::AmUnregister { names }
+            }
+            42 => Request::AmTable { start: r.u32()? },
+            43 => Request::AmCall {
+                node: r.u32()?,
+                handler: r.u32()?,
+                args: [r.u64()?, r.u64()?, r.u64()?, r.u64()?],
+            },
+            44 => Request::AmReport {
+                handlers: get_report(&mut r)?,
+            },
+            45 => Request::AmCounters,
             _ => {
                 return Err(WireError::InvalidField {
                     field: "request tag",
@@ -579,6 +793,31 @@ fn name(r: &mut Reader<'_>) -> Result<String, WireError> {
     }
     String::from_utf8(b.to_vec()).map_err(|_| WireError::InvalidField {
         field: "name",
+        why: "not UTF-8",
+    })
+}
+
+fn am_count(r: &mut Reader<'_>, max: usize) -> Result<usize, WireError> {
+    let n = usize::from(r.u16()?);
+    if n > max {
+        return Err(WireError::InvalidField {
+            field: "handler count",
+            why: "more than one request or page carries",
+        });
+    }
+    Ok(n)
+}
+
+fn handler_name(r: &mut Reader<'_>) -> Result<String, WireError> {
+    let b = r.bytes(MAX_AM_HANDLER_NAME)?;
+    if b.is_empty() {
+        return Err(WireError::InvalidField {
+            field: "handler name",
+            why: "empty",
+        });
+    }
+    String::from_utf8(b.to_vec()).map_err(|_| WireError::InvalidField {
+        field: "handler name",
         why: "not UTF-8",
     })
 }
@@ -650,6 +889,34 @@ impl Reply {
                 w.u64(*meta_base).u32(*meta_count);
                 w.u64(*queue_offset).u32(*queue_cap);
             }
+            Reply::AmTable {
+                version,
+                entries,
+                next,
+            } => {
+                w.u8(40).u64(*version).u16(entries.len() as u16);
+                for e in entries {
+                    w.u32(e.id)
+                        .u32(e.epoch)
+                        .u8(u8::from(e.live))
+                        .u64(e.fingerprint);
+                    w.bytes(e.name.as_bytes());
+                }
+                match next {
+                    None => w.u8(0),
+                    Some(n) => w.u8(1).u32(*n),
+                };
+            }
+            Reply::AmReply { args } => {
+                w.u8(41);
+                for a in args {
+                    w.u64(*a);
+                }
+            }
+            Reply::AmCounters { handlers } => {
+                w.u8(42);
+                put_report(&mut w, handlers);
+            }
             Reply::Error { code, message } => {
                 let n = message.len().min(1024);
                 w.u8(6)
@@ -695,6 +962,53 @@ impl Reply {
             },
             7 => Reply::Seed {
                 seed: seed_text(&mut r)?,
+            },
+            40 => {
+                let version = r.u64()?;
+                let n = am_count(&mut r, AM_TABLE_PAGE)?;
+                let mut entries = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let id = r.u32()?;
+                    let epoch = r.u32()?;
+                    let live = match r.u8()? {
+                        0 => false,
+                        1 => true,
+                        _ => {
+                            return Err(WireError::InvalidField {
+                                field: "live",
+                                why: "must be 0 or 1",
+                            })
+                        }
+                    };
+                    entries.push(AmHandlerEntry {
+                        id,
+                        epoch,
+                        live,
+                        fingerprint: r.u64()?,
+                        name: handler_name(&mut r)?,
+                    });
+                }
+                let next = match r.u8()? {
+                    0 => None,
+                    1 => Some(r.u32()?),
+                    _ => {
+                        return Err(WireError::InvalidField {
+                            field: "next",
+                            why: "presence must be 0 or 1",
+                        })
+                    }
+                };
+                Reply::AmTable {
+                    version,
+                    entries,
+                    next,
+                }
+            }
+            41 => Reply::AmReply {
+                args: [r.u64()?, r.u64()?, r.u64()?, r.u64()?],
+            },
+            42 => Reply::AmCounters {
+                handlers: get_report(&mut r)?,
             },
             8 => Reply::Direct {
                 mode: r.u8()?,
@@ -790,6 +1104,30 @@ mod tests {
                 key: 0xFEED_FACE_CAFE_BEEF,
             },
             Request::Detach,
+            Request::AmRegister {
+                handlers: vec![("ping".into(), 7), ("sum".into(), u64::MAX)],
+            },
+            Request::AmUnregister {
+                names: vec!["sum".into()],
+            },
+            Request::AmTable { start: 3 },
+            Request::AmCall {
+                node: 2,
+                handler: am_engine::COUNTER,
+                args: [1, 2, 3, u64::MAX],
+            },
+            Request::AmReport {
+                handlers: vec![(
+                    "sum".into(),
+                    AmCounts {
+                        calls: 5,
+                        replies: 4,
+                        errors: 1,
+                        refused: 2,
+                    },
+                )],
+            },
+            Request::AmCounters,
         ]
     }
 
@@ -841,6 +1179,21 @@ mod tests {
             },
             Reply::Seed {
                 seed: "hmseed1-abc".into(),
+            },
+            Reply::AmTable {
+                version: 9,
+                entries: vec![AmHandlerEntry {
+                    id: 1,
+                    epoch: 2,
+                    live: true,
+                    fingerprint: 3,
+                    name: "echo".into(),
+                }],
+                next: Some(2),
+            },
+            Reply::AmReply { args: [4, 3, 2, 1] },
+            Reply::AmCounters {
+                handlers: vec![("x".into(), AmCounts::default())],
             },
             Reply::Direct {
                 mode: mode::NORMAL,

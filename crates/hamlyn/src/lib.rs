@@ -105,5 +105,8 @@ pub use hamlyn_shm::fdpass::FdPassError;
 pub use hamlyn_shm::memory::LayoutError;
 pub use hamlyn_shm::region::RegionError;
 pub use hamlyn_shm::wake::WakeError;
-pub use hamlyn_wire::control::ControlErrorCode;
+pub use hamlyn_wire::control::{
+    am_engine, AmCounts, AmHandlerEntry, ControlErrorCode, MAX_AM_HANDLERS_PER_REQUEST,
+    MAX_AM_HANDLER_NAME, MAX_AM_REPORT,
+};
 pub use hamlyn_wire::{SplitError, WireError};

@@ -629,6 +629,99 @@ impl Node {
         }
     }
 
+    /// Registers active-message handlers (name, argument-layout fingerprint) of this node
+    /// handle in the cluster's handler table on the registry node (seed 003 §5.4; at most
+    /// [`hamlyn_wire::control::MAX_AM_HANDLERS_PER_REQUEST`] at once): all or none; a
+    /// name live with another fingerprint is refused (`InvalidArgument`, naming it). The
+    /// registrations leave with this connection. The `hamlyn-am` crate builds on this.
+    pub fn am_register(&self, handlers: &[(String, u64)]) -> Result<(), Error> {
+        match self.registry_call(&Request::AmRegister {
+            handlers: handlers.to_vec(),
+        })? {
+            Reply::Ok => Ok(()),
+            _ => Err(self.shared.control().violation("expected Ok")),
+        }
+    }
+
+    /// This node handle no longer has these active-message handlers.
+    pub fn am_unregister(&self, names: &[String]) -> Result<(), Error> {
+        match self.registry_call(&Request::AmUnregister {
+            names: names.to_vec(),
+        })? {
+            Reply::Ok => Ok(()),
+            _ => Err(self.shared.control().violation("expected Ok")),
+        }
+    }
+
+    /// The cluster's active-message handler table, whole (fetched page by page), with
+    /// its version as of the last page.
+    pub fn am_table(&self) -> Result<(u64, Vec<hamlyn_wire::control::AmHandlerEntry>), Error> {
+        let mut all = Vec::new();
+        let mut start = 0;
+        loop {
+            match self.registry_call(&Request::AmTable { start })? {
+                Reply::AmTable {
+                    version,
+                    entries,
+                    next,
+                } => {
+                    all.extend(entries);
+                    match next {
+                        Some(n) if n > start => start = n,
+                        Some(_) => {
+                            return Err(self.shared.control().violation("table page goes back"))
+                        }
+                        None => return Ok((version, all)),
+                    }
+                }
+                _ => return Err(self.shared.control().violation("expected AmTable")),
+            }
+        }
+    }
+
+    /// Runs engine-resident active-message handler `handler`
+    /// ([`hamlyn_wire::control::am_engine`]) on `node`'s engine with `args`, and returns
+    /// its reply (a node that cannot be reached is `Unreachable`).
+    pub fn am_engine_call(
+        &self,
+        node: NodeId,
+        handler: u32,
+        args: [u64; 4],
+    ) -> Result<[u64; 4], Error> {
+        match self.registry_call(&Request::AmCall {
+            node: node.0,
+            handler,
+            args,
+        })? {
+            Reply::AmReply { args } => Ok(args),
+            _ => Err(self.shared.control().violation("expected AmReply")),
+        }
+    }
+
+    /// Reports this connection's active-message handler counters to its engine
+    /// (replacing the last report; at most
+    /// [`hamlyn_wire::control::MAX_AM_REPORT`] handlers), for `hamlyn stat`.
+    pub fn am_report(
+        &self,
+        handlers: &[(String, hamlyn_wire::control::AmCounts)],
+    ) -> Result<(), Error> {
+        match self.registry_call(&Request::AmReport {
+            handlers: handlers.to_vec(),
+        })? {
+            Reply::Ok => Ok(()),
+            _ => Err(self.shared.control().violation("expected Ok")),
+        }
+    }
+
+    /// The active-message handler counters this engine's clients reported, summed by
+    /// handler name.
+    pub fn am_counters(&self) -> Result<Vec<(String, hamlyn_wire::control::AmCounts)>, Error> {
+        match self.registry_call(&Request::AmCounters)? {
+            Reply::AmCounters { handlers } => Ok(handlers),
+            _ => Err(self.shared.control().violation("expected AmCounters")),
+        }
+    }
+
     /// A registry request, made again while the engine says `Busy` (the registry node's
     /// link is full or still coming up, or too many requests wait) for at most the
     /// control timeout ([`NodeOptions::control_timeout`]).

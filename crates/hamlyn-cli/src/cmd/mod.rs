@@ -1,5 +1,6 @@
 //! The subcommands, one module each (`hamlyn bench` runs the `hamlyn-bench` crate).
 
+pub mod am_stat;
 pub mod bench;
 pub mod node;
 pub mod ping;

@@ -1,12 +1,13 @@
 //! `hamlyn ping NODE`: round trips through this node's engine and NODE's engine (the
-//! local engine forwards a Ping over its fabric; the far engine answers it), reported
-//! like ping(8).
+//! local engine forwards the call over its fabric; the far engine runs its resident
+//! `hamlyn.ping` active-message handler, which answers with the sequence number and its
+//! node id), reported like ping(8).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use hamlyn_wire::control::{Reply, Request};
+use hamlyn_wire::control::{am_engine, Reply, Request};
 
 use crate::control::{Control, ControlError};
 use crate::socket::{DEFAULT_SOCKET, SOCKET_ENV};
@@ -40,8 +41,13 @@ pub fn run(args: PingArgs) -> Result<(), ControlError> {
             std::thread::sleep(Duration::from_millis(args.interval_ms));
         }
         let t = Instant::now();
-        match control.call(&Request::Ping { node: args.node }) {
-            Ok(Reply::Ok) => {
+        let ping = Request::AmCall {
+            node: args.node,
+            handler: am_engine::PING,
+            args: [u64::from(i), 0, 0, 0],
+        };
+        match control.call(&ping) {
+            Ok(Reply::AmReply { args: a }) if a[..2] == [u64::from(i), u64::from(args.node)] => {
                 let rtt = t.elapsed();
                 println!(
                     "reply from node {}: seq={i} time={:.1} µs",

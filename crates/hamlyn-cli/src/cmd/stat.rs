@@ -50,6 +50,9 @@ pub fn run(args: StatArgs) -> Result<(), StatError> {
         std::io::Write::write_all(&mut out, b"\n")?;
     } else {
         std::io::Write::write_all(&mut out, render(&stats).as_bytes())?;
+        let timeout = Duration::from_millis(args.timeout_ms.max(1));
+        let am = super::am_stat::render(&args.socket, timeout, stats.node);
+        std::io::Write::write_all(&mut out, am.as_bytes())?;
     }
     std::io::Write::flush(&mut out)?;
     Ok(())
