@@ -7,26 +7,12 @@ mod common;
 
 use hamlyn_apps::circuit::{sequential as add_all, test_vectors, Circuit};
 use hamlyn_apps::ising::{rows_of, sequential, Params};
-use hamlyn_engine::{EngineConfig, EngineHandle};
-use hamlyn_fabric::tcp::{tcp_cluster, ClusterSecret, TcpConfig};
-use hamlyn_wire::NodeId;
+use hamlyn_engine::EngineHandle;
 
 fn two_nodes() -> (EngineHandle, EngineHandle) {
-    let mut cfg = TcpConfig::new(NodeId(0), "127.0.0.1:0".parse().unwrap());
-    cfg.secret = Some(ClusterSecret::from_bytes([0x17; 32]));
-    cfg.rails = 2;
-    cfg.incarnation = 3;
-    let mut fabrics = tcp_cluster(2, &cfg).unwrap();
-    let fb = fabrics.pop().unwrap();
-    let fa = fabrics.pop().unwrap();
-    let start = |node: u32, f| {
-        let mut c = EngineConfig::embedded();
-        c.node = node;
-        c.incarnation = 3;
-        c.registry = Some(0);
-        EngineHandle::start_with_fabric(c, Some(Box::new(f))).unwrap()
-    };
-    (start(0, fa), start(1, fb))
+    let mut engines = hamlyn_engine::cluster::tcp_engines(2, 2).unwrap();
+    let b = engines.pop().unwrap();
+    (engines.pop().unwrap(), b)
 }
 
 /// Runs `bin ARGS` as four ranks, 0 and 1 on `a`, 2 and 3 on `b`.

@@ -19,6 +19,9 @@ pub enum EngineError {
     /// The socket path is not usable.
     #[error("socket path {0}: {1}")]
     SocketPath(String, &'static str),
+    /// The fabric could not be set up (an in-process cluster's TCP fabric).
+    #[error("fabric: {0}")]
+    Fabric(String),
 }
 
 impl EngineError {

@@ -30,6 +30,7 @@ mod am_engine;
 mod am_table;
 mod areas;
 mod clients;
+pub mod cluster;
 mod config;
 mod control;
 mod counters;

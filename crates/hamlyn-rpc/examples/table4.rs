@@ -19,10 +19,8 @@ use std::time::{Duration, Instant};
 
 use hamlyn::Node;
 use hamlyn_engine::{EngineConfig, EngineHandle};
-use hamlyn_fabric::tcp::{tcp_cluster, ClusterSecret, TcpConfig};
 use hamlyn_rpc::{frame, Ctx, Procedure, RpcClient, RpcServer};
 use hamlyn_shm::sync::{AtomicBool, Ordering};
-use hamlyn_wire::NodeId;
 
 const WAIT: Duration = Duration::from_secs(30);
 /// Runs per figure: the median is reported.
@@ -180,22 +178,9 @@ fn main() {
     one.stop().unwrap();
 
     // Two nodes over TCP on loopback.
-    let mut cfg = TcpConfig::new(NodeId(0), "127.0.0.1:0".parse().unwrap());
-    cfg.secret = Some(ClusterSecret::from_bytes([0x44; 32]));
-    cfg.rails = 2;
-    // The engines announce the fabric's incarnation (tickets carry it).
-    cfg.incarnation = 3;
-    let mut fabrics = tcp_cluster(2, &cfg).unwrap();
-    let fb = fabrics.pop().unwrap();
-    let fa = fabrics.pop().unwrap();
-    let start = |node: u32, f| {
-        let mut c = EngineConfig::embedded();
-        c.node = node;
-        c.incarnation = 3;
-        c.registry = Some(0);
-        EngineHandle::start_with_fabric(c, Some(Box::new(f))).unwrap()
-    };
-    let (a, b) = (start(0, fa), start(1, fb));
+    let mut engines = hamlyn_engine::cluster::tcp_engines(2, 2).unwrap();
+    let b = engines.pop().unwrap();
+    let a = engines.pop().unwrap();
     let remote = columns(a.socket_path(), b.socket_path(), iters / 4);
     a.stop().unwrap();
     b.stop().unwrap();

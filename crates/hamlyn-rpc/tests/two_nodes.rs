@@ -6,29 +6,14 @@
 use std::time::Duration;
 
 use hamlyn::Node;
-use hamlyn_engine::{EngineConfig, EngineHandle};
-use hamlyn_fabric::tcp::{tcp_cluster, ClusterSecret, TcpConfig};
 use hamlyn_rpc::{frame, Ctx, Procedure, RpcClient, RpcServer};
 use hamlyn_shm::sync::{AtomicBool, Ordering};
-use hamlyn_wire::NodeId;
 
 #[test]
 fn calls_cross_the_tcp_fabric() {
-    let mut cfg = TcpConfig::new(NodeId(0), "127.0.0.1:0".parse().unwrap());
-    cfg.secret = Some(ClusterSecret::from_bytes([0x29; 32]));
-    cfg.rails = 2;
-    cfg.incarnation = 9;
-    let mut fabrics = tcp_cluster(2, &cfg).unwrap();
-    let fb = fabrics.pop().unwrap();
-    let fa = fabrics.pop().unwrap();
-    let start = |node: u32, f| {
-        let mut c = EngineConfig::embedded();
-        c.node = node;
-        c.incarnation = 9;
-        c.registry = Some(0);
-        EngineHandle::start_with_fabric(c, Some(Box::new(f))).unwrap()
-    };
-    let (a, b) = (start(0, fa), start(1, fb));
+    let mut engines = hamlyn_engine::cluster::tcp_engines(2, 2).unwrap();
+    let b = engines.pop().unwrap();
+    let a = engines.pop().unwrap();
     let stop = std::sync::Arc::new(AtomicBool::new(false));
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let server = {

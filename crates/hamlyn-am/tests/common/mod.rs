@@ -9,30 +9,13 @@ use std::time::Duration;
 
 use hamlyn::Node;
 use hamlyn_am::{Addr, AmEndpoint, AmOptions};
-use hamlyn_engine::{EngineConfig, EngineHandle};
-use hamlyn_fabric::tcp::{tcp_cluster, ClusterSecret, TcpConfig};
-use hamlyn_wire::NodeId;
+use hamlyn_engine::EngineHandle;
 
 pub const WAIT: Duration = Duration::from_secs(30);
 
 /// `n` engines over TCP with two rails, the registry on node 0.
 pub fn cluster(n: usize) -> Vec<EngineHandle> {
-    let mut cfg = TcpConfig::new(NodeId(0), "127.0.0.1:0".parse().unwrap());
-    cfg.secret = Some(ClusterSecret::from_bytes([0x12; 32]));
-    cfg.rails = 2;
-    cfg.incarnation = 3;
-    let fabrics = tcp_cluster(n, &cfg).unwrap();
-    fabrics
-        .into_iter()
-        .enumerate()
-        .map(|(i, f)| {
-            let mut c = EngineConfig::embedded();
-            c.node = i as u32;
-            c.incarnation = 3;
-            c.registry = Some(0);
-            EngineHandle::start_with_fabric(c, Some(Box::new(f))).unwrap()
-        })
-        .collect()
+    hamlyn_engine::cluster::tcp_engines(n, 2).unwrap()
 }
 
 /// An endpoint on the engine at `path`.

@@ -3,27 +3,14 @@
 
 use std::time::{Duration, Instant};
 
-use hamlyn::{Node, NodeId};
-use hamlyn_engine::{EngineConfig, EngineHandle};
-use hamlyn_fabric::tcp::{tcp_cluster, TcpConfig};
+use hamlyn::Node;
+use hamlyn_engine::EngineHandle;
 
 /// Two engines over TCP (2 rails) and a node handle on each, once both see the peer up.
 pub fn two_nodes() -> (EngineHandle, EngineHandle, Node, Node) {
-    let mut cfg = TcpConfig::new(NodeId(0), "127.0.0.1:0".parse().unwrap());
-    cfg.rails = 2;
-    cfg.incarnation = 5;
-    let mut fabrics = tcp_cluster(2, &cfg).unwrap();
-    let fb = fabrics.pop().unwrap();
-    let fa = fabrics.pop().unwrap();
-    let start = |node: u32, f| {
-        let mut c = EngineConfig::embedded();
-        c.node = node;
-        c.incarnation = 5;
-        // One registry for the pair: node 0's.
-        c.registry = Some(0);
-        EngineHandle::start_with_fabric(c, Some(Box::new(f))).unwrap()
-    };
-    let (ea, eb) = (start(0, fa), start(1, fb));
+    let mut engines = hamlyn_engine::cluster::tcp_engines(2, 2).unwrap();
+    let eb = engines.pop().unwrap();
+    let ea = engines.pop().unwrap();
     let a = Node::connect(ea.socket_path()).unwrap();
     let b = Node::connect(eb.socket_path()).unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
