@@ -340,3 +340,29 @@ fn receive_endpoints_and_rate_limits() {
         );
     }
 }
+
+/// The README's C example, as a user would take it: cut from the README, built with the
+/// installed header and library through pkg-config, run; it sends itself "hello".
+#[test]
+fn the_readme_example_builds_and_runs() {
+    let b = built();
+    let readme = std::fs::read_to_string(crate_dir().join("../../README.md")).expect("README");
+    let start = readme.find("```c\n").expect("a C block in the README") + "```c\n".len();
+    let len = readme[start..].find("```").expect("the C block's end");
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("hamlyn-capi-readme");
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(dir.join("hello.c"), &readme[start..start + len]).expect("hello.c");
+    run_ok(
+        Command::new("cc")
+            .arg(dir.join("hello.c"))
+            .args(pkg_config(&b.prefix))
+            .arg("-o")
+            .arg(dir.join("hello")),
+    );
+    let out = Command::new(dir.join("hello"))
+        .env("LD_LIBRARY_PATH", b.prefix.join("lib"))
+        .output()
+        .expect("run hello");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "5 bytes");
+}
