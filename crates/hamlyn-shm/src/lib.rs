@@ -15,6 +15,8 @@
 //! - [`notifq`]: the multi-producer notification queue of 32-byte entries.
 //! - [`wake`]: spin-then-sleep on a shared futex without lost wakeups, and the port's
 //!   eventfd for event loops.
+//! - [`drive`]: progress by the waiting thread: the ownership word that decides who runs
+//!   the turns of an engine hosted in this process (its thread, or a thread that waits).
 //! - [`memory`]: the small memory abstraction the rings are written over, so that loom can
 //!   check them on the heap; [`sync`]: the one atomics facade (std or loom).
 //!
@@ -36,6 +38,7 @@
 #[cfg(not(loom))]
 pub mod area_mem;
 pub mod bytes;
+pub mod drive;
 pub mod fdpass;
 pub mod keys;
 pub mod memory;
