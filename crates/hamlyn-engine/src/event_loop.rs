@@ -296,6 +296,13 @@ impl Engine {
                 std::hint::spin_loop();
                 continue;
             }
+            // Packets the fabric holds back for a stream go out now (nothing follows them
+            // while we sleep), and its poller is drained so that the next arrival wakes us
+            // (issue 14: idle daemons answered pings in 1.6–2 ms).
+            if self.state.prepare_fabric_sleep() {
+                idle = 0;
+                continue;
+            }
             if self.arm_doorbells() {
                 idle = 0;
                 continue;
