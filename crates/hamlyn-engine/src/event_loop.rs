@@ -343,6 +343,29 @@ impl Engine {
         self.woke = true;
     }
 
+    /// The last driver leaves: whether the engine thread must be woken (its doorbell
+    /// rung) to take over. It must if it let go for the drivers (it sleeps until woken),
+    /// or if work is left (a message in the middle, fabric input, held packets). If it
+    /// was asleep after going idle when they came, the clients' doorbells (which the
+    /// first driven turn cleared) are armed again instead, as the engine thread left
+    /// them: no system call, and the next push wakes it.
+    pub(crate) fn hand_back(&mut self) -> bool {
+        if self.gone_for_driver || self.driven_busy || self.ignore_drivers {
+            return true;
+        }
+        if self.doorbells_armed {
+            return false;
+        }
+        if self.state.prepare_fabric_sleep() {
+            return true;
+        }
+        // Arm-and-recheck (`wake::arm_eventfd`): a push either is seen here (ring now) or
+        // sees the armed doorbell (and rings).
+        let work = self.arm_doorbells();
+        self.doorbells_armed = true;
+        work
+    }
+
     /// What progress by the waiting thread did so far.
     pub(crate) fn drive_stats(&self) -> crate::hosted::DriveStats {
         crate::hosted::DriveStats {

@@ -159,15 +159,26 @@ impl Driving {
 }
 
 impl Drop for Driving {
-    /// The last driver to leave hands the engine back: it rings the engine's doorbell,
-    /// so its thread wakes and serves (spinning, then sleeping with the clients'
-    /// doorbells armed, as after any work). The rest of a message the driver was in the
-    /// middle of is finished by it: another client never waits for a thread that stopped
-    /// driving.
+    /// The last driver to leave hands the engine back (`Engine::hand_back`): if the
+    /// engine's thread let go for the drivers, or work is left, it rings the engine's
+    /// doorbell, so the thread wakes and serves (spinning, then sleeping with the
+    /// clients' doorbells armed, as after any work): the rest of a message the driver was
+    /// in the middle of is finished by it, and another client never waits for a thread
+    /// that stopped driving. If the engine's thread was asleep after going idle, the
+    /// clients' doorbells are armed again instead (no system call).
     fn drop(&mut self) {
         if self.hosted.handoff.leave() {
-            // Fails only if the doorbell is full, when it is readable already.
-            let _ = self.hosted.doorbell.notify();
+            // Held for a turn by a driver that came since: it drives, and hands back when
+            // it leaves; the ring below is then only a spare wake.
+            let ring = self
+                .hosted
+                .handoff
+                .try_run(Engine::hand_back)
+                .unwrap_or(true);
+            if ring {
+                // Fails only if the doorbell is full, when it is readable already.
+                let _ = self.hosted.doorbell.notify();
+            }
         }
     }
 }

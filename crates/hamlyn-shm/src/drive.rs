@@ -22,7 +22,10 @@
 //! Every drive ends with a leave, and exactly one leave takes the count to zero after the
 //! engine's thread saw it above zero: that one wakes the thread. The wake is a readable
 //! descriptor, not a flag, so it is not lost if it comes before the thread sleeps.
-//! `loom_last_leave_hands_back` checks it with several drivers leaving at once.
+//! `loom_last_leave_hands_back` checks it with several drivers leaving at once. (The
+//! engine skips the wake when its thread was asleep after going idle, not for the
+//! drivers: it arms its clients' doorbells again instead, with the wake module's
+//! arm-and-recheck, checked by that module's loom models.)
 //!
 //! # Why two threads never run the engine at once
 //!
