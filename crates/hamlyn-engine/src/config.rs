@@ -45,6 +45,13 @@ pub struct EngineConfig {
     /// A connection that has not attached this long after it was accepted is closed (so
     /// idle connections cannot fill `max_clients`).
     pub attach_timeout: Duration,
+    /// An engine started in an application ([`crate::EngineHandle::start`]) is run by
+    /// the application's waiting threads while they wait, its own thread sleeping
+    /// meanwhile ([`crate::Driver`]). On by default: on a machine with few cores this
+    /// removes the engine as a third busy thread (docs/PERFORMANCE.md); off when the
+    /// environment says `HAMLYN_DRIVE=0` ([`crate::DRIVE_ENV`]). A daemon
+    /// ([`crate::run_daemon`]) is never driven by anyone but its own thread.
+    pub driven: bool,
 }
 
 /// What one client may hold at once; a request past it is refused with
@@ -101,6 +108,7 @@ impl EngineConfig {
             // A quarter of x86-64's 128 TiB of user address space.
             max_mapped: 32 << 40,
             attach_timeout: Duration::from_secs(2),
+            driven: crate::hosted::driven_by_default(),
         }
     }
 

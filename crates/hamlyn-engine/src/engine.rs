@@ -741,6 +741,15 @@ impl EngineState {
     }
 
     /// How long the engine may sleep before the fabric needs a poll.
+    /// Before a sleep: the fabric writes what it holds back and drains its poller
+    /// (`Remote::prepare_sleep`); `true` if it has work now (do not sleep).
+    pub(crate) fn prepare_fabric_sleep(&mut self) -> bool {
+        let now = self.now();
+        self.remote
+            .as_mut()
+            .is_some_and(|remote| remote.prepare_sleep(now))
+    }
+
     pub(crate) fn fabric_sleep_bound(&self) -> std::time::Duration {
         let fabric = match &self.remote {
             Some(remote) => remote.sleep_bound(self.now()),

@@ -14,7 +14,7 @@ use hamlyn_shm::sync::{AtomicBool, Ordering};
 use hamlyn_shm::wake::{self, EventFd, EVENTFD_ARMED};
 use hamlyn_wire::control::{Reply, Request, MAX_CONTROL_MSG};
 use mio::unix::SourceFd;
-use mio::{Events, Interest, Poll, Token};
+use mio::{Events, Interest, Poll, Registry, Token};
 use rustix::io::Errno;
 use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 
@@ -33,6 +33,10 @@ const FABRIC: Token = Token(2);
 const FIRST_CLIENT: usize = 3;
 /// Idle turns between two polls of the fabric while spinning (0 turns while busy).
 const FABRIC_IDLE_EVERY: u32 = 32;
+/// Longest sleep of the engine thread while a waiting thread drives: if the drivers ran
+/// no turn meanwhile, the engine thread serves anyway (the poller's granularity is a
+/// millisecond).
+const DRIVER_STALL: Duration = Duration::from_millis(1);
 /// Busy turns between two looks at the control sockets.
 const IO_EVERY: u32 = 256;
 /// Idle turns between two looks at the clock while spinning before a sleep.
@@ -42,17 +46,76 @@ const CLOCK_EVERY: u32 = 16;
 #[derive(Debug)]
 pub(crate) struct Engine {
     state: EngineState,
-    poll: Poll,
-    events: Events,
+    /// Registers and deregisters descriptors in the poller the engine thread sleeps in
+    /// ([`Io`]), from whichever thread runs the engine.
+    registry: Registry,
     listener: OwnedFd,
     buf: Vec<u8>,
     /// When connections that never attached were last looked for.
     last_sweep: std::time::Instant,
+    /// Turns run by waiting threads ([`Engine::driven_turn`]).
+    driven_turns: u64,
+    /// Times the engine thread let go because a waiting thread drove.
+    let_go: u64,
+    /// Times the engine thread served again after waiting threads ran turns.
+    resumed: u64,
+    /// The engine thread let go and has not served since.
+    gone_for_driver: bool,
+    /// A waiting thread ran a turn since the engine thread last served.
+    driven_since_served: bool,
+    /// Waiting threads' turns when the engine thread last let go for them.
+    turns_at_let_go: u64,
+    /// Times drivers ran no turn for [`DRIVER_STALL`] and the engine thread served anyway.
+    stalled_drivers: u64,
+    /// Serving despite drivers (they stalled) until the next turn without work.
+    ignore_drivers: bool,
+    /// The last driven turn had work.
+    driven_busy: bool,
+    /// The clients' doorbells are armed: the engine thread sleeps, or is about to.
+    doorbells_armed: bool,
+    /// The last turn was the first after a sleep.
+    woke: bool,
+}
+
+/// The poller the engine's thread sleeps in (the control socket, the clients' control
+/// connections, the doorbell, the fabric), kept apart from the engine so that the thread
+/// sleeps in it without holding the engine: a waiting thread may drive meanwhile.
+#[derive(Debug)]
+pub(crate) struct Io {
+    poll: Poll,
+    events: Events,
+}
+
+impl Io {
+    /// Waits at most `timeout` for readiness; the events are then in `self.events`.
+    pub(crate) fn wait(&mut self, timeout: Duration) -> Result<(), EngineError> {
+        match self.poll.poll(&mut self.events, Some(timeout)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+                self.events.clear();
+                Ok(())
+            }
+            Err(e) => Err(EngineError::io("epoll_wait", e)),
+        }
+    }
+}
+
+/// What the engine's thread does after serving.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// The stop flag is set.
+    Stop,
+    /// Sleep in the poller at most this long (without holding the engine), then
+    /// [`Engine::after_sleep`].
+    Sleep(Duration),
 }
 
 impl Engine {
     /// Binds the control socket and prepares the engine (nothing runs until [`Engine::run`]).
-    pub(crate) fn new(cfg: EngineConfig, stop: Arc<AtomicBool>) -> Result<Engine, EngineError> {
+    pub(crate) fn new(
+        cfg: EngineConfig,
+        stop: Arc<AtomicBool>,
+    ) -> Result<(Engine, Io), EngineError> {
         Engine::with_fabric(cfg, stop, None)
     }
 
@@ -61,7 +124,7 @@ impl Engine {
         cfg: EngineConfig,
         stop: Arc<AtomicBool>,
         fabric: Option<Box<dyn Fabric + Send>>,
-    ) -> Result<Engine, EngineError> {
+    ) -> Result<(Engine, Io), EngineError> {
         let path = cfg.socket.clone();
         let addr = SocketAddrUnix::new(&path).map_err(|_| {
             EngineError::SocketPath(path.display().to_string(), "too long for a Unix socket")
@@ -122,14 +185,33 @@ impl Engine {
             None => None,
         };
         let state = EngineState::new(cfg, incarnation, (doorbell_poker, doorbell), stop, remote);
-        Ok(Engine {
-            state,
+        let registry = poll
+            .registry()
+            .try_clone()
+            .map_err(|e| EngineError::io("epoll registry", e))?;
+        let io = Io {
             poll,
             events: Events::with_capacity(256),
+        };
+        let engine = Engine {
+            state,
+            registry,
             listener,
             buf: vec![0; MAX_CONTROL_MSG],
             last_sweep: std::time::Instant::now(),
-        })
+            driven_turns: 0,
+            let_go: 0,
+            resumed: 0,
+            gone_for_driver: false,
+            driven_since_served: false,
+            turns_at_let_go: 0,
+            stalled_drivers: 0,
+            ignore_drivers: false,
+            driven_busy: false,
+            doorbells_armed: false,
+            woke: false,
+        };
+        Ok((engine, io))
     }
 
     /// The doorbell, to wake the engine from another thread (e.g. after setting stop).
@@ -137,16 +219,40 @@ impl Engine {
         self.state.doorbell_poker.as_fd()
     }
 
-    /// Runs until the stop flag is set.
-    pub(crate) fn run(&mut self) -> Result<(), EngineError> {
+    /// Serves until the stop flag is set ([`Step::Stop`]), until it is time to sleep, or
+    /// until `driven()` says a waiting thread of this process wants to run the turns
+    /// itself (both [`Step::Sleep`]; see `crate::hosted`). `driven` is one relaxed load,
+    /// asked once per turn. Before an idle sleep the clients' doorbells are armed; before
+    /// a sleep because someone drives they are not: the last driver to leave rings the
+    /// engine's own doorbell, and this thread serves again, spinning before it sleeps as
+    /// after any work.
+    pub(crate) fn serve(
+        &mut self,
+        io: &mut Io,
+        driven: &dyn Fn() -> bool,
+    ) -> Result<Step, EngineError> {
+        // Armed for a sleep (ours, or while a waiting thread drove): we serve now.
+        if self.doorbells_armed {
+            self.disarm_doorbells();
+        }
         let mut idle: u32 = 0;
         let mut idle_since = std::time::Instant::now();
         let mut turns: u32 = 0;
-        // The last turn was the first after a sleep.
-        let mut woke = false;
         // Acquire: pairs with the Release store of the stop flag in `EngineHandle::drop`
         // (or the daemon's signal handler).
         while !self.state.stop.load(StdOrdering::Acquire) {
+            if driven() && !self.ignore_drivers {
+                self.woke = false;
+                if !std::mem::replace(&mut self.gone_for_driver, true) {
+                    self.let_go += 1;
+                }
+                self.turns_at_let_go = self.driven_turns;
+                return Ok(Step::Sleep(self.state.cfg.max_sleep.min(DRIVER_STALL)));
+            }
+            self.gone_for_driver = false;
+            if std::mem::take(&mut self.driven_since_served) {
+                self.resumed += 1;
+            }
             turns = turns.wrapping_add(1);
             let mut busy = self.state.turn();
             // Polling the fabric is a system call: every turn while there is traffic,
@@ -156,17 +262,19 @@ impl Engine {
             }
             if busy {
                 idle = 0;
-                woke = false;
+                self.woke = false;
                 if turns % IO_EVERY == 0 {
-                    self.poll_io(Some(Duration::ZERO))?;
+                    self.poll_io(io)?;
                 }
                 continue;
             }
+            // Nothing left to do for stalled drivers: let them have the engine again.
+            self.ignore_drivers = false;
             let busy_poll = self.state.cfg.busy_poll;
             // Woken for nothing (a timer; a doorbell rung with no request behind it, as a
             // client ringing in a loop would): back to sleep without spinning, so such a
             // client costs the engine one turn per ring, not a spin.
-            let woke_for_nothing = std::mem::take(&mut woke) && !busy_poll;
+            let woke_for_nothing = std::mem::take(&mut self.woke) && !busy_poll;
             if woke_for_nothing {
                 self.state.counters.idle_wakes += 1;
             }
@@ -183,15 +291,23 @@ impl Engine {
                     && (idle % CLOCK_EVERY != 0 || idle_since.elapsed() < self.state.cfg.spin));
             if spinning {
                 if idle % IO_EVERY == 0 {
-                    self.poll_io(Some(Duration::ZERO))?;
+                    self.poll_io(io)?;
                 }
                 std::hint::spin_loop();
+                continue;
+            }
+            // Packets the fabric holds back for a stream go out now (nothing follows them
+            // while we sleep), and its poller is drained so that the next arrival wakes us
+            // (issue 14: idle daemons answered pings in 1.6–2 ms).
+            if self.state.prepare_fabric_sleep() {
+                idle = 0;
                 continue;
             }
             if self.arm_doorbells() {
                 idle = 0;
                 continue;
             }
+            self.doorbells_armed = true;
             self.state.counters.sleeps += 1;
             // A fabric's sockets wake us through its descriptor; its timers (heartbeats,
             // reconnects) bound the sleep.
@@ -204,15 +320,89 @@ impl Engine {
             if self.state.clients.has_unreported_losses() {
                 sleep = sleep.min(LOSS_REPORT_EVERY);
             }
-            self.poll_io(Some(sleep))?;
-            self.disarm_doorbells();
-            // Whoever rang may be a cold terminus: look at every one next turn.
-            self.state.look_at_all = true;
-            idle = 0;
-            woke = true;
+            return Ok(Step::Sleep(sleep));
         }
         tracing::info!("engine stopping");
-        Ok(())
+        Ok(Step::Stop)
+    }
+
+    /// After the engine thread's sleep in `io` (which it slept in without holding the
+    /// engine): what woke it is handled (the doorbells are disarmed when it serves next,
+    /// [`Engine::serve`], or by a waiting thread's first turn).
+    pub(crate) fn after_sleep(&mut self, io: &Io) {
+        self.handle_events(io);
+        // Let go for a driver, which has not run a turn since: it stopped driving
+        // without leaving (descheduled, or holding a `Driving` it does not use). Serve
+        // anyway, so that nobody waits for it.
+        if self.gone_for_driver && self.driven_turns == self.turns_at_let_go {
+            self.stalled_drivers += 1;
+            self.ignore_drivers = true;
+        }
+        // Whoever rang may be a cold terminus: look at every one next turn.
+        self.state.look_at_all = true;
+        self.woke = true;
+    }
+
+    /// The last driver leaves: whether the engine thread must be woken (its doorbell
+    /// rung) to take over. It must if it let go for the drivers (it sleeps until woken),
+    /// or if work is left (a message in the middle, fabric input, held packets). If it
+    /// was asleep after going idle when they came, the clients' doorbells (which the
+    /// first driven turn cleared) are armed again instead, as the engine thread left
+    /// them: no system call, and the next push wakes it.
+    pub(crate) fn hand_back(&mut self) -> bool {
+        if self.gone_for_driver || self.driven_busy || self.ignore_drivers {
+            return true;
+        }
+        if self.doorbells_armed {
+            return false;
+        }
+        if self.state.prepare_fabric_sleep() {
+            return true;
+        }
+        // Arm-and-recheck (`wake::arm_eventfd`): a push either is seen here (ring now) or
+        // sees the armed doorbell (and rings).
+        let work = self.arm_doorbells();
+        self.doorbells_armed = true;
+        work
+    }
+
+    /// What progress by the waiting thread did so far.
+    pub(crate) fn drive_stats(&self) -> crate::hosted::DriveStats {
+        crate::hosted::DriveStats {
+            turns_by_waiters: self.driven_turns,
+            engine_thread_let_go: self.let_go,
+            engine_thread_resumed: self.resumed,
+            stalled_drivers: self.stalled_drivers,
+        }
+    }
+
+    /// One turn run by a waiting thread of this process instead of the engine's thread:
+    /// the termini and the fabric (every turn while busy, every [`FABRIC_IDLE_EVERY`]-th
+    /// while idle, as the engine thread's spin does). The control sockets stay with the
+    /// engine's thread, which sleeps in its poller meanwhile and wakes for them. Whether
+    /// there was work. Nothing once the engine is stopping.
+    pub(crate) fn driven_turn(&mut self) -> bool {
+        // Acquire: pairs with the Release store of the stop flag in `EngineHandle::drop`.
+        if self.state.stop.load(StdOrdering::Acquire) {
+            return false;
+        }
+        if self.doorbells_armed {
+            // The engine thread sleeps (it need not wake while we drive): clients'
+            // pushes need not ring. Their rings so far wake it once, harmlessly.
+            self.doorbells_armed = false;
+            self.clear_doorbell_flags();
+            self.state.look_at_all = true;
+        }
+        self.driven_turns = self.driven_turns.wrapping_add(1);
+        self.driven_since_served = true;
+        let mut busy = self.state.turn();
+        if self.state.remote.is_some()
+            && (self.driven_busy || self.driven_turns % u64::from(FABRIC_IDLE_EVERY) == 0)
+        {
+            busy |= self.state.poll_fabric();
+        }
+        self.driven_busy = busy;
+        busy
     }
 
     /// Asks every client to ring the doorbell on its next push; true if work is already
@@ -236,6 +426,13 @@ impl Engine {
 
     fn disarm_doorbells(&mut self) {
         let _ = self.state.doorbell.drain();
+        self.clear_doorbell_flags();
+        self.doorbells_armed = false;
+    }
+
+    /// Clients need not ring the doorbell (no system call: what they rang already is
+    /// drained after the engine thread's next sleep).
+    fn clear_doorbell_flags(&mut self) {
         for client in self.state.clients.iter() {
             if let Some(word) = client
                 .port
@@ -248,14 +445,16 @@ impl Engine {
         }
     }
 
-    fn poll_io(&mut self, timeout: Option<Duration>) -> Result<(), EngineError> {
-        match self.poll.poll(&mut self.events, timeout) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return Ok(()),
-            Err(e) => return Err(EngineError::io("epoll_wait", e)),
-        }
-        let tokens: Vec<Token> = self.events.iter().map(|e| e.token()).collect();
-        for token in tokens {
+    /// A look at the control sockets without sleeping (the engine thread, while it
+    /// serves).
+    fn poll_io(&mut self, io: &mut Io) -> Result<(), EngineError> {
+        io.wait(Duration::ZERO)?;
+        self.handle_events(io);
+        Ok(())
+    }
+
+    fn handle_events(&mut self, io: &Io) {
+        for token in io.events.iter().map(|e| e.token()) {
             match token {
                 LISTENER => self.accept(),
                 DOORBELL => {
@@ -275,7 +474,6 @@ impl Engine {
                 self.drop_client(cid, "did not attach in time");
             }
         }
-        Ok(())
     }
 
     fn accept(&mut self) {
@@ -303,10 +501,9 @@ impl Engine {
             let raw = sock.as_raw_fd();
             let id = self.state.clients.insert(sock, uid);
             let token = Token(FIRST_CLIENT + id as usize);
-            if let Err(e) =
-                self.poll
-                    .registry()
-                    .register(&mut SourceFd(&raw), token, Interest::READABLE)
+            if let Err(e) = self
+                .registry
+                .register(&mut SourceFd(&raw), token, Interest::READABLE)
             {
                 tracing::warn!(error = %e, "cannot watch client socket");
                 self.state.clients.remove(id);
@@ -408,8 +605,7 @@ impl Engine {
             return;
         };
         let _ = self
-            .poll
-            .registry()
+            .registry
             .deregister(&mut SourceFd(&client.sock.as_raw_fd()));
         let slots = self.state.delivery.bury_owner(cid);
         let at = self.state.registry_place();

@@ -11,6 +11,7 @@ use hamlyn_shm::wake::EventFd;
 use crate::config::EngineConfig;
 use crate::error::EngineError;
 use crate::event_loop::Engine;
+use crate::hosted::{self, Hosted};
 
 /// A running engine thread. Dropping it stops the engine and waits for it.
 #[derive(Debug)]
@@ -33,14 +34,21 @@ impl EngineHandle {
         fabric: Option<Box<dyn hamlyn_fabric::Fabric + Send>>,
     ) -> Result<EngineHandle, EngineError> {
         let socket = cfg.socket.clone();
+        let driven = cfg.driven;
         let stop = Arc::new(AtomicBool::new(false));
-        let mut engine = Engine::with_fabric(cfg, stop.clone(), fabric)?;
+        let (engine, mut io) = Engine::with_fabric(cfg, stop.clone(), fabric)?;
         let fd = rustix::io::fcntl_dupfd_cloexec(engine.doorbell(), 0)
             .map_err(|e| EngineError::io("dup", e))?;
         let doorbell = EventFd::from_fd(fd);
+        // The engine thread holds the only strong reference between drives: the engine
+        // (its sockets, its clients' connections) ends with the thread.
+        let hosted = Arc::new(Hosted::new(engine)?);
+        if driven {
+            hosted::register(&socket, &hosted);
+        }
         let thread = std::thread::Builder::new()
             .name("hamlyn-engine".into())
-            .spawn(move || engine.run())
+            .spawn(move || hosted::run_engine_thread(&hosted, &mut io))
             .map_err(|e| EngineError::io("spawn engine thread", e))?;
         Ok(EngineHandle {
             socket,
@@ -85,7 +93,8 @@ impl Drop for EngineHandle {
 /// descriptors (its socket, and one per area), which it divides among them.
 pub fn run_daemon(cfg: EngineConfig, stop: Arc<AtomicBool>) -> Result<(), EngineError> {
     raise_fd_limit();
-    Engine::new(cfg, stop)?.run()
+    let (engine, mut io) = Engine::new(cfg, stop)?;
+    hosted::run_engine_thread(&Hosted::new(engine)?, &mut io)
 }
 
 /// Raises the soft open-file limit to the hard one (a daemon owns its process; an
@@ -112,5 +121,6 @@ pub fn run_daemon_with_fabric(
     fabric: Box<dyn hamlyn_fabric::Fabric + Send>,
 ) -> Result<(), EngineError> {
     raise_fd_limit();
-    Engine::with_fabric(cfg, stop, Some(fabric))?.run()
+    let (engine, mut io) = Engine::with_fabric(cfg, stop, Some(fabric))?;
+    hosted::run_engine_thread(&Hosted::new(engine)?, &mut io)
 }

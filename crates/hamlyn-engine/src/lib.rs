@@ -11,6 +11,8 @@
 //!
 //! - `event_loop`: turns, spinning, sleeping; control sockets accepted and read; clients
 //!   that leave;
+//! - `hosted`: progress by the waiting thread: an embedded engine run by the threads of
+//!   its application that wait for it ([`Driver`]), its own thread asleep meanwhile;
 //! - `engine`: the state (the components below) and one turn: termini served round robin,
 //!   a request decoded, segmented and sent one packet per turn;
 //! - `deliver`: a packet for this node is checked, deposited, committed and notified;
@@ -40,6 +42,7 @@ mod error;
 mod event_loop;
 mod fabric_rx;
 mod handle;
+mod hosted;
 mod one_sided;
 mod port;
 mod registry;
@@ -51,3 +54,4 @@ mod stats;
 pub use config::{EngineConfig, Quotas};
 pub use error::EngineError;
 pub use handle::{run_daemon, run_daemon_with_fabric, EngineHandle};
+pub use hosted::{DriveStats, Driver, Driving, DRIVE_ENV};

@@ -217,6 +217,14 @@ impl Remote {
 
     /// How long the engine may sleep before the fabric needs a poll: until its next
     /// timer, or 1 ms for a fabric that cannot wake a sleeper.
+    /// The engine is about to sleep: the fabric writes what it holds back (a held small
+    /// packet would otherwise wait for the sleep's timer, a whole millisecond of epoll
+    /// granularity) and drains its poller (`Fabric::prepare_sleep`). `true` if the
+    /// fabric has work now: do not sleep.
+    pub(crate) fn prepare_sleep(&mut self, now: Instant) -> bool {
+        self.fabric.prepare_sleep(now)
+    }
+
     pub(crate) fn sleep_bound(&self, now: Instant) -> Duration {
         if self.fabric.wait_fd().is_none() {
             return Duration::from_millis(1);

@@ -199,6 +199,17 @@ pub trait Fabric {
         None
     }
 
+    /// The caller is about to sleep on [`Fabric::wait_fd`]: write whatever the fabric
+    /// holds back to share a write with later packets (a sleeping caller sends none, so a
+    /// held packet would wait for the sleep's timer), and take in the readiness its own
+    /// poller has noted, so that the next arrival makes `wait_fd` readable again (an
+    /// edge-triggered descriptor stays quiet while old readiness is unread). Returns
+    /// `true` if a [`Fabric::poll`] would find something now: then do not sleep.
+    /// Nothing to do by default.
+    fn prepare_sleep(&mut self, _now: Instant) -> bool {
+        false
+    }
+
     /// The fabric's own counters (for `hamlyn stat`), if it keeps any.
     fn fabric_stats(&self) -> Option<FabricStats> {
         None
@@ -237,6 +248,9 @@ impl<F: Fabric + ?Sized> Fabric for &mut F {
     }
     fn next_timer(&self) -> Option<Instant> {
         (**self).next_timer()
+    }
+    fn prepare_sleep(&mut self, now: Instant) -> bool {
+        (**self).prepare_sleep(now)
     }
     fn fabric_stats(&self) -> Option<FabricStats> {
         (**self).fabric_stats()

@@ -816,3 +816,58 @@ fn acknowledgements_keep_a_long_stream_flowing_without_timers() {
     assert!(b.peer_stats(NodeId(0)).unwrap().acks_sent >= u64::from(COUNT) / 512 - 2);
     assert!(ra.unconfirmed.is_empty() && ra.downs(1) == 0);
 }
+
+/// Issue 14: a small packet held back to share a write with the next ones (the caller
+/// streams) goes out when the caller prepares to sleep (`Fabric::prepare_sleep`), not
+/// when the hold time ends, which a sleeping engine would only see on its poller's
+/// millisecond-grained timeout. The hold here is an hour: only the flush can send it.
+#[test]
+fn preparing_to_sleep_writes_held_packets() {
+    let time = Time::new();
+    let mut c = TcpConfig::new(NodeId(0), SocketAddr::from(([127, 0, 0, 1], 0)));
+    c.secret = Some(ClusterSecret::from_bytes([0x5e; 32]));
+    c.rails = 1;
+    c.hold = Duration::from_secs(3600);
+    let mut v = tcp_cluster(2, &c).unwrap();
+    let mut b = v.pop().unwrap();
+    let mut a = v.pop().unwrap();
+    let (mut ra, mut rb) = (Rec::default(), Rec::default());
+    drive(
+        &time,
+        &mut [&mut a, &mut b],
+        &mut [Rec::default(), Rec::default()],
+        "nothing",
+        &|_| true,
+    );
+    while ra.up(1).is_none() || rb.up(0).is_none() {
+        a.poll(time.now(), &mut ra, 64).unwrap();
+        b.poll(time.now(), &mut rb, 64).unwrap();
+        assert!(!time.expired(), "the pair comes up");
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    // A stream: a send between each of the sender's polls, so the later ones are held.
+    const COUNT: u32 = 4;
+    for seq in 0..COUNT {
+        let (h, m, p) = packet(0, 1, seq, 8);
+        a.send(time.now(), &h, &m, &[(&p).into()]).unwrap();
+        a.poll(time.now(), &mut ra, 64).unwrap();
+    }
+    // The receiver alone polls: what the sender holds stays held.
+    for _ in 0..200 {
+        b.poll(time.now(), &mut rb, 64).unwrap();
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    let before = rb.packets.len();
+    assert!(
+        before < COUNT as usize,
+        "the stream's last packets are held (got {before} of {COUNT})"
+    );
+    // (It may say the sender has something to read, e.g. acknowledgements: the engine
+    // would then poll instead of sleeping. Only the flush matters here.)
+    let _ = a.prepare_sleep(time.now());
+    while rb.packets.len() < COUNT as usize {
+        b.poll(time.now(), &mut rb, 64).unwrap();
+        assert!(!time.expired(), "{} of {COUNT} arrived", rb.packets.len());
+        std::thread::sleep(Duration::from_micros(100));
+    }
+}

@@ -17,6 +17,8 @@
 //!   reading and resetting the discard counter.
 //! - [`wake`]: spin-then-sleep on a shared futex without lost wakeups, and the port's
 //!   eventfd for event loops.
+//! - [`drive`]: progress by the waiting thread: the ownership word that decides who runs
+//!   the turns of an engine hosted in this process (its thread, or a thread that waits).
 //! - [`memory`]: the small memory abstraction the rings are written over, so that loom can
 //!   check them on the heap; [`sync`]: the one atomics facade (std or loom).
 //!
@@ -38,6 +40,7 @@
 #[cfg(not(loom))]
 pub mod area_mem;
 pub mod bytes;
+pub mod drive;
 pub mod endpoint;
 pub mod fdpass;
 pub mod keys;

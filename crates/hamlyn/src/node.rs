@@ -114,6 +114,9 @@ pub(crate) struct Shared {
     watch: OwnedFd,
     /// The engine was found gone (latched).
     gone: AtomicBool,
+    /// The engine, if this process hosts it and lets its waiting threads run its turns
+    /// (progress by the waiting thread, [`Shared::drive_until`]).
+    driver: Option<hamlyn_engine::Driver>,
     /// The embedded engine, if this node started one.
     _engine: Option<EngineGuard>,
 }
@@ -127,6 +130,7 @@ impl std::fmt::Debug for Shared {
             .field("client", &self.client)
             .field("socket", &self.socket)
             .field("embedded", &self._engine.is_some())
+            .field("driven_by_waiters", &self.driver.is_some())
             .field("termini", &self.layout.geometry.termini)
             .field("queues", &self.layout.geometry.queues)
             .finish_non_exhaustive()
@@ -176,6 +180,36 @@ impl Shared {
                 return Ok(None);
             }
         }
+    }
+
+    /// Progress by the waiting thread: if this process hosts the engine and lets its
+    /// waiting threads drive it ([`hamlyn_engine::Driver`]), runs the engine's turns
+    /// while `got()` yields nothing, at most `turns` of them, the engine's own thread
+    /// asleep meanwhile (it takes over when this returns). `None` if `got()` never
+    /// yielded, or if the engine is elsewhere (a daemon, another process): then the
+    /// caller waits its usual way, spinning and sleeping on a futex.
+    pub(crate) fn drive_until<T>(
+        &self,
+        turns: u32,
+        timeout: Option<Duration>,
+        mut got: impl FnMut() -> Option<T>,
+    ) -> Option<T> {
+        if timeout == Some(Duration::ZERO) {
+            return None;
+        }
+        let mut driving = self.driver.as_ref()?.drive()?;
+        for _ in 0..turns {
+            if let Some(v) = got() {
+                return Some(v);
+            }
+            driving.turn();
+        }
+        got()
+    }
+
+    /// Whether this node's waits drive the engine (see [`Shared::drive_until`]).
+    pub(crate) fn drives(&self) -> bool {
+        self.driver.is_some()
     }
 
     /// Whether the engine is gone: latched once seen; otherwise one zero-timeout poll of
@@ -356,6 +390,7 @@ impl Node {
             }),
             queues_taken: AtomicU64::new(0),
             options,
+            driver: hamlyn_engine::Driver::for_socket(&socket),
             socket,
             watch,
             gone: AtomicBool::new(false),

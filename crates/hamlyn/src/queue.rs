@@ -256,7 +256,13 @@ impl NotifyQueue {
             return Ok(Some(n));
         }
         let (shared, consumer) = (&self.shared, &mut self.consumer);
-        let got = shared.wait_sliced(shared.options.spin, timeout, |spin, slice| {
+        // This process hosts the engine: run its turns instead of spinning idle.
+        let spin = shared.options.spin;
+        if let Some(e) = shared.drive_until(spin, timeout, || consumer.poll()) {
+            return Ok(Some(self.resolve(Notification::from_entry(&e))));
+        }
+        let spin = if shared.drives() { 0 } else { spin };
+        let got = shared.wait_sliced(spin, timeout, |spin, slice| {
             if let Some(e) = consumer.wait(spin, Some(slice))? {
                 return Ok(Some(e));
             }

@@ -423,7 +423,18 @@ impl Terminus {
         let last = self.next;
         let shared = &self.shared;
         let t = self.index;
-        let idle = shared.wait_sliced(shared.options.spin, timeout, |spin, slice| {
+        // This process hosts the engine: run its turns instead of spinning idle.
+        let spin = shared.options.spin;
+        let driven = shared.drive_until(spin, timeout, || {
+            self.drain_errors();
+            (self.finished() >= last).then_some(())
+        });
+        if driven.is_some() {
+            self.retire();
+            return true;
+        }
+        let spin = if shared.drives() { 0 } else { spin };
+        let idle = shared.wait_sliced(spin, timeout, |spin, slice| {
             let done = wait_for_completion(shared, t, spin, slice, || {
                 self.drain_errors();
                 self.finished() >= last
@@ -576,7 +587,19 @@ impl SendHandle {
         if self.is_done() {
             return self.status();
         }
-        let _ = s.wait_sliced(s.options.spin, timeout, |spin, slice| {
+        // This process hosts the engine: run its turns instead of spinning idle.
+        let driven = s.drive_until(s.options.spin, timeout, || {
+            if self.is_done() {
+                return Some(());
+            }
+            completion::drain(&s.port, &s.layout, &s.errors);
+            None
+        });
+        if driven.is_some() {
+            return self.status();
+        }
+        let spin = if s.drives() { 0 } else { s.options.spin };
+        let _ = s.wait_sliced(spin, timeout, |spin, slice| {
             let done = wait_for_completion(s, self.terminus, spin, slice, || {
                 if self.is_done() {
                     return true;

@@ -1859,6 +1859,20 @@ impl Fabric for TcpFabric {
         Some(TcpFabric::next_timer(self))
     }
 
+    fn prepare_sleep(&mut self, now: Instant) -> bool {
+        // Going to sleep ends a stream: nothing stays held (as in `TcpFabric::wait`).
+        self.flush_all(now, false);
+        // A poll while the caller streamed may have skipped the poller (`next_ask`):
+        // readiness left unread in it would keep our descriptor from waking the caller.
+        match self.poll.poll(&mut self.events, Some(Duration::ZERO)) {
+            Ok(()) => self.note_events(),
+            // Interrupted, or failing: say there is work, so the caller polls (and
+            // `poll` reports a failing poller) instead of sleeping on it.
+            Err(_) => return true,
+        }
+        self.has_pending_work()
+    }
+
     fn fabric_stats(&self) -> Option<FabricStats> {
         Some(FabricStats::Tcp(
             self.stats

@@ -1,0 +1,184 @@
+//! Progress by the waiting thread (issue 14): an engine embedded in a process is run by
+//! whichever thread of that process waits for it. A thread that waits for the engine
+//! (the library's notification queue, send handle and terminus waits) runs the engine's
+//! turns itself instead of spinning on a word and waking the engine's thread; the
+//! engine's thread sleeps while someone drives and takes over when nobody does.
+//!
+//! Who runs a turn is decided by the ownership word of a [`Handoff`]
+//! (`hamlyn_shm::drive`, loom-checked): no lock, no system call on the way. The code that
+//! runs is the trusted engine, in the process that already hosts it: protection is
+//! unchanged. A daemon (`run_daemon`) is not hosted by any application and keeps its
+//! own thread.
+//!
+//! Embedded engines are found by their control socket: [`Driver::for_socket`] looks the
+//! path up among the engines this process started ([`crate::EngineHandle::start`]).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
+
+use hamlyn_shm::drive::Handoff;
+use hamlyn_shm::wake::EventFd;
+
+use crate::error::EngineError;
+use crate::event_loop::{Engine, Io, Step};
+
+/// The environment variable that turns progress by the waiting thread off for every
+/// engine this process starts (`0`); [`crate::EngineConfig::driven`] defaults from it.
+pub const DRIVE_ENV: &str = "HAMLYN_DRIVE";
+
+/// Whether engines are driven by waiting threads unless said otherwise: yes, unless
+/// [`DRIVE_ENV`] is `0`.
+pub(crate) fn driven_by_default() -> bool {
+    std::env::var_os(DRIVE_ENV).is_none_or(|v| v != "0")
+}
+
+/// An engine, the word deciding who runs it, and its doorbell: the last driver to leave
+/// rings it to hand the engine back to its thread.
+#[derive(Debug)]
+pub(crate) struct Hosted {
+    handoff: Handoff<Engine>,
+    doorbell: EventFd,
+}
+
+impl Hosted {
+    /// `engine`, with a duplicate of its doorbell.
+    pub(crate) fn new(engine: Engine) -> Result<Hosted, EngineError> {
+        let fd = rustix::io::fcntl_dupfd_cloexec(engine.doorbell(), 0)
+            .map_err(|e| EngineError::io("dup", e))?;
+        Ok(Hosted {
+            handoff: Handoff::new(engine),
+            doorbell: EventFd::from_fd(fd),
+        })
+    }
+}
+
+/// The engines this process runs and lets waiting threads drive, by control socket. Only
+/// touched when an engine starts and when a client connects (never on a fast path).
+static HOSTED: Mutex<Vec<(PathBuf, Weak<Hosted>)>> = Mutex::new(Vec::new());
+
+/// Lists `hosted` as drivable at `socket` (forgetting engines that are gone).
+pub(crate) fn register(socket: &Path, hosted: &Arc<Hosted>) {
+    let mut list = HOSTED.lock().unwrap_or_else(|e| e.into_inner());
+    list.retain(|(_, w)| w.strong_count() > 0);
+    list.push((socket.to_path_buf(), Arc::downgrade(hosted)));
+}
+
+/// The engine thread's life: serve while nobody drives; sleep in the poller (without
+/// holding the engine) when idle or while someone drives; until the stop flag is set.
+/// A daemon's thread lives the same way, with nobody ever driving.
+pub(crate) fn run_engine_thread(hosted: &Hosted, io: &mut Io) -> Result<(), EngineError> {
+    let hosted = &hosted.handoff;
+    loop {
+        // Holds the ownership word while it serves: a driver finds it held until the
+        // engine thread sees the driver count on its next turn and lets go.
+        match hosted.run(|engine| engine.serve(io, &|| hosted.driven()))? {
+            Step::Stop => return Ok(()),
+            Step::Sleep(timeout) => {
+                io.wait(timeout)?;
+                hosted.run(|engine| engine.after_sleep(io));
+            }
+        }
+    }
+}
+
+/// A way for a thread of this process to run the turns of an engine the process hosts.
+/// Holds no reference that keeps the engine alive: once the engine stops, drives do
+/// nothing.
+#[derive(Clone, Debug)]
+pub struct Driver {
+    hosted: Weak<Hosted>,
+}
+
+impl Driver {
+    /// The engine this process runs at control socket `socket`, if there is one and it
+    /// lets waiting threads drive ([`crate::EngineConfig::driven`]).
+    pub fn for_socket(socket: &Path) -> Option<Driver> {
+        let list = HOSTED.lock().unwrap_or_else(|e| e.into_inner());
+        list.iter()
+            .find(|(p, w)| p == socket && w.strong_count() > 0)
+            .map(|(_, w)| Driver { hosted: w.clone() })
+    }
+
+    /// What progress by the waiting thread did so far (`None` once the engine is gone).
+    /// Asking is itself a short drive (the engine's thread lets go for it, once): for
+    /// tests and tools, not for a fast path.
+    pub fn stats(&self) -> Option<DriveStats> {
+        let driving = self.drive()?;
+        Some(driving.hosted.handoff.run(|engine| engine.drive_stats()))
+    }
+
+    /// Starts a drive: until the [`Driving`] is dropped, the engine's thread lets go and
+    /// sleeps, and [`Driving::turn`] runs turns. `None` if the engine is gone.
+    pub fn drive(&self) -> Option<Driving> {
+        let hosted = self.hosted.upgrade()?;
+        hosted.handoff.enter();
+        Some(Driving { hosted })
+    }
+}
+
+/// Tries of [`Driving::turn`] at a held engine before it gives up: a few engine turns'
+/// worth of pauses.
+const TURN_TRIES: u32 = 256;
+
+/// What progress by the waiting thread did on one engine ([`Driver::stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DriveStats {
+    /// Engine turns run by waiting threads.
+    pub turns_by_waiters: u64,
+    /// Times the engine's thread let go (and slept) because a thread drove.
+    pub engine_thread_let_go: u64,
+    /// Times the engine's thread served again after waiting threads ran turns (it took
+    /// over when they stopped).
+    pub engine_thread_resumed: u64,
+    /// Times drivers ran no turn for a millisecond while the engine's thread slept for
+    /// them, and it served anyway.
+    pub stalled_drivers: u64,
+}
+
+/// A drive in progress (see [`Driver::drive`]); dropping it hands the engine back to its
+/// thread, which takes over at once.
+#[derive(Debug)]
+pub struct Driving {
+    hosted: Arc<Hosted>,
+}
+
+impl Driving {
+    /// Runs one turn of the engine; whether it found work. If another thread holds the
+    /// engine, tries again a bounded number of times (the engine's thread lets go on its
+    /// next turn; another driver holds it for one turn), then gives up (`false`).
+    #[inline]
+    pub fn turn(&mut self) -> bool {
+        for _ in 0..TURN_TRIES {
+            if let Some(busy) = self.hosted.handoff.try_run(Engine::driven_turn) {
+                return busy;
+            }
+            hamlyn_shm::sync::spin_loop();
+        }
+        false
+    }
+}
+
+impl Drop for Driving {
+    /// The last driver to leave hands the engine back (`Engine::hand_back`): if the
+    /// engine's thread let go for the drivers, or work is left, it rings the engine's
+    /// doorbell, so the thread wakes and serves (spinning, then sleeping with the
+    /// clients' doorbells armed, as after any work): the rest of a message the driver was
+    /// in the middle of is finished by it, and another client never waits for a thread
+    /// that stopped driving. If the engine's thread was asleep after going idle, the
+    /// clients' doorbells are armed again instead (no system call).
+    fn drop(&mut self) {
+        if self.hosted.handoff.leave() {
+            // Held for a turn by a driver that came since: it drives, and hands back when
+            // it leaves; the ring below is then only a spare wake.
+            let ring = self
+                .hosted
+                .handoff
+                .try_run(Engine::hand_back)
+                .unwrap_or(true);
+            if ring {
+                // Fails only if the doorbell is full, when it is readable already.
+                let _ = self.hosted.doorbell.notify();
+            }
+        }
+    }
+}

@@ -1,0 +1,321 @@
+//! Progress by the waiting thread: who runs the turns of an engine hosted in this
+//! process (an embedded engine), its own thread or a thread of the application that waits
+//! for the engine anyway.
+//!
+//! [`Handoff`] holds the engine and two words:
+//!
+//! - the *ownership word*: whoever moves it from [`FREE`] to [`HELD`] (one
+//!   compare-and-swap, never a lock, never a system call) has the engine to itself until
+//!   it stores [`FREE`] again. A waiting thread holds it for one turn at a time; the
+//!   engine's own thread holds it while it serves, and lets go as soon as a waiter wants
+//!   to drive. Several waiting threads may try at once: one wins each turn, the others
+//!   find it held and look at what they wait for again.
+//! - the *driver count*: threads inside a drive ([`Handoff::enter`] .. [`Handoff::leave`]).
+//!   The engine's thread reads it once per turn; while it is not zero the engine's thread
+//!   lets go and sleeps. [`Handoff::leave`] tells the driver that takes the count back to
+//!   zero that it was the last: it then hands the engine back by waking the engine's
+//!   thread (the engine's doorbell), which serves again, e.g. the rest of a message the
+//!   driver was in the middle of.
+//!
+//! # Why the engine is never left without a thread
+//!
+//! Every drive ends with a leave, and exactly one leave takes the count to zero after the
+//! engine's thread saw it above zero: that one wakes the thread. The wake is a readable
+//! descriptor, not a flag, so it is not lost if it comes before the thread sleeps.
+//! `loom_last_leave_hands_back` checks it with several drivers leaving at once. (The
+//! engine skips the wake when its thread was asleep after going idle, not for the
+//! drivers: it arms its clients' doorbells again instead, with the wake module's
+//! arm-and-recheck, checked by that module's loom models.)
+//!
+//! # Why two threads never run the engine at once
+//!
+//! The compare-and-swap to [`HELD`] is Acquire and the store of [`FREE`] Release: each
+//! holder's accesses to the engine happen-before the next holder's. The loom models below
+//! check both properties (the engine is a loom-tracked cell there, so an overlap would be
+//! reported as a data race).
+
+use crate::sync::{AtomicU32, Ordering};
+
+/// Ownership word: nobody runs the engine.
+pub const FREE: u32 = 0;
+/// Ownership word: a thread runs the engine.
+pub const HELD: u32 = 1;
+
+#[cfg(loom)]
+use loom::cell::UnsafeCell;
+
+/// `std`'s cell with loom's access API, so the same code runs under both.
+#[cfg(not(loom))]
+#[derive(Debug)]
+struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+#[cfg(not(loom))]
+impl<T> UnsafeCell<T> {
+    fn new(v: T) -> UnsafeCell<T> {
+        UnsafeCell(std::cell::UnsafeCell::new(v))
+    }
+    fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        f(self.0.get())
+    }
+}
+
+/// An engine (any `T`) that whichever thread holds the ownership word may run.
+#[derive(Debug)]
+pub struct Handoff<T> {
+    /// [`FREE`] or [`HELD`].
+    owner: AtomicU32,
+    /// Threads inside a drive.
+    drivers: AtomicU32,
+    value: UnsafeCell<T>,
+}
+
+// SAFETY: the value is only reached through `try_run`/`run`, by the one thread that moved
+// the ownership word from FREE to HELD, until it stores FREE again (the Acquire/Release
+// pair orders successive holders). So `&Handoff<T>` shared between threads gives at most
+// one of them `&mut T` at a time, which is what `T: Send` allows.
+unsafe impl<T: Send> Sync for Handoff<T> {}
+
+/// Gives the ownership word back when the holder is done, also if it panics.
+struct Held<'a>(&'a AtomicU32);
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        // Release: pairs with the Acquire compare-and-swap in `try_run` of the next holder,
+        // so everything this holder did to the engine is seen by it.
+        self.0.store(FREE, Ordering::Release);
+    }
+}
+
+impl<T> Handoff<T> {
+    /// `value`, owned by nobody, driven by nobody.
+    pub fn new(value: T) -> Handoff<T> {
+        Handoff {
+            owner: AtomicU32::new(FREE),
+            drivers: AtomicU32::new(0),
+            value: UnsafeCell::new(value),
+        }
+    }
+
+    /// Runs `f` on the value if nobody else does (one compare-and-swap); `None` if another
+    /// thread holds it.
+    #[inline]
+    pub fn try_run<R>(&self, f: impl FnOnce(&mut T) -> R) -> Option<R> {
+        // Acquire: pairs with the Release store of FREE in `Held::drop` by the previous
+        // holder. Relaxed on failure: nothing is read then.
+        if self
+            .owner
+            .compare_exchange(FREE, HELD, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return None;
+        }
+        let _held = Held(&self.owner);
+        // SAFETY: this thread moved the word from FREE to HELD and is the only one that
+        // can until `_held` stores FREE, after `f` returns: no other reference to the
+        // value exists meanwhile.
+        Some(self.value.with_mut(|p| f(unsafe { &mut *p })))
+    }
+
+    /// Runs `f` on the value, spinning until the holder (if any) lets go: holders keep it
+    /// for one turn, or for the engine thread's run, which ends as soon as someone drives.
+    pub fn run<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        let mut f = Some(f);
+        loop {
+            // `f` is still there until the one successful try takes it.
+            if let Some(Some(r)) = self.try_run(|v| f.take().map(|f| f(v))) {
+                return r;
+            }
+            yield_spin();
+        }
+    }
+
+    /// A thread starts driving: the engine's thread is asked to let go and sleep.
+    #[inline]
+    pub fn enter(&self) {
+        // Relaxed: a request, read by the engine thread between turns; what a driver
+        // does to the engine is ordered by the ownership word, not by the count.
+        self.drivers.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A thread stops driving; `true` if it was the last one: it must then hand the
+    /// engine back to its thread (see the module docs).
+    #[inline]
+    pub fn leave(&self) -> bool {
+        // Relaxed: the count is the only thing decided here; the hand-back that follows
+        // is ordered by the ownership word.
+        self.drivers.fetch_sub(1, Ordering::Relaxed) == 1
+    }
+
+    /// Whether some thread drives (the engine's thread checks it between turns).
+    #[inline]
+    pub fn driven(&self) -> bool {
+        // Relaxed: a hint; see `enter`.
+        self.drivers.load(Ordering::Relaxed) != 0
+    }
+}
+
+#[cfg(not(loom))]
+fn yield_spin() {
+    std::hint::spin_loop();
+}
+
+#[cfg(loom)]
+fn yield_spin() {
+    loom::thread::yield_now();
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    #[test]
+    fn one_holder_at_a_time_and_the_value_is_kept() {
+        let h = Handoff::new(0u64);
+        assert_eq!(h.try_run(|v| *v += 1), Some(()));
+        let nested = h.try_run(|_| h.try_run(|v| *v += 100));
+        assert_eq!(nested, Some(None), "held: a second holder is refused");
+        assert_eq!(h.run(|v| *v), 1);
+    }
+
+    #[test]
+    fn many_threads_count_exactly() {
+        let h = Arc::new(Handoff::new(0u64));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let h = h.clone();
+                std::thread::spawn(move || {
+                    let mut done = 0;
+                    while done < 10_000 {
+                        if h.try_run(|v| *v += 1).is_some() {
+                            done += 1;
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("thread");
+        }
+        assert_eq!(h.run(|v| *v), 40_000);
+    }
+
+    #[test]
+    fn a_panicking_holder_lets_go() {
+        let h = Handoff::new(0u64);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            h.try_run(|_| panic!("engine bug"));
+        }));
+        assert!(r.is_err());
+        assert_eq!(h.try_run(|v| *v), Some(0), "free again after the panic");
+    }
+
+    #[test]
+    fn only_the_last_leave_says_so() {
+        let h = Handoff::new(());
+        h.enter();
+        h.enter();
+        assert!(h.driven());
+        assert!(!h.leave());
+        assert!(h.driven());
+        assert!(h.leave());
+        assert!(!h.driven());
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use loom::sync::Arc;
+
+    use super::*;
+    use crate::sync::AtomicBool;
+
+    /// A driver and the engine's thread each run the engine once, through the ownership
+    /// word (the driver spinning on it): loom reports any overlap of their accesses to
+    /// the value as a race, and the count shows no turn was lost.
+    #[test]
+    fn loom_one_runner_at_a_time() {
+        crate::loom_model(|| {
+            let h = Arc::new(Handoff::new(0u32));
+            let h2 = h.clone();
+            let driver = loom::thread::spawn(move || {
+                h2.enter();
+                while h2.try_run(|v| *v += 1).is_none() {
+                    loom::thread::yield_now();
+                }
+                h2.leave();
+            });
+            h.run(|v| *v += 1);
+            driver.join().expect("driver");
+            assert_eq!(h.run(|v| *v), 2);
+        });
+    }
+
+    /// Three threads each try once at the same time: whoever wins runs alone (loom reports
+    /// an overlap as a race), and every win is counted.
+    #[test]
+    fn loom_three_tries_at_once() {
+        crate::loom_model(|| {
+            let h = Arc::new(Handoff::new(0u32));
+            let wins = Arc::new(AtomicU32::new(0));
+            let threads: Vec<_> = (0..2)
+                .map(|_| {
+                    let (h, wins) = (h.clone(), wins.clone());
+                    loom::thread::spawn(move || {
+                        if h.try_run(|v| *v += 1).is_some() {
+                            // Relaxed: counted only; read after the joins.
+                            wins.fetch_add(1, Ordering::Relaxed);
+                        }
+                    })
+                })
+                .collect();
+            if h.try_run(|v| *v += 1).is_some() {
+                // Relaxed: as above.
+                wins.fetch_add(1, Ordering::Relaxed);
+            }
+            for t in threads {
+                t.join().expect("thread");
+            }
+            let won = wins.load(Ordering::Relaxed);
+            assert!(won >= 1, "the first try always wins");
+            assert_eq!(h.run(|v| *v), won);
+        });
+    }
+
+    /// The hand-back: two drivers run a turn each and leave at the same time, while the
+    /// engine's thread, which saw them driving, sleeps until woken (a `Notify`, which,
+    /// like the engine's doorbell, keeps a wake that comes before the sleep). If no leave
+    /// reported itself the last, the engine's thread would sleep forever: loom reports
+    /// that as a deadlock.
+    #[test]
+    fn loom_last_leave_hands_back() {
+        crate::loom_model(|| {
+            let h = Arc::new(Handoff::new(0u32));
+            let doorbell = Arc::new(loom::sync::Notify::new());
+            h.enter();
+            h.enter();
+            let drivers: Vec<_> = (0..2)
+                .map(|_| {
+                    let (h, doorbell) = (h.clone(), doorbell.clone());
+                    loom::thread::spawn(move || {
+                        // One turn if the engine is free (another driver may hold it).
+                        let _ = h.try_run(|turns| *turns += 1);
+                        if h.leave() {
+                            doorbell.notify();
+                        }
+                    })
+                })
+                .collect();
+            // The engine's thread: it let go because someone drives, and sleeps.
+            while h.driven() {
+                doorbell.wait();
+            }
+            for d in drivers {
+                d.join().expect("driver");
+            }
+            let turns = h.run(|turns| *turns);
+            assert!(turns <= 2);
+        });
+    }
+}

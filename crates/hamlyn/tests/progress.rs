@@ -1,0 +1,346 @@
+//! Progress by the waiting thread (issue 14): threads of the process hosting an embedded
+//! engine run its turns while they wait; the engine's thread lets go meanwhile and takes
+//! over when they stop; other processes' clients never depend on a host thread that
+//! stopped driving; a daemon is never driven. Child processes are this test binary
+//! re-executed (see `multiprocess.rs`). Every wait is bounded; nothing asserts on timing.
+
+#[allow(dead_code, reason = "the helpers are shared by several test files")]
+mod common;
+
+use std::time::Duration;
+
+use common::{child_env, pattern_at, send_bytes, Proc, WAIT};
+use hamlyn::seed::{ticket_from_text, ticket_to_text};
+use hamlyn::{Node, NodeOptions, NotificationKind, SendOptions, Status};
+use hamlyn_engine::{DriveStats, Driver, EngineConfig, EngineHandle};
+use hamlyn_shm::sync::{AtomicBool, Ordering};
+
+/// An embedded engine that waiting threads drive (whatever the environment says), with
+/// small intra-node packets so that a large message takes many turns.
+fn driven_engine() -> EngineHandle {
+    EngineHandle::start(EngineConfig {
+        driven: true,
+        intra_mtu: 4096,
+        ..EngineConfig::embedded()
+    })
+    .expect("engine")
+}
+
+fn stats(engine: &EngineHandle) -> DriveStats {
+    Driver::for_socket(engine.socket_path())
+        .expect("the engine is drivable")
+        .stats()
+        .expect("the engine runs")
+}
+
+/// A receiver in a child process: a slot of `len` bytes; for each `expect SEED LEN` it
+/// waits for one message (through its own engine connection: a child never drives) and
+/// reports whether the bytes are right; each `self LEN` sends LEN bytes to itself and
+/// reports when they arrived.
+#[test]
+fn child_receiver() {
+    let Some(mut env) = child_env("child_receiver") else {
+        return;
+    };
+    let node = Node::connect(&env.socket).expect("connect");
+    let inbox = node.area(1 << 20).expect("inbox");
+    let (_meta, slot) = slot_on(&node, &inbox, 0);
+    let ticket = slot.ticket_all().expect("ticket");
+    env.say("ticket", ticket_to_text(&ticket).expect("seed"));
+    let mut q = node.queue(0).expect("queue");
+    let mut t = node.terminus(0).expect("terminus");
+    while let Some((cmd, args)) = env.next_command() {
+        let [seed, len] = common::numbers::<2>(&args);
+        if cmd == "self" {
+            let data = pattern_at(seed, 0, len as usize);
+            let h = send_bytes(&node, &mut t, &ticket, &SendOptions::new(), &data);
+            assert_eq!(h.wait(Some(WAIT)), Status::Sent);
+        }
+        let n = q
+            .wait(Some(WAIT))
+            .expect("wait")
+            .expect("a message arrives");
+        assert_eq!((n.kind, n.len), (NotificationKind::Message, len as u32));
+        let right =
+            inbox.read_vec(0, len as usize).expect("read") == pattern_at(seed, 0, len as usize);
+        env.say("got", right);
+    }
+}
+
+/// Several threads of the hosting process wait at once, each for its own messages, each
+/// driving the engine: every message arrives, in order, and the turns were indeed run by
+/// waiting threads, with the engine's thread letting go for them.
+#[test]
+fn many_threads_waiting_at_once_all_get_their_messages() {
+    const THREADS: u64 = 4;
+    const ROUNDS: u64 = 300;
+    let engine = driven_engine();
+    let host = Node::connect(engine.socket_path()).expect("connect");
+    let sender = Node::connect(engine.socket_path()).expect("second client");
+    let mut waiters = Vec::new();
+    let mut tickets = Vec::new();
+    for i in 0..THREADS {
+        let inbox = host.area(64).expect("area");
+        let (meta, slot) = slot_on(&host, &inbox, i as u16);
+        tickets.push(slot.ticket_all().expect("ticket"));
+        let mut q = host.queue(i as u16).expect("queue");
+        waiters.push(std::thread::spawn(move || {
+            let _slot = (meta, slot);
+            for round in 0..ROUNDS {
+                let n = q.wait(Some(WAIT)).expect("wait").expect("arrives");
+                assert_eq!((n.word, n.len), (round, 8), "waiter {i}, in order");
+            }
+            // The last write is the last one to land (each send was waited for).
+            assert_eq!(
+                inbox.read_vec(0, 8).expect("read"),
+                (i * ROUNDS + ROUNDS - 1).to_le_bytes()
+            );
+        }));
+    }
+    // One sender thread, itself waiting (and so driving) on each send.
+    let mut t = sender.terminus(0).expect("terminus");
+    for round in 0..ROUNDS {
+        for (i, ticket) in tickets.iter().enumerate() {
+            let data = (i as u64 * ROUNDS + round).to_le_bytes();
+            let h = t
+                .send(
+                    ticket,
+                    &SendOptions::new().tag(round),
+                    hamlyn::Data::Inline(&data),
+                )
+                .expect("send");
+            assert_eq!(h.wait(Some(WAIT)), Status::Sent);
+        }
+    }
+    for w in waiters {
+        w.join().expect("waiter");
+    }
+    let s = stats(&engine);
+    assert!(s.turns_by_waiters > 0, "waiting threads ran turns: {s:?}");
+}
+
+/// An engine that never sleeps (busy-poll) holds itself while it serves: a waiting
+/// thread gets turns only because the engine's thread lets go for it, and the engine's
+/// thread serves again after (a child's messages arrive with no host thread waiting).
+#[test]
+fn the_engine_thread_lets_go_for_a_driver_and_resumes() {
+    let engine = EngineHandle::start(EngineConfig {
+        driven: true,
+        busy_poll: true,
+        ..EngineConfig::embedded()
+    })
+    .expect("engine");
+    let host = Node::connect(engine.socket_path()).expect("connect");
+    let mut child = Proc::spawn("child_receiver", engine.socket_path());
+    child.expect("ticket", WAIT);
+    let before = stats(&engine);
+    let mut q = host.queue(0).expect("queue");
+    // Waits with nothing coming: each drives (its turns find nothing), then times out.
+    // Bounded: a wait whose drive got no turn (the engine's thread descheduled while
+    // holding itself) is simply repeated.
+    for _ in 0..1000 {
+        assert!(q
+            .wait(Some(Duration::from_micros(1)))
+            .expect("wait")
+            .is_none());
+        if stats(&engine).turns_by_waiters > before.turns_by_waiters {
+            break;
+        }
+    }
+    let driven = stats(&engine);
+    assert!(
+        driven.turns_by_waiters > before.turns_by_waiters,
+        "the waits drove: {driven:?}"
+    );
+    assert!(
+        driven.engine_thread_let_go > before.engine_thread_let_go,
+        "the busy-polling engine thread let go: {driven:?}"
+    );
+    child.tell("self", "77 4096");
+    assert_eq!(child.expect("got", WAIT), "true");
+    let end = stats(&engine);
+    assert!(
+        end.engine_thread_resumed > before.engine_thread_resumed,
+        "the engine thread served again: {end:?}"
+    );
+    child.finish();
+}
+
+/// A driver that stops turning without leaving (a thread descheduled in its drive, or
+/// one holding a `Driving` it does not use) in the middle of a large message: the child
+/// still gets every byte, and then a message to itself, both moved by the engine's
+/// thread, which stopped waiting for the driver.
+#[test]
+fn a_driver_that_stops_turning_mid_message_does_not_stall_other_clients() {
+    const LEN: usize = 1 << 20;
+    const SEED: u64 = 0x14_0002;
+    let engine = driven_engine();
+    let host = Node::connect(engine.socket_path()).expect("connect");
+    let mut child = Proc::spawn("child_receiver", engine.socket_path());
+    let to_child = ticket_from_text(&child.expect("ticket", WAIT)).expect("seed");
+    let area = host.area(LEN as u64).expect("area");
+    area.write(0, &pattern_at(SEED, 0, LEN)).expect("fill");
+    let mut t = host.terminus(0).expect("terminus");
+    child.tell("expect", format!("{SEED} {LEN}"));
+    let driver = Driver::for_socket(engine.socket_path()).expect("drivable");
+    let mut driving = driver.drive().expect("engine runs");
+    let h = t
+        .send(
+            &to_child,
+            &SendOptions::new(),
+            hamlyn::Data::Gather(&common::spans(&area, 0, LEN as u64)),
+        )
+        .expect("send");
+    // A few of the message's 256 packets, then no more turns, the drive still held.
+    for _ in 0..8 {
+        driving.turn();
+    }
+    assert_eq!(child.expect("got", WAIT), "true", "every byte arrived");
+    child.tell("self", format!("{} 4096", SEED + 1));
+    assert_eq!(
+        child.expect("got", WAIT),
+        "true",
+        "the child's own message too"
+    );
+    assert_eq!(h.status(), Status::Sent);
+    drop(driving);
+    let s = stats(&engine);
+    assert!(
+        s.stalled_drivers > 0,
+        "the engine thread served anyway: {s:?}"
+    );
+    drop(t);
+    child.finish();
+}
+
+/// A host thread's wait drives part of a large message to a child process, then ends
+/// (it gave up at once) and the host waits through the library no more: the child still
+/// gets every byte, and then a message it sends itself.
+#[test]
+fn a_host_that_stops_driving_mid_message_does_not_stall_other_clients() {
+    const LEN: usize = 1 << 20;
+    const SEED: u64 = 0x14_0001;
+    let engine = driven_engine();
+    // 64 turns of driving per wait: fewer than the 256 packets of the message.
+    let options = NodeOptions {
+        spin: 64,
+        ..NodeOptions::default()
+    };
+    let host = Node::connect_with(engine.socket_path(), options).expect("connect");
+    let mut child = Proc::spawn("child_receiver", engine.socket_path());
+    let to_child = ticket_from_text(&child.expect("ticket", WAIT)).expect("seed");
+    let mut t = host.terminus(0).expect("terminus");
+    let data = pattern_at(SEED, 0, LEN);
+    child.tell("expect", format!("{SEED} {LEN}"));
+    let h = send_bytes(&host, &mut t, &to_child, &SendOptions::new(), &data);
+    // A wait that gives up right after its drive.
+    let _ = h.wait(Some(Duration::from_nanos(1)));
+    // No host thread waits through the library from here on.
+    assert_eq!(child.expect("got", WAIT), "true", "every byte arrived");
+    child.tell("self", format!("{} 4096", SEED + 1));
+    assert_eq!(
+        child.expect("got", WAIT),
+        "true",
+        "the child's own message too"
+    );
+    assert_eq!(h.status(), Status::Sent);
+    drop(t);
+    child.finish();
+}
+
+/// A thread that waits, parked on its own futex after its drive, with nothing coming:
+/// the engine's thread keeps serving others meanwhile (the child's messages to itself).
+#[test]
+fn the_engine_thread_serves_while_a_host_thread_sleeps_in_a_wait() {
+    let engine = driven_engine();
+    let host = Node::connect(engine.socket_path()).expect("connect");
+    let mut child = Proc::spawn("child_receiver", engine.socket_path());
+    child.expect("ticket", WAIT);
+    let mut q = host.queue(0).expect("queue");
+    let sleeper = std::thread::spawn(move || {
+        // Nothing is ever sent to this queue: the wait drives, then sleeps, and times out.
+        q.wait(Some(Duration::from_millis(300))).expect("wait")
+    });
+    for k in 0..20u64 {
+        child.tell("self", format!("{} 100000", 0x14_0100 + k));
+        assert_eq!(child.expect("got", WAIT), "true");
+    }
+    assert!(sleeper.join().expect("sleeper").is_none());
+    child.finish();
+}
+
+/// A daemon is never driven by anyone but its own thread (nor is an embedded engine
+/// started with `driven: false`, which is what `HAMLYN_DRIVE=0` selects): no driver is
+/// found for it, and clients of it work as before.
+#[test]
+fn a_daemon_and_an_undriven_engine_keep_their_own_thread() {
+    let dir = std::env::temp_dir().join(format!("hamlyn-progress-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let socket = dir.join("daemon.sock");
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let daemon = std::thread::spawn({
+        let (socket, stop) = (socket.clone(), stop.clone());
+        move || hamlyn_engine::run_daemon(EngineConfig::daemon(socket), stop)
+    });
+    let mut node = None;
+    for _ in 0..1000 {
+        match Node::connect(&socket) {
+            Ok(n) => {
+                node = Some(n);
+                break;
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+    let node = node.expect("the daemon answers");
+    assert!(
+        Driver::for_socket(&socket).is_none(),
+        "a daemon is not drivable"
+    );
+    round_trip(&node);
+    drop(node);
+    // Release: pairs with the daemon loop's Acquire load of its stop flag.
+    stop.store(true, Ordering::Release);
+    // The daemon sleeps at most its max_sleep; its flag is looked at after.
+    daemon.join().expect("daemon thread").expect("daemon ran");
+
+    let undriven = EngineHandle::start(EngineConfig {
+        driven: false,
+        ..EngineConfig::embedded()
+    })
+    .expect("engine");
+    assert!(Driver::for_socket(undriven.socket_path()).is_none());
+    round_trip(&Node::connect(undriven.socket_path()).expect("connect"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One message from the node to itself, waited for.
+fn round_trip(node: &Node) {
+    let inbox = node.area(64).expect("area");
+    let (_meta, slot) = slot_on(node, &inbox, 0);
+    let mut q = node.queue(0).expect("queue");
+    let mut t = node.terminus(0).expect("terminus");
+    let h = t
+        .send(
+            &slot.ticket_all().expect("ticket"),
+            &SendOptions::new(),
+            hamlyn::Data::Inline(b"12345678"),
+        )
+        .expect("send");
+    assert_eq!(h.wait(Some(WAIT)), Status::Sent);
+    let n = q.wait(Some(WAIT)).expect("wait").expect("arrives");
+    assert_eq!(n.len, 8);
+    assert_eq!(inbox.read_vec(0, 8).expect("read"), b"12345678");
+}
+
+/// A slot on `area` reporting to `queue`, with one metadata entry.
+fn slot_on(node: &Node, area: &hamlyn::Area, queue: u16) -> (hamlyn::MetaArea, hamlyn::Slot) {
+    let meta = node.meta_area(1).expect("meta area");
+    let slot = node
+        .slot(area)
+        .meta(&meta)
+        .queue(queue)
+        .create()
+        .expect("slot");
+    (meta, slot)
+}
