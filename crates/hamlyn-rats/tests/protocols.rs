@@ -180,10 +180,12 @@ fn datagrams_from_eight_senders_to_a_slow_receiver_are_all_delivered_with_back_p
         );
     }
     assert_eq!((rm.stats().forged, rx.forged()), (0, 0));
-    // A sender that waits gets its credit back as soon as the receiver releases.
+    // A sender that waits gets its credit back as soon as the receiver releases. (The
+    // credits of the last releases above may still be on their way: the first two sends
+    // wait for them.)
     let s = &mut senders[0];
-    s.send(b"one", &[]).unwrap();
-    s.send(b"two", &[]).unwrap();
+    s.send_wait(b"one", &[], WAIT).unwrap();
+    s.send_wait(b"two", &[], WAIT).unwrap();
     assert!(matches!(s.send(b"three", &[]), Err(RatsError::Full)));
     let d = rx.recv(WAIT).unwrap().unwrap();
     rx.release(d).unwrap();
