@@ -208,6 +208,7 @@ impl Pinger {
                 std::panic::resume_unwind(e);
             }
         }
+        // Acquire: pairs with the pinger's Release stores of its count (joined anyway).
         self.rounds.load(Ordering::Acquire)
     }
 }

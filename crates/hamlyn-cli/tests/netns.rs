@@ -241,6 +241,23 @@ fn read_plain(s: &mut TcpStream, link: &mut Link, have: &mut Vec<u8>, n: usize) 
     have.drain(..n).collect()
 }
 
+/// A connection to `addr` that holds the cluster secret: the Noise handshake done, no
+/// HELLO sent yet. Returns the stream, the secured link and the dialer's first handshake
+/// message (what a replay would copy).
+fn member_link(addr: SocketAddr, secret: &ClusterSecret) -> (TcpStream, Link, Vec<u8>) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let (mut link, first) = Link::dialer(secret).unwrap();
+    s.write_all(&first).unwrap();
+    let mut out = vec![0u8; MAX_PLAIN];
+    while link.open(&mut out).unwrap() != Opened::Secured {
+        let k = s.read(link.read_buf()).unwrap();
+        assert!(k > 0, "the node closed the handshake");
+        link.filled(k);
+    }
+    (s, link, first)
+}
+
 /// The TCP fabric's counters in `stats` (zero without a TCP fabric).
 fn tcp(stats: &Stats) -> TcpCounters {
     match &stats.fabric {
@@ -581,17 +598,8 @@ fn three_hosts_in_network_namespaces() {
         // A connection that holds the secret (the handshake, then the HELLO of a session
         // as node 0, which dials as the lower id), then forged packets.
         let secret = ClusterSecret::parse(SECRET).unwrap();
-        let mut s = TcpStream::connect(net.addr(1)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let (mut link, first) = Link::dialer(&secret).unwrap();
-        s.write_all(&first).unwrap();
+        let (mut s, mut link, first) = member_link(net.addr(1), &secret);
         let mut have = Vec::new();
-        let mut out = vec![0u8; MAX_PLAIN];
-        while link.open(&mut out).unwrap() != Opened::Secured {
-            let k = s.read(link.read_buf()).unwrap();
-            assert!(k > 0, "the node closed the handshake");
-            link.filled(k);
-        }
         s.write_all(link.seal_bytes(&hello.to_header().to_bytes()).unwrap())
             .unwrap();
         read_plain(&mut s, &mut link, &mut have, 64);
@@ -742,15 +750,7 @@ fn three_hosts_in_network_namespaces() {
         // move node 2 there for node 1's next dial: refused, closed without an answer.
         let bad_joins = |st: &Stats| tcp(st).closes.get("BadJoin").copied().unwrap_or(0);
         let before_joins = bad_joins(&nodes[1].stats().unwrap());
-        let mut j = TcpStream::connect(net.addr(1)).unwrap();
-        j.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let (mut jlink, jfirst) = Link::dialer(&secret).unwrap();
-        j.write_all(&jfirst).unwrap();
-        while jlink.open(&mut out).unwrap() != Opened::Secured {
-            let k = j.read(jlink.read_buf()).unwrap();
-            assert!(k > 0, "the node closed the handshake");
-            jlink.filled(k);
-        }
+        let (mut j, mut jlink, _) = member_link(net.addr(1), &secret);
         let query = JoinQuery {
             from: NodeId(2),
             listen_port: PORT + 1,
@@ -776,15 +776,7 @@ fn three_hosts_in_network_namespaces() {
         // the connection closed; nothing written.
         drop(s);
         let refused_before = tcp(&nodes[1].stats().unwrap()).frames_refused;
-        let mut m = TcpStream::connect(net.addr(1)).unwrap();
-        m.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let (mut mlink, mfirst) = Link::dialer(&secret).unwrap();
-        m.write_all(&mfirst).unwrap();
-        while mlink.open(&mut out).unwrap() != Opened::Secured {
-            let k = m.read(mlink.read_buf()).unwrap();
-            assert!(k > 0, "the node closed the handshake");
-            mlink.filled(k);
-        }
+        let (mut m, mut mlink, _) = member_link(net.addr(1), &secret);
         let later = Hello {
             session: 2,
             ..hello

@@ -158,7 +158,9 @@ impl Expected {
         Ok(())
     }
 
-    /// The read or atomic `request` to `peer` never left (its send failed): not awaited.
+    /// The read or atomic `request` to `peer` is no longer awaited: it never left (its
+    /// send failed), or its answer could not be taken here (refused by the reply slot:
+    /// the request fails).
     pub fn cancel(&mut self, peer: NodeId, request: RequestId) {
         self.answers.remove(&(peer, request.to_u64()));
     }
@@ -216,12 +218,6 @@ impl Expected {
             return true;
         }
         false
-    }
-
-    /// The answer to `request` from `from` could not be taken here (refused by the reply
-    /// slot): it is no longer awaited, and the request fails.
-    pub fn answer_lost(&mut self, from: NodeId, request: RequestId) {
-        self.answers.remove(&(from, request.to_u64()));
     }
 
     /// A NACK from `from` naming `request`: what it refuses (a read or atomic is then no

@@ -632,13 +632,12 @@ impl EngineState {
                 continue;
             }
             self.counters.sends_unconfirmed += 1;
-            let c = Completion {
-                seq: h.request.seq,
-                status: u16::from(RejectReason::PeerDown.code()),
-                terminus: t,
-                value: 0,
-            };
-            self.clients.fail(cid, c, &mut self.counters);
+            fail_local(
+                &mut self.clients,
+                h.request,
+                RejectReason::PeerDown,
+                &mut self.counters,
+            );
         }
     }
 

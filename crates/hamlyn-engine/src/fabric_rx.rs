@@ -10,10 +10,9 @@ use std::collections::{HashMap, VecDeque};
 
 use hamlyn_core::{Areas, Expected, Nacked, PeerTable, Placement, RejectReason};
 use hamlyn_fabric::{Landing, PacketSink, PeerEvent, SharedBytesMut};
-use hamlyn_wire::request::Completion;
 use hamlyn_wire::{Header, NodeId, Op};
 
-use crate::clients::{request_origin, Clients};
+use crate::clients::Clients;
 use crate::counters::EngineCounters;
 use crate::deliver::Delivery;
 
@@ -134,7 +133,7 @@ impl Receive<'_> {
     /// goes there; the request fails here, and its answer is no longer awaited.
     #[cold]
     fn answer_refused(&mut self, from: NodeId, h: &Header, reason: RejectReason) -> Landing {
-        self.expected.answer_lost(from, h.request);
+        self.expected.cancel(from, h.request);
         self.counters.answers_lost += 1;
         crate::engine::fail_local(self.clients, h.request, reason, self.counters);
         Landing::Discard
@@ -151,14 +150,7 @@ impl Receive<'_> {
         }
         self.counters.nacks_received += 1;
         let reason = hamlyn_core::nack::nack_reason(h).unwrap_or(RejectReason::Unsupported);
-        let (cid, terminus) = request_origin(h.request);
-        let c = Completion {
-            seq: h.request.seq,
-            status: u16::from(reason.code()),
-            terminus,
-            value: 0,
-        };
-        self.clients.fail(cid, c, self.counters);
+        crate::engine::fail_local(self.clients, h.request, reason, self.counters);
     }
 }
 

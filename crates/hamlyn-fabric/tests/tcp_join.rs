@@ -172,6 +172,7 @@ fn join_through_one_member(joiner: u32) {
         let time = Time::new();
         let mut fabrics = vec![f1, f2];
         let mut recs = vec![Rec::default(), Rec::default()];
+        // Acquire: pairs with the Release store that stops the members below.
         while !flag.load(Ordering::Acquire) {
             poll_all(&time, &mut fabrics, &mut recs);
             time.check("the joiner");
@@ -180,6 +181,7 @@ fn join_through_one_member(joiner: u32) {
         (fabrics, recs)
     });
     let learned = fj.join(&[a2], Duration::from_secs(5)).unwrap();
+    // Release: pairs with the members thread's Acquire load.
     stop.store(true, Ordering::Release);
     let (mut fabrics, mut recs) = members.join().unwrap();
     assert_eq!(learned, vec![(NodeId(1), a1), (NodeId(2), a2)]);

@@ -197,6 +197,7 @@ impl Proxy {
         let conns = Arc::new(AtomicUsize::new(0));
         let (rec, fl, st) = (recorded.clone(), flipped.clone(), stop.clone());
         std::thread::spawn(move || {
+            // Acquire: pairs with the Release store in `Drop`.
             while !st.load(Ordering::Acquire) {
                 let Ok((client, _)) = l.accept() else {
                     std::thread::sleep(Duration::from_millis(1));
@@ -205,6 +206,7 @@ impl Proxy {
                 let Ok(server) = TcpStream::connect(upstream) else {
                     continue;
                 };
+                // AcqRel: only this thread counts connections; the ordering is moot.
                 let first = conns.fetch_add(1, Ordering::AcqRel) == 0;
                 client.set_nonblocking(false).unwrap();
                 let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
@@ -216,6 +218,8 @@ impl Proxy {
                         }
                         if let Some(f) = flip {
                             if (at..at + bytes.len()).contains(&f)
+                                // AcqRel: pairs with the test's Acquire load
+                                // of `flipped` (and the other pump's swap).
                                 && !fl.swap(true, Ordering::AcqRel)
                             {
                                 bytes[f - at] ^= 0x01;
@@ -237,6 +241,7 @@ impl Proxy {
 
 impl Drop for Proxy {
     fn drop(&mut self) {
+        // Release: pairs with the accepting thread's Acquire load.
         self.stop.store(true, Ordering::Release);
     }
 }
@@ -380,6 +385,7 @@ fn a_frame_altered_in_flight_is_refused_and_counted() {
         poll(&time, &mut [&mut a, &mut b], &mut r);
         time.check("the altered record to be refused");
     }
+    // Acquire: pairs with the pump's AcqRel swap.
     assert!(proxy.flipped.load(Ordering::Acquire));
     assert!(r[1].packets.is_empty(), "nothing of the altered frame");
     let Some(FabricStats::Tcp(t)) = b.fabric_stats() else {

@@ -259,6 +259,9 @@ mod loom_tests {
         }
     }
 
+    // The orderings are those of the engine's area memory (`crate::area_mem`), which the
+    // model stands in for: each AcqRel/Acquire/Release here pairs with the same operation
+    // of the other depositor or of the receiver's side (`Receiver`) on the same word.
     impl Memory for Dep {
         fn len(&self) -> u64 {
             self.0.len() as u64

@@ -181,6 +181,12 @@ fn receive(
     let mut got = Vec::new();
     let mut want = Vec::new();
     let mut last_report = Instant::now();
+    let line = |delivered, bytes, corrupt, broken, other, fin: bool| {
+        format!(
+            "{{\"end\":\"recv\",\"delivered\":{delivered},\"bytes\":{bytes},\"corrupt\":{corrupt},\"broken\":{broken},\"other\":{other}{}}}",
+            if fin { ",\"final\":true" } else { "" }
+        )
+    };
     while Instant::now() < until {
         if let Some(n) = q.wait(Some(Duration::from_millis(100)))? {
             match n.kind {
@@ -205,14 +211,10 @@ fn receive(
         }
         if last_report.elapsed() >= Duration::from_secs(1) {
             last_report = Instant::now();
-            report(format!(
-                "{{\"end\":\"recv\",\"delivered\":{delivered},\"bytes\":{bytes},\"corrupt\":{corrupt},\"broken\":{broken},\"other\":{other}}}"
-            ))?;
+            report(line(delivered, bytes, corrupt, broken, other, false))?;
         }
     }
-    report(format!(
-        "{{\"end\":\"recv\",\"delivered\":{delivered},\"bytes\":{bytes},\"corrupt\":{corrupt},\"broken\":{broken},\"other\":{other},\"final\":true}}"
-    ))
+    report(line(delivered, bytes, corrupt, broken, other, true))
 }
 
 /// What the sender knows of the receiver.
