@@ -1007,13 +1007,26 @@ fn three_hosts_in_network_namespaces() {
     // 8. A link goes down (node 2's veth on the bridge) and comes back. A name a client
     // of node 2 published is dropped by the registry (node 1) while node 2 is down, and
     // published again by node 2's engine when the registry node is back: its client is
-    // still there.
+    // still there. So is an active-message handler it registered: live again, in the
+    // same epoch (messages numbered before the partition still name it).
     {
         let (_a, _m, slot) = inbox(&nodes[2], 4096, 1, W);
         let to_two = slot.ticket_all().unwrap();
         let kept = Seed::single(to_two);
         nodes[2].publish("netns-partition", &kept).unwrap();
         assert_eq!(nodes[1].lookup("netns-partition").unwrap(), kept);
+        nodes[2]
+            .am_register(&[("netns.partition.handler".to_string(), 0x5eed)])
+            .unwrap();
+        let handler = |node: &hamlyn::Node| {
+            let (_, table) = node.am_table().unwrap();
+            table
+                .into_iter()
+                .find(|e| e.name == "netns.partition.handler")
+                .map(|e| (e.id, e.epoch, e.live))
+        };
+        let before = handler(&nodes[1]).expect("registered");
+        assert!(before.2, "live before the partition");
         net.link(2, false);
         wait_peer(
             &nodes[1],
@@ -1030,6 +1043,11 @@ fn three_hosts_in_network_namespaces() {
             nodes[1].lookup("netns-partition").is_err(),
             "the registry drops the names of a node it lost"
         );
+        assert_eq!(
+            handler(&nodes[1]),
+            Some((before.0, before.1, false)),
+            "the registry no longer counts a handler of a node it lost as live"
+        );
         net.link(2, true);
         wait_peer(&nodes[1], 2, true, Duration::from_secs(30));
         ping_pong(&nodes[1], &nodes[2], 50);
@@ -1045,6 +1063,18 @@ fn three_hosts_in_network_namespaces() {
                     "the name never came back after the partition: {e}"
                 ),
             }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        loop {
+            let now = handler(&nodes[1]);
+            if now == Some((before.0, before.1, true)) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the handler never came back live in its epoch after the partition: {now:?} \
+                 (before: {before:?})"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }

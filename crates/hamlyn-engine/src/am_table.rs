@@ -5,6 +5,13 @@
 //! becomes live again, so a message numbered for the old epoch is told apart. A client's
 //! registrations leave with it (the registry's [`Owner`]s). The engine-resident handlers
 //! (`crate::am_engine`) hold the first ids, live for good.
+//!
+//! An owner whose node was lost (cut off, not known dead) *lapses*: it no longer keeps
+//! the handler live, but while nobody else makes the handler live again, its node's
+//! engine may bring it back in the same epoch ([`HandlerTable::reassert`], after the
+//! partition heals), so messages numbered before the partition still name it. A node
+//! that comes back as a new incarnation loses its lapsed registrations
+//! ([`HandlerTable::drop_owners`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -12,11 +19,15 @@ use hamlyn_wire::control::{
     am_engine, AmHandlerEntry, ControlErrorCode, Reply, AM_TABLE_PAGE, MAX_AM_HANDLERS_PER_REQUEST,
     MAX_AM_HANDLER_NAME,
 };
+use hamlyn_wire::NodeId;
 
 use crate::registry::Owner;
 
 /// Most handler names the table holds.
 pub(crate) const MAX_HANDLERS: usize = 65_536;
+/// Most lapsed registrations the table remembers, for all handlers (beyond it, an owner
+/// cut off is simply dropped, and coming back moves the epoch on).
+const MAX_LAPSED: usize = 65_536;
 
 #[derive(Debug)]
 struct Handler {
@@ -24,6 +35,9 @@ struct Handler {
     fingerprint: u64,
     epoch: u32,
     owners: BTreeSet<Owner>,
+    /// Owners whose node was lost while they had it, and who may bring it back in this
+    /// epoch; emptied when the epoch moves on.
+    lapsed: BTreeSet<Owner>,
     /// An engine-resident handler: live whoever registers it.
     permanent: bool,
 }
@@ -44,6 +58,8 @@ pub(crate) struct HandlerTable {
     version: u64,
     /// Registrations per owner (to refuse an owner registering without bound).
     per_owner: BTreeMap<Owner, usize>,
+    /// Lapsed registrations, all handlers (at most [`MAX_LAPSED`]).
+    lapsed: usize,
 }
 
 impl Default for HandlerTable {
@@ -53,6 +69,7 @@ impl Default for HandlerTable {
             by_name: HashMap::new(),
             version: 1,
             per_owner: BTreeMap::new(),
+            lapsed: 0,
         };
         for name in am_engine::NAMES {
             t.by_name.insert(name.to_owned(), t.handlers.len() as u32);
@@ -61,6 +78,7 @@ impl Default for HandlerTable {
                 fingerprint: am_engine::FINGERPRINT,
                 epoch: 1,
                 owners: BTreeSet::new(),
+                lapsed: BTreeSet::new(),
                 permanent: true,
             });
         }
@@ -78,6 +96,18 @@ fn refuse(code: ControlErrorCode, message: String) -> Reply {
 impl HandlerTable {
     /// `owner` registers `handlers`: all or none.
     pub(crate) fn register(&mut self, handlers: &[(String, u64)], owner: Owner) -> Reply {
+        self.add(handlers, owner, false)
+    }
+
+    /// `owner`'s node engine registers again what `owner` had before its node was cut
+    /// off: all or none, like [`Self::register`], except that a handler `owner` lapsed
+    /// from, with the same layout, that nobody made live in between comes back in its
+    /// old epoch.
+    pub(crate) fn reassert(&mut self, handlers: &[(String, u64)], owner: Owner) -> Reply {
+        self.add(handlers, owner, true)
+    }
+
+    fn add(&mut self, handlers: &[(String, u64)], owner: Owner, reassert: bool) -> Reply {
         if handlers.len() > MAX_AM_HANDLERS_PER_REQUEST {
             return refuse(
                 ControlErrorCode::InvalidArgument,
@@ -126,6 +156,7 @@ impl HandlerTable {
                         fingerprint: *fp,
                         epoch: 0,
                         owners: BTreeSet::new(),
+                        lapsed: BTreeSet::new(),
                         permanent: false,
                     });
                     self.by_name.insert(name.clone(), id);
@@ -133,10 +164,19 @@ impl HandlerTable {
                 }
             };
             let h = &mut self.handlers[id as usize];
+            let was_lapsed = h.lapsed.remove(&owner);
+            if was_lapsed {
+                self.lapsed -= 1;
+            }
             if !h.live() {
-                // Live again (or for the first time): a new epoch, perhaps a new layout.
-                h.epoch = h.epoch.wrapping_add(1);
-                h.fingerprint = *fp;
+                if !(reassert && was_lapsed && h.fingerprint == *fp) {
+                    // Live again (or for the first time): a new epoch, perhaps a new
+                    // layout. Owners that lapsed in the old one cannot bring it back.
+                    h.epoch = h.epoch.wrapping_add(1);
+                    h.fingerprint = *fp;
+                    self.lapsed -= h.lapsed.len();
+                    h.lapsed.clear();
+                }
                 self.version += 1;
             }
             if h.owners.insert(owner) {
@@ -150,15 +190,22 @@ impl HandlerTable {
     pub(crate) fn unregister(&mut self, names: &[String], owner: Owner) -> Reply {
         for name in names {
             if let Some(&id) = self.by_name.get(name) {
-                self.remove_owner(id, owner);
+                self.remove_owner(id, owner, false);
             }
         }
         Reply::Ok
     }
 
-    fn remove_owner(&mut self, id: u32, owner: Owner) {
+    fn remove_owner(&mut self, id: u32, owner: Owner, lapse: bool) {
         let h = &mut self.handlers[id as usize];
+        if h.lapsed.remove(&owner) {
+            self.lapsed -= 1;
+        }
         if h.owners.remove(&owner) {
+            if lapse && self.lapsed < MAX_LAPSED {
+                h.lapsed.insert(owner);
+                self.lapsed += 1;
+            }
             if let Some(n) = self.per_owner.get_mut(&owner) {
                 *n -= 1;
                 if *n == 0 {
@@ -171,20 +218,36 @@ impl HandlerTable {
         }
     }
 
-    /// Every owner `pick` selects is gone: its registrations go.
+    /// Every owner `pick` selects is gone: its registrations go, lapsed ones too.
     pub(crate) fn drop_owners(&mut self, pick: impl Fn(Owner) -> bool) {
+        self.remove_owners(pick, false);
+    }
+
+    /// `node` was lost (cut off, perhaps alive): its owners' registrations lapse.
+    pub(crate) fn lapse_node(&mut self, node: NodeId) {
+        self.remove_owners(|o| o.node == node, true);
+    }
+
+    fn remove_owners(&mut self, pick: impl Fn(Owner) -> bool, lapse: bool) {
         let gone: Vec<Owner> = self
             .per_owner
             .keys()
             .copied()
             .filter(|o| pick(*o))
             .collect();
-        if gone.is_empty() {
+        let lapsed_gone = !lapse && self.lapsed > 0;
+        if gone.is_empty() && !lapsed_gone {
             return;
         }
         for id in 0..self.handlers.len() as u32 {
             for &o in &gone {
-                self.remove_owner(id, o);
+                self.remove_owner(id, o, lapse);
+            }
+            if lapsed_gone {
+                let h = &mut self.handlers[id as usize];
+                let before = h.lapsed.len();
+                h.lapsed.retain(|o| !pick(*o));
+                self.lapsed -= before - h.lapsed.len();
             }
         }
     }
@@ -288,6 +351,63 @@ mod tests {
         t.register(&[("hamlyn.echo".into(), am_engine::FINGERPRINT)], a);
         t.drop_owners(|_| true);
         assert!(entries(&t)[1].live);
+    }
+
+    fn epoch_and_live(t: &HandlerTable, id: usize) -> (u32, bool) {
+        let e = &entries(t)[id];
+        (e.epoch, e.live)
+    }
+
+    fn lapsed_count_is_right(t: &HandlerTable) {
+        let sum: usize = t.handlers.iter().map(|h| h.lapsed.len()).sum();
+        assert_eq!(t.lapsed, sum);
+    }
+
+    #[test]
+    fn an_owner_cut_off_comes_back_in_its_epoch_unless_someone_else_moved_it_on() {
+        let mut t = HandlerTable::default();
+        let (a, b) = (owner(1, 5), owner(2, 7));
+        let x = [("x".to_string(), 11)];
+        assert_eq!(t.register(&x, a), Reply::Ok);
+        assert_eq!(epoch_and_live(&t, 4), (1, true));
+        // Cut off and back: the same epoch, so messages numbered before still name it.
+        t.lapse_node(NodeId(1));
+        assert_eq!(epoch_and_live(&t, 4), (1, false));
+        lapsed_count_is_right(&t);
+        assert_eq!(t.reassert(&x, a), Reply::Ok);
+        assert_eq!(epoch_and_live(&t, 4), (1, true));
+        lapsed_count_is_right(&t);
+        // A plain registration after a lapse is a new life: a new epoch.
+        t.lapse_node(NodeId(1));
+        assert_eq!(t.register(&x, a), Reply::Ok);
+        assert_eq!(epoch_and_live(&t, 4), (2, true));
+        // Someone else made it live meanwhile: the lapsed owner joins that epoch.
+        t.lapse_node(NodeId(1));
+        assert_eq!(t.register(&x, b), Reply::Ok);
+        assert_eq!(epoch_and_live(&t, 4), (3, true));
+        assert_eq!(t.reassert(&x, a), Reply::Ok);
+        assert_eq!(epoch_and_live(&t, 4), (3, true));
+        t.drop_owners(|o| o == b);
+        assert_eq!(epoch_and_live(&t, 4), (3, true), "a still has it");
+        // Another layout coming back is a new epoch.
+        t.lapse_node(NodeId(1));
+        assert_eq!(t.reassert(&[("x".to_string(), 12)], a), Reply::Ok);
+        assert_eq!(epoch_and_live(&t, 4), (4, true));
+        // An owner whose node restarted (dropped, not lapsed) cannot come back in the
+        // old epoch.
+        t.lapse_node(NodeId(1));
+        t.drop_owners(|o| o.node == NodeId(1));
+        lapsed_count_is_right(&t);
+        assert_eq!(t.lapsed, 0);
+        assert_eq!(t.reassert(&[("x".to_string(), 12)], a), Reply::Ok);
+        assert_eq!(epoch_and_live(&t, 4), (5, true));
+        // A reassertion that collides with a live layout is refused, all of it.
+        t.lapse_node(NodeId(1));
+        assert_eq!(t.register(&[("x".to_string(), 13)], b), Reply::Ok);
+        let r = t.reassert(&[("y".to_string(), 1), ("x".to_string(), 12)], a);
+        assert!(matches!(r, Reply::Error { .. }), "{r:?}");
+        assert_eq!(t.len(), 5, "nothing of a refused reassertion stays");
+        lapsed_count_is_right(&t);
     }
 
     #[test]

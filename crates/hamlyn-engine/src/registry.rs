@@ -15,13 +15,19 @@
 //! incarnation. A node that was only cut off, not dead, gets its live clients' names back:
 //! each engine remembers what its clients published through it, and publishes it again
 //! whenever the registry node comes (back) up ([`Registry::republish`]) — so a partition
-//! never leaves a live publisher with a name the cluster forgot.
+//! never leaves a live publisher with a name the cluster forgot. The same holds for
+//! active-message handlers: the engine remembers what its clients registered (once the
+//! registry node said yes) and registers it again, as a `word` 3 packet the registry node
+//! takes only from engines, in the handler's old epoch when nobody made it live in
+//! between ([`HandlerTable::reassert`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::fd::AsFd;
 
 use hamlyn_shm::fdpass::send_with_fds;
-use hamlyn_wire::control::{ControlErrorCode, Reply, Request, MAX_NAME, MAX_SEED_TEXT};
+use hamlyn_wire::control::{
+    ControlErrorCode, Reply, Request, MAX_AM_HANDLERS_PER_REQUEST, MAX_NAME, MAX_SEED_TEXT,
+};
 use hamlyn_wire::{Header, NodeId, Op, RequestId, Seed};
 
 use hamlyn_core::Instant;
@@ -47,6 +53,10 @@ const ANSWER: u64 = 1;
 /// `word` of a registry packet: the client `meta_index` of the sending node is gone;
 /// its names go too. No answer.
 const CLIENT_GONE: u64 = 2;
+/// `word` of a registry packet: an engine registers again the active-message handlers
+/// its client `meta_index` had before the link to the registry node was lost (the body
+/// is an encoded [`Request::AmRegister`]). No answer.
+const REASSERT: u64 = 3;
 
 /// Who published a name: a client of a node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -77,6 +87,15 @@ pub(crate) struct Registry {
     published: HashMap<u32, BTreeMap<String, String>>,
     /// Names in `published`.
     published_names: usize,
+    /// Active-message handlers local clients registered through the registry node and
+    /// the registry node accepted (name → fingerprint, per client): registered again
+    /// after it lost them. At most [`MAX_ENTRIES`] in all.
+    registered: HashMap<u32, BTreeMap<String, u64>>,
+    /// Handlers in `registered`.
+    registered_names: usize,
+    /// Forwarded registrations waiting for their answer, by sequence (a subset of
+    /// `pending`'s keys).
+    registering: HashMap<u32, Vec<(String, u64)>>,
     next: u32,
     /// The active-message handler table (on the registry node).
     handlers: HandlerTable,
@@ -247,6 +266,9 @@ impl Registry {
         match remote.send_bytes(at.now, &h, &body) {
             Ok(()) => {
                 self.pending.insert(seq, (cid, home));
+                if let Request::AmRegister { handlers } = &req {
+                    self.registering.insert(seq, handlers.clone());
+                }
                 self.remember(cid, &req);
                 None
             }
@@ -280,6 +302,21 @@ impl Registry {
         if h.word == CLIENT_GONE {
             if at.home == at.me {
                 self.drop_names(|o| o == owner);
+            }
+            return;
+        }
+        if h.word == REASSERT {
+            if at.home == at.me {
+                match Request::decode(body) {
+                    Ok(Request::AmRegister { handlers }) => {
+                        if let Reply::Error { message, .. } =
+                            self.handlers.reassert(&handlers, owner)
+                        {
+                            tracing::debug!(node = h.src.0, %message, "handlers not registered again");
+                        }
+                    }
+                    _ => tracing::debug!(node = h.src.0, "a registration again that is not one"),
+                }
             }
             return;
         }
@@ -320,6 +357,11 @@ impl Registry {
         };
         let reply = Reply::decode(body)
             .unwrap_or_else(|e| error(ControlErrorCode::BadRequest, e.to_string()));
+        if let Some(handlers) = self.registering.remove(&h.request.seq) {
+            if reply == Reply::Ok {
+                self.registered_ok(cid, handlers);
+            }
+        }
         reply_to(clients, cid, &reply);
     }
 
@@ -328,6 +370,11 @@ impl Registry {
     /// registry, else the registry node is told (if the client ever published there).
     pub(crate) fn forget_client(&mut self, cid: u32, at: Place, remote: Option<&mut Remote>) {
         self.pending.retain(|_, (c, _)| *c != cid);
+        let pending = &self.pending;
+        self.registering.retain(|seq, _| pending.contains_key(seq));
+        if let Some(handlers) = self.registered.remove(&cid) {
+            self.registered_names -= handlers.len();
+        }
         self.reports.forget(cid);
         if at.home == at.me {
             let me = Owner {
@@ -375,7 +422,29 @@ impl Registry {
                     }
                 }
             }
+            // Never registered again once the client asked to drop them (whatever the
+            // answer).
+            Request::AmUnregister { names } => {
+                if let Some(handlers) = self.registered.get_mut(&cid) {
+                    for name in names {
+                        if handlers.remove(name).is_some() {
+                            self.registered_names -= 1;
+                        }
+                    }
+                }
+            }
             _ => {}
+        }
+    }
+
+    /// The registry node accepted client `cid`'s registration of `handlers`.
+    fn registered_ok(&mut self, cid: u32, handlers: Vec<(String, u64)>) {
+        let mine = self.registered.entry(cid).or_default();
+        for (name, fp) in handlers {
+            let room = mine.contains_key(&name) || self.registered_names < MAX_ENTRIES;
+            if room && mine.insert(name, fp).is_none() {
+                self.registered_names += 1;
+            }
         }
     }
 
@@ -412,19 +481,42 @@ impl Registry {
                 }
             }
         }
+        for (&cid, handlers) in &self.registered {
+            let all: Vec<(String, u64)> = handlers.iter().map(|(n, &f)| (n.clone(), f)).collect();
+            for batch in all.chunks(MAX_AM_HANDLERS_PER_REQUEST) {
+                let mut h = Header::new(Op::Registry);
+                h.src = at.me;
+                h.dst = at.home;
+                h.word = REASSERT;
+                h.meta_index = cid;
+                let body = Request::AmRegister {
+                    handlers: batch.to_vec(),
+                }
+                .encode();
+                h.payload_len = body.len() as u32;
+                match remote.send_bytes(at.now, &h, &body) {
+                    Ok(()) => sent += 1,
+                    Err(e) => {
+                        tracing::warn!(client = cid, error = %e, "registry: cannot register handlers again");
+                    }
+                }
+            }
+        }
         sent
     }
 
-    /// `node` is gone, or came back as a new incarnation (its clients are gone): its
-    /// clients' names go.
+    /// `node` came back as a new incarnation (its clients are gone): its clients' names
+    /// and handler registrations go, lapsed ones too.
     pub(crate) fn node_gone(&mut self, node: NodeId) -> usize {
         self.drop_names(|o| o.node == node)
     }
 
-    /// A node is lost: every client waiting on an answer from it gets an error, and its
-    /// clients' names go.
+    /// A node is lost: every client waiting on an answer from it gets an error, its
+    /// clients' names go and their handler registrations lapse (its engine registers
+    /// them again if it was only cut off).
     pub(crate) fn peer_down(&mut self, node: NodeId, clients: &mut Clients) {
-        self.node_gone(node);
+        self.entries.retain(|_, e| e.owner.node != node);
+        self.handlers.lapse_node(node);
         let mut waiting = Vec::new();
         self.pending.retain(|_, &mut (cid, from)| {
             if from == node {
@@ -432,6 +524,8 @@ impl Registry {
             }
             from != node
         });
+        let pending = &self.pending;
+        self.registering.retain(|seq, _| pending.contains_key(seq));
         for cid in waiting {
             reply_to(
                 clients,
