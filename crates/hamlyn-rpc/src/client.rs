@@ -8,7 +8,7 @@ use hamlyn::{
 };
 
 use crate::frame::{self, Status, FRAMES, FRAME_BYTES, REPLY_BYTES};
-use crate::server::{client_name, frames_name, service_name};
+use crate::server::{client_name, frames_name, procedure_numbers, service_name};
 use crate::RpcError;
 
 /// A call started with [`RpcClient::start`], to [`RpcClient::finish`].
@@ -41,6 +41,8 @@ impl std::fmt::Debug for Segment {
 pub struct RpcClient {
     node: Node,
     names: Vec<String>,
+    /// Each name's cluster-wide number (its active-message handler id), in order.
+    numbers: Vec<u32>,
     frames: Vec<Ticket>,
     busy: [bool; FRAMES],
     next: u64,
@@ -88,6 +90,7 @@ impl RpcClient {
             .filter(|s| !s.is_empty())
             .map(str::to_owned)
             .collect();
+        let numbers = procedure_numbers(&node, service, &names)?;
         let door = *door
             .tickets
             .first()
@@ -115,6 +118,7 @@ impl RpcClient {
             queue: node.queue(0)?,
             node,
             names,
+            numbers,
             frames,
             busy: [false; FRAMES],
             next: 1,
@@ -155,16 +159,22 @@ impl RpcClient {
     /// Starts a call: writes its frame and activates the server. At most [`FRAMES`]
     /// calls are outstanding ([`RpcError::Busy`]).
     pub fn start(&mut self, procedure: &str, args: &[u8]) -> Result<Call, RpcError> {
-        let p = self
-            .names
-            .iter()
-            .position(|n| n == procedure)
-            .ok_or_else(|| RpcError::NoProcedure(procedure.to_owned()))?;
-        self.start_number(p as u32, args)
+        let p = self.number(procedure)?;
+        self.start_number(p, args)
     }
 
-    /// [`RpcClient::start`] by procedure number (the position of its name in
-    /// [`RpcClient::procedures`]); a number the server does not know is refused there.
+    /// A procedure's cluster-wide number (its id in the active-message handler table,
+    /// where the server registered it as `rpc/SERVICE/NAME`).
+    pub fn number(&self, procedure: &str) -> Result<u32, RpcError> {
+        self.names
+            .iter()
+            .position(|n| n == procedure)
+            .map(|i| self.numbers[i])
+            .ok_or_else(|| RpcError::NoProcedure(procedure.to_owned()))
+    }
+
+    /// [`RpcClient::start`] by procedure number ([`RpcClient::number`]); a number the
+    /// server does not know is refused there.
     pub fn start_number(&mut self, procedure: u32, args: &[u8]) -> Result<Call, RpcError> {
         self.start_with(procedure, args, None)
     }
@@ -178,12 +188,8 @@ impl RpcClient {
         args: &[u8],
         segment: &Segment,
     ) -> Result<Vec<u8>, RpcError> {
-        let p = self
-            .names
-            .iter()
-            .position(|n| n == procedure)
-            .ok_or_else(|| RpcError::NoProcedure(procedure.to_owned()))?;
-        let c = self.start_with(p as u32, args, Some(&segment.ticket))?;
+        let p = self.number(procedure)?;
+        let c = self.start_with(p, args, Some(&segment.ticket))?;
         self.finish(c)
     }
 
@@ -219,12 +225,8 @@ impl RpcClient {
         args: &[u8],
         segment: &Ticket,
     ) -> Result<Vec<u8>, RpcError> {
-        let p = self
-            .names
-            .iter()
-            .position(|n| n == procedure)
-            .ok_or_else(|| RpcError::NoProcedure(procedure.to_owned()))?;
-        let c = self.start_with(p as u32, args, Some(segment))?;
+        let p = self.number(procedure)?;
+        let c = self.start_with(p, args, Some(segment))?;
         self.finish(c)
     }
 

@@ -17,7 +17,9 @@
 //! - Call by reference: a call may name a segment of the client's memory (its ticket
 //!   travels in the frame); the procedure reads and writes it through its [`Ctx`] with
 //!   remote reads and writes, which the engine checks against the ticket.
-//! - Procedures are registered by name; [`typed`] gives fixed-layout arguments and
+//! - Procedures are registered by name in the cluster's active-message handler table
+//!   (`rpc/SERVICE/NAME`), whose dense cluster-wide id is the number a call carries;
+//!   [`typed`] gives fixed-layout arguments and
 //!   results (`zerocopy`), so a user writes a procedure and calls it without
 //!   hand-marshalling.
 //!
@@ -32,4 +34,4 @@ pub mod typed;
 pub use client::{Call, RpcClient, Segment};
 pub use error::RpcError;
 pub use frame::{FRAMES, FRAME_BYTES, MAX_ARGS, MAX_RESULT, REPLY_BYTES};
-pub use server::{Ctx, Procedure, RpcServer, ServerCounters};
+pub use server::{Ctx, Procedure, RpcServer, ServerCounters, PROCEDURE_FINGERPRINT};

@@ -189,6 +189,8 @@ pub struct RpcServer {
     node: Node,
     service: String,
     procedures: Vec<Procedure>,
+    /// Cluster-wide procedure number (its active-message handler id) → index.
+    numbers: HashMap<u32, usize>,
     io: Io,
     door: Slot,
     _door_mem: (Area, MetaArea),
@@ -220,6 +222,15 @@ pub(crate) fn service_name(service: &str) -> String {
     format!("rpc/{service}")
 }
 
+/// The active-message handler name under which a procedure is numbered cluster-wide.
+pub(crate) fn procedure_name(service: &str, procedure: &str) -> String {
+    format!("rpc/{service}/{procedure}")
+}
+
+/// The argument-layout fingerprint procedures are registered with: bytes in, bytes out
+/// (`hamlyn_am::fingerprint("rpc: bytes -> bytes")`, checked by a test).
+pub const PROCEDURE_FINGERPRINT: u64 = 0x5d4f_b0eb_73fa_97f3;
+
 /// The registry name under which a connecting client names its reply slot.
 pub(crate) fn client_name(service: &str, key: u64) -> String {
     format!("rpc/{service}/client/{key:016x}")
@@ -233,6 +244,11 @@ pub(crate) fn frames_name(service: &str, key: u64) -> String {
 impl RpcServer {
     /// Serves `procedures` (name, procedure) as `service` through `node` (a connection
     /// the server keeps for itself: its first queue and terminus are the server's).
+    ///
+    /// Each procedure is registered in the cluster's active-message handler table as
+    /// `rpc/SERVICE/NAME` (seed 003's registry), whose dense cluster-wide id is the number
+    /// calls carry; the registrations leave with `node`'s connection. A name already
+    /// live with another layout, or too long for the table, is an error here.
     pub fn publish(
         node: Node,
         service: &str,
@@ -250,6 +266,18 @@ impl RpcServer {
         let mut seed = Seed::single(door.ticket_all()?);
         seed.data = names.join("\n").into_bytes();
         node.publish(&service_name(service), &seed)?;
+        let registered: Vec<(String, u64)> = names
+            .iter()
+            .map(|n| (procedure_name(service, n), PROCEDURE_FINGERPRINT))
+            .collect();
+        for batch in registered.chunks(hamlyn::MAX_AM_HANDLERS_PER_REQUEST) {
+            node.am_register(batch)?;
+        }
+        let numbers = procedure_numbers(&node, service, &names)?
+            .into_iter()
+            .enumerate()
+            .map(|(i, id)| (id, i))
+            .collect();
         let scratch = node.area(SCRATCH as u64)?;
         let scratch_meta = node.meta_area(1)?;
         let scratch_slot = node.slot(&scratch).meta(&scratch_meta).queue(0).create()?;
@@ -267,6 +295,7 @@ impl RpcServer {
             node,
             service: service.to_owned(),
             procedures,
+            numbers,
             door,
             _door_mem: (area, meta),
             clients: HashMap::new(),
@@ -411,7 +440,11 @@ impl RpcServer {
                 self.counters.mismatched += 1;
                 (Status::Mismatch, Vec::new())
             }
-            Ok(f) => match self.procedures.get_mut(f.procedure as usize) {
+            Ok(f) => match self
+                .numbers
+                .get(&f.procedure)
+                .and_then(|&i| self.procedures.get_mut(i))
+            {
                 None => {
                     self.counters.unknown_procedure += 1;
                     (Status::UnknownProcedure, Vec::new())
@@ -505,4 +538,23 @@ impl RpcServer {
             self.counters.clients_freed += 1;
         }
     }
+}
+
+/// The cluster-wide numbers of `service`'s procedures `names`, in that order, from the
+/// active-message handler table (each must be there, live, with the procedures' layout).
+pub(crate) fn procedure_numbers(
+    node: &Node,
+    service: &str,
+    names: &[String],
+) -> Result<Vec<u32>, RpcError> {
+    let (_, table) = node.am_table()?;
+    let by_name: HashMap<&str, &hamlyn::AmHandlerEntry> =
+        table.iter().map(|e| (e.name.as_str(), e)).collect();
+    names
+        .iter()
+        .map(|n| match by_name.get(procedure_name(service, n).as_str()) {
+            Some(e) if e.live && e.fingerprint == PROCEDURE_FINGERPRINT => Ok(e.id),
+            _ => Err(RpcError::NoProcedure(n.clone())),
+        })
+        .collect()
 }

@@ -151,12 +151,29 @@ fn calls_typed_and_bytes_many_outstanding_failures_and_refusals() {
         client.call("nope", b""),
         Err(RpcError::NoProcedure(_))
     ));
+    // Procedures are numbered in the cluster's active-message handler table; a number
+    // that is not one of the service's is refused by the server.
+    let (_, table) = client.node().am_table().unwrap();
+    for name in ["add", "echo", "fail", "sum_and_double"] {
+        let entry = table
+            .iter()
+            .find(|e| e.name == format!("rpc/calc/{name}"))
+            .expect("registered as an active-message handler");
+        assert!(entry.live);
+        assert_eq!(entry.fingerprint, hamlyn_rpc::PROCEDURE_FINGERPRINT);
+        assert_eq!(
+            entry.fingerprint,
+            hamlyn_am::fingerprint("rpc: bytes -> bytes")
+        );
+        assert_eq!(client.number(name).unwrap(), entry.id);
+    }
     let c = client.start_number(99, b"").unwrap();
     assert!(matches!(
         client.finish(c),
         Err(RpcError::Refused(frame::Status::UnknownProcedure))
     ));
-    let c = client.start_number(0, b"short").unwrap();
+    let add = client.number("add").unwrap();
+    let c = client.start_number(add, b"short").unwrap();
     assert!(
         matches!(client.finish(c), Err(RpcError::Procedure(m)) if m.contains("expected 32")),
         "typed arguments of the wrong size"
