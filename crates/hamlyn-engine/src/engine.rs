@@ -118,7 +118,21 @@ impl EngineState {
         if self.clients.has_unreported_losses() {
             self.clients.report_losses(&mut self.counters);
         }
+        if self.registry.has_resend() {
+            busy |= self.send_registry_again();
+        }
         busy
+    }
+
+    /// Publications and registrations for the registry node that found its link full
+    /// when it came back: as many more as fit now.
+    #[cold]
+    fn send_registry_again(&mut self) -> bool {
+        let at = self.registry_place();
+        match self.remote.as_mut() {
+            Some(remote) => self.registry.send_again(at, remote) > 0,
+            None => false,
+        }
     }
 
     /// Sends at most one packet of terminus `key`; whether it had work. A request ends

@@ -21,7 +21,7 @@
 //! takes only from engines, in the handler's old epoch when nobody made it live in
 //! between ([`HandlerTable::reassert`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::os::fd::AsFd;
 
 use hamlyn_shm::fdpass::send_with_fds;
@@ -96,6 +96,10 @@ pub(crate) struct Registry {
     /// Forwarded registrations waiting for their answer, by sequence (a subset of
     /// `pending`'s keys).
     registering: HashMap<u32, Vec<(String, u64)>>,
+    /// Publications and registrations (client, packet `word`, encoded request) to send
+    /// to the registry node again, in order, when its link has room: at most what
+    /// `published` and `registered` hold.
+    resend: VecDeque<(u32, u64, Vec<u8>)>,
     next: u32,
     /// The active-message handler table (on the registry node).
     handlers: HandlerTable,
@@ -453,54 +457,69 @@ impl Registry {
     /// through it is published again, as its client; the answers go to nobody (a name
     /// taken meanwhile by someone else stays theirs). How many were sent.
     pub(crate) fn republish(&mut self, at: Place, remote: &mut Remote) -> usize {
+        self.resend.clear();
         if at.home == at.me {
             return 0;
         }
-        let mut sent = 0;
         for (&cid, names) in &self.published {
             for (name, seed) in names {
                 let req = Request::Publish {
                     name: name.clone(),
                     seed: seed.clone(),
                 };
-                let seq = self.next;
-                self.next = seq.wrapping_add(1);
-                let mut h = Header::new(Op::Registry);
-                h.src = at.me;
-                h.dst = at.home;
-                h.word = ASK;
-                h.meta_index = cid;
-                h.request = RequestId { terminus: 0, seq };
-                let body = req.encode();
-                h.payload_len = body.len() as u32;
-                match remote.send_bytes(at.now, &h, &body) {
-                    Ok(()) => sent += 1,
-                    Err(e) => {
-                        tracing::warn!(name = %name, error = %e, "registry: cannot publish again");
-                    }
-                }
+                self.resend.push_back((cid, ASK, req.encode()));
             }
         }
         for (&cid, handlers) in &self.registered {
             let all: Vec<(String, u64)> = handlers.iter().map(|(n, &f)| (n.clone(), f)).collect();
             for batch in all.chunks(MAX_AM_HANDLERS_PER_REQUEST) {
-                let mut h = Header::new(Op::Registry);
-                h.src = at.me;
-                h.dst = at.home;
-                h.word = REASSERT;
-                h.meta_index = cid;
-                let body = Request::AmRegister {
+                let req = Request::AmRegister {
                     handlers: batch.to_vec(),
-                }
-                .encode();
-                h.payload_len = body.len() as u32;
-                match remote.send_bytes(at.now, &h, &body) {
-                    Ok(()) => sent += 1,
-                    Err(e) => {
-                        tracing::warn!(client = cid, error = %e, "registry: cannot register handlers again");
-                    }
+                };
+                self.resend.push_back((cid, REASSERT, req.encode()));
+            }
+        }
+        self.send_again(at, remote)
+    }
+
+    /// Whether publications and registrations wait to be sent to the registry node again
+    /// (its link was full).
+    pub(crate) fn has_resend(&self) -> bool {
+        !self.resend.is_empty()
+    }
+
+    /// Sends what waits to go to the registry node again, until its link is full (the
+    /// rest goes on a later turn); how many were sent.
+    pub(crate) fn send_again(&mut self, at: Place, remote: &mut Remote) -> usize {
+        let mut sent = 0;
+        while let Some((cid, word, body)) = self.resend.front() {
+            let mut h = Header::new(Op::Registry);
+            h.src = at.me;
+            h.dst = at.home;
+            h.word = *word;
+            h.meta_index = *cid;
+            if *word == ASK {
+                // Answers go to nobody: the sequence is in no client's `pending`.
+                h.request = RequestId {
+                    terminus: 0,
+                    seq: self.next,
+                };
+            }
+            h.payload_len = body.len() as u32;
+            match remote.send_bytes(at.now, &h, body) {
+                Ok(()) => sent += 1,
+                Err(hamlyn_fabric::FabricError::Full) => break,
+                Err(e) => {
+                    // The link is gone: everything is sent again when it is back up.
+                    tracing::warn!(error = %e, left = self.resend.len(), "registry: cannot publish or register again");
+                    self.resend.clear();
+                    break;
                 }
             }
+            if *word == ASK {
+                self.next = self.next.wrapping_add(1);
+            }
+            self.resend.pop_front();
         }
         sent
     }
@@ -542,5 +561,113 @@ fn reply_to(clients: &mut Clients, cid: u32, reply: &Reply) {
         if let Err(e) = send_with_fds(c.sock.as_fd(), &reply.encode(), &[]) {
             tracing::warn!(client = cid, error = %e, "cannot deliver a registry reply");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hamlyn_fabric::{Fabric, FabricError, PacketSink, SharedBytes};
+    use std::sync::{Arc, Mutex};
+
+    /// A registry packet a fabric took: word, client, body.
+    type Taken = (u64, u32, Vec<u8>);
+
+    /// A fabric whose link has room for `room` packets at a time (refusing the rest with
+    /// `Full`), recording what it took.
+    struct Narrow {
+        room: Arc<Mutex<usize>>,
+        sent: Arc<Mutex<Vec<Taken>>>,
+    }
+
+    impl Fabric for Narrow {
+        fn local(&self) -> NodeId {
+            NodeId(2)
+        }
+        fn send(
+            &mut self,
+            _now: Instant,
+            h: &Header,
+            _meta: &[u8],
+            payload: &[SharedBytes<'_>],
+        ) -> Result<(), FabricError> {
+            let mut room = self.room.lock().unwrap();
+            if *room == 0 {
+                return Err(FabricError::Full);
+            }
+            *room -= 1;
+            let mut body = Vec::new();
+            for p in payload {
+                p.append_to(&mut body);
+            }
+            self.sent.lock().unwrap().push((h.word, h.meta_index, body));
+            Ok(())
+        }
+        fn poll(
+            &mut self,
+            _now: Instant,
+            _sink: &mut dyn PacketSink,
+            _budget: usize,
+        ) -> Result<usize, FabricError> {
+            Ok(0)
+        }
+    }
+
+    #[test]
+    fn what_finds_the_link_full_is_sent_again_later_in_order_and_once() {
+        let room = Arc::new(Mutex::new(3));
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let mut remote = Remote::new(Box::new(Narrow {
+            room: room.clone(),
+            sent: sent.clone(),
+        }));
+        let mut reg = Registry::default();
+        // (Only the registry node checks that a seed parses.)
+        let seed = "a seed".to_string();
+        for i in 0..10 {
+            reg.remember(
+                7,
+                &Request::Publish {
+                    name: format!("n{i}"),
+                    seed: seed.clone(),
+                },
+            );
+        }
+        reg.registered_ok(7, vec![("h".into(), 5)]);
+        let at = Place {
+            me: NodeId(2),
+            home: NodeId(1),
+            now: Instant(0),
+        };
+        assert_eq!(reg.republish(at, &mut remote), 3);
+        assert!(reg.has_resend());
+        // Room comes back a little at a time; nothing is sent twice, nothing skipped.
+        for _ in 0..4 {
+            *room.lock().unwrap() = 2;
+            reg.send_again(at, &mut remote);
+        }
+        assert!(!reg.has_resend());
+        let sent = sent.lock().unwrap();
+        assert_eq!(sent.len(), 11);
+        let names: Vec<String> = sent[..10]
+            .iter()
+            .map(|(word, cid, body)| {
+                assert_eq!((*word, *cid), (ASK, 7));
+                match Request::decode(body).unwrap() {
+                    Request::Publish { name, .. } => name,
+                    other => panic!("{other:?}"),
+                }
+            })
+            .collect();
+        let mut want: Vec<String> = (0..10).map(|i| format!("n{i}")).collect();
+        want.sort();
+        assert_eq!(names, want);
+        assert_eq!(sent[10].0, REASSERT);
+        assert_eq!(
+            Request::decode(&sent[10].2).unwrap(),
+            Request::AmRegister {
+                handlers: vec![("h".into(), 5)]
+            }
+        );
     }
 }
