@@ -46,6 +46,9 @@ pub(crate) struct EngineState {
     /// Turns taken (the scheduler staggers cold termini by it).
     turns: u64,
     /// The next turn looks at every terminus, cold ones too (set after a sleep).
+    /// The terminus being served is above the lowest priority level in use: its
+    /// single-packet messages go on the fabric's express lane.
+    express: bool,
     pub(crate) look_at_all: bool,
     /// The doorbell: the end the engine waits on when it sleeps.
     pub(crate) doorbell: EventFd,
@@ -82,6 +85,7 @@ impl EngineState {
             sched: Scheduler::new(),
             turns: 0,
             look_at_all: false,
+            express: false,
             doorbell,
             doorbell_poker,
             stop,
@@ -107,7 +111,11 @@ impl EngineState {
         let all = std::mem::take(&mut self.look_at_all);
         self.turns = self.turns.wrapping_add(1);
         let mut sched = std::mem::take(&mut self.sched);
-        let mut busy = sched.turn(self.turns, all, |key| self.serve(key));
+        let mut busy = sched.turn(self.turns, all, |key, express| {
+            self.express = express;
+            self.serve(key)
+        });
+        self.express = false;
         self.sched = sched;
         if !self.replies.is_empty() {
             busy |= self.serve_replies();
@@ -486,14 +494,22 @@ impl EngineState {
                     return Ok(false);
                 }
             }
+            // A single-packet message of a terminus above the lowest priority in use
+            // takes the fabric's express lane, if it has one.
+            let express =
+                self.express && h.op == Op::Write && h.flags.contains(Flags::FIRST | Flags::LAST);
             let sent = remote.send(
                 now,
                 h,
                 meta,
                 &pieces[..n],
                 &self.delivery.areas,
-                &mut self.counters,
+                express,
             );
+            if sent == Ok(true) {
+                self.counters.packets += 1;
+                self.counters.bytes += u64::from(seg.len);
+            }
             match sent {
                 Ok(true) if h.op == Op::Write && h.flags.contains(Flags::FIRST) => {
                     remote.expected.sent_write(h.dst, h.request);

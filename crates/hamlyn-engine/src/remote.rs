@@ -83,7 +83,8 @@ impl Remote {
     }
 
     /// Hands one packet to the fabric, its payload straight from the pieces (inline bytes
-    /// or registered areas). `Ok(false)`: the fabric is full, try again later.
+    /// or registered areas), on its express lane if `express`. `Ok(false)`: the fabric is
+    /// full, try again later. (The caller counts what was sent.)
     pub(crate) fn send(
         &mut self,
         now: Instant,
@@ -91,7 +92,7 @@ impl Remote {
         meta: &[u8],
         pieces: &[Piece<'_>],
         areas: &AreaTable,
-        counters: &mut EngineCounters,
+        express: bool,
     ) -> Result<bool, RejectReason> {
         if self.peers.is_down(h.dst) {
             return Err(RejectReason::PeerDown);
@@ -102,7 +103,6 @@ impl Remote {
         // (seed 000 §6.2: buffers are not reused until the send completes); a slot owner
         // changing a region being read remotely can only change what the reader gets.
         let mut parts = [SharedBytes::empty(); MAX_GATHER];
-        let mut len = 0u64;
         for (slot, piece) in parts.iter_mut().zip(pieces) {
             *slot = match *piece {
                 Piece::Bytes(b) => SharedBytes::from(b),
@@ -113,14 +113,15 @@ impl Remote {
                     .bytes(offset, len)
                     .map_err(|_| RejectReason::OutOfBounds)?,
             };
-            len += slot.len() as u64;
         }
-        match self.fabric.send(now, h, meta, &parts[..pieces.len()]) {
-            Ok(()) => {
-                counters.packets += 1;
-                counters.bytes += len;
-                Ok(true)
-            }
+        let parts = &parts[..pieces.len()];
+        let sent = if express {
+            self.fabric.send_express(now, h, meta, parts)
+        } else {
+            self.fabric.send(now, h, meta, parts)
+        };
+        match sent {
+            Ok(()) => Ok(true),
             Err(FabricError::Full) => Ok(false),
             Err(FabricError::PeerDown(_))
             | Err(FabricError::NoRoute(_))

@@ -90,11 +90,13 @@ impl Scheduler {
     /// in rotating order, calling `serve` (which sends at most one packet and says whether
     /// the terminus had work). A lower level is visited only if no terminus of a higher
     /// level had work. Returns whether anything had work. This is the engine's own walk.
+    /// `serve` is also told whether the terminus is above the lowest level in use (its
+    /// single-packet messages are express: `Fabric::send_express`).
     pub(crate) fn turn(
         &mut self,
         turn: u64,
         all: bool,
-        mut serve: impl FnMut(TerminusKey) -> bool,
+        mut serve: impl FnMut(TerminusKey, bool) -> bool,
     ) -> bool {
         let mut busy = false;
         // Strict priority: a lower level is served only once every terminus above it is
@@ -118,7 +120,7 @@ impl Scheduler {
                     continue;
                 }
                 if let Some(key) = self.at(level, place) {
-                    let had_work = serve(key);
+                    let had_work = serve(key, level < lowest);
                     self.record(level, place, had_work);
                     busy |= had_work;
                 }
@@ -221,7 +223,7 @@ mod tests {
         }
         let mut served = [0u32; 3];
         for turn in 0..300 {
-            s.turn(turn, false, |k| {
+            s.turn(turn, false, |k, _| {
                 served[usize::from(k.1)] += 1;
                 true
             });
@@ -230,7 +232,7 @@ mod tests {
         let mut first = Vec::new();
         for turn in 300..303 {
             let mut seen = None;
-            s.turn(turn, false, |k| {
+            s.turn(turn, false, |k, _| {
                 seen.get_or_insert(k);
                 true
             });
@@ -291,13 +293,13 @@ mod tests {
         s.add((3, 0), 2);
         // The top level goes cold while level 1 stays busy (hot).
         for turn in 0..u64::from(HOT_TURNS) + 1 {
-            s.turn(turn, false, |k| k.0 == 2);
+            s.turn(turn, false, |k, _| k.0 == 2);
         }
         // Now level 0 gets work too: on every later turn (not only its cold share of
         // them), the highest level with work is the one served.
         for turn in 2001..2001 + 2 * COLD_STRIDE {
             let mut served = Vec::new();
-            s.turn(turn, false, |k| {
+            s.turn(turn, false, |k, _| {
                 let work = k.0 <= 2;
                 if work {
                     served.push(k.0);
@@ -316,7 +318,7 @@ mod tests {
         let mut high_work = 5;
         let mut low_served = 0;
         for turn in 0..10 {
-            s.turn(turn, false, |k| {
+            s.turn(turn, false, |k, _| {
                 if k.0 == 1 {
                     if high_work > 0 {
                         high_work -= 1;

@@ -177,6 +177,20 @@ pub trait Fabric {
         payload: &[SharedBytes<'_>],
     ) -> Result<(), FabricError>;
 
+    /// [`Fabric::send`] for an *express* packet: a single-packet message the sending
+    /// engine serves above its lowest priority in use. A fabric with an express lane
+    /// keeps it off the connections that bulk and low-priority traffic queue on (the TCP
+    /// fabric's `express_lane`); by default it is an ordinary send.
+    fn send_express(
+        &mut self,
+        now: Instant,
+        header: &Header,
+        meta: &[u8],
+        payload: &[SharedBytes<'_>],
+    ) -> Result<(), FabricError> {
+        self.send(now, header, meta, payload)
+    }
+
     /// Delivers any peer events and up to `budget` arrived packets to `sink`; returns how
     /// many packets (accepted or discarded) were delivered.
     fn poll(
@@ -234,6 +248,15 @@ impl<F: Fabric + ?Sized> Fabric for &mut F {
         payload: &[SharedBytes<'_>],
     ) -> Result<(), FabricError> {
         (**self).send(now, header, meta, payload)
+    }
+    fn send_express(
+        &mut self,
+        now: Instant,
+        header: &Header,
+        meta: &[u8],
+        payload: &[SharedBytes<'_>],
+    ) -> Result<(), FabricError> {
+        (**self).send_express(now, header, meta, payload)
     }
     fn poll(
         &mut self,

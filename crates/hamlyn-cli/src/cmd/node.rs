@@ -165,6 +165,12 @@ pub struct FabricArgs {
     /// TCP connections per peer; packets are striped across them.
     #[arg(long, value_name = "K", default_value_t = 2)]
     pub rails: usize,
+    /// Keep rail 0 of every peer for express traffic (single-packet messages of termini
+    /// above the node's lowest priority in use) and read it first: high-priority messages
+    /// never queue behind a low-priority flood. Needs 2 rails or more (and costs bulk
+    /// traffic one of them); give it to every node of the cluster.
+    #[arg(long)]
+    pub express_lane: bool,
     /// The node holding the cluster's name registry (default: the lowest node id among
     /// this node and the peers it knows at start — from `--peer`, `--peers-file` and
     /// `--join` — so every member of a cluster picks the same one; pass it explicitly
@@ -263,6 +269,7 @@ impl NodeArgs {
         }
         c.incarnation = incarnation;
         c.rails = self.fabric.rails;
+        c.express_lane = self.fabric.express_lane;
         c.busy_poll = self.engine.busy_poll;
         c.heartbeat_interval = Duration::from_millis(self.fabric.heartbeat_ms);
         c.peer_timeout = Duration::from_millis(self.fabric.peer_timeout_ms);

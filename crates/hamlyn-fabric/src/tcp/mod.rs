@@ -241,6 +241,13 @@ pub struct TcpConfig {
     /// Most peers the table holds; a HELLO or membership query from an unknown node
     /// past it is refused ([`CloseReason::TooManyPeers`]).
     pub max_peers: usize,
+    /// An express lane (with 2 rails or more): rail 0 of every session carries only
+    /// express packets ([`Fabric::send_express`]: single-packet messages of termini
+    /// above the sending node's lowest priority in use), every other packet the other
+    /// rails, and each poll reads rail 0 of every peer first. A high-priority message
+    /// then never queues behind a low-priority flood, in this node's queues, in the
+    /// sockets or in the receiver's reads. Costs one rail of bandwidth for bulk traffic.
+    pub express_lane: bool,
 }
 
 impl TcpConfig {
@@ -268,6 +275,7 @@ impl TcpConfig {
             secret: None,
             danger_insecure: false,
             max_peers: 4096,
+            express_lane: false,
         }
     }
 }
@@ -1501,8 +1509,19 @@ impl TcpFabric {
             return Ok(());
         }
         let first = self.rx_cursor % n;
-        for k in 0..n {
-            let i = (first + k) % n;
+        // With an express lane, a first pass reads every peer's rail 0 (express packets
+        // only), then the usual round robin reads everything.
+        let express_pass = usize::from(self.config.express_lane);
+        for k in 0..n * (1 + express_pass) {
+            let express = k < n * express_pass;
+            let i = if express { k } else { (first + k) % n };
+            if express
+                && !self.conns[i]
+                    .as_ref()
+                    .is_some_and(|c| c.rail == 0 && c.phase == Phase::Open)
+            {
+                continue;
+            }
             loop {
                 let Some(mut conn) = self.conns.get_mut(i).and_then(Option::take) else {
                     break;
@@ -1704,6 +1723,38 @@ impl TcpFabric {
         }
     }
 
+    /// [`Fabric::send`], or [`Fabric::send_express`] when `express`.
+    fn send_packet(
+        &mut self,
+        now: Instant,
+        header: &Header,
+        meta: &[u8],
+        payload: &[SharedBytes<'_>],
+        express: bool,
+    ) -> Result<(), FabricError> {
+        if self.shut {
+            return Err(FabricError::LocalDown);
+        }
+        let total = check_send(self.config.node, header, meta, payload)?;
+        let node = header.dst;
+        let Some(peer) = self.peers.get_mut(&node) else {
+            return Err(FabricError::NoRoute(node));
+        };
+        match peer.state {
+            PeerState::Up { .. } => {}
+            PeerState::Connecting => {
+                peer.stats.refused_full += 1;
+                return Err(FabricError::Full);
+            }
+            PeerState::Down => {
+                peer.stats.refused_down += 1;
+                return Err(FabricError::PeerDown(node));
+            }
+        }
+        let pkt_len = HEADER_LEN + meta.len() + total;
+        self.send_on_rail(now, header, meta, payload, pkt_len, express)
+    }
+
     /// Sends one packet on a rail of an up peer.
     ///
     /// A small packet sent while the caller streams (it sent since its last poll, or
@@ -1715,17 +1766,20 @@ impl TcpFabric {
     fn send_on_rail(
         &mut self,
         now: Instant,
-        node: NodeId,
         header: &Header,
         meta: &[u8],
         payload: &[SharedBytes<'_>],
         pkt_len: usize,
+        express: bool,
     ) -> Result<(), FabricError> {
+        let node = header.dst;
         let max_queued = self.config.max_queued_bytes;
         let hold = (self.timing.hold > 0
+            && !express
             && pkt_len <= HOLD_PACKET
             && (self.streaming || self.sends_since_poll > 0))
             .then_some(now);
+        let lanes = self.config.express_lane;
         let Some(peer) = self.peers.get_mut(&node) else {
             return Err(FabricError::NoRoute(node));
         };
@@ -1736,12 +1790,20 @@ impl TcpFabric {
         // Pick a rail: for a packet to hold, the rail holding packets already; else round
         // robin among rails with nothing queued, else the least queued.
         let n = session.rails.len();
+        // With an express lane, rail 0 is express packets' and only theirs, and each
+        // lane's queues are bounded on their own (a flood never makes an express packet
+        // wait for room).
+        let lanes = lanes && n >= 2;
+        let express = express && lanes;
         let mut queued = 0;
         let mut best: Option<(usize, usize)> = None; // (queued, rail)
         let mut empty = None;
         let mut holding = None;
         for k in 0..n {
             let rail = (peer.rr + k) % n;
+            if lanes && (rail == 0) != express {
+                continue;
+            }
             let Some(c) = session.rails[rail]
                 .and_then(|i| self.conns.get(i))
                 .and_then(Option::as_ref)
@@ -1764,10 +1826,14 @@ impl TcpFabric {
             peer.stats.refused_full += 1;
             return Err(FabricError::Full);
         }
-        let pick = if let Some(rail) = pinned_rail(header, n) {
+        let pick = if express {
+            Some(0)
+        } else if let Some(rail) = pinned_rail(header, n - usize::from(lanes)) {
             // A single-packet message keeps to its pair's rail, so the messages of one
             // sending terminus to one slot (an endpoint pair) arrive in the order sent.
-            Some(rail)
+            // (A pair's messages are all express or all not while the node's priorities
+            // in use stay the same.)
+            Some(rail + usize::from(lanes))
         } else if hold.is_some() {
             holding.or(empty)
         } else {
@@ -1905,27 +1971,17 @@ impl Fabric for TcpFabric {
         meta: &[u8],
         payload: &[SharedBytes<'_>],
     ) -> Result<(), FabricError> {
-        if self.shut {
-            return Err(FabricError::LocalDown);
-        }
-        let total = check_send(self.config.node, header, meta, payload)?;
-        let node = header.dst;
-        let Some(peer) = self.peers.get_mut(&node) else {
-            return Err(FabricError::NoRoute(node));
-        };
-        match peer.state {
-            PeerState::Up { .. } => {}
-            PeerState::Connecting => {
-                peer.stats.refused_full += 1;
-                return Err(FabricError::Full);
-            }
-            PeerState::Down => {
-                peer.stats.refused_down += 1;
-                return Err(FabricError::PeerDown(node));
-            }
-        }
-        let pkt_len = HEADER_LEN + meta.len() + total;
-        self.send_on_rail(now, node, header, meta, payload, pkt_len)
+        self.send_packet(now, header, meta, payload, false)
+    }
+
+    fn send_express(
+        &mut self,
+        now: Instant,
+        header: &Header,
+        meta: &[u8],
+        payload: &[SharedBytes<'_>],
+    ) -> Result<(), FabricError> {
+        self.send_packet(now, header, meta, payload, true)
     }
 
     fn poll(
