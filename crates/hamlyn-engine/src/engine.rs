@@ -498,14 +498,7 @@ impl EngineState {
             // takes the fabric's express lane, if it has one.
             let express =
                 self.express && h.op == Op::Write && h.flags.contains(Flags::FIRST | Flags::LAST);
-            let sent = remote.send(
-                now,
-                h,
-                meta,
-                &pieces[..n],
-                &self.delivery.areas,
-                express,
-            );
+            let sent = remote.send(now, h, meta, &pieces[..n], &self.delivery.areas, express);
             if sent == Ok(true) {
                 self.counters.packets += 1;
                 self.counters.bytes += u64::from(seg.len);

@@ -16,8 +16,9 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use hamlyn::{
-    Area, Data, MetaArea, Node, Notification, NotificationKind, NotifyQueue, SendError, SendHandle,
-    SendOptions, Slot, SlotMode, SlotPerms, Status, Terminus, Ticket, MAX_INLINE,
+    Area, Data, DirectTarget, MetaArea, Node, Notification, NotificationKind, NotifyQueue,
+    SendError, SendHandle, SendOptions, Slot, SlotMode, SlotPerms, Status, Terminus, Ticket,
+    MAX_INLINE,
 };
 
 use crate::alloc::{Allocator, Block};
@@ -43,6 +44,16 @@ pub struct ManagerOptions {
     pub queue: u16,
     /// The priority of its terminus.
     pub priority: u8,
+    /// Direct slots and direct sends on this node ([`hamlyn::SlotBuilder::danger_direct`],
+    /// with everything that gives up): the normal and fast slots this manager makes take
+    /// direct senders, and its sends to such slots of this node go direct
+    /// ([`hamlyn::DirectTarget`]: deposited, counted and notified by this process, no
+    /// engine hop; a handle that is done at once). Paranoid and one-shot slots (the
+    /// datagram's and request/response's) and other nodes' slots stay mediated. Only
+    /// between processes that trust each other: a direct sender can write anywhere in
+    /// the receiver's message space, and keeps writing into a slot's old bytes after the
+    /// receiver dropped it.
+    pub danger_direct: bool,
 }
 
 impl Default for ManagerOptions {
@@ -52,6 +63,7 @@ impl Default for ManagerOptions {
             entries: 512,
             queue: 0,
             priority: 0,
+            danger_direct: false,
         }
     }
 }
@@ -71,6 +83,8 @@ pub struct RatsStats {
     pub lost: u64,
     /// Bytes copied into message space because the caller's bytes were not there.
     pub copied_bytes: u64,
+    /// Messages sent direct ([`ManagerOptions::danger_direct`]).
+    pub direct_sends: u64,
 }
 
 #[derive(Debug, Default)]
@@ -101,7 +115,15 @@ struct Inner {
     staged: VecDeque<(SendHandle, Block)>,
     lost_unreported: u64,
     stats: RatsStats,
+    /// Direct targets by ticket (`None`: the slot takes no direct senders, so sends to
+    /// it go through the engine), if [`ManagerOptions::danger_direct`]; at most
+    /// [`MAX_DIRECT_TARGETS`].
+    direct: Option<HashMap<Ticket, Option<DirectTarget>>>,
 }
+
+/// Most tickets a manager keeps a direct mapping (or the knowledge that there is none)
+/// for; past it, the cache starts again.
+const MAX_DIRECT_TARGETS: usize = 256;
 
 #[derive(Debug)]
 struct Shared {
@@ -144,6 +166,7 @@ impl Manager {
             staged: VecDeque::new(),
             lost_unreported: 0,
             stats: RatsStats::default(),
+            direct: options.danger_direct.then(HashMap::new),
         };
         Ok(Manager {
             shared: Rc::new(Shared {
@@ -329,6 +352,10 @@ impl Manager {
         if spec.notify {
             b = b.queue(self.inner().queue.index());
         }
+        let direct_mode = meta.is_none() || spec.mode == SlotMode::Normal;
+        if direct_mode && self.inner().direct.is_some() {
+            b = b.danger_direct();
+        }
         let slot = match b.create() {
             Ok(s) => s,
             Err(e) => {
@@ -460,7 +487,7 @@ impl Manager {
         data: Data<'_>,
     ) -> Result<SendHandle, RatsError> {
         let mut inner = self.inner();
-        inner.send(ticket, opts, data)
+        inner.send(&self.shared.node, ticket, opts, data)
     }
 
     /// Queues `bytes` as one message: inline if they fit a terminus entry, else copied
@@ -492,7 +519,7 @@ impl Manager {
     ) -> Result<SendHandle, RatsError> {
         let mut inner = self.inner();
         let spans = [self.shared.area.span(block.offset, len)];
-        match inner.send(ticket, opts, Data::Gather(&spans)) {
+        match inner.send(&self.shared.node, ticket, opts, Data::Gather(&spans)) {
             Ok(h) => {
                 inner.stats.copied_bytes += len;
                 inner.staged.push_back((h.clone(), block));
@@ -629,6 +656,21 @@ impl Inner {
         Ok(())
     }
 
+    /// The direct mapping for `ticket` (a slot of this node), opened on first use; `None`
+    /// if direct sends are off or the slot takes none.
+    fn direct_target(&mut self, node: &Node, ticket: &Ticket) -> Option<&DirectTarget> {
+        let cache = self.direct.as_mut()?;
+        if !cache.contains_key(ticket) {
+            if cache.len() >= MAX_DIRECT_TARGETS {
+                cache.clear();
+            }
+            // A slot that is not direct (or is gone) is refused by the engine: remembered,
+            // so its sends go through the engine without asking again.
+            cache.insert(*ticket, node.open_direct(ticket).ok());
+        }
+        cache.get(ticket).and_then(Option::as_ref)
+    }
+
     fn reclaim(&mut self) {
         while let Some((h, _)) = self.staged.front() {
             if !h.is_done() {
@@ -642,11 +684,19 @@ impl Inner {
 
     fn send(
         &mut self,
+        node: &Node,
         ticket: &Ticket,
         opts: &SendOptions<'_>,
         data: Data<'_>,
     ) -> Result<SendHandle, RatsError> {
         self.reclaim();
+        if ticket.node == node.id() {
+            if let Some(target) = self.direct_target(node, ticket) {
+                let h = target.send_for_handle(opts, data)?;
+                self.stats.direct_sends += 1;
+                return Ok(h);
+            }
+        }
         // Bounded: a full terminus drains as the engine works; waiting for it to go idle
         // ends within the engine's own progress or its death.
         let terminus = match self.current {

@@ -16,7 +16,7 @@ use hamlyn_rats::request_response::{RequestClient, RequestServer};
 use hamlyn_rats::simple_datagram::{SimpleClient, SimpleDatagram};
 use hamlyn_rats::stream::{StreamReceiver, StreamSender};
 use hamlyn_rats::tagged::{TaggedClient, TaggedServer};
-use hamlyn_rats::{Manager, RatsError};
+use hamlyn_rats::{Manager, ManagerOptions, RatsError};
 
 const WAIT: Option<Duration> = Some(Duration::from_secs(20));
 const CHILD: &str = "RATS_TEST_CHILD";
@@ -26,6 +26,19 @@ fn pattern(seed: u32, len: usize) -> Vec<u8> {
     (0..len as u32)
         .map(|i| (i.wrapping_mul(2_654_435_761).wrapping_add(seed) >> 13) as u8)
         .collect()
+}
+
+/// A manager that sends direct to direct slots of this node, and makes its slots take
+/// direct senders, if `direct` (`ManagerOptions::danger_direct`).
+fn manager(node: &Node, direct: bool) -> Manager {
+    Manager::with_options(
+        node,
+        ManagerOptions {
+            danger_direct: direct,
+            ..ManagerOptions::default()
+        },
+    )
+    .unwrap()
 }
 
 fn seed_from_env(var: &str) -> hamlyn::Seed {
@@ -40,7 +53,7 @@ fn child_peer() {
         return;
     }
     let node = Node::connect_default().unwrap();
-    let m = Manager::new(&node).unwrap();
+    let m = manager(&node, std::env::var("RATS_DIRECT").is_ok());
     // Tagged writes, then a remote write fenced by a tagged write behind it (one
     // terminus, one node: in order).
     let tagged = TaggedClient::from_seed(&m, &seed_from_env("RATS_TAGGED_SEED")).unwrap();
@@ -94,13 +107,25 @@ fn child_peer() {
     }
     let h = s.close().unwrap();
     assert!(!h.wait(WAIT).is_failed());
-    println!("child done");
+    println!("child done: {} direct sends", m.stats().direct_sends);
 }
 
 #[test]
 fn every_protocol_between_two_processes_with_seeds_in_environment_variables() {
+    every_protocol_between_two_processes(false);
+}
+
+/// The same, with both processes' managers direct: the protocols whose slots take direct
+/// senders (not the datagram's and request/response's paranoid one-shot slots) go
+/// without the engine, and every byte is the same.
+#[test]
+fn every_protocol_between_two_processes_direct_where_it_applies() {
+    every_protocol_between_two_processes(true);
+}
+
+fn every_protocol_between_two_processes(direct: bool) {
     let node = Node::embedded().unwrap();
-    let m = Manager::new(&node).unwrap();
+    let m = manager(&node, direct);
     let mut simple = SimpleDatagram::new(&m, 4 << 20).unwrap();
     let mut rx = DatagramReceiver::new(&m, 4, 65536).unwrap();
     let mut stream = StreamReceiver::new(&m, 1 << 20, 16).unwrap();
@@ -113,6 +138,7 @@ fn every_protocol_between_two_processes_with_seeds_in_environment_variables() {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "child_peer", "--nocapture", "--test-threads=1"])
         .env(CHILD, "child_peer")
+        .env(if direct { "RATS_DIRECT" } else { "RATS_MEDIATED" }, "1")
         .env(hamlyn::SOCKET_ENV, node.socket_path())
         .env("RATS_SIMPLE_SEED", text(&simple.make_seed().unwrap()))
         .env("RATS_DATAGRAM_SEED", text(&rx.make_seed(4).unwrap()))
@@ -184,6 +210,20 @@ fn every_protocol_between_two_processes_with_seeds_in_environment_variables() {
         std::panic::resume_unwind(e);
     }
     assert_eq!(m.stats().forged, 0);
+    let child_direct: u64 = stdout
+        .split("child done: ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("the child's count of direct sends");
+    if direct {
+        // Tagged writes, the remote write, simple datagrams and stream records went
+        // direct; datagrams and the request (one-shot slots) through the engine.
+        assert!(child_direct > 1000, "child: {child_direct} direct sends");
+        assert!(m.stats().direct_sends > 0, "parent: no direct sends");
+    } else {
+        assert_eq!((child_direct, m.stats().direct_sends), (0, 0));
+    }
 }
 
 /// The child for the dead-peer test: streams 100 records, then waits to be killed.

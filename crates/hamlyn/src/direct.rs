@@ -254,6 +254,22 @@ impl DirectTarget {
     /// No allocation, lock or system call, except the wake-up of a sleeping receiver (a
     /// futex wake, or a write to its eventfd in event-loop mode).
     pub fn send(&self, opts: &SendOptions<'_>, data: Data<'_>) -> Result<(), SendError> {
+        self.send_message(opts, data)
+    }
+
+    /// [`DirectTarget::send`], answered with a [`SendHandle`] that is already done
+    /// ([`crate::Status::Sent`], on terminus [`SendHandle::DIRECT`]), for code written
+    /// against [`crate::Terminus::send`] (the protocol level sends either way).
+    pub fn send_for_handle(
+        &self,
+        opts: &SendOptions<'_>,
+        data: Data<'_>,
+    ) -> Result<crate::SendHandle, SendError> {
+        self.send_message(opts, data)?;
+        Ok(crate::SendHandle::delivered())
+    }
+
+    fn send_message(&self, opts: &SendOptions<'_>, data: Data<'_>) -> Result<(), SendError> {
         let len = self.data_len(&data)?;
         let spec = plan(self.node, &self.ticket, opts, len)?;
         if (spec.meta_index == FAST_META_INDEX) != self.fast {

@@ -359,7 +359,7 @@ impl Terminus {
             }
         }
         Ok(SendHandle {
-            shared: self.shared.clone(),
+            shared: Some(self.shared.clone()),
             terminus: self.index,
             pos,
         })
@@ -512,9 +512,14 @@ fn poll_until(spin: u32, timeout: Option<Duration>, mut done: impl FnMut() -> bo
 
 /// What [`Terminus::send`] returns: the request's place in its terminus, to ask whether
 /// it is done and whether it failed. Cheap to clone; it does not keep the terminus busy.
+///
+/// [`crate::DirectTarget::send_for_handle`] returns one too, for a message already
+/// delivered in the sending process: done and [`Status::Sent`] from the start, on no
+/// terminus ([`SendHandle::DIRECT`]).
 #[derive(Clone)]
 pub struct SendHandle {
-    shared: Arc<Shared>,
+    /// The node whose terminus queued the request; `None` for a direct send.
+    shared: Option<Arc<Shared>>,
     terminus: u16,
     pos: u64,
 }
@@ -522,7 +527,7 @@ pub struct SendHandle {
 impl std::fmt::Debug for SendHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SendHandle")
-            .field("node", &self.shared.node)
+            .field("node", &self.shared.as_ref().map(|s| s.node))
             .field("terminus", &self.terminus)
             .field("position", &self.pos)
             .finish_non_exhaustive()
@@ -530,12 +535,25 @@ impl std::fmt::Debug for SendHandle {
 }
 
 impl SendHandle {
-    /// The terminus the request was queued on.
+    /// The terminus number of a handle for a direct send (no terminus).
+    pub const DIRECT: u16 = u16::MAX;
+
+    /// A handle for a message delivered in this process (a direct send).
+    pub(crate) fn delivered() -> SendHandle {
+        SendHandle {
+            shared: None,
+            terminus: Self::DIRECT,
+            pos: 0,
+        }
+    }
+
+    /// The terminus the request was queued on ([`SendHandle::DIRECT`] for a direct send).
     pub fn terminus(&self) -> u16 {
         self.terminus
     }
 
-    /// The request's position in its terminus (its sequence number).
+    /// The request's position in its terminus (its sequence number; 0 for a direct
+    /// send).
     pub fn position(&self) -> u64 {
         self.pos
     }
@@ -551,7 +569,10 @@ impl SendHandle {
 
     /// Whether the engine has finished the request (one shared-memory load).
     pub fn is_done(&self) -> bool {
-        completion::finished(&self.shared.port, &self.shared.layout, self.terminus) > self.pos
+        match &self.shared {
+            Some(s) => completion::finished(&s.port, &s.layout, self.terminus) > self.pos,
+            None => true,
+        }
     }
 
     /// The request's status: pending until the engine finishes it, then sent or failed.
@@ -563,14 +584,17 @@ impl SendHandle {
     /// `Failed(RejectReason::PeerDown)`: the engine it depended on is down, and it never
     /// will finish.
     pub fn status(&self) -> Status {
+        let Some(shared) = &self.shared else {
+            return Status::Sent;
+        };
         let s = completion::status(
-            &self.shared.port,
-            &self.shared.layout,
-            &self.shared.errors,
+            &shared.port,
+            &shared.layout,
+            &shared.errors,
             self.terminus,
             self.pos,
         );
-        if s == Status::Pending && self.shared.known_gone() {
+        if s == Status::Pending && shared.known_gone() {
             return Status::Failed(crate::RejectReason::PeerDown);
         }
         s
@@ -583,7 +607,9 @@ impl SendHandle {
     /// If the engine dies meanwhile, the wait ends (within a tenth of a second) with
     /// `Failed(RejectReason::PeerDown)` for a request it had not finished.
     pub fn wait(&self, timeout: Option<Duration>) -> Status {
-        let s = &self.shared;
+        let Some(s) = &self.shared else {
+            return Status::Sent;
+        };
         if self.is_done() {
             return self.status();
         }
