@@ -133,6 +133,7 @@ impl EngineState {
             }
             _ if !attached => err(ControlErrorCode::NotAttached, "attach first"),
             Request::Detach => {
+                self.drain_client(cid);
                 if let Some(c) = self.clients.get_mut(cid) {
                     c.detached = true;
                 }

@@ -143,6 +143,33 @@ impl EngineState {
         }
     }
 
+    /// Client `cid` said goodbye: what it queued is sent before the goodbye is answered,
+    /// as a socket's close still delivers what was written — a client may drop its
+    /// connection right after a send it does not wait for. Bounded: at most
+    /// [`DRAIN_TURNS`] turns over its termini (the fabric polled between them to make
+    /// room); what is left then goes with the client, as before. Returns whether
+    /// everything was sent.
+    pub(crate) fn drain_client(&mut self, cid: u32) -> bool {
+        let termini = self
+            .clients
+            .port_mut(cid)
+            .map_or(0, |p| p.termini.len() as u16);
+        for _ in 0..DRAIN_TURNS {
+            let mut busy = false;
+            for t in 0..termini {
+                busy |= self.serve((cid, t));
+            }
+            if !busy {
+                return true;
+            }
+            if self.remote.is_some() {
+                self.poll_fabric();
+            }
+        }
+        self.counters.drains_cut += 1;
+        false
+    }
+
     /// Sends at most one packet of terminus `key`; whether it had work. A request ends
     /// on the turn of its last packet (or of its refusal): a single-packet message is
     /// taken, delivered and completed in one turn, without ever being stored as an
@@ -804,6 +831,10 @@ impl EngineState {
         }
     }
 }
+
+/// Most turns a goodbye spends sending what its client queued
+/// ([`EngineState::drain_client`]): a full ring of multi-packet messages, with room.
+pub(crate) const DRAIN_TURNS: usize = 65_536;
 
 /// A client wrote impossible indices into terminus `t`'s ring: it is no longer served.
 #[cold]

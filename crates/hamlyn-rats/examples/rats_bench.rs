@@ -11,6 +11,8 @@
 //!
 //! Medians of several runs; nothing is asserted. Run:
 //!   cargo run --release -p hamlyn-rats --example rats_bench
+//! With `RATS_DIRECT=1` every manager is direct (`ManagerOptions::danger_direct`): the
+//! Rats rows then skip the engine where the protocol allows (the raw rows do not change).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::{Duration, Instant};
@@ -25,6 +27,17 @@ use hamlyn_rats::{Manager, RatsError};
 const WAIT: Option<Duration> = Some(Duration::from_secs(30));
 const RUNS: usize = 5;
 const ROUNDS: usize = 2000;
+
+/// A manager, direct if `RATS_DIRECT` is set.
+fn mgr(node: &Node) -> Result<Manager, RatsError> {
+    Manager::with_options(
+        node,
+        hamlyn_rats::ManagerOptions {
+            danger_direct: std::env::var_os("RATS_DIRECT").is_some(),
+            ..hamlyn_rats::ManagerOptions::default()
+        },
+    )
+}
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -95,12 +108,12 @@ fn raw_tagged(node: &Node) -> f64 {
 /// 16-byte ping-pong through Rats tagged writes.
 fn rats_tagged(node: &Node) -> f64 {
     let b = attach(node);
-    let ma = Manager::new(node).unwrap();
+    let ma = mgr(node).unwrap();
     let sa = TaggedServer::new(&ma, 4096).unwrap();
     let seed_a = sa.make_seed().unwrap();
     let (seed_tx, seed_rx) = std::sync::mpsc::channel();
     let echo = std::thread::spawn(move || {
-        let mb = Manager::new(&b).unwrap();
+        let mb = mgr(&b).unwrap();
         let sb = TaggedServer::new(&mb, 4096).unwrap();
         seed_tx.send(sb.make_seed().unwrap()).unwrap();
         let to_a = TaggedClient::from_seed(&mb, &seed_a).unwrap();
@@ -125,11 +138,11 @@ fn rats_tagged(node: &Node) -> f64 {
 /// 16-byte simple-datagram ping-pong through reply seeds: a round trip.
 fn simple_datagram(node: &Node) -> f64 {
     let b = attach(node);
-    let ma = Manager::new(node).unwrap();
+    let ma = mgr(node).unwrap();
     let mut a = SimpleDatagram::new(&ma, 4096).unwrap();
     let (seed_tx, seed_rx) = std::sync::mpsc::channel();
     let echo = std::thread::spawn(move || {
-        let mb = Manager::new(&b).unwrap();
+        let mb = mgr(&b).unwrap();
         let mut sb = SimpleDatagram::new(&mb, 4096).unwrap();
         seed_tx.send(sb.make_seed().unwrap()).unwrap();
         for _ in 0..(RUNS + 1) * ROUNDS {
@@ -158,7 +171,7 @@ fn request_response(node: &Node) -> f64 {
     let b = attach(node);
     let (seed_tx, seed_rx) = std::sync::mpsc::channel();
     let server = std::thread::spawn(move || {
-        let mb = Manager::new(&b).unwrap();
+        let mb = mgr(&b).unwrap();
         let mut srv = RequestServer::new(&mb, 4096).unwrap();
         seed_tx.send(srv.seed_text().unwrap()).unwrap();
         for _ in 0..(RUNS + 1) * ROUNDS {
@@ -168,7 +181,7 @@ fn request_response(node: &Node) -> f64 {
             srv.release().unwrap();
         }
     });
-    let ma = Manager::new(node).unwrap();
+    let ma = mgr(node).unwrap();
     let mut c = RequestClient::from_text(&ma, &seed_rx.recv().unwrap(), 4096).unwrap();
     let us = per_round(|| {
         let s = Instant::now();
@@ -189,12 +202,12 @@ fn stream(node: &Node, size: usize, records: bool, total: usize) -> f64 {
         (0..RUNS)
             .map(|_| {
                 let b = attach(node);
-                let m = Manager::new(node).unwrap();
+                let m = mgr(node).unwrap();
                 let mut rx = StreamReceiver::new(&m, 8 << 20, 64).unwrap();
                 let seed = rx.make_seed().unwrap();
                 let start = Instant::now();
                 let sender = std::thread::spawn(move || -> Result<(), RatsError> {
-                    let mb = Manager::new(&b)?;
+                    let mb = mgr(&b)?;
                     let mut tx = StreamSender::from_seed(&mb, &seed)?;
                     let chunk = vec![0x5Au8; size];
                     for _ in 0..total / size {

@@ -138,7 +138,14 @@ fn every_protocol_between_two_processes(direct: bool) {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "child_peer", "--nocapture", "--test-threads=1"])
         .env(CHILD, "child_peer")
-        .env(if direct { "RATS_DIRECT" } else { "RATS_MEDIATED" }, "1")
+        .env(
+            if direct {
+                "RATS_DIRECT"
+            } else {
+                "RATS_MEDIATED"
+            },
+            "1",
+        )
         .env(hamlyn::SOCKET_ENV, node.socket_path())
         .env("RATS_SIMPLE_SEED", text(&simple.make_seed().unwrap()))
         .env("RATS_DATAGRAM_SEED", text(&rx.make_seed(4).unwrap()))

@@ -193,6 +193,10 @@ counters! {
         /// Reads and atomics failed after they were sent: their peer went down before
         /// answering, or their answer was refused by the reply slot here.
         answers_lost,
+        /// Goodbyes (`Detach`) after which requests the client had queued were still
+        /// unsent when the engine stopped sending them (it spends a bounded number of
+        /// turns on them; the rest goes with the client).
+        drains_cut,
     }
 }
 

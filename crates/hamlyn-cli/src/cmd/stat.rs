@@ -125,6 +125,7 @@ pub fn render(s: &Stats) -> String {
         ("clients attached (ever)", e.attaches),
         ("clients detached", e.clients_detached),
         ("clients lost", e.clients_lost),
+        ("goodbyes with requests left unsent", e.drains_cut),
         ("direct slots opened", e.direct_opens),
         ("direct opens refused", e.direct_refusals),
         ("quota refusals", e.quota_refusals),

@@ -150,17 +150,24 @@ impl RawClient {
     }
 
     /// Pushes a request; returns its position, or Err if the ring is full.
-    pub fn push(&mut self, t: usize, mut req: SendRequest) -> Result<u64, spsc::PushError> {
+    pub fn push(&mut self, t: usize, req: SendRequest) -> Result<u64, spsc::PushError> {
+        let pos = self.push_quiet(t, req)?;
+        wake::wake_after_publish(
+            self.port.atomic_u32(header::DOORBELL).unwrap(),
+            Some(&self.doorbell),
+        );
+        Ok(pos)
+    }
+
+    /// Pushes a request without ringing the doorbell (an engine asleep does not see it
+    /// until it looks); returns its position.
+    pub fn push_quiet(&mut self, t: usize, mut req: SendRequest) -> Result<u64, spsc::PushError> {
         let pos = self.pushed[t];
         req.seq = pos as u32;
         let mut buf = [0u8; REQUEST_LEN];
         req.encode(&mut buf);
         self.termini[t].try_push(&buf)?;
         self.pushed[t] += 1;
-        wake::wake_after_publish(
-            self.port.atomic_u32(header::DOORBELL).unwrap(),
-            Some(&self.doorbell),
-        );
         Ok(pos)
     }
 
