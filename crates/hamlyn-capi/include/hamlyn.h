@@ -21,6 +21,27 @@
 // The patch version of the library this header came from.
 #define HAMLYN_VERSION_PATCH 0
 
+// `hamlyn_am_addr.client` naming a node's engine itself, which runs the
+// engine-resident handlers (`hamlyn.ping`, `hamlyn.echo`, `hamlyn.counter`,
+// `hamlyn.stats`).
+#define HAMLYN_AM_ENGINE_CLIENT UINT32_MAX
+
+// What a sender waits for (`want` of the sends): nothing (a failure still comes back
+// through `hamlyn_am_next_failure`).
+#define HAMLYN_AM_WANT_NOTHING 0
+
+// What a sender waits for: remote completion (the handler ran).
+#define HAMLYN_AM_WANT_ACK 1
+
+// What a sender waits for: the handler's reply.
+#define HAMLYN_AM_WANT_REPLY 2
+
+// How a waited-for call ended (`hamlyn_am_wait`): the handler ran (remote completion).
+#define HAMLYN_AM_OUTCOME_DONE 1
+
+// How a waited-for call ended: the handler replied (the reply's four arguments).
+#define HAMLYN_AM_OUTCOME_REPLY 2
+
 // `hamlyn_endpoint_config.flags`: arrivals are also reported to notification queue
 // `queue` (entries name the buffer in `meta_index`).
 #define HAMLYN_ENDPOINT_QUEUE 1
@@ -278,10 +299,59 @@ enum hamlyn_result
   HAMLYN_RESULT_OUTSIDE_TICKET = 30,
   // The request was refused before or while being sent (see the send's status).
   HAMLYN_RESULT_REJECTED = 31,
+  // A call on an active-message endpoint (or a region or target made from it) from
+  // inside one of that endpoint's own handlers: the endpoint is busy running it.
+  // Answer through the context (`hamlyn_am_ctx_reply`) and act after the poll.
+  HAMLYN_RESULT_IN_HANDLER = 32,
+  // A handler name is registered in the cluster with another argument fingerprint.
+  HAMLYN_RESULT_COLLISION = 33,
+  // No live handler of that name or id in the local copy of the cluster's table
+  // (synch or refresh first, or nobody registered it).
+  HAMLYN_RESULT_UNKNOWN_HANDLER = 34,
+  // The receiver refused the message: no such handler there (it was unregistered), or
+  // an old epoch of it.
+  HAMLYN_RESULT_HANDLER_GONE = 35,
+  // The handler (or remote procedure) ran and failed, or gave no reply that was
+  // asked for.
+  HAMLYN_RESULT_HANDLER_FAILED = 36,
+  // A reply token was used twice: the second reply was not sent.
+  HAMLYN_RESULT_REPLY_TWICE = 37,
+  // A payload, argument block or result is longer than the layer allows.
+  HAMLYN_RESULT_TOO_LONG = 38,
+  // No such call outstanding (finished already, or never started here).
+  HAMLYN_RESULT_NO_CALL = 39,
+  // No logical channel with that number is open on the endpoint.
+  HAMLYN_RESULT_NO_CHANNEL = 40,
+  // The peer (endpoint, server, process) is gone.
+  HAMLYN_RESULT_PEER_GONE = 41,
+  // A peer's message, reply or call frame did not parse, or broke the protocol.
+  HAMLYN_RESULT_MALFORMED = 42,
+  // The operation is not valid in the object's state (a stream closed, a datagram
+  // released twice, a request answered already).
+  HAMLYN_RESULT_STATE = 43,
+  // The stream was closed by its sender: nothing more will come.
+  HAMLYN_RESULT_END_OF_STREAM = 44,
 };
 #ifndef __cplusplus
 typedef uint32_t hamlyn_result;
 #endif // __cplusplus
+
+// An active-message endpoint (`hamlyn_am_new`, freed by `hamlyn_am_free`). It has a
+// connection of its own to the node's engine. Usable from any thread, one call at a
+// time (a lock inside); its handlers run on the thread that polls.
+typedef struct hamlyn_am hamlyn_am;
+
+// The context a handler runs with: the message (arguments, channel, sender, payload)
+// and its reply token. Lent to the handler for the length of its call: never keep it.
+typedef struct hamlyn_am_ctx hamlyn_am_ctx;
+
+// A region of an endpoint's memory that memory messages copy into
+// (`hamlyn_am_region_new`, freed by `hamlyn_am_region_free`).
+typedef struct hamlyn_am_region hamlyn_am_region;
+
+// The sending side of memory messages to one region (`hamlyn_am_target_new`, freed by
+// `hamlyn_am_target_free`).
+typedef struct hamlyn_am_target hamlyn_am_target;
 
 // Registered memory (a sealed memfd shared with the engine) that messages land in or are
 // sent from. `hamlyn_area_memory` gives its address.
@@ -319,6 +389,73 @@ typedef struct hamlyn_terminus hamlyn_terminus;
 // A ticket: a plain value (no connection), valid after its node is freed; freed with
 // `hamlyn_ticket_free`.
 typedef struct hamlyn_ticket hamlyn_ticket;
+
+// How an active-message endpoint is sized (`hamlyn_am_new`). All zeros is valid: every
+// zero field takes the library's default.
+typedef struct hamlyn_am_options {
+  // Most peers it links with (0: the default, 16).
+  uint32_t max_peers;
+  // Short messages a peer may have in flight to it (1..=16; 0: the default).
+  uint32_t short_credits;
+  // Bulk messages a peer may have in flight to it (1..=16; 0: the default).
+  uint32_t bulk_credits;
+  // The largest bulk payload in bytes (0: the default, 64 KiB).
+  uint64_t bulk_max;
+} hamlyn_am_options;
+
+// Where an active-message endpoint is: its node and its connection (client id) on that
+// node's engine. `client == HAMLYN_AM_ENGINE_CLIENT` names the node's engine.
+typedef struct hamlyn_am_addr {
+  // The node.
+  uint32_t node;
+  // The endpoint's client id on that node (or `HAMLYN_AM_ENGINE_CLIENT`).
+  uint32_t client;
+} hamlyn_am_addr;
+
+// A handler written in C: runs inside `hamlyn_am_poll` (or a call that waits) on the
+// thread that called it, with the message's context and the `user` pointer given at
+// registration. `ctx` is valid only until the handler returns. Returns 0 on success;
+// any other value goes back to the sender as an error completion
+// (`HAMLYN_RESULT_HANDLER_FAILED`). Inside it, use the `hamlyn_am_ctx_*` calls; a call
+// on the same endpoint returns `HAMLYN_RESULT_IN_HANDLER`.
+typedef int32_t (*hamlyn_am_handler_fn)(struct hamlyn_am_ctx *ctx, void *user);
+
+// A handler as the cluster numbers it (`hamlyn_am_handler_by_name`): what a message
+// names.
+typedef struct hamlyn_am_handler_id {
+  // Dense, cluster-wide.
+  uint32_t id;
+  // Moves on each time the name becomes live again after nobody had it.
+  uint32_t epoch;
+} hamlyn_am_handler_id;
+
+// Endpoint-wide counters (`hamlyn_am_counters`).
+typedef struct hamlyn_am_counters {
+  // Messages whose handler ran here.
+  uint64_t handled;
+  // Messages refused here for naming no handler of this process (forged or gone ids).
+  uint64_t unknown_handler;
+  // Messages refused here for naming an old epoch of a handler.
+  uint64_t stale_epoch;
+  // Messages that did not parse (lying lengths, bad kinds): no handler ran.
+  uint64_t malformed;
+  // Replies, acks or errors for calls not outstanding here: refused.
+  uint64_t reply_refused;
+  // Sends refused for want of credit (back-pressure seen here).
+  uint64_t full;
+} hamlyn_am_counters;
+
+// What happened to one handler of this process (`hamlyn_am_handler_counters`).
+typedef struct hamlyn_am_handler_counters {
+  // Times it ran.
+  uint64_t calls;
+  // Replies it gave.
+  uint64_t replies;
+  // Times it returned non-zero (or gave no reply that was asked for).
+  uint64_t errors;
+  // Messages naming it refused here without running it.
+  uint64_t refused;
+} hamlyn_am_handler_counters;
 
 // How to send one message. All zeros (or a NULL pointer) is the default: offset 0, no
 // metadata, tag 0, notify and wake, the ticket's first metadata entry (or fast mode for
@@ -486,6 +623,349 @@ const char *hamlyn_version(void);
 // The library's version as numbers (0.1.0 is 0x000100: major << 16 | minor << 8 |
 // patch): what a program compares with the header's `HAMLYN_VERSION_*` macros.
 uint32_t hamlyn_version_number(void);
+
+// Makes an active-message endpoint on `node`'s engine (a connection of its own, with
+// the node's options); `options` may be NULL (the defaults). Freeing `node` closes it
+// (`HAMLYN_RESULT_CLOSED`).
+//
+// # Safety
+//
+// `node` is NULL or live; `options` is NULL or valid; `out` is NULL or writable.
+hamlyn_result hamlyn_am_new(const struct hamlyn_node *node,
+                            const struct hamlyn_am_options *options,
+                            struct hamlyn_am **out);
+
+// Frees an endpoint (NULL: nothing): its handlers and its connection are gone at once;
+// regions and targets made from it stay usable until freed. Never from inside one of
+// its own handlers.
+//
+// # Safety
+//
+// `am` is NULL or a live endpoint, not used after, and no call on it is running.
+void hamlyn_am_free(struct hamlyn_am *am);
+
+// Where the endpoint is: what other processes send to.
+//
+// # Safety
+//
+// `am` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_am_addr_of(const struct hamlyn_am *am, struct hamlyn_am_addr *out);
+
+// The fingerprint of an argument layout described as text (for example
+// `"u64 len, u64 seed; payload bytes"`): the same function Rust handlers use, so a C
+// and a Rust handler of one layout agree.
+//
+// # Safety
+//
+// `layout` is NULL or NUL-terminated; `out` is NULL or writable.
+hamlyn_result hamlyn_am_fingerprint(const char *layout, uint64_t *out);
+
+// Registers the C handler `handler` (called with `user`) locally under `name` with the
+// argument fingerprint `fingerprint`; the cluster numbers it at the next
+// `hamlyn_am_synch`. `user` belongs to the caller and must stay valid until the handler
+// is unregistered or the endpoint freed. `HAMLYN_RESULT_INVALID_ARGUMENT` for an empty,
+// too long or already registered name.
+//
+// # Safety
+//
+// `am` is NULL or live; `name` is NULL or NUL-terminated; `handler` is NULL or a
+// function of that type; `user` is whatever the handler expects.
+hamlyn_result hamlyn_am_register(const struct hamlyn_am *am,
+                                 const char *name,
+                                 uint64_t fingerprint,
+                                 hamlyn_am_handler_fn handler,
+                                 void *user);
+
+// Removes a local handler at once: a message for it fails here from now on and its
+// sender gets `HAMLYN_RESULT_HANDLER_GONE`. The cluster hears at the next synch.
+//
+// # Safety
+//
+// `am` is NULL or live; `name` is NULL or NUL-terminated.
+hamlyn_result hamlyn_am_unregister(const struct hamlyn_am *am, const char *name);
+
+// Sends the local handler list's changes to the cluster's registry node, which numbers
+// new names, and fetches the cluster's table back. A name the cluster has with another
+// fingerprint is `HAMLYN_RESULT_COLLISION` (that handler is dropped here; the others
+// are registered; `hamlyn_last_error` names it).
+//
+// # Safety
+//
+// `am` is NULL or live.
+hamlyn_result hamlyn_am_synch(const struct hamlyn_am *am);
+
+// Fetches the cluster's handler table (a late joiner's first step).
+//
+// # Safety
+//
+// `am` is NULL or live.
+hamlyn_result hamlyn_am_refresh(const struct hamlyn_am *am);
+
+// A live handler's id by name, from the local copy of the cluster's table
+// (`HAMLYN_RESULT_UNKNOWN_HANDLER` if it has none: synch or refresh first).
+//
+// # Safety
+//
+// `am` is NULL or live; `name` is NULL or NUL-terminated; `out` is NULL or writable.
+hamlyn_result hamlyn_am_handler_by_name(const struct hamlyn_am *am,
+                                        const char *name,
+                                        struct hamlyn_am_handler_id *out);
+
+// Opens a logical channel served at `priority` (0 first): a terminus of the endpoint's
+// own; `*out` is its number, which travels with every message sent on it. Channel 0 is
+// always open.
+//
+// # Safety
+//
+// `am` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_am_open_channel(const struct hamlyn_am *am, uint8_t priority, uint16_t *out);
+
+// Links with the endpoint at `peer` (the first send does it too), waiting up to
+// `timeout_ms` (negative: without end); runs this endpoint's handlers meanwhile.
+//
+// # Safety
+//
+// `am` is NULL or live.
+hamlyn_result hamlyn_am_connect(const struct hamlyn_am *am,
+                                struct hamlyn_am_addr peer,
+                                int64_t timeout_ms);
+
+// Sends a short message (handler, logical channel, the four `u64` at `args`; one
+// packet) to `to`. `want` is `HAMLYN_AM_WANT_*`; with ACK or REPLY, wait for it with
+// `hamlyn_am_wait(*out_call)`. `out_call` may be NULL. `HAMLYN_RESULT_FULL` when the
+// link has no credit (nothing sent: poll, and send again).
+//
+// # Safety
+//
+// `am` is NULL or live; `args` is NULL or readable for four `u64`; `out_call` is NULL
+// or writable.
+hamlyn_result hamlyn_am_send_short(const struct hamlyn_am *am,
+                                   struct hamlyn_am_addr to,
+                                   struct hamlyn_am_handler_id handler,
+                                   uint16_t channel,
+                                   const uint64_t *args,
+                                   uint32_t want,
+                                   uint64_t *out_call);
+
+// Sends a bulk message: the four `u64` at `args` and the `len` bytes at `payload` (up
+// to the receiver's bulk maximum, else `HAMLYN_RESULT_TOO_LONG`), copied before the call
+// returns. The receiving handler sees the payload in place (`hamlyn_am_ctx_payload`).
+// `HAMLYN_RESULT_FULL` when the link has no bulk credit. `out_call` may be NULL.
+//
+// # Safety
+//
+// As `hamlyn_am_send_short`; `payload` is readable for `len` bytes.
+hamlyn_result hamlyn_am_send_bulk(const struct hamlyn_am *am,
+                                  struct hamlyn_am_addr to,
+                                  struct hamlyn_am_handler_id handler,
+                                  uint16_t channel,
+                                  const uint64_t *args,
+                                  const uint8_t *payload,
+                                  size_t len,
+                                  uint32_t want,
+                                  uint64_t *out_call);
+
+// Waits up to `timeout_ms` (negative: without end) for call `call` (sent with ACK or
+// REPLY), running this endpoint's handlers meanwhile. `*out_outcome` is
+// `HAMLYN_AM_OUTCOME_DONE` or `_REPLY`; with a reply, `out_reply` (four `u64`, may be
+// NULL) gets its arguments (zeros with DONE). Errors: `HAMLYN_RESULT_TIMEOUT` (the call
+// stays outstanding), `HAMLYN_RESULT_NO_CALL`, `HAMLYN_RESULT_HANDLER_GONE`,
+// `HAMLYN_RESULT_HANDLER_FAILED`, `HAMLYN_RESULT_PEER_GONE`.
+//
+// # Safety
+//
+// `am` is NULL or live; `out_outcome` is NULL or writable; `out_reply` is NULL or
+// writable for four `u64`.
+hamlyn_result hamlyn_am_wait(const struct hamlyn_am *am,
+                             uint64_t call,
+                             int64_t timeout_ms,
+                             uint32_t *out_outcome,
+                             uint64_t *out_reply);
+
+// A short message wanting a reply, waited for up to `timeout_ms` (negative: without
+// end; sends again while the link is full): the reply's four arguments go to
+// `out_reply`.
+//
+// # Safety
+//
+// `am` is NULL or live; `args` is NULL or readable for four `u64`; `out_reply` is NULL
+// or writable for four `u64`.
+hamlyn_result hamlyn_am_call(const struct hamlyn_am *am,
+                             struct hamlyn_am_addr to,
+                             struct hamlyn_am_handler_id handler,
+                             uint16_t channel,
+                             const uint64_t *args,
+                             int64_t timeout_ms,
+                             uint64_t *out_reply);
+
+// Runs the handlers of what arrived (GRIM's `grim_poll`), waiting up to `timeout_ms`
+// (negative: until something arrives; 0: not at all) when nothing has; the thread
+// sleeps on the port's event descriptor meanwhile. `*out_handled` (may be NULL) is the
+// number of messages handled (bounded: call again while it is not 0).
+//
+// # Safety
+//
+// `am` is NULL or live; `out_handled` is NULL or writable.
+hamlyn_result hamlyn_am_poll(const struct hamlyn_am *am, int64_t timeout_ms, size_t *out_handled);
+
+// Takes the oldest failure of a message sent with `HAMLYN_AM_WANT_NOTHING`: its call
+// number and its result code. `HAMLYN_RESULT_EMPTY` when there is none.
+//
+// # Safety
+//
+// `am` is NULL or live; `out_call` and `out_code` are NULL or writable.
+hamlyn_result hamlyn_am_next_failure(const struct hamlyn_am *am,
+                                     uint64_t *out_call,
+                                     hamlyn_result *out_code);
+
+// The endpoint's counters.
+//
+// # Safety
+//
+// `am` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_am_counters_of(const struct hamlyn_am *am, struct hamlyn_am_counters *out);
+
+// The counters of this process's handler `name` (`HAMLYN_RESULT_UNKNOWN_HANDLER` if it
+// registered none of that name).
+//
+// # Safety
+//
+// `am` is NULL or live; `name` is NULL or NUL-terminated; `out` is NULL or writable.
+hamlyn_result hamlyn_am_handler_counters_of(const struct hamlyn_am *am,
+                                            const char *name,
+                                            struct hamlyn_am_handler_counters *out);
+
+// The message's four arguments, into `out` (four `u64`).
+//
+// # Safety
+//
+// `ctx` is NULL or the running handler's context; `out` is NULL or writable for four
+// `u64`.
+hamlyn_result hamlyn_am_ctx_args(struct hamlyn_am_ctx *ctx, uint64_t *out);
+
+// The sender's logical channel.
+//
+// # Safety
+//
+// `ctx` is NULL or the running handler's context; `out` is NULL or writable.
+hamlyn_result hamlyn_am_ctx_channel(struct hamlyn_am_ctx *ctx, uint16_t *out);
+
+// The sending endpoint.
+//
+// # Safety
+//
+// `ctx` is NULL or the running handler's context; `out` is NULL or writable.
+hamlyn_result hamlyn_am_ctx_src(struct hamlyn_am_ctx *ctx, struct hamlyn_am_addr *out);
+
+// The bulk payload in place (zero copy): `*out_data` is its first byte in the receive
+// buffer and `*out_len` its length (NULL and 0 for a short message). The bytes are
+// valid only until the handler returns (the buffer goes back to its sender then): copy
+// what must outlive the call. Read them only.
+//
+// # Safety
+//
+// `ctx` is NULL or the running handler's context; `out_data` and `out_len` are NULL or
+// writable.
+hamlyn_result hamlyn_am_ctx_payload(struct hamlyn_am_ctx *ctx,
+                                    const uint8_t **out_data,
+                                    size_t *out_len);
+
+// Copies payload bytes `off..off + len` into `buf`: `HAMLYN_RESULT_OUT_OF_RANGE` if they
+// go past the payload's end (`buf` untouched).
+//
+// # Safety
+//
+// `ctx` is NULL or the running handler's context; `buf` is writable for `len` bytes.
+hamlyn_result hamlyn_am_ctx_read_payload(struct hamlyn_am_ctx *ctx,
+                                         uint64_t off,
+                                         uint8_t *buf,
+                                         size_t len);
+
+// Replies once with the four `u64` at `args` (the token): a second reply is
+// `HAMLYN_RESULT_REPLY_TWICE` and is not sent. The reply leaves after the handler
+// returns.
+//
+// # Safety
+//
+// `ctx` is NULL or the running handler's context; `args` is NULL or readable for four
+// `u64`.
+hamlyn_result hamlyn_am_ctx_reply(struct hamlyn_am_ctx *ctx, const uint64_t *args);
+
+// A region of `len` bytes of the endpoint's memory that memory messages (block copies,
+// no handler) land in; `hamlyn_am_region_seed` gives the seed a sender writes it
+// through.
+//
+// # Safety
+//
+// `am` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_am_region_new(const struct hamlyn_am *am,
+                                   uint64_t len,
+                                   struct hamlyn_am_region **out);
+
+// The region's seed text and a NUL into `buf` (capacity `cap`); `*out_needed` (may be
+// NULL) is the length it needs, also written with `HAMLYN_RESULT_BUFFER_TOO_SMALL`.
+// `HAMLYN_SEED_TEXT_MAX` bytes always suffice.
+//
+// # Safety
+//
+// `region` is NULL or live; `buf` is NULL or writable for `cap` bytes; `out_needed` is
+// NULL or writable.
+hamlyn_result hamlyn_am_region_seed(const struct hamlyn_am_region *region,
+                                    char *buf,
+                                    size_t cap,
+                                    size_t *out_needed);
+
+// Copies region bytes `off..off + len` into `buf` (`HAMLYN_RESULT_OUT_OF_RANGE` past
+// its end, `buf` untouched).
+//
+// # Safety
+//
+// `region` is NULL or live; `buf` is writable for `len` bytes.
+hamlyn_result hamlyn_am_region_read(const struct hamlyn_am_region *region,
+                                    uint64_t off,
+                                    uint8_t *buf,
+                                    size_t len);
+
+// Frees a region (NULL: nothing): senders' writes to it fail from then on.
+//
+// # Safety
+//
+// `region` is NULL or live, not used after.
+void hamlyn_am_region_free(struct hamlyn_am_region *region);
+
+// The sending side of memory messages to the region whose seed text is `seed_text`
+// (`HAMLYN_RESULT_BAD_SEED` if it is not a region's seed).
+//
+// # Safety
+//
+// `am` is NULL or live; `seed_text` is NULL or NUL-terminated; `out` is NULL or
+// writable.
+hamlyn_result hamlyn_am_target_new(const struct hamlyn_am *am,
+                                   const char *seed_text,
+                                   struct hamlyn_am_target **out);
+
+// Copies the `len` bytes at `data` to `offset` of the target's region (a memory
+// message: no handler runs). `data` is free again when the call returns. `*out` (if
+// `out` is not NULL) is the send's handle: `hamlyn_send_wait` says when the bytes left
+// this engine, or that the send failed (outside the region...); free it with
+// `hamlyn_send_free`.
+//
+// # Safety
+//
+// `target` is NULL or live; `data` is readable for `len` bytes; `out` is NULL or
+// writable.
+hamlyn_result hamlyn_am_target_write(const struct hamlyn_am_target *target,
+                                     uint64_t offset,
+                                     const uint8_t *data,
+                                     size_t len,
+                                     struct hamlyn_send **out);
+
+// Frees a target (NULL: nothing).
+//
+// # Safety
+//
+// `target` is NULL or live, not used after.
+void hamlyn_am_target_free(struct hamlyn_am_target *target);
 
 // Registers a new area of `len` bytes (zeroed) with `node`'s engine; `*out` is the new
 // area, freed with `hamlyn_area_free`.
@@ -708,6 +1188,17 @@ hamlyn_result hamlyn_terminus_set_rate(const struct hamlyn_node *node,
 // The name of result code `code` ("HAMLYN_RESULT_FULL"), or "HAMLYN_RESULT_UNKNOWN"
 // for a value this library does not define: a static string, never freed, never NULL.
 const char *hamlyn_result_name(uint32_t code);
+
+// Writes the text of the last error an active-message, RPC, job or Rats call returned
+// on this thread (what the code alone does not say: which handler refused, why a seed
+// is malformed) and a NUL into `buf` (capacity `cap`); `*out_needed` (if not NULL) is
+// the length it needs, NUL included, written even with `HAMLYN_RESULT_BUFFER_TOO_SMALL`.
+// An empty string if there was none. Successful calls do not clear it.
+//
+// # Safety
+//
+// `buf` is NULL or writable for `cap` bytes; `out_needed` is NULL or writable.
+hamlyn_result hamlyn_last_error(char *buf, size_t cap, size_t *out_needed);
 
 // Starts an engine thread inside this process and connects to it. On success `*out`
 // is a new node (free it with `hamlyn_node_free`).

@@ -33,6 +33,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
+mod am;
 mod area;
 mod direct;
 mod endpoint;
@@ -43,6 +44,7 @@ mod slot;
 mod terminus;
 mod ticket;
 
+pub use am::*;
 pub use area::*;
 pub use direct::*;
 pub use endpoint::*;

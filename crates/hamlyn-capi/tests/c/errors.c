@@ -15,6 +15,8 @@ static void version(void) {
     ASSERT(strcmp(hamlyn_result_name(HAMLYN_RESULT_OK), "HAMLYN_RESULT_OK") == 0);
     ASSERT(strcmp(hamlyn_result_name(HAMLYN_RESULT_FULL), "HAMLYN_RESULT_FULL") == 0);
     ASSERT(strcmp(hamlyn_result_name(123456), "HAMLYN_RESULT_UNKNOWN") == 0);
+    ASSERT(strcmp(hamlyn_result_name(HAMLYN_RESULT_IN_HANDLER), "HAMLYN_RESULT_IN_HANDLER") == 0);
+    ASSERT(strcmp(hamlyn_result_name(HAMLYN_RESULT_END_OF_STREAM), "HAMLYN_RESULT_END_OF_STREAM") == 0);
 }
 
 static void nulls(void) {
@@ -147,6 +149,141 @@ static void node_options(hamlyn_node *node) {
     hamlyn_node_free(other);
 }
 
+/* Active messages: every error case of the hamlyn_am_* calls. The endpoint is freed by
+ * the caller after the node, so calls on it are CLOSED then. */
+static int32_t noop(hamlyn_am_ctx *ctx, void *user) {
+    (void)ctx;
+    (void)user;
+    return 0;
+}
+
+static hamlyn_am *am_errors(hamlyn_node *node, hamlyn_am_region **out_region) {
+    hamlyn_am *am = NULL;
+    EXPECT(hamlyn_am_new(NULL, NULL, &am), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_am_new(node, NULL, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    hamlyn_am_options o = {0};
+    o.short_credits = 99;
+    EXPECT(hamlyn_am_new(node, &o, &am), HAMLYN_RESULT_INVALID_ARGUMENT);
+    ASSERT(am == NULL);
+    OK(hamlyn_am_new(node, NULL, &am));
+
+    uint64_t fp = 0;
+    EXPECT(hamlyn_am_fingerprint(NULL, &fp), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_am_fingerprint("u64", NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    OK(hamlyn_am_fingerprint("u64", &fp));
+    /* FNV-1a of "u64", as Rust's hamlyn_am::fingerprint gives it. */
+    ASSERT(fp == 0x4d35d3193e8d66f2ull);
+
+    EXPECT(hamlyn_am_register(NULL, "x", fp, noop, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_am_register(am, NULL, fp, noop, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_am_register(am, "x", fp, NULL, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_am_register(am, "", fp, noop, NULL), HAMLYN_RESULT_INVALID_ARGUMENT);
+    EXPECT(hamlyn_am_register(am, "errors.\xff", fp, noop, NULL), HAMLYN_RESULT_INVALID_ARGUMENT);
+    OK(hamlyn_am_register(am, "errors.x", fp, noop, NULL));
+    EXPECT(hamlyn_am_register(am, "errors.x", fp, noop, NULL), HAMLYN_RESULT_INVALID_ARGUMENT);
+    OK(hamlyn_am_synch(am));
+    EXPECT(hamlyn_am_synch(NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_am_refresh(NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+
+    hamlyn_am_handler_id h;
+    EXPECT(hamlyn_am_handler_by_name(am, "errors.nobody", &h), HAMLYN_RESULT_UNKNOWN_HANDLER);
+    EXPECT(hamlyn_am_handler_by_name(am, "errors.x", NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    OK(hamlyn_am_handler_by_name(am, "errors.x", &h));
+    hamlyn_am_addr me;
+    EXPECT(hamlyn_am_addr_of(am, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    OK(hamlyn_am_addr_of(am, &me));
+
+    /* Sends: bad want, no arguments, a channel never opened, a payload too long. */
+    uint64_t args[4] = {1, 2, 3, 4}, call = 0, reply[4];
+    EXPECT(hamlyn_am_send_short(am, me, h, 0, args, 9, &call), HAMLYN_RESULT_INVALID_ARGUMENT);
+    EXPECT(hamlyn_am_send_short(am, me, h, 0, NULL, HAMLYN_AM_WANT_ACK, &call),
+           HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_am_send_short(am, me, h, 3, args, HAMLYN_AM_WANT_ACK, &call), HAMLYN_RESULT_NO_CHANNEL);
+    EXPECT(hamlyn_am_send_bulk(am, me, h, 0, args, NULL, 8, HAMLYN_AM_WANT_ACK, &call),
+           HAMLYN_RESULT_NULL_ARGUMENT);
+    uint8_t *huge = calloc(1, 1 << 20);
+    ASSERT(huge != NULL);
+    EXPECT(hamlyn_am_send_bulk(am, me, h, 0, args, huge, 1 << 20, HAMLYN_AM_WANT_ACK, &call),
+           HAMLYN_RESULT_TOO_LONG);
+    free(huge);
+    char why[8];
+    size_t need = 0;
+    EXPECT(hamlyn_last_error(why, sizeof why, &need), HAMLYN_RESULT_BUFFER_TOO_SMALL);
+    ASSERT(need > sizeof why);
+    char *text = malloc(need);
+    ASSERT(text != NULL);
+    OK(hamlyn_last_error(text, need, NULL));
+    ASSERT(strstr(text, "1048576") != NULL);
+    free(text);
+
+    /* A message to itself: its handler runs in the poll inside the wait. */
+    OK(hamlyn_am_send_short(am, me, h, 0, args, HAMLYN_AM_WANT_ACK, &call));
+    uint32_t outcome = 0;
+    EXPECT(hamlyn_am_wait(am, call, WAIT_MS, NULL, reply), HAMLYN_RESULT_NULL_ARGUMENT);
+    OK(hamlyn_am_wait(am, call, WAIT_MS, &outcome, reply));
+    ASSERT(outcome == HAMLYN_AM_OUTCOME_DONE);
+    EXPECT(hamlyn_am_wait(am, call, 0, &outcome, reply), HAMLYN_RESULT_NO_CALL);
+    EXPECT(hamlyn_am_wait(am, 123456789, 0, &outcome, reply), HAMLYN_RESULT_NO_CALL);
+    /* Wanting a reply from a handler that gives none is a failure of the handler. */
+    OK(hamlyn_am_send_short(am, me, h, 0, args, HAMLYN_AM_WANT_REPLY, &call));
+    EXPECT(hamlyn_am_wait(am, call, WAIT_MS, &outcome, reply), HAMLYN_RESULT_HANDLER_FAILED);
+    /* Unregistered here: the sender hears the handler is gone. */
+    OK(hamlyn_am_unregister(am, "errors.x"));
+    EXPECT(hamlyn_am_unregister(am, "errors.x"), HAMLYN_RESULT_UNKNOWN_HANDLER);
+    OK(hamlyn_am_send_short(am, me, h, 0, args, HAMLYN_AM_WANT_ACK, &call));
+    EXPECT(hamlyn_am_wait(am, call, WAIT_MS, &outcome, reply), HAMLYN_RESULT_HANDLER_GONE);
+    uint64_t fcall;
+    hamlyn_result code;
+    EXPECT(hamlyn_am_next_failure(am, &fcall, &code), HAMLYN_RESULT_EMPTY);
+    EXPECT(hamlyn_am_next_failure(am, NULL, &code), HAMLYN_RESULT_NULL_ARGUMENT);
+    size_t handled;
+    EXPECT(hamlyn_am_poll(NULL, 0, &handled), HAMLYN_RESULT_NULL_ARGUMENT);
+    OK(hamlyn_am_poll(am, 0, NULL));
+    uint16_t ch;
+    EXPECT(hamlyn_am_open_channel(am, 0, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    hamlyn_am_counters c;
+    EXPECT(hamlyn_am_counters_of(am, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    OK(hamlyn_am_counters_of(am, &c));
+    ASSERT(c.unknown_handler == 1);
+    hamlyn_am_handler_counters hc;
+    EXPECT(hamlyn_am_handler_counters_of(am, "errors.nobody", &hc), HAMLYN_RESULT_UNKNOWN_HANDLER);
+    (void)ch;
+
+    /* A context outside a handler is NULL here: refused. */
+    uint16_t chan;
+    const uint8_t *view;
+    size_t vlen;
+    EXPECT(hamlyn_am_ctx_args(NULL, reply), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_am_ctx_channel(NULL, &chan), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_am_ctx_src(NULL, &me), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_am_ctx_payload(NULL, &view, &vlen), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_am_ctx_read_payload(NULL, 0, NULL, 0), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_am_ctx_reply(NULL, args), HAMLYN_RESULT_NULL_ARGUMENT);
+
+    /* Memory messages: seeds too long for the buffer, targets of things that are not
+     * regions, reads past the end. */
+    hamlyn_am_region *region;
+    EXPECT(hamlyn_am_region_new(am, 64, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    OK(hamlyn_am_region_new(am, 64, &region));
+    char small[4] = {'x', 'x', 'x', 'x'};
+    EXPECT(hamlyn_am_region_seed(region, small, sizeof small, &need), HAMLYN_RESULT_BUFFER_TOO_SMALL);
+    ASSERT(need > sizeof small && need <= HAMLYN_SEED_TEXT_MAX && small[0] == 'x');
+    uint8_t b[8];
+    EXPECT(hamlyn_am_region_read(region, 60, b, 8), HAMLYN_RESULT_OUT_OF_RANGE);
+    EXPECT(hamlyn_am_region_read(region, 0, NULL, 8), HAMLYN_RESULT_NULL_ARGUMENT);
+    OK(hamlyn_am_region_read(region, 56, b, 8));
+    hamlyn_am_target *target = NULL;
+    EXPECT(hamlyn_am_target_new(am, "hmseed1-nonsense", &target), HAMLYN_RESULT_BAD_SEED);
+    EXPECT(hamlyn_am_target_new(am, NULL, &target), HAMLYN_RESULT_NULL_ARGUMENT);
+    ASSERT(target == NULL);
+    EXPECT(hamlyn_am_target_write(NULL, 0, b, 8, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    hamlyn_am_target_free(NULL);
+    hamlyn_am_region_free(NULL);
+    hamlyn_am_free(NULL);
+    *out_region = region;
+    return am;
+}
+
 int main(void) {
     version();
     nulls();
@@ -185,6 +322,8 @@ int main(void) {
     seeds(ticket);
     multi_ticket_seeds(ticket);
     node_options(node);
+    hamlyn_am_region *am_region;
+    hamlyn_am *am = am_errors(node, &am_region);
 
     hamlyn_queue *queue, *again = NULL;
     OK(hamlyn_queue_new(node, 0, &queue));
@@ -367,6 +506,12 @@ int main(void) {
     EXPECT(hamlyn_slot_rekey(slot), HAMLYN_RESULT_CLOSED);
     EXPECT(hamlyn_meta_area_arm(meta, 0), HAMLYN_RESULT_CLOSED);
     EXPECT(hamlyn_direct_send(direct, NULL, (const uint8_t *)"x", 1), HAMLYN_RESULT_CLOSED);
+    EXPECT(hamlyn_am_synch(am), HAMLYN_RESULT_CLOSED);
+    EXPECT(hamlyn_am_poll(am, 0, NULL), HAMLYN_RESULT_CLOSED);
+    uint8_t rb[4];
+    EXPECT(hamlyn_am_region_read(am_region, 0, rb, 4), HAMLYN_RESULT_CLOSED);
+    hamlyn_am_region_free(am_region);
+    hamlyn_am_free(am);
     /* A ticket is a value: still usable. */
     size_t need;
     EXPECT(hamlyn_ticket_to_seed(ticket, NULL, 0, &need), HAMLYN_RESULT_BUFFER_TOO_SMALL);
