@@ -55,6 +55,22 @@
 // `HAMLYN_SLOT_DANGER_DIRECT`.
 #define HAMLYN_ENDPOINT_DANGER_DIRECT 4
 
+// `hamlyn_job_launcher`: nobody started the process as part of a job (a job of one).
+#define HAMLYN_LAUNCHER_ALONE 0
+
+// `hamlyn_job_launcher`: `hamlyn run` (`HAMLYN_RANK`, `HAMLYN_SIZE`, `HAMLYN_JOB`).
+#define HAMLYN_LAUNCHER_HAMLYN 1
+
+// `hamlyn_job_launcher`: Slurm's `srun` (`SLURM_PROCID`, `SLURM_NTASKS`).
+#define HAMLYN_LAUNCHER_SLURM 2
+
+// `hamlyn_job_launcher`: a PMI launcher (`PMI_RANK`, `PMI_SIZE`).
+#define HAMLYN_LAUNCHER_PMI 3
+
+// `hamlyn_job_launcher`: Open MPI's `mpirun` (`OMPI_COMM_WORLD_RANK`,
+// `OMPI_COMM_WORLD_SIZE`).
+#define HAMLYN_LAUNCHER_OPENMPI 4
+
 // `hamlyn_notification.kind`: every packet of a message arrived.
 #define HAMLYN_NOTIFY_MESSAGE 1
 
@@ -78,6 +94,15 @@
 
 // `hamlyn_notification.meta_index` of a fast-mode message (no metadata entry).
 #define HAMLYN_NO_META_INDEX UINT32_MAX
+
+// Most argument bytes one call carries.
+#define HAMLYN_RPC_MAX_ARGS 4080
+
+// Most result bytes one call returns: a result buffer this long always suffices.
+#define HAMLYN_RPC_MAX_RESULT 4080
+
+// Calls one client may have outstanding at once (its call frames).
+#define HAMLYN_RPC_FRAMES 8
 
 // Normal mode: the slot key protects the whole slot (needs a metadata area).
 #define HAMLYN_SLOT_NORMAL 0
@@ -364,6 +389,11 @@ typedef struct hamlyn_direct hamlyn_direct;
 // A receive endpoint, destroyed by `hamlyn_endpoint_free`.
 typedef struct hamlyn_endpoint hamlyn_endpoint;
 
+// This process's place in a parallel job (`hamlyn_job_init`, `hamlyn_job_join`; freed
+// by `hamlyn_job_free`). Collective calls (barrier, all-gather) must be made by every
+// rank in the same order.
+typedef struct hamlyn_job hamlyn_job;
+
 // An area of 128-byte metadata entries (every slot mode but fast needs one).
 typedef struct hamlyn_meta_area hamlyn_meta_area;
 
@@ -375,6 +405,18 @@ typedef struct hamlyn_node hamlyn_node;
 // The consumer of one notification queue. Made by `hamlyn_queue_new`, freed by
 // `hamlyn_queue_free`.
 typedef struct hamlyn_queue hamlyn_queue;
+
+// An RPC client connected to one service (`hamlyn_rpc_client_connect`, freed by
+// `hamlyn_rpc_client_free`). It has a connection of its own to the node's engine.
+typedef struct hamlyn_rpc_client hamlyn_rpc_client;
+
+// What a running procedure may use besides its arguments: the caller's segment (call by
+// reference). Lent for the length of the call: never keep it.
+typedef struct hamlyn_rpc_ctx hamlyn_rpc_ctx;
+
+// An RPC server (`hamlyn_rpc_server_new`, freed by `hamlyn_rpc_server_free`, which
+// withdraws the service). It has a connection of its own to the node's engine.
+typedef struct hamlyn_rpc_server hamlyn_rpc_server;
 
 // The state of a request once its engine looked at it: how it ended, or that it has not.
 typedef struct hamlyn_send hamlyn_send;
@@ -568,6 +610,51 @@ typedef struct hamlyn_notification {
   // The answered request's sequence number.
   uint32_t request_seq;
 } hamlyn_notification;
+
+// A procedure written in C: runs inside `hamlyn_rpc_server_serve` on the thread that
+// called it. `args` holds the call's `args_len` argument bytes (valid during the call);
+// the procedure writes its result into `result` (room for `result_cap` bytes, which is
+// `HAMLYN_RPC_MAX_RESULT`) and its length into `*result_len`, and returns 0. Any other
+// return value fails the call: the client gets `HAMLYN_RESULT_HANDLER_FAILED`. `ctx`
+// (valid during the call) reaches the caller's segment of a call by reference.
+typedef int32_t (*hamlyn_rpc_procedure_fn)(struct hamlyn_rpc_ctx *ctx,
+                                           const uint8_t *args,
+                                           size_t args_len,
+                                           uint8_t *result,
+                                           size_t result_cap,
+                                           size_t *result_len,
+                                           void *user);
+
+// One procedure a server offers (`hamlyn_rpc_server_new`): its name, its function and
+// the user pointer it is called with (the caller's; valid as long as the server).
+typedef struct hamlyn_rpc_procedure {
+  // The name clients call it by (NUL-terminated UTF-8, copied).
+  const char *name;
+  // The function.
+  hamlyn_rpc_procedure_fn func;
+  // Passed to `func` as `user`.
+  void *user;
+} hamlyn_rpc_procedure;
+
+// What a server has done and refused (`hamlyn_rpc_server_counters`).
+typedef struct hamlyn_rpc_server_counters {
+  // Clients connected.
+  uint64_t connected;
+  // Calls whose procedure ran (successfully or not).
+  uint64_t calls;
+  // Calls whose procedure failed.
+  uint64_t failed;
+  // Calls naming no procedure.
+  uint64_t unknown_procedure;
+  // Call frames whose lengths did not fit.
+  uint64_t bad_frames;
+  // Frames rewritten between their notification and the server's read.
+  uint64_t mismatched;
+  // Clients whose replies could not be delivered: their frames were freed.
+  uint64_t clients_freed;
+  // Reply tickets refused.
+  uint64_t bad_reply_tickets;
+} hamlyn_rpc_server_counters;
 
 // How to make a slot (`hamlyn_slot_new`). All zeros is a valid configuration: normal
 // mode, writes only, the whole area, no notification queue.
@@ -1200,6 +1287,95 @@ const char *hamlyn_result_name(uint32_t code);
 // `buf` is NULL or writable for `cap` bytes; `out_needed` is NULL or writable.
 hamlyn_result hamlyn_last_error(char *buf, size_t cap, size_t *out_needed);
 
+// Joins the job this process was started in (rank and size from `hamlyn run`, Slurm,
+// PMI or Open MPI variables; a job of one when none are set), through the engine at
+// `HAMLYN_SOCKET` (or the default socket). Returns once every rank has joined
+// (`HAMLYN_RESULT_TIMEOUT` if one never does; `HAMLYN_JOB_TIMEOUT_MS` sets how long).
+// `HAMLYN_RESULT_INVALID_ARGUMENT` for launcher variables that make no sense.
+//
+// # Safety
+//
+// `out` is NULL or writable.
+hamlyn_result hamlyn_job_init(struct hamlyn_job **out);
+
+// As `hamlyn_job_init`, through `node`'s engine (a connection of its own, with the
+// node's options); freeing `node` closes the job.
+//
+// # Safety
+//
+// `node` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_job_join(const struct hamlyn_node *node, struct hamlyn_job **out);
+
+// This process's rank, `0..size`.
+//
+// # Safety
+//
+// `job` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_job_rank(const struct hamlyn_job *job, uint32_t *out);
+
+// The number of processes in the job.
+//
+// # Safety
+//
+// `job` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_job_size(const struct hamlyn_job *job, uint32_t *out);
+
+// Who started the process: `HAMLYN_LAUNCHER_*` (treat values not listed as unknown).
+//
+// # Safety
+//
+// `job` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_job_launcher(const struct hamlyn_job *job, uint32_t *out);
+
+// How long a collective call waits for the other ranks from now on (`timeout_ms` > 0).
+//
+// # Safety
+//
+// `job` is NULL or live.
+hamlyn_result hamlyn_job_set_timeout(const struct hamlyn_job *job, uint64_t timeout_ms);
+
+// Waits until every rank has called it (`HAMLYN_RESULT_TIMEOUT` if one does not within
+// the job's timeout: it died, or was never started).
+//
+// # Safety
+//
+// `job` is NULL or live.
+hamlyn_result hamlyn_job_barrier(const struct hamlyn_job *job);
+
+// All-gathers seeds: every rank gives the seed text `seed_text` (one or more tickets,
+// as `hamlyn_ticket_to_seed` or `hamlyn_seed_from_tickets` write it) and, once every
+// rank has, this one holds them all, in rank order: read them with
+// `hamlyn_job_gathered` (until the next all-gather). `HAMLYN_RESULT_BAD_SEED` if the
+// text does not decode (nothing is sent then).
+//
+// # Safety
+//
+// `job` is NULL or live; `seed_text` is NULL or NUL-terminated.
+hamlyn_result hamlyn_job_all_gather(const struct hamlyn_job *job, const char *seed_text);
+
+// Rank `rank`'s seed text from the last all-gather and a NUL, into `buf` (capacity
+// `cap`); `*out_needed` (may be NULL) is the length it needs, also written with
+// `HAMLYN_RESULT_BUFFER_TOO_SMALL`. `HAMLYN_RESULT_OUT_OF_RANGE` for a rank not in the
+// job, `HAMLYN_RESULT_STATE` before the first all-gather.
+//
+// # Safety
+//
+// `job` is NULL or live; `buf` is NULL or writable for `cap` bytes; `out_needed` is
+// NULL or writable.
+hamlyn_result hamlyn_job_gathered(const struct hamlyn_job *job,
+                                  uint32_t rank,
+                                  char *buf,
+                                  size_t cap,
+                                  size_t *out_needed);
+
+// Leaves the job (NULL: nothing): its connection closes; the other ranks' collectives
+// that still need this one time out.
+//
+// # Safety
+//
+// `job` is NULL or live, not used after, and no call on it is running.
+void hamlyn_job_free(struct hamlyn_job *job);
+
 // Starts an engine thread inside this process and connects to it. On success `*out`
 // is a new node (free it with `hamlyn_node_free`).
 hamlyn_result hamlyn_node_embedded(struct hamlyn_node **out);
@@ -1372,6 +1548,216 @@ hamlyn_result hamlyn_queue_overflows(const struct hamlyn_queue *queue, uint64_t 
 //
 // `queue` is NULL or live, not used again.
 void hamlyn_queue_free(struct hamlyn_queue *queue);
+
+// Publishes a server of the `count` procedures at `procedures` as `service` on `node`'s
+// engine (names and functions copied; each `user` stays the caller's). Names must be
+// distinct and non-empty (`HAMLYN_RESULT_INVALID_ARGUMENT`).
+//
+// # Safety
+//
+// `node` is NULL or live; `service` is NULL or NUL-terminated; `procedures` is NULL or
+// readable for `count` entries whose names are NUL-terminated; `out` is NULL or
+// writable.
+hamlyn_result hamlyn_rpc_server_new(const struct hamlyn_node *node,
+                                    const char *service,
+                                    const struct hamlyn_rpc_procedure *procedures,
+                                    size_t count,
+                                    struct hamlyn_rpc_server **out);
+
+// Serves what arrives within `timeout_ms` (negative: until something does; 0: only what
+// is there): a client's connection or a call, whose procedure runs on this thread.
+// `*out_handled` (may be NULL) is 1 if something was handled, else 0. Clients that
+// disconnect are noticed and their frames freed while the server serves.
+//
+// # Safety
+//
+// `server` is NULL or live; `out_handled` is NULL or writable.
+hamlyn_result hamlyn_rpc_server_serve(const struct hamlyn_rpc_server *server,
+                                      int64_t timeout_ms,
+                                      uint32_t *out_handled);
+
+// Whether call frames are write-inhibited while their procedure runs (on by default:
+// a client scribbling over its frame meanwhile is refused). 0 turns it off.
+//
+// # Safety
+//
+// `server` is NULL or live.
+hamlyn_result hamlyn_rpc_server_set_protect(const struct hamlyn_rpc_server *server, uint32_t on);
+
+// What the server has done so far, and the clients connected now (`out_clients` may be
+// NULL).
+//
+// # Safety
+//
+// `server` is NULL or live; `out` is NULL or writable; `out_clients` is NULL or
+// writable.
+hamlyn_result hamlyn_rpc_server_counters_of(const struct hamlyn_rpc_server *server,
+                                            struct hamlyn_rpc_server_counters *out,
+                                            size_t *out_clients);
+
+// Frees a server (NULL: nothing): its service leaves the registry and its clients' calls
+// fail with `HAMLYN_RESULT_PEER_GONE`. Never from inside one of its procedures.
+//
+// # Safety
+//
+// `server` is NULL or live, not used after, and no call on it is running.
+void hamlyn_rpc_server_free(struct hamlyn_rpc_server *server);
+
+// Bytes of the caller's segment: `HAMLYN_RESULT_STATE` if the call named none (not a
+// call by reference).
+//
+// # Safety
+//
+// `ctx` is NULL or the running procedure's context; `out` is NULL or writable.
+hamlyn_result hamlyn_rpc_ctx_segment_len(struct hamlyn_rpc_ctx *ctx, uint64_t *out);
+
+// Reads `len` bytes at `offset` of the caller's segment into `buf` (remote reads; the
+// engine checks the caller's ticket). `HAMLYN_RESULT_STATE` without a segment,
+// `HAMLYN_RESULT_REJECTED` if the reads fail (outside the segment: `hamlyn_last_error`
+// says why).
+//
+// # Safety
+//
+// `ctx` is NULL or the running procedure's context; `buf` is writable for `len` bytes.
+hamlyn_result hamlyn_rpc_ctx_read(struct hamlyn_rpc_ctx *ctx,
+                                  uint64_t offset,
+                                  uint8_t *buf,
+                                  size_t len);
+
+// Writes the `len` bytes at `data` at `offset` of the caller's segment (remote writes;
+// the client counts them in before its call returns). Errors as `hamlyn_rpc_ctx_read`.
+//
+// # Safety
+//
+// `ctx` is NULL or the running procedure's context; `data` is readable for `len` bytes.
+hamlyn_result hamlyn_rpc_ctx_write(struct hamlyn_rpc_ctx *ctx,
+                                   uint64_t offset,
+                                   const uint8_t *data,
+                                   size_t len);
+
+// Connects to the service published as `service`, through a connection of its own to
+// `node`'s engine, waiting up to `timeout_ms` (negative: 30 s) for the server to answer.
+// `HAMLYN_RESULT_NOT_FOUND` if no such service is published. Calls time out after 30 s
+// unless `hamlyn_rpc_client_set_timeout` says otherwise.
+//
+// # Safety
+//
+// `node` is NULL or live; `service` is NULL or NUL-terminated; `out` is NULL or
+// writable.
+hamlyn_result hamlyn_rpc_client_connect(const struct hamlyn_node *node,
+                                        const char *service,
+                                        int64_t timeout_ms,
+                                        struct hamlyn_rpc_client **out);
+
+// How long a call waits for its reply from now on (`timeout_ms` > 0).
+//
+// # Safety
+//
+// `client` is NULL or live.
+hamlyn_result hamlyn_rpc_client_set_timeout(const struct hamlyn_rpc_client *client,
+                                            uint64_t timeout_ms);
+
+// The name of the service's procedure `index` (0-based) and a NUL into `buf` (capacity
+// `cap`); `*out_needed` (may be NULL) is the length it needs, also written with
+// `HAMLYN_RESULT_BUFFER_TOO_SMALL`. `HAMLYN_RESULT_OUT_OF_RANGE` past the last one.
+//
+// # Safety
+//
+// `client` is NULL or live; `buf` is NULL or writable for `cap` bytes; `out_needed` is
+// NULL or writable.
+hamlyn_result hamlyn_rpc_client_procedure(const struct hamlyn_rpc_client *client,
+                                          size_t index,
+                                          char *buf,
+                                          size_t cap,
+                                          size_t *out_needed);
+
+// Calls `procedure` with the `args_len` bytes at `args` and waits for its result (up to
+// the client's timeout): the result goes to `result` (capacity `result_cap`;
+// `HAMLYN_RPC_MAX_RESULT` always suffices) and its length to `*out_len`. A longer result
+// than `result_cap` is `HAMLYN_RESULT_BUFFER_TOO_SMALL` with its length in `*out_len`,
+// and is lost (the call is over). Errors: `HAMLYN_RESULT_UNKNOWN_HANDLER` (no such
+// procedure), `HAMLYN_RESULT_TOO_LONG`, `HAMLYN_RESULT_FULL` (every frame busy with
+// started calls), `HAMLYN_RESULT_HANDLER_FAILED`, `HAMLYN_RESULT_TIMEOUT`,
+// `HAMLYN_RESULT_PEER_GONE` (the server is gone).
+//
+// # Safety
+//
+// `client` is NULL or live; `procedure` is NULL or NUL-terminated; `args` is readable
+// for `args_len` bytes; `result` is NULL or writable for `result_cap` bytes; `out_len`
+// is NULL or writable.
+hamlyn_result hamlyn_rpc_client_call(const struct hamlyn_rpc_client *client,
+                                     const char *procedure,
+                                     const uint8_t *args,
+                                     size_t args_len,
+                                     uint8_t *result,
+                                     size_t result_cap,
+                                     size_t *out_len);
+
+// An area of `len` bytes on the client's own connection: the memory a call by reference
+// (`hamlyn_rpc_client_call_by_ref`) names (an area of another connection is
+// `HAMLYN_RESULT_FOREIGN_OBJECT` there). Read and write it with `hamlyn_area_*`; free
+// it with `hamlyn_area_free`.
+//
+// # Safety
+//
+// `client` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_rpc_client_area_new(const struct hamlyn_rpc_client *client,
+                                         uint64_t len,
+                                         struct hamlyn_area **out);
+
+// As `hamlyn_rpc_client_call`, by reference: the procedure may read and write the
+// client's `area` (the whole of it; made by `hamlyn_rpc_client_area_new`) through its
+// context while it runs; its writes have landed when this returns.
+//
+// # Safety
+//
+// As `hamlyn_rpc_client_call`; `area` is NULL or live.
+hamlyn_result hamlyn_rpc_client_call_by_ref(const struct hamlyn_rpc_client *client,
+                                            const char *procedure,
+                                            const uint8_t *args,
+                                            size_t args_len,
+                                            const struct hamlyn_area *area,
+                                            uint8_t *result,
+                                            size_t result_cap,
+                                            size_t *out_len);
+
+// Starts a call of `procedure` with the `args_len` bytes at `args` (copied before this
+// returns) without waiting: `*out_call` is its number, for
+// `hamlyn_rpc_client_finish`. Up to `HAMLYN_RPC_FRAMES` calls may be outstanding; one
+// more is `HAMLYN_RESULT_FULL` (finish one first).
+//
+// # Safety
+//
+// `client` is NULL or live; `procedure` is NULL or NUL-terminated; `args` is readable
+// for `args_len` bytes; `out_call` is NULL or writable.
+hamlyn_result hamlyn_rpc_client_start(const struct hamlyn_rpc_client *client,
+                                      const char *procedure,
+                                      const uint8_t *args,
+                                      size_t args_len,
+                                      uint64_t *out_call);
+
+// Waits (up to the client's timeout) for the result of started call `call`, as
+// `hamlyn_rpc_client_call` returns it. The call is over when this returns, whatever it
+// returns (its frame is free again); `HAMLYN_RESULT_NO_CALL` if `call` is not an
+// outstanding call of this client.
+//
+// # Safety
+//
+// `client` is NULL or live; `result` is NULL or writable for `result_cap` bytes;
+// `out_len` is NULL or writable.
+hamlyn_result hamlyn_rpc_client_finish(const struct hamlyn_rpc_client *client,
+                                       uint64_t call,
+                                       uint8_t *result,
+                                       size_t result_cap,
+                                       size_t *out_len);
+
+// Frees a client (NULL: nothing): its calls still outstanding are abandoned, and the
+// server frees its frames.
+//
+// # Safety
+//
+// `client` is NULL or live, not used after, and no call on it is running.
+void hamlyn_rpc_client_free(struct hamlyn_rpc_client *client);
 
 // Creates a slot over `area` with metadata entries `meta` (NULL for a fast slot) and
 // `config` (NULL for the defaults); `*out` is the new slot.

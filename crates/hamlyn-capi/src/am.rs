@@ -10,10 +10,9 @@
 //! the endpoint from inside one of its own handlers is `HAMLYN_RESULT_IN_HANDLER`, never
 //! a deadlock.
 
-use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_char, c_void};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ::hamlyn_am::{
@@ -22,8 +21,8 @@ use ::hamlyn_am::{
 use hamlyn::{Node, NodeId};
 
 use crate::{
-    free_box, guard, hamlyn_node, hamlyn_result, hamlyn_send, handle, lock, non_null, put, text,
-    text_out, Life,
+    free_box, guard, hamlyn_node, hamlyn_result, hamlyn_send, handle, non_null, put, text,
+    text_out, Life, Serial,
 };
 
 /// `hamlyn_am_addr.client` naming a node's engine itself, which runs the
@@ -198,7 +197,7 @@ impl Inner {
 /// The endpoint's lock, shared by the endpoint handle and the regions and targets made
 /// from it.
 struct Shared {
-    inner: Mutex<Inner>,
+    inner: Serial<Inner>,
 }
 
 // SAFETY: `Inner` is not `Send` for two reasons, both handled here. (1) The endpoint,
@@ -212,36 +211,13 @@ unsafe impl Send for Shared {}
 // SAFETY: as above: shared references to `Shared` reach `Inner` only through its lock.
 unsafe impl Sync for Shared {}
 
-thread_local! {
-    /// The endpoints whose handlers this thread is running now (innermost last).
-    static RUNNING: Cell<*const Shared> = const { Cell::new(std::ptr::null()) };
-}
-
 impl Shared {
-    /// Runs `f` with the endpoint locked, marked as running on this thread (so that a
-    /// handler calling back into it gets `InHandler`, not a deadlock).
+    /// Runs `f` with the endpoint locked (`InHandler` from inside its own handlers).
     fn with<T>(
         &self,
         f: impl FnOnce(&mut Inner) -> Result<T, hamlyn_result>,
     ) -> Result<T, hamlyn_result> {
-        let me: *const Shared = self;
-        let outer = RUNNING.with(Cell::get);
-        if outer == me {
-            return Err(hamlyn_result::InHandler);
-        }
-        let mut inner = lock(&self.inner)?;
-        RUNNING.with(|r| r.set(me));
-        // Restores the outer endpoint even if `f` panics (the guard's catch_unwind is
-        // outside).
-        struct Restore(*const Shared);
-        impl Drop for Restore {
-            fn drop(&mut self) {
-                let outer = self.0;
-                let _ = RUNNING.try_with(|r| r.set(outer));
-            }
-        }
-        let _restore = Restore(outer);
-        f(&mut inner)
+        self.inner.with(f)
     }
 }
 
@@ -338,7 +314,7 @@ pub unsafe extern "C" fn hamlyn_am_new(
         let h = Box::into_raw(Box::new(hamlyn_am {
             life: n.life.clone(),
             shared: Arc::new(Shared {
-                inner: Mutex::new(Inner {
+                inner: Serial::new(Inner {
                     ep: Some(ep),
                     failures: VecDeque::new(),
                     regions: HashMap::new(),

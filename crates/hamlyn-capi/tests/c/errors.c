@@ -284,6 +284,116 @@ static hamlyn_am *am_errors(hamlyn_node *node, hamlyn_am_region **out_region) {
     return am;
 }
 
+/* RPC and the job layer: NULLs, wrong handles, buffers too small, bad launcher variables;
+ * a job of one (no launcher) through the daemon. Returns a job joined through `node`,
+ * which the caller checks is closed once the node is freed. */
+static int32_t proc_noop(hamlyn_rpc_ctx *ctx, const uint8_t *args, size_t args_len, uint8_t *result,
+                         size_t result_cap, size_t *result_len, void *user) {
+    (void)ctx, (void)args, (void)args_len, (void)result, (void)result_cap, (void)user;
+    *result_len = 0;
+    return 0;
+}
+
+static hamlyn_job *rpc_job_errors(hamlyn_node *node) {
+    hamlyn_rpc_procedure p[] = {{"noop", proc_noop, NULL}};
+    hamlyn_rpc_server *server = NULL;
+    EXPECT(hamlyn_rpc_server_new(NULL, "capi-errors", p, 1, &server), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rpc_server_new(node, NULL, p, 1, &server), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rpc_server_new(node, "capi-errors", NULL, 1, &server), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rpc_server_new(node, "capi-errors", p, 1, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    hamlyn_rpc_procedure unnamed[] = {{"", proc_noop, NULL}};
+    EXPECT(hamlyn_rpc_server_new(node, "capi-errors", unnamed, 1, &server), HAMLYN_RESULT_INVALID_ARGUMENT);
+    ASSERT(server == NULL);
+    uint32_t handled;
+    EXPECT(hamlyn_rpc_server_serve(NULL, 0, &handled), HAMLYN_RESULT_NULL_ARGUMENT);
+    hamlyn_rpc_server_counters sc;
+    EXPECT(hamlyn_rpc_server_counters_of(NULL, &sc, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rpc_server_set_protect(NULL, 1), HAMLYN_RESULT_NULL_ARGUMENT);
+    hamlyn_rpc_client *client = NULL;
+    EXPECT(hamlyn_rpc_client_connect(NULL, "capi-errors", 0, &client), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rpc_client_connect(node, NULL, 0, &client), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rpc_client_connect(node, "capi-errors-nobody", 0, &client), HAMLYN_RESULT_NOT_FOUND);
+    ASSERT(client == NULL);
+    uint8_t buf[16];
+    size_t len;
+    uint64_t call, seglen;
+    EXPECT(hamlyn_rpc_client_call(NULL, "noop", buf, 1, buf, sizeof buf, &len), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rpc_client_start(NULL, "noop", buf, 1, &call), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rpc_client_finish(NULL, 1, buf, sizeof buf, &len), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rpc_client_set_timeout(NULL, 1), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rpc_ctx_segment_len(NULL, &seglen), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rpc_ctx_read(NULL, 0, buf, 1), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rpc_ctx_write(NULL, 0, buf, 1), HAMLYN_RESULT_NULL_ARGUMENT);
+    hamlyn_rpc_server_free(NULL);
+    hamlyn_rpc_client_free(NULL);
+
+    /* A server publishes its service until it is freed. */
+    OK(hamlyn_rpc_server_new(node, "capi-errors", p, 1, &server));
+    size_t clients = 9;
+    OK(hamlyn_rpc_server_counters_of(server, &sc, &clients));
+    ASSERT(clients == 0 && sc.calls == 0);
+    hamlyn_rpc_server_free(server);
+    /* Gone with its server: the service is not published any more. */
+    EXPECT(hamlyn_rpc_client_connect(node, "capi-errors", 0, &client), HAMLYN_RESULT_NOT_FOUND);
+
+    /* The job layer. */
+    hamlyn_job *job = NULL;
+    EXPECT(hamlyn_job_init(NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_job_join(NULL, &job), HAMLYN_RESULT_NULL_ARGUMENT);
+    uint32_t v;
+    EXPECT(hamlyn_job_rank(NULL, &v), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_job_size(NULL, &v), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_job_barrier(NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_job_all_gather(NULL, "x"), HAMLYN_RESULT_NULL_ARGUMENT);
+    hamlyn_job_free(NULL);
+    /* Launcher variables that make no sense. */
+    setenv("HAMLYN_RANK", "5", 1);
+    setenv("HAMLYN_SIZE", "2", 1);
+    EXPECT(hamlyn_job_init(&job), HAMLYN_RESULT_INVALID_ARGUMENT);
+    ASSERT(job == NULL);
+    unsetenv("HAMLYN_RANK");
+    unsetenv("HAMLYN_SIZE");
+    /* No launcher: a job of one. */
+    OK(hamlyn_job_init(&job));
+    OK(hamlyn_job_rank(job, &v));
+    ASSERT(v == 0);
+    OK(hamlyn_job_size(job, &v));
+    ASSERT(v == 1);
+    OK(hamlyn_job_launcher(job, &v));
+    ASSERT(v == HAMLYN_LAUNCHER_ALONE);
+    EXPECT(hamlyn_job_set_timeout(job, 0), HAMLYN_RESULT_INVALID_ARGUMENT);
+    OK(hamlyn_job_barrier(job));
+    char seed[HAMLYN_SEED_TEXT_MAX];
+    size_t need = 0;
+    EXPECT(hamlyn_job_gathered(job, 0, seed, sizeof seed, &need), HAMLYN_RESULT_STATE);
+    EXPECT(hamlyn_job_all_gather(job, "not a seed"), HAMLYN_RESULT_BAD_SEED);
+    hamlyn_area *area;
+    hamlyn_slot *slot;
+    hamlyn_ticket *t;
+    hamlyn_meta_area *meta;
+    hamlyn_slot_config cfg = {0};
+    OK(hamlyn_area_new(node, 4096, &area));
+    OK(hamlyn_meta_area_new(node, 1, &meta));
+    OK(hamlyn_slot_new(node, area, meta, &cfg, &slot));
+    OK(hamlyn_slot_ticket_all(slot, &t));
+    char *mine = seed_of(t);
+    OK(hamlyn_job_all_gather(job, mine));
+    EXPECT(hamlyn_job_gathered(job, 0, seed, 4, &need), HAMLYN_RESULT_BUFFER_TOO_SMALL);
+    ASSERT(need == strlen(mine) + 1);
+    OK(hamlyn_job_gathered(job, 0, seed, sizeof seed, NULL));
+    ASSERT(strcmp(seed, mine) == 0);
+    EXPECT(hamlyn_job_gathered(job, 1, seed, sizeof seed, NULL), HAMLYN_RESULT_OUT_OF_RANGE);
+    free(mine);
+    hamlyn_ticket_free(t);
+    hamlyn_slot_free(slot);
+    hamlyn_meta_area_free(meta);
+    hamlyn_area_free(area);
+    hamlyn_job_free(job);
+    /* Joined through this node: closed with it. */
+    OK(hamlyn_job_join(node, &job));
+    return job;
+}
+
 int main(void) {
     version();
     nulls();
@@ -324,6 +434,7 @@ int main(void) {
     node_options(node);
     hamlyn_am_region *am_region;
     hamlyn_am *am = am_errors(node, &am_region);
+    hamlyn_job *job = rpc_job_errors(node);
 
     hamlyn_queue *queue, *again = NULL;
     OK(hamlyn_queue_new(node, 0, &queue));
@@ -512,6 +623,8 @@ int main(void) {
     EXPECT(hamlyn_am_region_read(am_region, 0, rb, 4), HAMLYN_RESULT_CLOSED);
     hamlyn_am_region_free(am_region);
     hamlyn_am_free(am);
+    EXPECT(hamlyn_job_barrier(job), HAMLYN_RESULT_CLOSED);
+    hamlyn_job_free(job);
     /* A ticket is a value: still usable. */
     size_t need;
     EXPECT(hamlyn_ticket_to_seed(ticket, NULL, 0, &need), HAMLYN_RESULT_BUFFER_TOO_SMALL);
