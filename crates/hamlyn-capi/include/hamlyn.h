@@ -406,6 +406,42 @@ typedef struct hamlyn_node hamlyn_node;
 // `hamlyn_queue_free`.
 typedef struct hamlyn_queue hamlyn_queue;
 
+// A Rats manager (`hamlyn_rats_new`, freed by `hamlyn_rats_free`): message space,
+// metadata entries, a queue and a terminus on a connection of its own. The instances
+// made from it share it (and its lock).
+typedef struct hamlyn_rats hamlyn_rats;
+
+// The receiving side of datagrams: buffers granted to senders as credits.
+typedef struct hamlyn_rats_datagram_receiver hamlyn_rats_datagram_receiver;
+
+// The sending side of datagrams, made from a receiver's seed.
+typedef struct hamlyn_rats_datagram_sender hamlyn_rats_datagram_sender;
+
+// A request/response client, made from a server's seed or its registry name.
+typedef struct hamlyn_rats_request_client hamlyn_rats_request_client;
+
+// A request/response server: one request at a time, answered, then released.
+typedef struct hamlyn_rats_request_server hamlyn_rats_request_server;
+
+// A simple datagram instance: one receive buffer; its messages may carry a reply
+// seed, and it answers through them.
+typedef struct hamlyn_rats_simple hamlyn_rats_simple;
+
+// The sending side of simple datagrams, made from an instance's seed.
+typedef struct hamlyn_rats_simple_client hamlyn_rats_simple_client;
+
+// The receiving side of a stream (made first: its seed makes the sender).
+typedef struct hamlyn_rats_stream_receiver hamlyn_rats_stream_receiver;
+
+// The sending side of a stream, made from the receiver's seed.
+typedef struct hamlyn_rats_stream_sender hamlyn_rats_stream_sender;
+
+// The writing side of tagged writes, made from a tagged server's seed.
+typedef struct hamlyn_rats_tagged_client hamlyn_rats_tagged_client;
+
+// The receiving side of tagged writes: a slot others write with tags.
+typedef struct hamlyn_rats_tagged_server hamlyn_rats_tagged_server;
+
 // An RPC client connected to one service (`hamlyn_rpc_client_connect`, freed by
 // `hamlyn_rpc_client_free`). It has a connection of its own to the node's engine.
 typedef struct hamlyn_rpc_client hamlyn_rpc_client;
@@ -610,6 +646,52 @@ typedef struct hamlyn_notification {
   // The answered request's sequence number.
   uint32_t request_seq;
 } hamlyn_notification;
+
+// A tagged write that arrived (`hamlyn_rats_tagged_get_tag`).
+typedef struct hamlyn_rats_tag {
+  // Its tag.
+  uint32_t tag;
+  // The node that wrote it.
+  uint32_t src_node;
+  // Where it landed in the server's slot.
+  uint64_t offset;
+  // Its bytes.
+  uint64_t len;
+} hamlyn_rats_tag;
+
+// A datagram received (`hamlyn_rats_datagram_recv`), held until released.
+typedef struct hamlyn_rats_datagram {
+  // Its number here, for `hamlyn_rats_datagram_read` and `_release`.
+  uint64_t id;
+  // Its bytes.
+  uint64_t len;
+  // The node that sent it.
+  uint32_t src_node;
+  // The sender (its number at this receiver).
+  uint32_t sender;
+} hamlyn_rats_datagram;
+
+// A simple datagram message received (`hamlyn_rats_simple_recv`).
+typedef struct hamlyn_rats_simple_message {
+  // Its first byte in the instance's buffer (`hamlyn_rats_simple_read`).
+  uint64_t offset;
+  // Its bytes.
+  uint64_t len;
+  // The node that sent it.
+  uint32_t src_node;
+  // 1 if it carried a reply seed (`hamlyn_rats_simple_reply` answers through it).
+  uint32_t has_reply;
+} hamlyn_rats_simple_message;
+
+// A request received (`hamlyn_rats_request_recv`), held until released.
+typedef struct hamlyn_rats_request {
+  // Its bytes (`hamlyn_rats_request_read`).
+  uint64_t len;
+  // The client's id.
+  uint64_t client;
+  // The client's sequence number.
+  uint32_t seq;
+} hamlyn_rats_request;
 
 // A procedure written in C: runs inside `hamlyn_rpc_server_serve` on the thread that
 // called it. `args` holds the call's `args_len` argument bytes (valid during the call);
@@ -1548,6 +1630,513 @@ hamlyn_result hamlyn_queue_overflows(const struct hamlyn_queue *queue, uint64_t 
 //
 // `queue` is NULL or live, not used again.
 void hamlyn_queue_free(struct hamlyn_queue *queue);
+
+// Frees the instance (NULL: nothing).
+//
+// # Safety
+//
+// `h` is NULL or live, not used after, and no call on it is running.
+void hamlyn_rats_tagged_server_free(struct hamlyn_rats_tagged_server *h);
+
+// Frees the instance (NULL: nothing).
+//
+// # Safety
+//
+// `h` is NULL or live, not used after, and no call on it is running.
+void hamlyn_rats_tagged_client_free(struct hamlyn_rats_tagged_client *h);
+
+// Frees the instance (NULL: nothing).
+//
+// # Safety
+//
+// `h` is NULL or live, not used after, and no call on it is running.
+void hamlyn_rats_datagram_receiver_free(struct hamlyn_rats_datagram_receiver *h);
+
+// Frees the instance (NULL: nothing).
+//
+// # Safety
+//
+// `h` is NULL or live, not used after, and no call on it is running.
+void hamlyn_rats_datagram_sender_free(struct hamlyn_rats_datagram_sender *h);
+
+// Frees the instance (NULL: nothing).
+//
+// # Safety
+//
+// `h` is NULL or live, not used after, and no call on it is running.
+void hamlyn_rats_simple_free(struct hamlyn_rats_simple *h);
+
+// Frees the instance (NULL: nothing).
+//
+// # Safety
+//
+// `h` is NULL or live, not used after, and no call on it is running.
+void hamlyn_rats_simple_client_free(struct hamlyn_rats_simple_client *h);
+
+// Frees the instance (NULL: nothing).
+//
+// # Safety
+//
+// `h` is NULL or live, not used after, and no call on it is running.
+void hamlyn_rats_request_server_free(struct hamlyn_rats_request_server *h);
+
+// Frees the instance (NULL: nothing).
+//
+// # Safety
+//
+// `h` is NULL or live, not used after, and no call on it is running.
+void hamlyn_rats_request_client_free(struct hamlyn_rats_request_client *h);
+
+// Frees the instance (NULL: nothing).
+//
+// # Safety
+//
+// `h` is NULL or live, not used after, and no call on it is running.
+void hamlyn_rats_stream_receiver_free(struct hamlyn_rats_stream_receiver *h);
+
+// Frees the instance (NULL: nothing).
+//
+// # Safety
+//
+// `h` is NULL or live, not used after, and no call on it is running.
+void hamlyn_rats_stream_sender_free(struct hamlyn_rats_stream_sender *h);
+
+// Makes a Rats manager on `node`'s engine (a connection of its own, with the node's
+// options) with the default message space and metadata entries.
+//
+// # Safety
+//
+// `node` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_rats_new(const struct hamlyn_node *node, struct hamlyn_rats **out);
+
+// Frees a manager handle (NULL: nothing). Instances made from it keep it alive until
+// they are freed.
+//
+// # Safety
+//
+// `rats` is NULL or live, not used after.
+void hamlyn_rats_free(struct hamlyn_rats *rats);
+
+// A tagged server over `len` bytes of message space.
+//
+// # Safety
+//
+// `rats` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_rats_tagged_server_new(const struct hamlyn_rats *rats,
+                                            uint64_t len,
+                                            struct hamlyn_rats_tagged_server **out);
+
+// The server's seed text (what a client is made from) and a NUL into `buf`; `*out_needed`
+// (may be NULL) is the length it needs, also written with
+// `HAMLYN_RESULT_BUFFER_TOO_SMALL`.
+//
+// # Safety
+//
+// `server` is NULL or live; `buf` is NULL or writable for `cap` bytes; `out_needed` is
+// NULL or writable.
+hamlyn_result hamlyn_rats_tagged_server_seed(const struct hamlyn_rats_tagged_server *server,
+                                             char *buf,
+                                             size_t cap,
+                                             size_t *out_needed);
+
+// The next tagged write that arrived, any tag, waiting up to `timeout_ms` (negative:
+// without end; 0: `HAMLYN_RESULT_EMPTY` if none is there). `HAMLYN_RESULT_TIMEOUT` when
+// none came.
+//
+// # Safety
+//
+// `server` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_rats_tagged_get_tag(const struct hamlyn_rats_tagged_server *server,
+                                         int64_t timeout_ms,
+                                         struct hamlyn_rats_tag *out);
+
+// Copies `len` bytes at `offset` of the server's slot into `buf`.
+//
+// # Safety
+//
+// `server` is NULL or live; `buf` is writable for `len` bytes.
+hamlyn_result hamlyn_rats_tagged_read(const struct hamlyn_rats_tagged_server *server,
+                                      uint64_t offset,
+                                      uint8_t *buf,
+                                      size_t len);
+
+// A tagged client of the server whose seed text is `seed_text`
+// (`HAMLYN_RESULT_BAD_SEED` for another protocol's seed).
+//
+// # Safety
+//
+// `rats` is NULL or live; `seed_text` is NULL or NUL-terminated; `out` is NULL or
+// writable.
+hamlyn_result hamlyn_rats_tagged_client_new(const struct hamlyn_rats *rats,
+                                            const char *seed_text,
+                                            struct hamlyn_rats_tagged_client **out);
+
+// Writes the `len` bytes at `data` (copied before this returns) at `offset` of the
+// server's slot with `tag`. `*out` (if `out` is not NULL) is the send's handle.
+//
+// # Safety
+//
+// `client` is NULL or live; `data` is readable for `len` bytes; `out` is NULL or
+// writable.
+hamlyn_result hamlyn_rats_tagged_write(const struct hamlyn_rats_tagged_client *client,
+                                       uint64_t offset,
+                                       const uint8_t *data,
+                                       size_t len,
+                                       uint32_t tag,
+                                       struct hamlyn_send **out);
+
+// A datagram receiver with `buffers` buffers of `buffer_len` bytes each.
+//
+// # Safety
+//
+// `rats` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_rats_datagram_receiver_new(const struct hamlyn_rats *rats,
+                                                uint32_t buffers,
+                                                uint64_t buffer_len,
+                                                struct hamlyn_rats_datagram_receiver **out);
+
+// A seed text for one sender, granting it `credits` buffers (datagrams in flight at
+// once), and a NUL into `buf` (as `hamlyn_rats_tagged_server_seed`).
+//
+// # Safety
+//
+// `receiver` is NULL or live; `buf` is NULL or writable for `cap` bytes; `out_needed`
+// is NULL or writable.
+hamlyn_result hamlyn_rats_datagram_receiver_seed(const struct hamlyn_rats_datagram_receiver *receiver,
+                                                 uint32_t credits,
+                                                 char *buf,
+                                                 size_t cap,
+                                                 size_t *out_needed);
+
+// The next datagram, waiting up to `timeout_ms` (negative: without end; 0: not at all):
+// `HAMLYN_RESULT_TIMEOUT` when none came. It holds its buffer (and its sender's credit)
+// until `hamlyn_rats_datagram_release`.
+//
+// # Safety
+//
+// `receiver` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_rats_datagram_recv(const struct hamlyn_rats_datagram_receiver *receiver,
+                                        int64_t timeout_ms,
+                                        struct hamlyn_rats_datagram *out);
+
+// Copies `len` bytes at `offset` of held datagram `id` into `buf`
+// (`HAMLYN_RESULT_OUT_OF_RANGE` past its end, `HAMLYN_RESULT_STATE` if it is not held).
+//
+// # Safety
+//
+// `receiver` is NULL or live; `buf` is writable for `len` bytes.
+hamlyn_result hamlyn_rats_datagram_read(const struct hamlyn_rats_datagram_receiver *receiver,
+                                        uint64_t id,
+                                        uint64_t offset,
+                                        uint8_t *buf,
+                                        size_t len);
+
+// Gives held datagram `id`'s buffer back to its sender (a fresh credit).
+// `HAMLYN_RESULT_STATE` if it is not held (released twice, or never received).
+//
+// # Safety
+//
+// `receiver` is NULL or live.
+hamlyn_result hamlyn_rats_datagram_release(const struct hamlyn_rats_datagram_receiver *receiver,
+                                           uint64_t id);
+
+// A datagram sender from a receiver's seed text.
+//
+// # Safety
+//
+// `rats` is NULL or live; `seed_text` is NULL or NUL-terminated; `out` is NULL or
+// writable.
+hamlyn_result hamlyn_rats_datagram_sender_new(const struct hamlyn_rats *rats,
+                                              const char *seed_text,
+                                              struct hamlyn_rats_datagram_sender **out);
+
+// Sends the `len` bytes at `data` (copied before this returns) as one datagram, if the
+// sender holds a credit: `HAMLYN_RESULT_FULL` otherwise (nothing sent; the receiver's
+// releases give credits back). `*out` (if `out` is not NULL) is the send's handle.
+//
+// # Safety
+//
+// `sender` is NULL or live; `data` is readable for `len` bytes; `out` is NULL or
+// writable.
+hamlyn_result hamlyn_rats_datagram_send(const struct hamlyn_rats_datagram_sender *sender,
+                                        const uint8_t *data,
+                                        size_t len,
+                                        struct hamlyn_send **out);
+
+// A simple datagram instance with one buffer of `len` bytes.
+//
+// # Safety
+//
+// `rats` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_rats_simple_new(const struct hamlyn_rats *rats,
+                                     uint64_t len,
+                                     struct hamlyn_rats_simple **out);
+
+// The instance's seed text (what a client is made from), as
+// `hamlyn_rats_tagged_server_seed`.
+//
+// # Safety
+//
+// `simple` is NULL or live; `buf` is NULL or writable for `cap` bytes; `out_needed` is
+// NULL or writable.
+hamlyn_result hamlyn_rats_simple_seed(const struct hamlyn_rats_simple *simple,
+                                      char *buf,
+                                      size_t cap,
+                                      size_t *out_needed);
+
+// The next message, waiting up to `timeout_ms` (negative: without end; 0:
+// `HAMLYN_RESULT_EMPTY` if none is ready): `HAMLYN_RESULT_TIMEOUT` when none came. Its
+// bytes stay in the buffer until the next message overwrites them.
+//
+// # Safety
+//
+// `simple` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_rats_simple_recv(const struct hamlyn_rats_simple *simple,
+                                      int64_t timeout_ms,
+                                      struct hamlyn_rats_simple_message *out);
+
+// Copies `len` bytes at `offset` of the instance's buffer into `buf`.
+//
+// # Safety
+//
+// `simple` is NULL or live; `buf` is writable for `len` bytes.
+hamlyn_result hamlyn_rats_simple_read(const struct hamlyn_rats_simple *simple,
+                                      uint64_t offset,
+                                      uint8_t *buf,
+                                      size_t len);
+
+// Answers the last message received with the `len` bytes at `data`, through the reply
+// seed it carried (`HAMLYN_RESULT_STATE` if it carried none); with `reply_with` 1 the
+// answer carries this instance's own reply seed, so the two can ping-pong.
+//
+// # Safety
+//
+// `simple` is NULL or live; `data` is readable for `len` bytes; `out` is NULL or
+// writable.
+hamlyn_result hamlyn_rats_simple_reply(const struct hamlyn_rats_simple *simple,
+                                       const uint8_t *data,
+                                       size_t len,
+                                       uint32_t reply_with,
+                                       struct hamlyn_send **out);
+
+// A simple datagram client from an instance's seed text.
+//
+// # Safety
+//
+// `rats` is NULL or live; `seed_text` is NULL or NUL-terminated; `out` is NULL or
+// writable.
+hamlyn_result hamlyn_rats_simple_client_new(const struct hamlyn_rats *rats,
+                                            const char *seed_text,
+                                            struct hamlyn_rats_simple_client **out);
+
+// Sends the `len` bytes at `data` (copied before this returns) to the instance the
+// client names; with `reply_to` (not NULL, an instance of the same manager) the message
+// carries its reply seed, and the answer lands there.
+//
+// # Safety
+//
+// `client` is NULL or live; `data` is readable for `len` bytes; `reply_to` is NULL or
+// live; `out` is NULL or writable.
+hamlyn_result hamlyn_rats_simple_client_send(const struct hamlyn_rats_simple_client *client,
+                                             const uint8_t *data,
+                                             size_t len,
+                                             const struct hamlyn_rats_simple *reply_to,
+                                             struct hamlyn_send **out);
+
+// A request/response server taking requests of at most `max_request` bytes.
+//
+// # Safety
+//
+// `rats` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_rats_request_server_new(const struct hamlyn_rats *rats,
+                                             uint64_t max_request,
+                                             struct hamlyn_rats_request_server **out);
+
+// The server's seed text, as `hamlyn_rats_tagged_server_seed`.
+//
+// # Safety
+//
+// `server` is NULL or live; `buf` is NULL or writable for `cap` bytes; `out_needed` is
+// NULL or writable.
+hamlyn_result hamlyn_rats_request_server_seed(const struct hamlyn_rats_request_server *server,
+                                              char *buf,
+                                              size_t cap,
+                                              size_t *out_needed);
+
+// Publishes the server's seed in the registry under `name`
+// (`hamlyn_rats_request_client_lookup` finds it).
+//
+// # Safety
+//
+// `server` is NULL or live; `name` is NULL or NUL-terminated.
+hamlyn_result hamlyn_rats_request_server_publish(const struct hamlyn_rats_request_server *server,
+                                                 const char *name);
+
+// The next request, waiting up to `timeout_ms` (negative: without end):
+// `HAMLYN_RESULT_TIMEOUT` when none came; `HAMLYN_RESULT_STATE` while one is held (answer
+// and release it first). Other requests are refused until it is released (their
+// clients retransmit).
+//
+// # Safety
+//
+// `server` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_rats_request_recv(const struct hamlyn_rats_request_server *server,
+                                       int64_t timeout_ms,
+                                       struct hamlyn_rats_request *out);
+
+// Copies the held request's bytes (`len` of them, from `offset`) into `buf`
+// (`HAMLYN_RESULT_OUT_OF_RANGE` past its end, `HAMLYN_RESULT_STATE` if none is held).
+//
+// # Safety
+//
+// `server` is NULL or live; `buf` is writable for `len` bytes.
+hamlyn_result hamlyn_rats_request_read(const struct hamlyn_rats_request_server *server,
+                                       uint64_t offset,
+                                       uint8_t *buf,
+                                       size_t len);
+
+// Sends the `len` bytes at `data` as the reply to the held request
+// (`HAMLYN_RESULT_STATE` if none is held). `*out` (if not NULL) is the send's handle.
+//
+// # Safety
+//
+// `server` is NULL or live; `data` is readable for `len` bytes; `out` is NULL or
+// writable.
+hamlyn_result hamlyn_rats_request_reply(const struct hamlyn_rats_request_server *server,
+                                        const uint8_t *data,
+                                        size_t len,
+                                        struct hamlyn_send **out);
+
+// Frees the receive buffer for the next request (`HAMLYN_RESULT_STATE` if none is
+// held).
+//
+// # Safety
+//
+// `server` is NULL or live.
+hamlyn_result hamlyn_rats_request_release(const struct hamlyn_rats_request_server *server);
+
+// A request/response client of the server whose seed text is `seed_text`, taking
+// replies of at most `max_reply` bytes.
+//
+// # Safety
+//
+// `rats` is NULL or live; `seed_text` is NULL or NUL-terminated; `out` is NULL or
+// writable.
+hamlyn_result hamlyn_rats_request_client_new(const struct hamlyn_rats *rats,
+                                             const char *seed_text,
+                                             uint64_t max_reply,
+                                             struct hamlyn_rats_request_client **out);
+
+// A request/response client of the server published under `name`
+// (`HAMLYN_RESULT_NOT_FOUND` if none is).
+//
+// # Safety
+//
+// `rats` is NULL or live; `name` is NULL or NUL-terminated; `out` is NULL or writable.
+hamlyn_result hamlyn_rats_request_client_lookup(const struct hamlyn_rats *rats,
+                                                const char *name,
+                                                uint64_t max_reply,
+                                                struct hamlyn_rats_request_client **out);
+
+// Sends the `len` bytes at `data` as a request and waits up to `timeout_ms` (negative:
+// 30 s) for the reply, retransmitting while the server is busy or silent: the reply
+// goes to `reply` (capacity `cap`) and its length to `*out_len` (also written with
+// `HAMLYN_RESULT_BUFFER_TOO_SMALL`: the reply is then lost). `HAMLYN_RESULT_TIMEOUT`,
+// `HAMLYN_RESULT_PEER_GONE` (the server is gone).
+//
+// # Safety
+//
+// `client` is NULL or live; `data` is readable for `len` bytes; `reply` is NULL or
+// writable for `cap` bytes; `out_len` is NULL or writable.
+hamlyn_result hamlyn_rats_request_call(const struct hamlyn_rats_request_client *client,
+                                       const uint8_t *data,
+                                       size_t len,
+                                       int64_t timeout_ms,
+                                       uint8_t *reply,
+                                       size_t cap,
+                                       size_t *out_len);
+
+// A stream receiver with a ring of `ring` bytes and `entries` metadata entries
+// (messages in flight at once). Make it first: its seed makes the sender.
+//
+// # Safety
+//
+// `rats` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_rats_stream_receiver_new(const struct hamlyn_rats *rats,
+                                              uint64_t ring,
+                                              uint32_t entries,
+                                              struct hamlyn_rats_stream_receiver **out);
+
+// The receiver's seed text (what the sender is made from), as
+// `hamlyn_rats_tagged_server_seed`.
+//
+// # Safety
+//
+// `receiver` is NULL or live; `buf` is NULL or writable for `cap` bytes; `out_needed`
+// is NULL or writable.
+hamlyn_result hamlyn_rats_stream_receiver_seed(const struct hamlyn_rats_stream_receiver *receiver,
+                                               char *buf,
+                                               size_t cap,
+                                               size_t *out_needed);
+
+// Reads the next bytes of the stream (`record` 0: whatever is there, crossing record
+// ends) or its next record (`record` 1), waiting up to `timeout_ms` (negative: without
+// end), into `buf` (capacity `cap`); `*out_len` is their length (also written with
+// `HAMLYN_RESULT_BUFFER_TOO_SMALL`: the same bytes come again with a larger buffer) and
+// `*out_record_end` (may be NULL) 1 if they end a record. Their ring space goes back to
+// the sender. `HAMLYN_RESULT_TIMEOUT` when nothing came, `HAMLYN_RESULT_END_OF_STREAM`
+// once the sender closed the stream and everything was read.
+//
+// # Safety
+//
+// `receiver` is NULL or live; `buf` is NULL or writable for `cap` bytes; `out_len` is
+// NULL or writable; `out_record_end` is NULL or writable.
+hamlyn_result hamlyn_rats_stream_read(const struct hamlyn_rats_stream_receiver *receiver,
+                                      uint32_t record,
+                                      int64_t timeout_ms,
+                                      uint8_t *buf,
+                                      size_t cap,
+                                      size_t *out_len,
+                                      uint32_t *out_record_end);
+
+// A stream sender from a receiver's seed text.
+//
+// # Safety
+//
+// `rats` is NULL or live; `seed_text` is NULL or NUL-terminated; `out` is NULL or
+// writable.
+hamlyn_result hamlyn_rats_stream_sender_new(const struct hamlyn_rats *rats,
+                                            const char *seed_text,
+                                            struct hamlyn_rats_stream_sender **out);
+
+// Writes the `len` bytes at `data` (copied before this returns) to the stream; with
+// `record` 1 they end a record. Small writes are coalesced until a flush or a larger
+// write. `HAMLYN_RESULT_FULL` when the receiver's ring has no room (nothing written:
+// write again once the receiver read on); `HAMLYN_RESULT_TOO_LONG` past the largest
+// write.
+//
+// # Safety
+//
+// `sender` is NULL or live; `data` is readable for `len` bytes.
+hamlyn_result hamlyn_rats_stream_write(const struct hamlyn_rats_stream_sender *sender,
+                                       const uint8_t *data,
+                                       size_t len,
+                                       uint32_t record);
+
+// Sends what was coalesced.
+//
+// # Safety
+//
+// `sender` is NULL or live.
+hamlyn_result hamlyn_rats_stream_flush(const struct hamlyn_rats_stream_sender *sender);
+
+// Flushes and closes the stream: the receiver reads to its end, then gets
+// `HAMLYN_RESULT_END_OF_STREAM`. Nothing may be written after.
+//
+// # Safety
+//
+// `sender` is NULL or live.
+hamlyn_result hamlyn_rats_stream_close(const struct hamlyn_rats_stream_sender *sender);
 
 // Publishes a server of the `count` procedures at `procedures` as `service` on `node`'s
 // engine (names and functions copied; each `user` stays the caller's). Names must be

@@ -316,9 +316,9 @@ pub unsafe extern "C" fn hamlyn_last_error(
     })
 }
 
-impl From<hamlyn_rats::RatsError> for hamlyn_result {
-    fn from(e: hamlyn_rats::RatsError) -> hamlyn_result {
-        use hamlyn_rats::RatsError as E;
+impl From<::hamlyn_rats::RatsError> for hamlyn_result {
+    fn from(e: ::hamlyn_rats::RatsError) -> hamlyn_result {
+        use ::hamlyn_rats::RatsError as E;
         use hamlyn_result as R;
         let code = match &e {
             E::Hamlyn(_) | E::Send(_) => {

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use hamlyn_engine::{EngineConfig, EngineHandle};
 
-const PROGRAMS: [&str; 8] = [
+const PROGRAMS: [&str; 9] = [
     "errors",
     "pingpong",
     "group",
@@ -25,6 +25,7 @@ const PROGRAMS: [&str; 8] = [
     "am",
     "rpc",
     "job",
+    "rats",
 ];
 
 /// Longest a C program may run (valgrind is slow); a hung one is killed and fails.
@@ -407,6 +408,27 @@ fn c_ranks_started_with_slurm_variables_gather_seeds_and_pass_barriers() {
             let status = finish(child, "a rank");
             assert!(status.success(), "rank {r} ({mode:?}): {status}");
         }
+    }
+}
+
+/// The protocol level from C (issue 10) across two processes, seeds as text: tagged
+/// write and get_tag, datagrams with credits and release, a simple datagram answered
+/// through its reply seed, a stream of records to its end, request/response found by
+/// name.
+#[test]
+fn rats_protocols_between_two_c_processes() {
+    for mode in modes() {
+        let d = daemon();
+        let service = format!("capi-rats-{}-{mode:?}", std::process::id());
+        let mut serve = program(mode, &d, "rats", &["serve"]);
+        serve.env("HAMLYN_SERVICE", &service);
+        let (server, seeds) = start_reading(serve, 4);
+        let mut call = program(mode, &d, "rats", &["call"]);
+        call.env("HAMLYN_SERVICE", &service)
+            .env("HAMLYN_SEEDS", seeds.join("\n"));
+        run(call, &format!("rats call ({mode:?})"));
+        let status = finish(server, "rats serve");
+        assert!(status.success(), "rats serve ({mode:?}): {status}");
     }
 }
 

@@ -394,6 +394,102 @@ static hamlyn_job *rpc_job_errors(hamlyn_node *node) {
     return job;
 }
 
+/* The protocol level: NULLs, seeds of the wrong kind or none, buffers too small, calls
+ * out of turn. Returns a tagged server, which the caller checks is closed once the node
+ * is freed (and frees). */
+static hamlyn_rats_tagged_server *rats_errors(hamlyn_node *node, hamlyn_rats **out_rats) {
+    hamlyn_rats *rats = NULL;
+    EXPECT(hamlyn_rats_new(NULL, &rats), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rats_new(node, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    ASSERT(rats == NULL);
+    OK(hamlyn_rats_new(node, &rats));
+
+    hamlyn_rats_tagged_server *tagged = NULL;
+    EXPECT(hamlyn_rats_tagged_server_new(NULL, 4096, &tagged), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rats_tagged_server_new(rats, 4096, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    OK(hamlyn_rats_tagged_server_new(rats, 4096, &tagged));
+    char small[4] = {'x', 'x', 'x', 'x'};
+    size_t need = 0;
+    EXPECT(hamlyn_rats_tagged_server_seed(tagged, small, sizeof small, &need), HAMLYN_RESULT_BUFFER_TOO_SMALL);
+    ASSERT(need > sizeof small && small[0] == 'x');
+    char *seed = malloc(need);
+    ASSERT(seed != NULL);
+    OK(hamlyn_rats_tagged_server_seed(tagged, seed, need, NULL));
+    hamlyn_rats_tag tag;
+    EXPECT(hamlyn_rats_tagged_get_tag(tagged, 0, &tag), HAMLYN_RESULT_EMPTY);
+    EXPECT(hamlyn_rats_tagged_get_tag(tagged, 1, &tag), HAMLYN_RESULT_TIMEOUT);
+    EXPECT(hamlyn_rats_tagged_get_tag(tagged, 0, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    uint8_t b[16];
+    EXPECT(hamlyn_rats_tagged_read(tagged, 0, NULL, 8), HAMLYN_RESULT_NULL_ARGUMENT);
+
+    /* Seeds: none, not a seed, another protocol's. */
+    hamlyn_rats_tagged_client *tc = NULL;
+    hamlyn_rats_datagram_sender *ds = NULL;
+    hamlyn_rats_stream_sender *ss = NULL;
+    hamlyn_rats_simple_client *sc = NULL;
+    hamlyn_rats_request_client *rc = NULL;
+    EXPECT(hamlyn_rats_tagged_client_new(rats, NULL, &tc), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rats_tagged_client_new(rats, "hmseed1-nonsense", &tc), HAMLYN_RESULT_BAD_SEED);
+    EXPECT(hamlyn_rats_datagram_sender_new(rats, seed, &ds), HAMLYN_RESULT_BAD_SEED);
+    EXPECT(hamlyn_rats_stream_sender_new(rats, seed, &ss), HAMLYN_RESULT_BAD_SEED);
+    EXPECT(hamlyn_rats_simple_client_new(rats, seed, &sc), HAMLYN_RESULT_BAD_SEED);
+    EXPECT(hamlyn_rats_request_client_new(rats, seed, 64, &rc), HAMLYN_RESULT_BAD_SEED);
+    ASSERT(tc == NULL && ds == NULL && ss == NULL && sc == NULL && rc == NULL);
+    free(seed);
+
+    /* Datagrams: no buffers; a datagram never received is not held. */
+    hamlyn_rats_datagram_receiver *dr = NULL;
+    EXPECT(hamlyn_rats_datagram_receiver_new(rats, 0, 64, &dr), HAMLYN_RESULT_INVALID_ARGUMENT);
+    ASSERT(dr == NULL);
+    OK(hamlyn_rats_datagram_receiver_new(rats, 1, 64, &dr));
+    hamlyn_rats_datagram d;
+    EXPECT(hamlyn_rats_datagram_recv(dr, 0, &d), HAMLYN_RESULT_TIMEOUT);
+    EXPECT(hamlyn_rats_datagram_release(dr, 42), HAMLYN_RESULT_STATE);
+    EXPECT(hamlyn_rats_datagram_read(dr, 42, 0, b, 1), HAMLYN_RESULT_STATE);
+    hamlyn_rats_datagram_receiver_free(dr);
+
+    /* Simple datagram: nothing received, nothing to answer. */
+    hamlyn_rats_simple *simple;
+    OK(hamlyn_rats_simple_new(rats, 64, &simple));
+    hamlyn_rats_simple_message m;
+    EXPECT(hamlyn_rats_simple_recv(simple, 0, &m), HAMLYN_RESULT_EMPTY);
+    EXPECT(hamlyn_rats_simple_reply(simple, b, 1, 0, NULL), HAMLYN_RESULT_STATE);
+    hamlyn_rats_simple_free(simple);
+
+    /* Request/response: nothing held. */
+    hamlyn_rats_request_server *rs;
+    OK(hamlyn_rats_request_server_new(rats, 64, &rs));
+    EXPECT(hamlyn_rats_request_release(rs), HAMLYN_RESULT_STATE);
+    EXPECT(hamlyn_rats_request_read(rs, 0, b, 1), HAMLYN_RESULT_STATE);
+    EXPECT(hamlyn_rats_request_reply(rs, b, 1, NULL), HAMLYN_RESULT_STATE);
+    EXPECT(hamlyn_rats_request_client_lookup(rats, "capi-errors-no-server", 64, &rc), HAMLYN_RESULT_NOT_FOUND);
+    hamlyn_rats_request_server_free(rs);
+
+    /* Stream: a ring too small; a read mode that does not exist. */
+    hamlyn_rats_stream_receiver *sr = NULL;
+    EXPECT(hamlyn_rats_stream_receiver_new(rats, 64, 1, &sr), HAMLYN_RESULT_INVALID_ARGUMENT);
+    OK(hamlyn_rats_stream_receiver_new(rats, 65536, 4, &sr));
+    size_t len;
+    EXPECT(hamlyn_rats_stream_read(sr, 2, 0, b, sizeof b, &len, NULL), HAMLYN_RESULT_INVALID_ARGUMENT);
+    EXPECT(hamlyn_rats_stream_read(sr, 0, 0, b, sizeof b, &len, NULL), HAMLYN_RESULT_TIMEOUT);
+    EXPECT(hamlyn_rats_stream_read(sr, 0, 0, b, sizeof b, NULL, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    hamlyn_rats_stream_receiver_free(sr);
+
+    hamlyn_rats_tagged_server_free(NULL);
+    hamlyn_rats_tagged_client_free(NULL);
+    hamlyn_rats_datagram_receiver_free(NULL);
+    hamlyn_rats_datagram_sender_free(NULL);
+    hamlyn_rats_simple_free(NULL);
+    hamlyn_rats_simple_client_free(NULL);
+    hamlyn_rats_request_server_free(NULL);
+    hamlyn_rats_request_client_free(NULL);
+    hamlyn_rats_stream_receiver_free(NULL);
+    hamlyn_rats_stream_sender_free(NULL);
+    hamlyn_rats_free(NULL);
+    *out_rats = rats;
+    return tagged;
+}
+
 int main(void) {
     version();
     nulls();
@@ -435,6 +531,8 @@ int main(void) {
     hamlyn_am_region *am_region;
     hamlyn_am *am = am_errors(node, &am_region);
     hamlyn_job *job = rpc_job_errors(node);
+    hamlyn_rats *rats;
+    hamlyn_rats_tagged_server *rats_tagged = rats_errors(node, &rats);
 
     hamlyn_queue *queue, *again = NULL;
     OK(hamlyn_queue_new(node, 0, &queue));
@@ -625,6 +723,10 @@ int main(void) {
     hamlyn_am_free(am);
     EXPECT(hamlyn_job_barrier(job), HAMLYN_RESULT_CLOSED);
     hamlyn_job_free(job);
+    hamlyn_rats_tag tag;
+    EXPECT(hamlyn_rats_tagged_get_tag(rats_tagged, 0, &tag), HAMLYN_RESULT_CLOSED);
+    hamlyn_rats_tagged_server_free(rats_tagged);
+    hamlyn_rats_free(rats);
     /* A ticket is a value: still usable. */
     size_t need;
     EXPECT(hamlyn_ticket_to_seed(ticket, NULL, 0, &need), HAMLYN_RESULT_BUFFER_TOO_SMALL);
