@@ -212,6 +212,22 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// The address of the bulk payload's first byte in the receive buffer it landed in
+    /// ([`Ctx::payload_len`] bytes; `None` for a short message): the zero-copy view a
+    /// foreign-language handler reads (the C API's `hamlyn_am_ctx_payload`). Valid only
+    /// while the handler runs: the buffer goes back to its sender after. Other processes
+    /// may write that memory, so never form a Rust reference to it
+    /// ([`Ctx::read_payload`] is the safe accessor).
+    pub fn payload_ptr(&self) -> Result<Option<*const u8>, AmError> {
+        let Some((rx, d)) = self.payload else {
+            return Ok(None);
+        };
+        let mut part = *d;
+        part.offset += HEADER_LEN as u64;
+        part.len = self.payload_len();
+        Ok(Some(rx.view(&part)?))
+    }
+
     /// The whole payload, copied out.
     pub fn payload(&self) -> Result<Vec<u8>, AmError> {
         let mut v = vec![0u8; self.payload_len() as usize];

@@ -21,6 +21,27 @@
 // The patch version of the library this header came from.
 #define HAMLYN_VERSION_PATCH 0
 
+// `hamlyn_am_addr.client` naming a node's engine itself, which runs the
+// engine-resident handlers (`hamlyn.ping`, `hamlyn.echo`, `hamlyn.counter`,
+// `hamlyn.stats`).
+#define HAMLYN_AM_ENGINE_CLIENT UINT32_MAX
+
+// What a sender waits for (`want` of the sends): nothing (a failure still comes back
+// through `hamlyn_am_next_failure`).
+#define HAMLYN_AM_WANT_NOTHING 0
+
+// What a sender waits for: remote completion (the handler ran).
+#define HAMLYN_AM_WANT_ACK 1
+
+// What a sender waits for: the handler's reply.
+#define HAMLYN_AM_WANT_REPLY 2
+
+// How a waited-for call ended (`hamlyn_am_wait`): the handler ran (remote completion).
+#define HAMLYN_AM_OUTCOME_DONE 1
+
+// How a waited-for call ended: the handler replied (the reply's four arguments).
+#define HAMLYN_AM_OUTCOME_REPLY 2
+
 // `hamlyn_endpoint_config.flags`: arrivals are also reported to notification queue
 // `queue` (entries name the buffer in `meta_index`).
 #define HAMLYN_ENDPOINT_QUEUE 1
@@ -33,6 +54,22 @@
 // endpoint and deposit without the engine (`hamlyn_direct_open`), as for
 // `HAMLYN_SLOT_DANGER_DIRECT`.
 #define HAMLYN_ENDPOINT_DANGER_DIRECT 4
+
+// `hamlyn_job_launcher`: nobody started the process as part of a job (a job of one).
+#define HAMLYN_LAUNCHER_ALONE 0
+
+// `hamlyn_job_launcher`: `hamlyn run` (`HAMLYN_RANK`, `HAMLYN_SIZE`, `HAMLYN_JOB`).
+#define HAMLYN_LAUNCHER_HAMLYN 1
+
+// `hamlyn_job_launcher`: Slurm's `srun` (`SLURM_PROCID`, `SLURM_NTASKS`).
+#define HAMLYN_LAUNCHER_SLURM 2
+
+// `hamlyn_job_launcher`: a PMI launcher (`PMI_RANK`, `PMI_SIZE`).
+#define HAMLYN_LAUNCHER_PMI 3
+
+// `hamlyn_job_launcher`: Open MPI's `mpirun` (`OMPI_COMM_WORLD_RANK`,
+// `OMPI_COMM_WORLD_SIZE`).
+#define HAMLYN_LAUNCHER_OPENMPI 4
 
 // `hamlyn_notification.kind`: every packet of a message arrived.
 #define HAMLYN_NOTIFY_MESSAGE 1
@@ -57,6 +94,15 @@
 
 // `hamlyn_notification.meta_index` of a fast-mode message (no metadata entry).
 #define HAMLYN_NO_META_INDEX UINT32_MAX
+
+// Most argument bytes one call carries.
+#define HAMLYN_RPC_MAX_ARGS 4080
+
+// Most result bytes one call returns: a result buffer this long always suffices.
+#define HAMLYN_RPC_MAX_RESULT 4080
+
+// Calls one client may have outstanding at once (its call frames).
+#define HAMLYN_RPC_FRAMES 8
 
 // Normal mode: the slot key protects the whole slot (needs a metadata area).
 #define HAMLYN_SLOT_NORMAL 0
@@ -278,10 +324,59 @@ enum hamlyn_result
   HAMLYN_RESULT_OUTSIDE_TICKET = 30,
   // The request was refused before or while being sent (see the send's status).
   HAMLYN_RESULT_REJECTED = 31,
+  // A call on an active-message endpoint (or a region or target made from it) from
+  // inside one of that endpoint's own handlers: the endpoint is busy running it.
+  // Answer through the context (`hamlyn_am_ctx_reply`) and act after the poll.
+  HAMLYN_RESULT_IN_HANDLER = 32,
+  // A handler name is registered in the cluster with another argument fingerprint.
+  HAMLYN_RESULT_COLLISION = 33,
+  // No live handler of that name or id in the local copy of the cluster's table
+  // (synch or refresh first, or nobody registered it).
+  HAMLYN_RESULT_UNKNOWN_HANDLER = 34,
+  // The receiver refused the message: no such handler there (it was unregistered), or
+  // an old epoch of it.
+  HAMLYN_RESULT_HANDLER_GONE = 35,
+  // The handler (or remote procedure) ran and failed, or gave no reply that was
+  // asked for.
+  HAMLYN_RESULT_HANDLER_FAILED = 36,
+  // A reply token was used twice: the second reply was not sent.
+  HAMLYN_RESULT_REPLY_TWICE = 37,
+  // A payload, argument block or result is longer than the layer allows.
+  HAMLYN_RESULT_TOO_LONG = 38,
+  // No such call outstanding (finished already, or never started here).
+  HAMLYN_RESULT_NO_CALL = 39,
+  // No logical channel with that number is open on the endpoint.
+  HAMLYN_RESULT_NO_CHANNEL = 40,
+  // The peer (endpoint, server, process) is gone.
+  HAMLYN_RESULT_PEER_GONE = 41,
+  // A peer's message, reply or call frame did not parse, or broke the protocol.
+  HAMLYN_RESULT_MALFORMED = 42,
+  // The operation is not valid in the object's state (a stream closed, a datagram
+  // released twice, a request answered already).
+  HAMLYN_RESULT_STATE = 43,
+  // The stream was closed by its sender: nothing more will come.
+  HAMLYN_RESULT_END_OF_STREAM = 44,
 };
 #ifndef __cplusplus
 typedef uint32_t hamlyn_result;
 #endif // __cplusplus
+
+// An active-message endpoint (`hamlyn_am_new`, freed by `hamlyn_am_free`). It has a
+// connection of its own to the node's engine. Usable from any thread, one call at a
+// time (a lock inside); its handlers run on the thread that polls.
+typedef struct hamlyn_am hamlyn_am;
+
+// The context a handler runs with: the message (arguments, channel, sender, payload)
+// and its reply token. Lent to the handler for the length of its call: never keep it.
+typedef struct hamlyn_am_ctx hamlyn_am_ctx;
+
+// A region of an endpoint's memory that memory messages copy into
+// (`hamlyn_am_region_new`, freed by `hamlyn_am_region_free`).
+typedef struct hamlyn_am_region hamlyn_am_region;
+
+// The sending side of memory messages to one region (`hamlyn_am_target_new`, freed by
+// `hamlyn_am_target_free`).
+typedef struct hamlyn_am_target hamlyn_am_target;
 
 // Registered memory (a sealed memfd shared with the engine) that messages land in or are
 // sent from. `hamlyn_area_memory` gives its address.
@@ -294,6 +389,11 @@ typedef struct hamlyn_direct hamlyn_direct;
 // A receive endpoint, destroyed by `hamlyn_endpoint_free`.
 typedef struct hamlyn_endpoint hamlyn_endpoint;
 
+// This process's place in a parallel job (`hamlyn_job_init`, `hamlyn_job_join`; freed
+// by `hamlyn_job_free`). Collective calls (barrier, all-gather) must be made by every
+// rank in the same order.
+typedef struct hamlyn_job hamlyn_job;
+
 // An area of 128-byte metadata entries (every slot mode but fast needs one).
 typedef struct hamlyn_meta_area hamlyn_meta_area;
 
@@ -305,6 +405,54 @@ typedef struct hamlyn_node hamlyn_node;
 // The consumer of one notification queue. Made by `hamlyn_queue_new`, freed by
 // `hamlyn_queue_free`.
 typedef struct hamlyn_queue hamlyn_queue;
+
+// A Rats manager (`hamlyn_rats_new`, freed by `hamlyn_rats_free`): message space,
+// metadata entries, a queue and a terminus on a connection of its own. The instances
+// made from it share it (and its lock).
+typedef struct hamlyn_rats hamlyn_rats;
+
+// The receiving side of datagrams: buffers granted to senders as credits.
+typedef struct hamlyn_rats_datagram_receiver hamlyn_rats_datagram_receiver;
+
+// The sending side of datagrams, made from a receiver's seed.
+typedef struct hamlyn_rats_datagram_sender hamlyn_rats_datagram_sender;
+
+// A request/response client, made from a server's seed or its registry name.
+typedef struct hamlyn_rats_request_client hamlyn_rats_request_client;
+
+// A request/response server: one request at a time, answered, then released.
+typedef struct hamlyn_rats_request_server hamlyn_rats_request_server;
+
+// A simple datagram instance: one receive buffer; its messages may carry a reply
+// seed, and it answers through them.
+typedef struct hamlyn_rats_simple hamlyn_rats_simple;
+
+// The sending side of simple datagrams, made from an instance's seed.
+typedef struct hamlyn_rats_simple_client hamlyn_rats_simple_client;
+
+// The receiving side of a stream (made first: its seed makes the sender).
+typedef struct hamlyn_rats_stream_receiver hamlyn_rats_stream_receiver;
+
+// The sending side of a stream, made from the receiver's seed.
+typedef struct hamlyn_rats_stream_sender hamlyn_rats_stream_sender;
+
+// The writing side of tagged writes, made from a tagged server's seed.
+typedef struct hamlyn_rats_tagged_client hamlyn_rats_tagged_client;
+
+// The receiving side of tagged writes: a slot others write with tags.
+typedef struct hamlyn_rats_tagged_server hamlyn_rats_tagged_server;
+
+// An RPC client connected to one service (`hamlyn_rpc_client_connect`, freed by
+// `hamlyn_rpc_client_free`). It has a connection of its own to the node's engine.
+typedef struct hamlyn_rpc_client hamlyn_rpc_client;
+
+// What a running procedure may use besides its arguments: the caller's segment (call by
+// reference). Lent for the length of the call: never keep it.
+typedef struct hamlyn_rpc_ctx hamlyn_rpc_ctx;
+
+// An RPC server (`hamlyn_rpc_server_new`, freed by `hamlyn_rpc_server_free`, which
+// withdraws the service). It has a connection of its own to the node's engine.
+typedef struct hamlyn_rpc_server hamlyn_rpc_server;
 
 // The state of a request once its engine looked at it: how it ended, or that it has not.
 typedef struct hamlyn_send hamlyn_send;
@@ -319,6 +467,73 @@ typedef struct hamlyn_terminus hamlyn_terminus;
 // A ticket: a plain value (no connection), valid after its node is freed; freed with
 // `hamlyn_ticket_free`.
 typedef struct hamlyn_ticket hamlyn_ticket;
+
+// How an active-message endpoint is sized (`hamlyn_am_new`). All zeros is valid: every
+// zero field takes the library's default.
+typedef struct hamlyn_am_options {
+  // Most peers it links with (0: the default, 16).
+  uint32_t max_peers;
+  // Short messages a peer may have in flight to it (1..=16; 0: the default).
+  uint32_t short_credits;
+  // Bulk messages a peer may have in flight to it (1..=16; 0: the default).
+  uint32_t bulk_credits;
+  // The largest bulk payload in bytes (0: the default, 64 KiB).
+  uint64_t bulk_max;
+} hamlyn_am_options;
+
+// Where an active-message endpoint is: its node and its connection (client id) on that
+// node's engine. `client == HAMLYN_AM_ENGINE_CLIENT` names the node's engine.
+typedef struct hamlyn_am_addr {
+  // The node.
+  uint32_t node;
+  // The endpoint's client id on that node (or `HAMLYN_AM_ENGINE_CLIENT`).
+  uint32_t client;
+} hamlyn_am_addr;
+
+// A handler written in C: runs inside `hamlyn_am_poll` (or a call that waits) on the
+// thread that called it, with the message's context and the `user` pointer given at
+// registration. `ctx` is valid only until the handler returns. Returns 0 on success;
+// any other value goes back to the sender as an error completion
+// (`HAMLYN_RESULT_HANDLER_FAILED`). Inside it, use the `hamlyn_am_ctx_*` calls; a call
+// on the same endpoint returns `HAMLYN_RESULT_IN_HANDLER`.
+typedef int32_t (*hamlyn_am_handler_fn)(struct hamlyn_am_ctx *ctx, void *user);
+
+// A handler as the cluster numbers it (`hamlyn_am_handler_by_name`): what a message
+// names.
+typedef struct hamlyn_am_handler_id {
+  // Dense, cluster-wide.
+  uint32_t id;
+  // Moves on each time the name becomes live again after nobody had it.
+  uint32_t epoch;
+} hamlyn_am_handler_id;
+
+// Endpoint-wide counters (`hamlyn_am_counters`).
+typedef struct hamlyn_am_counters {
+  // Messages whose handler ran here.
+  uint64_t handled;
+  // Messages refused here for naming no handler of this process (forged or gone ids).
+  uint64_t unknown_handler;
+  // Messages refused here for naming an old epoch of a handler.
+  uint64_t stale_epoch;
+  // Messages that did not parse (lying lengths, bad kinds): no handler ran.
+  uint64_t malformed;
+  // Replies, acks or errors for calls not outstanding here: refused.
+  uint64_t reply_refused;
+  // Sends refused for want of credit (back-pressure seen here).
+  uint64_t full;
+} hamlyn_am_counters;
+
+// What happened to one handler of this process (`hamlyn_am_handler_counters`).
+typedef struct hamlyn_am_handler_counters {
+  // Times it ran.
+  uint64_t calls;
+  // Replies it gave.
+  uint64_t replies;
+  // Times it returned non-zero (or gave no reply that was asked for).
+  uint64_t errors;
+  // Messages naming it refused here without running it.
+  uint64_t refused;
+} hamlyn_am_handler_counters;
 
 // How to send one message. All zeros (or a NULL pointer) is the default: offset 0, no
 // metadata, tag 0, notify and wake, the ticket's first metadata entry (or fast mode for
@@ -432,6 +647,97 @@ typedef struct hamlyn_notification {
   uint32_t request_seq;
 } hamlyn_notification;
 
+// A tagged write that arrived (`hamlyn_rats_tagged_get_tag`).
+typedef struct hamlyn_rats_tag {
+  // Its tag.
+  uint32_t tag;
+  // The node that wrote it.
+  uint32_t src_node;
+  // Where it landed in the server's slot.
+  uint64_t offset;
+  // Its bytes.
+  uint64_t len;
+} hamlyn_rats_tag;
+
+// A datagram received (`hamlyn_rats_datagram_recv`), held until released.
+typedef struct hamlyn_rats_datagram {
+  // Its number here, for `hamlyn_rats_datagram_read` and `_release`.
+  uint64_t id;
+  // Its bytes.
+  uint64_t len;
+  // The node that sent it.
+  uint32_t src_node;
+  // The sender (its number at this receiver).
+  uint32_t sender;
+} hamlyn_rats_datagram;
+
+// A simple datagram message received (`hamlyn_rats_simple_recv`).
+typedef struct hamlyn_rats_simple_message {
+  // Its first byte in the instance's buffer (`hamlyn_rats_simple_read`).
+  uint64_t offset;
+  // Its bytes.
+  uint64_t len;
+  // The node that sent it.
+  uint32_t src_node;
+  // 1 if it carried a reply seed (`hamlyn_rats_simple_reply` answers through it).
+  uint32_t has_reply;
+} hamlyn_rats_simple_message;
+
+// A request received (`hamlyn_rats_request_recv`), held until released.
+typedef struct hamlyn_rats_request {
+  // Its bytes (`hamlyn_rats_request_read`).
+  uint64_t len;
+  // The client's id.
+  uint64_t client;
+  // The client's sequence number.
+  uint32_t seq;
+} hamlyn_rats_request;
+
+// A procedure written in C: runs inside `hamlyn_rpc_server_serve` on the thread that
+// called it. `args` holds the call's `args_len` argument bytes (valid during the call);
+// the procedure writes its result into `result` (room for `result_cap` bytes, which is
+// `HAMLYN_RPC_MAX_RESULT`) and its length into `*result_len`, and returns 0. Any other
+// return value fails the call: the client gets `HAMLYN_RESULT_HANDLER_FAILED`. `ctx`
+// (valid during the call) reaches the caller's segment of a call by reference.
+typedef int32_t (*hamlyn_rpc_procedure_fn)(struct hamlyn_rpc_ctx *ctx,
+                                           const uint8_t *args,
+                                           size_t args_len,
+                                           uint8_t *result,
+                                           size_t result_cap,
+                                           size_t *result_len,
+                                           void *user);
+
+// One procedure a server offers (`hamlyn_rpc_server_new`): its name, its function and
+// the user pointer it is called with (the caller's; valid as long as the server).
+typedef struct hamlyn_rpc_procedure {
+  // The name clients call it by (NUL-terminated UTF-8, copied).
+  const char *name;
+  // The function.
+  hamlyn_rpc_procedure_fn func;
+  // Passed to `func` as `user`.
+  void *user;
+} hamlyn_rpc_procedure;
+
+// What a server has done and refused (`hamlyn_rpc_server_counters`).
+typedef struct hamlyn_rpc_server_counters {
+  // Clients connected.
+  uint64_t connected;
+  // Calls whose procedure ran (successfully or not).
+  uint64_t calls;
+  // Calls whose procedure failed.
+  uint64_t failed;
+  // Calls naming no procedure.
+  uint64_t unknown_procedure;
+  // Call frames whose lengths did not fit.
+  uint64_t bad_frames;
+  // Frames rewritten between their notification and the server's read.
+  uint64_t mismatched;
+  // Clients whose replies could not be delivered: their frames were freed.
+  uint64_t clients_freed;
+  // Reply tickets refused.
+  uint64_t bad_reply_tickets;
+} hamlyn_rpc_server_counters;
+
 // How to make a slot (`hamlyn_slot_new`). All zeros is a valid configuration: normal
 // mode, writes only, the whole area, no notification queue.
 typedef struct hamlyn_slot_config {
@@ -486,6 +792,349 @@ const char *hamlyn_version(void);
 // The library's version as numbers (0.1.0 is 0x000100: major << 16 | minor << 8 |
 // patch): what a program compares with the header's `HAMLYN_VERSION_*` macros.
 uint32_t hamlyn_version_number(void);
+
+// Makes an active-message endpoint on `node`'s engine (a connection of its own, with
+// the node's options); `options` may be NULL (the defaults). Freeing `node` closes it
+// (`HAMLYN_RESULT_CLOSED`).
+//
+// # Safety
+//
+// `node` is NULL or live; `options` is NULL or valid; `out` is NULL or writable.
+hamlyn_result hamlyn_am_new(const struct hamlyn_node *node,
+                            const struct hamlyn_am_options *options,
+                            struct hamlyn_am **out);
+
+// Frees an endpoint (NULL: nothing): its handlers and its connection are gone at once;
+// regions and targets made from it stay usable until freed. Never from inside one of
+// its own handlers.
+//
+// # Safety
+//
+// `am` is NULL or a live endpoint, not used after, and no call on it is running.
+void hamlyn_am_free(struct hamlyn_am *am);
+
+// Where the endpoint is: what other processes send to.
+//
+// # Safety
+//
+// `am` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_am_addr_of(const struct hamlyn_am *am, struct hamlyn_am_addr *out);
+
+// The fingerprint of an argument layout described as text (for example
+// `"u64 len, u64 seed; payload bytes"`): the same function Rust handlers use, so a C
+// and a Rust handler of one layout agree.
+//
+// # Safety
+//
+// `layout` is NULL or NUL-terminated; `out` is NULL or writable.
+hamlyn_result hamlyn_am_fingerprint(const char *layout, uint64_t *out);
+
+// Registers the C handler `handler` (called with `user`) locally under `name` with the
+// argument fingerprint `fingerprint`; the cluster numbers it at the next
+// `hamlyn_am_synch`. `user` belongs to the caller and must stay valid until the handler
+// is unregistered or the endpoint freed. `HAMLYN_RESULT_INVALID_ARGUMENT` for an empty,
+// too long or already registered name.
+//
+// # Safety
+//
+// `am` is NULL or live; `name` is NULL or NUL-terminated; `handler` is NULL or a
+// function of that type; `user` is whatever the handler expects.
+hamlyn_result hamlyn_am_register(const struct hamlyn_am *am,
+                                 const char *name,
+                                 uint64_t fingerprint,
+                                 hamlyn_am_handler_fn handler,
+                                 void *user);
+
+// Removes a local handler at once: a message for it fails here from now on and its
+// sender gets `HAMLYN_RESULT_HANDLER_GONE`. The cluster hears at the next synch.
+//
+// # Safety
+//
+// `am` is NULL or live; `name` is NULL or NUL-terminated.
+hamlyn_result hamlyn_am_unregister(const struct hamlyn_am *am, const char *name);
+
+// Sends the local handler list's changes to the cluster's registry node, which numbers
+// new names, and fetches the cluster's table back. A name the cluster has with another
+// fingerprint is `HAMLYN_RESULT_COLLISION` (that handler is dropped here; the others
+// are registered; `hamlyn_last_error` names it).
+//
+// # Safety
+//
+// `am` is NULL or live.
+hamlyn_result hamlyn_am_synch(const struct hamlyn_am *am);
+
+// Fetches the cluster's handler table (a late joiner's first step).
+//
+// # Safety
+//
+// `am` is NULL or live.
+hamlyn_result hamlyn_am_refresh(const struct hamlyn_am *am);
+
+// A live handler's id by name, from the local copy of the cluster's table
+// (`HAMLYN_RESULT_UNKNOWN_HANDLER` if it has none: synch or refresh first).
+//
+// # Safety
+//
+// `am` is NULL or live; `name` is NULL or NUL-terminated; `out` is NULL or writable.
+hamlyn_result hamlyn_am_handler_by_name(const struct hamlyn_am *am,
+                                        const char *name,
+                                        struct hamlyn_am_handler_id *out);
+
+// Opens a logical channel served at `priority` (0 first): a terminus of the endpoint's
+// own; `*out` is its number, which travels with every message sent on it. Channel 0 is
+// always open.
+//
+// # Safety
+//
+// `am` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_am_open_channel(const struct hamlyn_am *am, uint8_t priority, uint16_t *out);
+
+// Links with the endpoint at `peer` (the first send does it too), waiting up to
+// `timeout_ms` (negative: without end); runs this endpoint's handlers meanwhile.
+//
+// # Safety
+//
+// `am` is NULL or live.
+hamlyn_result hamlyn_am_connect(const struct hamlyn_am *am,
+                                struct hamlyn_am_addr peer,
+                                int64_t timeout_ms);
+
+// Sends a short message (handler, logical channel, the four `u64` at `args`; one
+// packet) to `to`. `want` is `HAMLYN_AM_WANT_*`; with ACK or REPLY, wait for it with
+// `hamlyn_am_wait(*out_call)`. `out_call` may be NULL. `HAMLYN_RESULT_FULL` when the
+// link has no credit (nothing sent: poll, and send again).
+//
+// # Safety
+//
+// `am` is NULL or live; `args` is NULL or readable for four `u64`; `out_call` is NULL
+// or writable.
+hamlyn_result hamlyn_am_send_short(const struct hamlyn_am *am,
+                                   struct hamlyn_am_addr to,
+                                   struct hamlyn_am_handler_id handler,
+                                   uint16_t channel,
+                                   const uint64_t *args,
+                                   uint32_t want,
+                                   uint64_t *out_call);
+
+// Sends a bulk message: the four `u64` at `args` and the `len` bytes at `payload` (up
+// to the receiver's bulk maximum, else `HAMLYN_RESULT_TOO_LONG`), copied before the call
+// returns. The receiving handler sees the payload in place (`hamlyn_am_ctx_payload`).
+// `HAMLYN_RESULT_FULL` when the link has no bulk credit. `out_call` may be NULL.
+//
+// # Safety
+//
+// As `hamlyn_am_send_short`; `payload` is readable for `len` bytes.
+hamlyn_result hamlyn_am_send_bulk(const struct hamlyn_am *am,
+                                  struct hamlyn_am_addr to,
+                                  struct hamlyn_am_handler_id handler,
+                                  uint16_t channel,
+                                  const uint64_t *args,
+                                  const uint8_t *payload,
+                                  size_t len,
+                                  uint32_t want,
+                                  uint64_t *out_call);
+
+// Waits up to `timeout_ms` (negative: without end) for call `call` (sent with ACK or
+// REPLY), running this endpoint's handlers meanwhile. `*out_outcome` is
+// `HAMLYN_AM_OUTCOME_DONE` or `_REPLY`; with a reply, `out_reply` (four `u64`, may be
+// NULL) gets its arguments (zeros with DONE). Errors: `HAMLYN_RESULT_TIMEOUT` (the call
+// stays outstanding), `HAMLYN_RESULT_NO_CALL`, `HAMLYN_RESULT_HANDLER_GONE`,
+// `HAMLYN_RESULT_HANDLER_FAILED`, `HAMLYN_RESULT_PEER_GONE`.
+//
+// # Safety
+//
+// `am` is NULL or live; `out_outcome` is NULL or writable; `out_reply` is NULL or
+// writable for four `u64`.
+hamlyn_result hamlyn_am_wait(const struct hamlyn_am *am,
+                             uint64_t call,
+                             int64_t timeout_ms,
+                             uint32_t *out_outcome,
+                             uint64_t *out_reply);
+
+// A short message wanting a reply, waited for up to `timeout_ms` (negative: without
+// end; sends again while the link is full): the reply's four arguments go to
+// `out_reply`.
+//
+// # Safety
+//
+// `am` is NULL or live; `args` is NULL or readable for four `u64`; `out_reply` is NULL
+// or writable for four `u64`.
+hamlyn_result hamlyn_am_call(const struct hamlyn_am *am,
+                             struct hamlyn_am_addr to,
+                             struct hamlyn_am_handler_id handler,
+                             uint16_t channel,
+                             const uint64_t *args,
+                             int64_t timeout_ms,
+                             uint64_t *out_reply);
+
+// Runs the handlers of what arrived (GRIM's `grim_poll`), waiting up to `timeout_ms`
+// (negative: until something arrives; 0: not at all) when nothing has; the thread
+// sleeps on the port's event descriptor meanwhile. `*out_handled` (may be NULL) is the
+// number of messages handled (bounded: call again while it is not 0).
+//
+// # Safety
+//
+// `am` is NULL or live; `out_handled` is NULL or writable.
+hamlyn_result hamlyn_am_poll(const struct hamlyn_am *am, int64_t timeout_ms, size_t *out_handled);
+
+// Takes the oldest failure of a message sent with `HAMLYN_AM_WANT_NOTHING`: its call
+// number and its result code. `HAMLYN_RESULT_EMPTY` when there is none.
+//
+// # Safety
+//
+// `am` is NULL or live; `out_call` and `out_code` are NULL or writable.
+hamlyn_result hamlyn_am_next_failure(const struct hamlyn_am *am,
+                                     uint64_t *out_call,
+                                     hamlyn_result *out_code);
+
+// The endpoint's counters.
+//
+// # Safety
+//
+// `am` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_am_counters_of(const struct hamlyn_am *am, struct hamlyn_am_counters *out);
+
+// The counters of this process's handler `name` (`HAMLYN_RESULT_UNKNOWN_HANDLER` if it
+// registered none of that name).
+//
+// # Safety
+//
+// `am` is NULL or live; `name` is NULL or NUL-terminated; `out` is NULL or writable.
+hamlyn_result hamlyn_am_handler_counters_of(const struct hamlyn_am *am,
+                                            const char *name,
+                                            struct hamlyn_am_handler_counters *out);
+
+// The message's four arguments, into `out` (four `u64`).
+//
+// # Safety
+//
+// `ctx` is NULL or the running handler's context; `out` is NULL or writable for four
+// `u64`.
+hamlyn_result hamlyn_am_ctx_args(struct hamlyn_am_ctx *ctx, uint64_t *out);
+
+// The sender's logical channel.
+//
+// # Safety
+//
+// `ctx` is NULL or the running handler's context; `out` is NULL or writable.
+hamlyn_result hamlyn_am_ctx_channel(struct hamlyn_am_ctx *ctx, uint16_t *out);
+
+// The sending endpoint.
+//
+// # Safety
+//
+// `ctx` is NULL or the running handler's context; `out` is NULL or writable.
+hamlyn_result hamlyn_am_ctx_src(struct hamlyn_am_ctx *ctx, struct hamlyn_am_addr *out);
+
+// The bulk payload in place (zero copy): `*out_data` is its first byte in the receive
+// buffer and `*out_len` its length (NULL and 0 for a short message). The bytes are
+// valid only until the handler returns (the buffer goes back to its sender then): copy
+// what must outlive the call. Read them only.
+//
+// # Safety
+//
+// `ctx` is NULL or the running handler's context; `out_data` and `out_len` are NULL or
+// writable.
+hamlyn_result hamlyn_am_ctx_payload(struct hamlyn_am_ctx *ctx,
+                                    const uint8_t **out_data,
+                                    size_t *out_len);
+
+// Copies payload bytes `off..off + len` into `buf`: `HAMLYN_RESULT_OUT_OF_RANGE` if they
+// go past the payload's end (`buf` untouched).
+//
+// # Safety
+//
+// `ctx` is NULL or the running handler's context; `buf` is writable for `len` bytes.
+hamlyn_result hamlyn_am_ctx_read_payload(struct hamlyn_am_ctx *ctx,
+                                         uint64_t off,
+                                         uint8_t *buf,
+                                         size_t len);
+
+// Replies once with the four `u64` at `args` (the token): a second reply is
+// `HAMLYN_RESULT_REPLY_TWICE` and is not sent. The reply leaves after the handler
+// returns.
+//
+// # Safety
+//
+// `ctx` is NULL or the running handler's context; `args` is NULL or readable for four
+// `u64`.
+hamlyn_result hamlyn_am_ctx_reply(struct hamlyn_am_ctx *ctx, const uint64_t *args);
+
+// A region of `len` bytes of the endpoint's memory that memory messages (block copies,
+// no handler) land in; `hamlyn_am_region_seed` gives the seed a sender writes it
+// through.
+//
+// # Safety
+//
+// `am` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_am_region_new(const struct hamlyn_am *am,
+                                   uint64_t len,
+                                   struct hamlyn_am_region **out);
+
+// The region's seed text and a NUL into `buf` (capacity `cap`); `*out_needed` (may be
+// NULL) is the length it needs, also written with `HAMLYN_RESULT_BUFFER_TOO_SMALL`.
+// `HAMLYN_SEED_TEXT_MAX` bytes always suffice.
+//
+// # Safety
+//
+// `region` is NULL or live; `buf` is NULL or writable for `cap` bytes; `out_needed` is
+// NULL or writable.
+hamlyn_result hamlyn_am_region_seed(const struct hamlyn_am_region *region,
+                                    char *buf,
+                                    size_t cap,
+                                    size_t *out_needed);
+
+// Copies region bytes `off..off + len` into `buf` (`HAMLYN_RESULT_OUT_OF_RANGE` past
+// its end, `buf` untouched).
+//
+// # Safety
+//
+// `region` is NULL or live; `buf` is writable for `len` bytes.
+hamlyn_result hamlyn_am_region_read(const struct hamlyn_am_region *region,
+                                    uint64_t off,
+                                    uint8_t *buf,
+                                    size_t len);
+
+// Frees a region (NULL: nothing): senders' writes to it fail from then on.
+//
+// # Safety
+//
+// `region` is NULL or live, not used after.
+void hamlyn_am_region_free(struct hamlyn_am_region *region);
+
+// The sending side of memory messages to the region whose seed text is `seed_text`
+// (`HAMLYN_RESULT_BAD_SEED` if it is not a region's seed).
+//
+// # Safety
+//
+// `am` is NULL or live; `seed_text` is NULL or NUL-terminated; `out` is NULL or
+// writable.
+hamlyn_result hamlyn_am_target_new(const struct hamlyn_am *am,
+                                   const char *seed_text,
+                                   struct hamlyn_am_target **out);
+
+// Copies the `len` bytes at `data` to `offset` of the target's region (a memory
+// message: no handler runs). `data` is free again when the call returns. `*out` (if
+// `out` is not NULL) is the send's handle: `hamlyn_send_wait` says when the bytes left
+// this engine, or that the send failed (outside the region...); free it with
+// `hamlyn_send_free`.
+//
+// # Safety
+//
+// `target` is NULL or live; `data` is readable for `len` bytes; `out` is NULL or
+// writable.
+hamlyn_result hamlyn_am_target_write(const struct hamlyn_am_target *target,
+                                     uint64_t offset,
+                                     const uint8_t *data,
+                                     size_t len,
+                                     struct hamlyn_send **out);
+
+// Frees a target (NULL: nothing).
+//
+// # Safety
+//
+// `target` is NULL or live, not used after.
+void hamlyn_am_target_free(struct hamlyn_am_target *target);
 
 // Registers a new area of `len` bytes (zeroed) with `node`'s engine; `*out` is the new
 // area, freed with `hamlyn_area_free`.
@@ -709,6 +1358,106 @@ hamlyn_result hamlyn_terminus_set_rate(const struct hamlyn_node *node,
 // for a value this library does not define: a static string, never freed, never NULL.
 const char *hamlyn_result_name(uint32_t code);
 
+// Writes the text of the last error an active-message, RPC, job or Rats call returned
+// on this thread (what the code alone does not say: which handler refused, why a seed
+// is malformed) and a NUL into `buf` (capacity `cap`); `*out_needed` (if not NULL) is
+// the length it needs, NUL included, written even with `HAMLYN_RESULT_BUFFER_TOO_SMALL`.
+// An empty string if there was none. Successful calls do not clear it.
+//
+// # Safety
+//
+// `buf` is NULL or writable for `cap` bytes; `out_needed` is NULL or writable.
+hamlyn_result hamlyn_last_error(char *buf, size_t cap, size_t *out_needed);
+
+// Joins the job this process was started in (rank and size from `hamlyn run`, Slurm,
+// PMI or Open MPI variables; a job of one when none are set), through the engine at
+// `HAMLYN_SOCKET` (or the default socket). Returns once every rank has joined
+// (`HAMLYN_RESULT_TIMEOUT` if one never does; `HAMLYN_JOB_TIMEOUT_MS` sets how long).
+// `HAMLYN_RESULT_INVALID_ARGUMENT` for launcher variables that make no sense.
+//
+// # Safety
+//
+// `out` is NULL or writable.
+hamlyn_result hamlyn_job_init(struct hamlyn_job **out);
+
+// As `hamlyn_job_init`, through `node`'s engine (a connection of its own, with the
+// node's options); freeing `node` closes the job.
+//
+// # Safety
+//
+// `node` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_job_join(const struct hamlyn_node *node, struct hamlyn_job **out);
+
+// This process's rank, `0..size`.
+//
+// # Safety
+//
+// `job` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_job_rank(const struct hamlyn_job *job, uint32_t *out);
+
+// The number of processes in the job.
+//
+// # Safety
+//
+// `job` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_job_size(const struct hamlyn_job *job, uint32_t *out);
+
+// Who started the process: `HAMLYN_LAUNCHER_*` (treat values not listed as unknown).
+//
+// # Safety
+//
+// `job` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_job_launcher(const struct hamlyn_job *job, uint32_t *out);
+
+// How long a collective call waits for the other ranks from now on (`timeout_ms` > 0).
+//
+// # Safety
+//
+// `job` is NULL or live.
+hamlyn_result hamlyn_job_set_timeout(const struct hamlyn_job *job, uint64_t timeout_ms);
+
+// Waits until every rank has called it (`HAMLYN_RESULT_TIMEOUT` if one does not within
+// the job's timeout: it died, or was never started).
+//
+// # Safety
+//
+// `job` is NULL or live.
+hamlyn_result hamlyn_job_barrier(const struct hamlyn_job *job);
+
+// All-gathers seeds: every rank gives the seed text `seed_text` (one or more tickets,
+// as `hamlyn_ticket_to_seed` or `hamlyn_seed_from_tickets` write it) and, once every
+// rank has, this one holds them all, in rank order: read them with
+// `hamlyn_job_gathered` (until the next all-gather). `HAMLYN_RESULT_BAD_SEED` if the
+// text does not decode (nothing is sent then).
+//
+// # Safety
+//
+// `job` is NULL or live; `seed_text` is NULL or NUL-terminated.
+hamlyn_result hamlyn_job_all_gather(const struct hamlyn_job *job, const char *seed_text);
+
+// Rank `rank`'s seed text from the last all-gather and a NUL, into `buf` (capacity
+// `cap`); `*out_needed` (may be NULL) is the length it needs, also written with
+// `HAMLYN_RESULT_BUFFER_TOO_SMALL`. `HAMLYN_RESULT_OUT_OF_RANGE` for a rank not in the
+// job, `HAMLYN_RESULT_STATE` before the first all-gather.
+//
+// # Safety
+//
+// `job` is NULL or live; `buf` is NULL or writable for `cap` bytes; `out_needed` is
+// NULL or writable.
+hamlyn_result hamlyn_job_gathered(const struct hamlyn_job *job,
+                                  uint32_t rank,
+                                  char *buf,
+                                  size_t cap,
+                                  size_t *out_needed);
+
+// Leaves the job (NULL: nothing): its connection closes; the other ranks' collectives
+// that still need this one time out.
+//
+// # Safety
+//
+// `job` is NULL or live, not used after, and no call on it is running.
+void hamlyn_job_free(struct hamlyn_job *job);
+
 // Starts an engine thread inside this process and connects to it. On success `*out`
 // is a new node (free it with `hamlyn_node_free`).
 hamlyn_result hamlyn_node_embedded(struct hamlyn_node **out);
@@ -881,6 +1630,723 @@ hamlyn_result hamlyn_queue_overflows(const struct hamlyn_queue *queue, uint64_t 
 //
 // `queue` is NULL or live, not used again.
 void hamlyn_queue_free(struct hamlyn_queue *queue);
+
+// Frees the instance (NULL: nothing).
+//
+// # Safety
+//
+// `h` is NULL or live, not used after, and no call on it is running.
+void hamlyn_rats_tagged_server_free(struct hamlyn_rats_tagged_server *h);
+
+// Frees the instance (NULL: nothing).
+//
+// # Safety
+//
+// `h` is NULL or live, not used after, and no call on it is running.
+void hamlyn_rats_tagged_client_free(struct hamlyn_rats_tagged_client *h);
+
+// Frees the instance (NULL: nothing).
+//
+// # Safety
+//
+// `h` is NULL or live, not used after, and no call on it is running.
+void hamlyn_rats_datagram_receiver_free(struct hamlyn_rats_datagram_receiver *h);
+
+// Frees the instance (NULL: nothing).
+//
+// # Safety
+//
+// `h` is NULL or live, not used after, and no call on it is running.
+void hamlyn_rats_datagram_sender_free(struct hamlyn_rats_datagram_sender *h);
+
+// Frees the instance (NULL: nothing).
+//
+// # Safety
+//
+// `h` is NULL or live, not used after, and no call on it is running.
+void hamlyn_rats_simple_free(struct hamlyn_rats_simple *h);
+
+// Frees the instance (NULL: nothing).
+//
+// # Safety
+//
+// `h` is NULL or live, not used after, and no call on it is running.
+void hamlyn_rats_simple_client_free(struct hamlyn_rats_simple_client *h);
+
+// Frees the instance (NULL: nothing).
+//
+// # Safety
+//
+// `h` is NULL or live, not used after, and no call on it is running.
+void hamlyn_rats_request_server_free(struct hamlyn_rats_request_server *h);
+
+// Frees the instance (NULL: nothing).
+//
+// # Safety
+//
+// `h` is NULL or live, not used after, and no call on it is running.
+void hamlyn_rats_request_client_free(struct hamlyn_rats_request_client *h);
+
+// Frees the instance (NULL: nothing).
+//
+// # Safety
+//
+// `h` is NULL or live, not used after, and no call on it is running.
+void hamlyn_rats_stream_receiver_free(struct hamlyn_rats_stream_receiver *h);
+
+// Frees the instance (NULL: nothing).
+//
+// # Safety
+//
+// `h` is NULL or live, not used after, and no call on it is running.
+void hamlyn_rats_stream_sender_free(struct hamlyn_rats_stream_sender *h);
+
+// Makes a Rats manager on `node`'s engine (a connection of its own, with the node's
+// options) with the default message space and metadata entries.
+//
+// # Safety
+//
+// `node` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_rats_new(const struct hamlyn_node *node, struct hamlyn_rats **out);
+
+// Frees a manager handle (NULL: nothing). Instances made from it keep it alive until
+// they are freed.
+//
+// # Safety
+//
+// `rats` is NULL or live, not used after.
+void hamlyn_rats_free(struct hamlyn_rats *rats);
+
+// A tagged server over `len` bytes of message space.
+//
+// # Safety
+//
+// `rats` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_rats_tagged_server_new(const struct hamlyn_rats *rats,
+                                            uint64_t len,
+                                            struct hamlyn_rats_tagged_server **out);
+
+// The server's seed text (what a client is made from) and a NUL into `buf`; `*out_needed`
+// (may be NULL) is the length it needs, also written with
+// `HAMLYN_RESULT_BUFFER_TOO_SMALL`.
+//
+// # Safety
+//
+// `server` is NULL or live; `buf` is NULL or writable for `cap` bytes; `out_needed` is
+// NULL or writable.
+hamlyn_result hamlyn_rats_tagged_server_seed(const struct hamlyn_rats_tagged_server *server,
+                                             char *buf,
+                                             size_t cap,
+                                             size_t *out_needed);
+
+// The next tagged write that arrived, any tag, waiting up to `timeout_ms` (negative:
+// without end; 0: `HAMLYN_RESULT_EMPTY` if none is there). `HAMLYN_RESULT_TIMEOUT` when
+// none came.
+//
+// # Safety
+//
+// `server` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_rats_tagged_get_tag(const struct hamlyn_rats_tagged_server *server,
+                                         int64_t timeout_ms,
+                                         struct hamlyn_rats_tag *out);
+
+// Copies `len` bytes at `offset` of the server's slot into `buf`.
+//
+// # Safety
+//
+// `server` is NULL or live; `buf` is writable for `len` bytes.
+hamlyn_result hamlyn_rats_tagged_read(const struct hamlyn_rats_tagged_server *server,
+                                      uint64_t offset,
+                                      uint8_t *buf,
+                                      size_t len);
+
+// A tagged client of the server whose seed text is `seed_text`
+// (`HAMLYN_RESULT_BAD_SEED` for another protocol's seed).
+//
+// # Safety
+//
+// `rats` is NULL or live; `seed_text` is NULL or NUL-terminated; `out` is NULL or
+// writable.
+hamlyn_result hamlyn_rats_tagged_client_new(const struct hamlyn_rats *rats,
+                                            const char *seed_text,
+                                            struct hamlyn_rats_tagged_client **out);
+
+// Writes the `len` bytes at `data` (copied before this returns) at `offset` of the
+// server's slot with `tag`. `*out` (if `out` is not NULL) is the send's handle.
+//
+// # Safety
+//
+// `client` is NULL or live; `data` is readable for `len` bytes; `out` is NULL or
+// writable.
+hamlyn_result hamlyn_rats_tagged_write(const struct hamlyn_rats_tagged_client *client,
+                                       uint64_t offset,
+                                       const uint8_t *data,
+                                       size_t len,
+                                       uint32_t tag,
+                                       struct hamlyn_send **out);
+
+// A datagram receiver with `buffers` buffers of `buffer_len` bytes each.
+//
+// # Safety
+//
+// `rats` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_rats_datagram_receiver_new(const struct hamlyn_rats *rats,
+                                                uint32_t buffers,
+                                                uint64_t buffer_len,
+                                                struct hamlyn_rats_datagram_receiver **out);
+
+// A seed text for one sender, granting it `credits` buffers (datagrams in flight at
+// once), and a NUL into `buf` (as `hamlyn_rats_tagged_server_seed`).
+//
+// # Safety
+//
+// `receiver` is NULL or live; `buf` is NULL or writable for `cap` bytes; `out_needed`
+// is NULL or writable.
+hamlyn_result hamlyn_rats_datagram_receiver_seed(const struct hamlyn_rats_datagram_receiver *receiver,
+                                                 uint32_t credits,
+                                                 char *buf,
+                                                 size_t cap,
+                                                 size_t *out_needed);
+
+// The next datagram, waiting up to `timeout_ms` (negative: without end; 0: not at all):
+// `HAMLYN_RESULT_TIMEOUT` when none came. It holds its buffer (and its sender's credit)
+// until `hamlyn_rats_datagram_release`.
+//
+// # Safety
+//
+// `receiver` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_rats_datagram_recv(const struct hamlyn_rats_datagram_receiver *receiver,
+                                        int64_t timeout_ms,
+                                        struct hamlyn_rats_datagram *out);
+
+// Copies `len` bytes at `offset` of held datagram `id` into `buf`
+// (`HAMLYN_RESULT_OUT_OF_RANGE` past its end, `HAMLYN_RESULT_STATE` if it is not held).
+//
+// # Safety
+//
+// `receiver` is NULL or live; `buf` is writable for `len` bytes.
+hamlyn_result hamlyn_rats_datagram_read(const struct hamlyn_rats_datagram_receiver *receiver,
+                                        uint64_t id,
+                                        uint64_t offset,
+                                        uint8_t *buf,
+                                        size_t len);
+
+// Gives held datagram `id`'s buffer back to its sender (a fresh credit).
+// `HAMLYN_RESULT_STATE` if it is not held (released twice, or never received).
+//
+// # Safety
+//
+// `receiver` is NULL or live.
+hamlyn_result hamlyn_rats_datagram_release(const struct hamlyn_rats_datagram_receiver *receiver,
+                                           uint64_t id);
+
+// A datagram sender from a receiver's seed text.
+//
+// # Safety
+//
+// `rats` is NULL or live; `seed_text` is NULL or NUL-terminated; `out` is NULL or
+// writable.
+hamlyn_result hamlyn_rats_datagram_sender_new(const struct hamlyn_rats *rats,
+                                              const char *seed_text,
+                                              struct hamlyn_rats_datagram_sender **out);
+
+// Sends the `len` bytes at `data` (copied before this returns) as one datagram, if the
+// sender holds a credit: `HAMLYN_RESULT_FULL` otherwise (nothing sent; the receiver's
+// releases give credits back). `*out` (if `out` is not NULL) is the send's handle.
+//
+// # Safety
+//
+// `sender` is NULL or live; `data` is readable for `len` bytes; `out` is NULL or
+// writable.
+hamlyn_result hamlyn_rats_datagram_send(const struct hamlyn_rats_datagram_sender *sender,
+                                        const uint8_t *data,
+                                        size_t len,
+                                        struct hamlyn_send **out);
+
+// A simple datagram instance with one buffer of `len` bytes.
+//
+// # Safety
+//
+// `rats` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_rats_simple_new(const struct hamlyn_rats *rats,
+                                     uint64_t len,
+                                     struct hamlyn_rats_simple **out);
+
+// The instance's seed text (what a client is made from), as
+// `hamlyn_rats_tagged_server_seed`.
+//
+// # Safety
+//
+// `simple` is NULL or live; `buf` is NULL or writable for `cap` bytes; `out_needed` is
+// NULL or writable.
+hamlyn_result hamlyn_rats_simple_seed(const struct hamlyn_rats_simple *simple,
+                                      char *buf,
+                                      size_t cap,
+                                      size_t *out_needed);
+
+// The next message, waiting up to `timeout_ms` (negative: without end; 0:
+// `HAMLYN_RESULT_EMPTY` if none is ready): `HAMLYN_RESULT_TIMEOUT` when none came. Its
+// bytes stay in the buffer until the next message overwrites them.
+//
+// # Safety
+//
+// `simple` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_rats_simple_recv(const struct hamlyn_rats_simple *simple,
+                                      int64_t timeout_ms,
+                                      struct hamlyn_rats_simple_message *out);
+
+// Copies `len` bytes at `offset` of the instance's buffer into `buf`.
+//
+// # Safety
+//
+// `simple` is NULL or live; `buf` is writable for `len` bytes.
+hamlyn_result hamlyn_rats_simple_read(const struct hamlyn_rats_simple *simple,
+                                      uint64_t offset,
+                                      uint8_t *buf,
+                                      size_t len);
+
+// Answers the last message received with the `len` bytes at `data`, through the reply
+// seed it carried (`HAMLYN_RESULT_STATE` if it carried none); with `reply_with` 1 the
+// answer carries this instance's own reply seed, so the two can ping-pong.
+//
+// # Safety
+//
+// `simple` is NULL or live; `data` is readable for `len` bytes; `out` is NULL or
+// writable.
+hamlyn_result hamlyn_rats_simple_reply(const struct hamlyn_rats_simple *simple,
+                                       const uint8_t *data,
+                                       size_t len,
+                                       uint32_t reply_with,
+                                       struct hamlyn_send **out);
+
+// A simple datagram client from an instance's seed text.
+//
+// # Safety
+//
+// `rats` is NULL or live; `seed_text` is NULL or NUL-terminated; `out` is NULL or
+// writable.
+hamlyn_result hamlyn_rats_simple_client_new(const struct hamlyn_rats *rats,
+                                            const char *seed_text,
+                                            struct hamlyn_rats_simple_client **out);
+
+// Sends the `len` bytes at `data` (copied before this returns) to the instance the
+// client names; with `reply_to` (not NULL, an instance of the same manager) the message
+// carries its reply seed, and the answer lands there.
+//
+// # Safety
+//
+// `client` is NULL or live; `data` is readable for `len` bytes; `reply_to` is NULL or
+// live; `out` is NULL or writable.
+hamlyn_result hamlyn_rats_simple_client_send(const struct hamlyn_rats_simple_client *client,
+                                             const uint8_t *data,
+                                             size_t len,
+                                             const struct hamlyn_rats_simple *reply_to,
+                                             struct hamlyn_send **out);
+
+// A request/response server taking requests of at most `max_request` bytes.
+//
+// # Safety
+//
+// `rats` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_rats_request_server_new(const struct hamlyn_rats *rats,
+                                             uint64_t max_request,
+                                             struct hamlyn_rats_request_server **out);
+
+// The server's seed text, as `hamlyn_rats_tagged_server_seed`.
+//
+// # Safety
+//
+// `server` is NULL or live; `buf` is NULL or writable for `cap` bytes; `out_needed` is
+// NULL or writable.
+hamlyn_result hamlyn_rats_request_server_seed(const struct hamlyn_rats_request_server *server,
+                                              char *buf,
+                                              size_t cap,
+                                              size_t *out_needed);
+
+// Publishes the server's seed in the registry under `name`
+// (`hamlyn_rats_request_client_lookup` finds it).
+//
+// # Safety
+//
+// `server` is NULL or live; `name` is NULL or NUL-terminated.
+hamlyn_result hamlyn_rats_request_server_publish(const struct hamlyn_rats_request_server *server,
+                                                 const char *name);
+
+// The next request, waiting up to `timeout_ms` (negative: without end):
+// `HAMLYN_RESULT_TIMEOUT` when none came; `HAMLYN_RESULT_STATE` while one is held (answer
+// and release it first). Other requests are refused until it is released (their
+// clients retransmit).
+//
+// # Safety
+//
+// `server` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_rats_request_recv(const struct hamlyn_rats_request_server *server,
+                                       int64_t timeout_ms,
+                                       struct hamlyn_rats_request *out);
+
+// Copies the held request's bytes (`len` of them, from `offset`) into `buf`
+// (`HAMLYN_RESULT_OUT_OF_RANGE` past its end, `HAMLYN_RESULT_STATE` if none is held).
+//
+// # Safety
+//
+// `server` is NULL or live; `buf` is writable for `len` bytes.
+hamlyn_result hamlyn_rats_request_read(const struct hamlyn_rats_request_server *server,
+                                       uint64_t offset,
+                                       uint8_t *buf,
+                                       size_t len);
+
+// Sends the `len` bytes at `data` as the reply to the held request
+// (`HAMLYN_RESULT_STATE` if none is held). `*out` (if not NULL) is the send's handle.
+//
+// # Safety
+//
+// `server` is NULL or live; `data` is readable for `len` bytes; `out` is NULL or
+// writable.
+hamlyn_result hamlyn_rats_request_reply(const struct hamlyn_rats_request_server *server,
+                                        const uint8_t *data,
+                                        size_t len,
+                                        struct hamlyn_send **out);
+
+// Frees the receive buffer for the next request (`HAMLYN_RESULT_STATE` if none is
+// held).
+//
+// # Safety
+//
+// `server` is NULL or live.
+hamlyn_result hamlyn_rats_request_release(const struct hamlyn_rats_request_server *server);
+
+// A request/response client of the server whose seed text is `seed_text`, taking
+// replies of at most `max_reply` bytes.
+//
+// # Safety
+//
+// `rats` is NULL or live; `seed_text` is NULL or NUL-terminated; `out` is NULL or
+// writable.
+hamlyn_result hamlyn_rats_request_client_new(const struct hamlyn_rats *rats,
+                                             const char *seed_text,
+                                             uint64_t max_reply,
+                                             struct hamlyn_rats_request_client **out);
+
+// A request/response client of the server published under `name`
+// (`HAMLYN_RESULT_NOT_FOUND` if none is).
+//
+// # Safety
+//
+// `rats` is NULL or live; `name` is NULL or NUL-terminated; `out` is NULL or writable.
+hamlyn_result hamlyn_rats_request_client_lookup(const struct hamlyn_rats *rats,
+                                                const char *name,
+                                                uint64_t max_reply,
+                                                struct hamlyn_rats_request_client **out);
+
+// Sends the `len` bytes at `data` as a request and waits up to `timeout_ms` (negative:
+// 30 s) for the reply, retransmitting while the server is busy or silent: the reply
+// goes to `reply` (capacity `cap`) and its length to `*out_len` (also written with
+// `HAMLYN_RESULT_BUFFER_TOO_SMALL`: the reply is then lost). `HAMLYN_RESULT_TIMEOUT`,
+// `HAMLYN_RESULT_PEER_GONE` (the server is gone).
+//
+// # Safety
+//
+// `client` is NULL or live; `data` is readable for `len` bytes; `reply` is NULL or
+// writable for `cap` bytes; `out_len` is NULL or writable.
+hamlyn_result hamlyn_rats_request_call(const struct hamlyn_rats_request_client *client,
+                                       const uint8_t *data,
+                                       size_t len,
+                                       int64_t timeout_ms,
+                                       uint8_t *reply,
+                                       size_t cap,
+                                       size_t *out_len);
+
+// A stream receiver with a ring of `ring` bytes and `entries` metadata entries
+// (messages in flight at once). Make it first: its seed makes the sender.
+//
+// # Safety
+//
+// `rats` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_rats_stream_receiver_new(const struct hamlyn_rats *rats,
+                                              uint64_t ring,
+                                              uint32_t entries,
+                                              struct hamlyn_rats_stream_receiver **out);
+
+// The receiver's seed text (what the sender is made from), as
+// `hamlyn_rats_tagged_server_seed`.
+//
+// # Safety
+//
+// `receiver` is NULL or live; `buf` is NULL or writable for `cap` bytes; `out_needed`
+// is NULL or writable.
+hamlyn_result hamlyn_rats_stream_receiver_seed(const struct hamlyn_rats_stream_receiver *receiver,
+                                               char *buf,
+                                               size_t cap,
+                                               size_t *out_needed);
+
+// Reads the next bytes of the stream (`record` 0: whatever is there, crossing record
+// ends) or its next record (`record` 1), waiting up to `timeout_ms` (negative: without
+// end), into `buf` (capacity `cap`); `*out_len` is their length (also written with
+// `HAMLYN_RESULT_BUFFER_TOO_SMALL`: the same bytes come again with a larger buffer) and
+// `*out_record_end` (may be NULL) 1 if they end a record. Their ring space goes back to
+// the sender. `HAMLYN_RESULT_TIMEOUT` when nothing came, `HAMLYN_RESULT_END_OF_STREAM`
+// once the sender closed the stream and everything was read.
+//
+// # Safety
+//
+// `receiver` is NULL or live; `buf` is NULL or writable for `cap` bytes; `out_len` is
+// NULL or writable; `out_record_end` is NULL or writable.
+hamlyn_result hamlyn_rats_stream_read(const struct hamlyn_rats_stream_receiver *receiver,
+                                      uint32_t record,
+                                      int64_t timeout_ms,
+                                      uint8_t *buf,
+                                      size_t cap,
+                                      size_t *out_len,
+                                      uint32_t *out_record_end);
+
+// A stream sender from a receiver's seed text.
+//
+// # Safety
+//
+// `rats` is NULL or live; `seed_text` is NULL or NUL-terminated; `out` is NULL or
+// writable.
+hamlyn_result hamlyn_rats_stream_sender_new(const struct hamlyn_rats *rats,
+                                            const char *seed_text,
+                                            struct hamlyn_rats_stream_sender **out);
+
+// Writes the `len` bytes at `data` (copied before this returns) to the stream; with
+// `record` 1 they end a record. Small writes are coalesced until a flush or a larger
+// write. `HAMLYN_RESULT_FULL` when the receiver's ring has no room (nothing written:
+// write again once the receiver read on); `HAMLYN_RESULT_TOO_LONG` past the largest
+// write.
+//
+// # Safety
+//
+// `sender` is NULL or live; `data` is readable for `len` bytes.
+hamlyn_result hamlyn_rats_stream_write(const struct hamlyn_rats_stream_sender *sender,
+                                       const uint8_t *data,
+                                       size_t len,
+                                       uint32_t record);
+
+// Sends what was coalesced.
+//
+// # Safety
+//
+// `sender` is NULL or live.
+hamlyn_result hamlyn_rats_stream_flush(const struct hamlyn_rats_stream_sender *sender);
+
+// Flushes and closes the stream: the receiver reads to its end, then gets
+// `HAMLYN_RESULT_END_OF_STREAM`. Nothing may be written after.
+//
+// # Safety
+//
+// `sender` is NULL or live.
+hamlyn_result hamlyn_rats_stream_close(const struct hamlyn_rats_stream_sender *sender);
+
+// Publishes a server of the `count` procedures at `procedures` as `service` on `node`'s
+// engine (names and functions copied; each `user` stays the caller's). Names must be
+// distinct and non-empty (`HAMLYN_RESULT_INVALID_ARGUMENT`).
+//
+// # Safety
+//
+// `node` is NULL or live; `service` is NULL or NUL-terminated; `procedures` is NULL or
+// readable for `count` entries whose names are NUL-terminated; `out` is NULL or
+// writable.
+hamlyn_result hamlyn_rpc_server_new(const struct hamlyn_node *node,
+                                    const char *service,
+                                    const struct hamlyn_rpc_procedure *procedures,
+                                    size_t count,
+                                    struct hamlyn_rpc_server **out);
+
+// Serves what arrives within `timeout_ms` (negative: until something does; 0: only what
+// is there): a client's connection or a call, whose procedure runs on this thread.
+// `*out_handled` (may be NULL) is 1 if something was handled, else 0. Clients that
+// disconnect are noticed and their frames freed while the server serves.
+//
+// # Safety
+//
+// `server` is NULL or live; `out_handled` is NULL or writable.
+hamlyn_result hamlyn_rpc_server_serve(const struct hamlyn_rpc_server *server,
+                                      int64_t timeout_ms,
+                                      uint32_t *out_handled);
+
+// Whether call frames are write-inhibited while their procedure runs (on by default:
+// a client scribbling over its frame meanwhile is refused). 0 turns it off.
+//
+// # Safety
+//
+// `server` is NULL or live.
+hamlyn_result hamlyn_rpc_server_set_protect(const struct hamlyn_rpc_server *server, uint32_t on);
+
+// What the server has done so far, and the clients connected now (`out_clients` may be
+// NULL).
+//
+// # Safety
+//
+// `server` is NULL or live; `out` is NULL or writable; `out_clients` is NULL or
+// writable.
+hamlyn_result hamlyn_rpc_server_counters_of(const struct hamlyn_rpc_server *server,
+                                            struct hamlyn_rpc_server_counters *out,
+                                            size_t *out_clients);
+
+// Frees a server (NULL: nothing): its service leaves the registry and its clients' calls
+// fail with `HAMLYN_RESULT_PEER_GONE`. Never from inside one of its procedures.
+//
+// # Safety
+//
+// `server` is NULL or live, not used after, and no call on it is running.
+void hamlyn_rpc_server_free(struct hamlyn_rpc_server *server);
+
+// Bytes of the caller's segment: `HAMLYN_RESULT_STATE` if the call named none (not a
+// call by reference).
+//
+// # Safety
+//
+// `ctx` is NULL or the running procedure's context; `out` is NULL or writable.
+hamlyn_result hamlyn_rpc_ctx_segment_len(struct hamlyn_rpc_ctx *ctx, uint64_t *out);
+
+// Reads `len` bytes at `offset` of the caller's segment into `buf` (remote reads; the
+// engine checks the caller's ticket). `HAMLYN_RESULT_STATE` without a segment,
+// `HAMLYN_RESULT_REJECTED` if the reads fail (outside the segment: `hamlyn_last_error`
+// says why).
+//
+// # Safety
+//
+// `ctx` is NULL or the running procedure's context; `buf` is writable for `len` bytes.
+hamlyn_result hamlyn_rpc_ctx_read(struct hamlyn_rpc_ctx *ctx,
+                                  uint64_t offset,
+                                  uint8_t *buf,
+                                  size_t len);
+
+// Writes the `len` bytes at `data` at `offset` of the caller's segment (remote writes;
+// the client counts them in before its call returns). Errors as `hamlyn_rpc_ctx_read`.
+//
+// # Safety
+//
+// `ctx` is NULL or the running procedure's context; `data` is readable for `len` bytes.
+hamlyn_result hamlyn_rpc_ctx_write(struct hamlyn_rpc_ctx *ctx,
+                                   uint64_t offset,
+                                   const uint8_t *data,
+                                   size_t len);
+
+// Connects to the service published as `service`, through a connection of its own to
+// `node`'s engine, waiting up to `timeout_ms` (negative: 30 s) for the server to answer.
+// `HAMLYN_RESULT_NOT_FOUND` if no such service is published. Calls time out after 30 s
+// unless `hamlyn_rpc_client_set_timeout` says otherwise.
+//
+// # Safety
+//
+// `node` is NULL or live; `service` is NULL or NUL-terminated; `out` is NULL or
+// writable.
+hamlyn_result hamlyn_rpc_client_connect(const struct hamlyn_node *node,
+                                        const char *service,
+                                        int64_t timeout_ms,
+                                        struct hamlyn_rpc_client **out);
+
+// How long a call waits for its reply from now on (`timeout_ms` > 0).
+//
+// # Safety
+//
+// `client` is NULL or live.
+hamlyn_result hamlyn_rpc_client_set_timeout(const struct hamlyn_rpc_client *client,
+                                            uint64_t timeout_ms);
+
+// The name of the service's procedure `index` (0-based) and a NUL into `buf` (capacity
+// `cap`); `*out_needed` (may be NULL) is the length it needs, also written with
+// `HAMLYN_RESULT_BUFFER_TOO_SMALL`. `HAMLYN_RESULT_OUT_OF_RANGE` past the last one.
+//
+// # Safety
+//
+// `client` is NULL or live; `buf` is NULL or writable for `cap` bytes; `out_needed` is
+// NULL or writable.
+hamlyn_result hamlyn_rpc_client_procedure(const struct hamlyn_rpc_client *client,
+                                          size_t index,
+                                          char *buf,
+                                          size_t cap,
+                                          size_t *out_needed);
+
+// Calls `procedure` with the `args_len` bytes at `args` and waits for its result (up to
+// the client's timeout): the result goes to `result` (capacity `result_cap`;
+// `HAMLYN_RPC_MAX_RESULT` always suffices) and its length to `*out_len`. A longer result
+// than `result_cap` is `HAMLYN_RESULT_BUFFER_TOO_SMALL` with its length in `*out_len`,
+// and is lost (the call is over). Errors: `HAMLYN_RESULT_UNKNOWN_HANDLER` (no such
+// procedure), `HAMLYN_RESULT_TOO_LONG`, `HAMLYN_RESULT_FULL` (every frame busy with
+// started calls), `HAMLYN_RESULT_HANDLER_FAILED`, `HAMLYN_RESULT_TIMEOUT`,
+// `HAMLYN_RESULT_PEER_GONE` (the server is gone).
+//
+// # Safety
+//
+// `client` is NULL or live; `procedure` is NULL or NUL-terminated; `args` is readable
+// for `args_len` bytes; `result` is NULL or writable for `result_cap` bytes; `out_len`
+// is NULL or writable.
+hamlyn_result hamlyn_rpc_client_call(const struct hamlyn_rpc_client *client,
+                                     const char *procedure,
+                                     const uint8_t *args,
+                                     size_t args_len,
+                                     uint8_t *result,
+                                     size_t result_cap,
+                                     size_t *out_len);
+
+// An area of `len` bytes on the client's own connection: the memory a call by reference
+// (`hamlyn_rpc_client_call_by_ref`) names (an area of another connection is
+// `HAMLYN_RESULT_FOREIGN_OBJECT` there). Read and write it with `hamlyn_area_*`; free
+// it with `hamlyn_area_free`.
+//
+// # Safety
+//
+// `client` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_rpc_client_area_new(const struct hamlyn_rpc_client *client,
+                                         uint64_t len,
+                                         struct hamlyn_area **out);
+
+// As `hamlyn_rpc_client_call`, by reference: the procedure may read and write the
+// client's `area` (the whole of it; made by `hamlyn_rpc_client_area_new`) through its
+// context while it runs; its writes have landed when this returns.
+//
+// # Safety
+//
+// As `hamlyn_rpc_client_call`; `area` is NULL or live.
+hamlyn_result hamlyn_rpc_client_call_by_ref(const struct hamlyn_rpc_client *client,
+                                            const char *procedure,
+                                            const uint8_t *args,
+                                            size_t args_len,
+                                            const struct hamlyn_area *area,
+                                            uint8_t *result,
+                                            size_t result_cap,
+                                            size_t *out_len);
+
+// Starts a call of `procedure` with the `args_len` bytes at `args` (copied before this
+// returns) without waiting: `*out_call` is its number, for
+// `hamlyn_rpc_client_finish`. Up to `HAMLYN_RPC_FRAMES` calls may be outstanding; one
+// more is `HAMLYN_RESULT_FULL` (finish one first).
+//
+// # Safety
+//
+// `client` is NULL or live; `procedure` is NULL or NUL-terminated; `args` is readable
+// for `args_len` bytes; `out_call` is NULL or writable.
+hamlyn_result hamlyn_rpc_client_start(const struct hamlyn_rpc_client *client,
+                                      const char *procedure,
+                                      const uint8_t *args,
+                                      size_t args_len,
+                                      uint64_t *out_call);
+
+// Waits (up to the client's timeout) for the result of started call `call`, as
+// `hamlyn_rpc_client_call` returns it. The call is over when this returns, whatever it
+// returns (its frame is free again); `HAMLYN_RESULT_NO_CALL` if `call` is not an
+// outstanding call of this client.
+//
+// # Safety
+//
+// `client` is NULL or live; `result` is NULL or writable for `result_cap` bytes;
+// `out_len` is NULL or writable.
+hamlyn_result hamlyn_rpc_client_finish(const struct hamlyn_rpc_client *client,
+                                       uint64_t call,
+                                       uint8_t *result,
+                                       size_t result_cap,
+                                       size_t *out_len);
+
+// Frees a client (NULL: nothing): its calls still outstanding are abandoned, and the
+// server frees its frames.
+//
+// # Safety
+//
+// `client` is NULL or live, not used after, and no call on it is running.
+void hamlyn_rpc_client_free(struct hamlyn_rpc_client *client);
 
 // Creates a slot over `area` with metadata entries `meta` (NULL for a fast slot) and
 // `config` (NULL for the defaults); `*out` is the new slot.

@@ -80,10 +80,42 @@ pub enum hamlyn_result {
     OutsideTicket = 30,
     /// The request was refused before or while being sent (see the send's status).
     Rejected = 31,
+    /// A call on an active-message endpoint (or a region or target made from it) from
+    /// inside one of that endpoint's own handlers: the endpoint is busy running it.
+    /// Answer through the context (`hamlyn_am_ctx_reply`) and act after the poll.
+    InHandler = 32,
+    /// A handler name is registered in the cluster with another argument fingerprint.
+    Collision = 33,
+    /// No live handler of that name or id in the local copy of the cluster's table
+    /// (synch or refresh first, or nobody registered it).
+    UnknownHandler = 34,
+    /// The receiver refused the message: no such handler there (it was unregistered), or
+    /// an old epoch of it.
+    HandlerGone = 35,
+    /// The handler (or remote procedure) ran and failed, or gave no reply that was
+    /// asked for.
+    HandlerFailed = 36,
+    /// A reply token was used twice: the second reply was not sent.
+    ReplyTwice = 37,
+    /// A payload, argument block or result is longer than the layer allows.
+    TooLong = 38,
+    /// No such call outstanding (finished already, or never started here).
+    NoCall = 39,
+    /// No logical channel with that number is open on the endpoint.
+    NoChannel = 40,
+    /// The peer (endpoint, server, process) is gone.
+    PeerGone = 41,
+    /// A peer's message, reply or call frame did not parse, or broke the protocol.
+    Malformed = 42,
+    /// The operation is not valid in the object's state (a stream closed, a datagram
+    /// released twice, a request answered already).
+    State = 43,
+    /// The stream was closed by its sender: nothing more will come.
+    EndOfStream = 44,
 }
 
 /// Every code, for `hamlyn_result_name` and the tests.
-const ALL: [(hamlyn_result, &std::ffi::CStr); 32] = [
+const ALL: [(hamlyn_result, &std::ffi::CStr); 45] = [
     (hamlyn_result::Ok, c"HAMLYN_RESULT_OK"),
     (hamlyn_result::NullArgument, c"HAMLYN_RESULT_NULL_ARGUMENT"),
     (
@@ -131,6 +163,25 @@ const ALL: [(hamlyn_result, &std::ffi::CStr); 32] = [
         c"HAMLYN_RESULT_OUTSIDE_TICKET",
     ),
     (hamlyn_result::Rejected, c"HAMLYN_RESULT_REJECTED"),
+    (hamlyn_result::InHandler, c"HAMLYN_RESULT_IN_HANDLER"),
+    (hamlyn_result::Collision, c"HAMLYN_RESULT_COLLISION"),
+    (
+        hamlyn_result::UnknownHandler,
+        c"HAMLYN_RESULT_UNKNOWN_HANDLER",
+    ),
+    (hamlyn_result::HandlerGone, c"HAMLYN_RESULT_HANDLER_GONE"),
+    (
+        hamlyn_result::HandlerFailed,
+        c"HAMLYN_RESULT_HANDLER_FAILED",
+    ),
+    (hamlyn_result::ReplyTwice, c"HAMLYN_RESULT_REPLY_TWICE"),
+    (hamlyn_result::TooLong, c"HAMLYN_RESULT_TOO_LONG"),
+    (hamlyn_result::NoCall, c"HAMLYN_RESULT_NO_CALL"),
+    (hamlyn_result::NoChannel, c"HAMLYN_RESULT_NO_CHANNEL"),
+    (hamlyn_result::PeerGone, c"HAMLYN_RESULT_PEER_GONE"),
+    (hamlyn_result::Malformed, c"HAMLYN_RESULT_MALFORMED"),
+    (hamlyn_result::State, c"HAMLYN_RESULT_STATE"),
+    (hamlyn_result::EndOfStream, c"HAMLYN_RESULT_END_OF_STREAM"),
 ];
 
 /// The name of result code `code` ("HAMLYN_RESULT_FULL"), or "HAMLYN_RESULT_UNKNOWN"
@@ -219,5 +270,118 @@ mod tests {
         // SAFETY: as above.
         let unknown = unsafe { std::ffi::CStr::from_ptr(hamlyn_result_name(9999)) };
         assert_eq!(unknown, c"HAMLYN_RESULT_UNKNOWN");
+    }
+}
+
+thread_local! {
+    /// The text of the last error of the layers above the library (active messages, RPC,
+    /// the job layer, Rats) on this thread: `hamlyn_last_error`.
+    static LAST: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// Keeps `error`'s text for `hamlyn_last_error` and returns `code`.
+pub(crate) fn remember(code: hamlyn_result, error: &dyn std::fmt::Display) -> hamlyn_result {
+    // `try_with`: during thread teardown the text is simply not kept.
+    let _ = LAST.try_with(|l| {
+        if let Ok(mut l) = l.try_borrow_mut() {
+            l.clear();
+            use std::fmt::Write;
+            let _ = write!(l, "{error}");
+        }
+    });
+    code
+}
+
+/// Writes the text of the last error an active-message, RPC, job or Rats call returned
+/// on this thread (what the code alone does not say: which handler refused, why a seed
+/// is malformed) and a NUL into `buf` (capacity `cap`); `*out_needed` (if not NULL) is
+/// the length it needs, NUL included, written even with `HAMLYN_RESULT_BUFFER_TOO_SMALL`.
+/// An empty string if there was none. Successful calls do not clear it.
+///
+/// # Safety
+///
+/// `buf` is NULL or writable for `cap` bytes; `out_needed` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn hamlyn_last_error(
+    buf: *mut c_char,
+    cap: usize,
+    out_needed: *mut usize,
+) -> hamlyn_result {
+    crate::guard(|| {
+        let text = LAST
+            .try_with(|l| l.try_borrow().map(|s| s.clone()).unwrap_or_default())
+            .unwrap_or_default();
+        // SAFETY: the function's contract.
+        unsafe { crate::text_out(&text, buf, cap, out_needed) }
+    })
+}
+
+impl From<::hamlyn_rats::RatsError> for hamlyn_result {
+    fn from(e: ::hamlyn_rats::RatsError) -> hamlyn_result {
+        use ::hamlyn_rats::RatsError as E;
+        use hamlyn_result as R;
+        let code = match &e {
+            E::Hamlyn(_) | E::Send(_) => {
+                // The library's own mapping; the text is still this error's.
+                let text = e.to_string();
+                let code = match e {
+                    E::Hamlyn(inner) => R::from(inner),
+                    E::Send(inner) => R::from(inner),
+                    _ => R::Refused,
+                };
+                return remember(code, &text);
+            }
+            E::NoSpace { .. } => R::Full,
+            E::NotAllocated(_) | E::State(_) => R::State,
+            E::WrongProtocol { .. } | E::WrongVersion { .. } | E::BadSeed(_) => R::BadSeed,
+            E::Forged(_) => R::Malformed,
+            E::Full => R::Full,
+            E::TooLong { .. } => R::TooLong,
+            E::Timeout => R::Timeout,
+            E::PeerGone => R::PeerGone,
+            E::SendFailed(_) | E::Refused(_) => R::Rejected,
+            E::NotificationsLost(_) => R::System,
+            E::InvalidArgument(_) => R::InvalidArgument,
+            E::EndOfStream => R::EndOfStream,
+            _ => R::Refused,
+        };
+        remember(code, &e)
+    }
+}
+
+impl From<::hamlyn_am::AmError> for hamlyn_result {
+    fn from(e: ::hamlyn_am::AmError) -> hamlyn_result {
+        use ::hamlyn_am::{AmError as E, Refusal};
+        use hamlyn_result as R;
+        let code = match &e {
+            E::Hamlyn(_) | E::Rats(_) => {
+                let text = e.to_string();
+                let code = match e {
+                    E::Hamlyn(inner) => R::from(inner),
+                    E::Rats(inner) => R::from(inner),
+                    _ => R::Refused,
+                };
+                return remember(code, &text);
+            }
+            E::Full => R::Full,
+            E::Collision { .. } => R::Collision,
+            E::UnknownName(_) | E::UnknownId(_) => R::UnknownHandler,
+            E::Refused { why, .. } => match why {
+                Refusal::NoHandler | Refusal::StaleEpoch => R::HandlerGone,
+                Refusal::Malformed => R::Malformed,
+                _ => R::HandlerFailed,
+            },
+            E::BadName(_) => R::InvalidArgument,
+            E::ReplyTwice => R::ReplyTwice,
+            E::Malformed(_) => R::Malformed,
+            E::TooLong { .. } => R::TooLong,
+            E::Timeout => R::Timeout,
+            E::NoCall(_) => R::NoCall,
+            E::NoChannel(_) => R::NoChannel,
+            E::PeerGone(_) => R::PeerGone,
+            E::SendFailed(_) => R::Rejected,
+            _ => R::Refused,
+        };
+        remember(code, &e)
     }
 }

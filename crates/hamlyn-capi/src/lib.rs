@@ -33,22 +33,30 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
+mod am;
 mod area;
 mod direct;
 mod endpoint;
 mod error;
+mod job;
 mod node;
 mod queue;
+mod rats;
+mod rpc;
 mod slot;
 mod terminus;
 mod ticket;
 
+pub use am::*;
 pub use area::*;
 pub use direct::*;
 pub use endpoint::*;
 pub use error::*;
+pub use job::*;
 pub use node::*;
 pub use queue::*;
+pub use rats::*;
+pub use rpc::*;
 pub use slot::*;
 pub use terminus::*;
 pub use ticket::*;
@@ -97,6 +105,63 @@ impl Life {
     pub(crate) fn close(&self) {
         // Release: pairs with the Acquire in `check`.
         self.closed.store(true, Ordering::Release);
+    }
+}
+
+thread_local! {
+    /// The `Serial` objects this thread holds now (a callback of one of them may be
+    /// running): a call back into one of them is `InHandler`, never a deadlock.
+    static HELD: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// An object of a layer above the interface level (an active-message endpoint, an RPC
+/// server) behind a lock that a callback it runs (a C handler or procedure) cannot take
+/// again: such a call on the same thread is `HAMLYN_RESULT_IN_HANDLER`.
+pub(crate) struct Serial<T> {
+    inner: Mutex<T>,
+}
+
+impl<T> Serial<T> {
+    pub(crate) fn new(value: T) -> Serial<T> {
+        Serial {
+            inner: Mutex::new(value),
+        }
+    }
+
+    /// Runs `f` with the object locked and marked as held by this thread.
+    pub(crate) fn with<R>(
+        &self,
+        f: impl FnOnce(&mut T) -> Result<R, hamlyn_result>,
+    ) -> Result<R, hamlyn_result> {
+        let me = std::ptr::from_ref(self) as usize;
+        let held = HELD
+            .try_with(|h| h.try_borrow().is_ok_and(|h| h.contains(&me)))
+            .unwrap_or(false);
+        if held {
+            return Err(hamlyn_result::InHandler);
+        }
+        let mut inner = lock(&self.inner)?;
+        let _ = HELD.try_with(|h| {
+            if let Ok(mut h) = h.try_borrow_mut() {
+                h.push(me);
+            }
+        });
+        // Unmarks it even if `f` panics (the panic boundary is outside).
+        struct Unmark(usize);
+        impl Drop for Unmark {
+            fn drop(&mut self) {
+                let me = self.0;
+                let _ = HELD.try_with(|h| {
+                    if let Ok(mut h) = h.try_borrow_mut() {
+                        if let Some(i) = h.iter().rposition(|&x| x == me) {
+                            h.remove(i);
+                        }
+                    }
+                });
+            }
+        }
+        let _unmark = Unmark(me);
+        f(&mut inner)
     }
 }
 

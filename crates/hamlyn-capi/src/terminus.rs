@@ -105,6 +105,13 @@ pub struct hamlyn_send {
     handle: SendHandle,
 }
 
+impl hamlyn_send {
+    /// A send handle for C, made by a layer above the terminus (a memory message).
+    pub(crate) fn boxed(life: Arc<Life>, handle: SendHandle) -> *mut hamlyn_send {
+        Box::into_raw(Box::new(hamlyn_send { life, handle }))
+    }
+}
+
 /// `hamlyn_status.state`: the engine has not finished the request (its buffers may still
 /// be read).
 pub const HAMLYN_STATUS_PENDING: u32 = 0;

@@ -16,7 +16,17 @@ use std::time::{Duration, Instant};
 
 use hamlyn_engine::{EngineConfig, EngineHandle};
 
-const PROGRAMS: [&str; 5] = ["errors", "pingpong", "group", "rma", "endpoints"];
+const PROGRAMS: [&str; 9] = [
+    "errors",
+    "pingpong",
+    "group",
+    "rma",
+    "endpoints",
+    "am",
+    "rpc",
+    "job",
+    "rats",
+];
 
 /// Longest a C program may run (valgrind is slow); a hung one is killed and fails.
 const RUN_BOUND: Duration = Duration::from_secs(600);
@@ -341,28 +351,293 @@ fn receive_endpoints_and_rate_limits() {
     }
 }
 
-/// The README's C example, as a user would take it: cut from the README, built with the
-/// installed header and library through pkg-config, run; it sends itself "hello".
+/// RPC from C (issue 13): a C server process of C procedures and a C client process
+/// that connects by the service's name: plain calls, every error, all frames
+/// outstanding, a call by reference, a timeout.
 #[test]
-fn the_readme_example_builds_and_runs() {
+fn a_c_client_calls_a_c_server_by_service_name() {
+    for mode in modes() {
+        let d = daemon();
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("rpc-{mode:?}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let service = format!("capi-rpc-{}-{mode:?}", std::process::id());
+        let stall = dir.join("stalled");
+        let mut serve = program(mode, &d, "rpc", &["serve"]);
+        serve
+            .env("HAMLYN_SERVICE", &service)
+            .env("HAMLYN_STALL_FILE", &stall);
+        let (server, ready) = start_reading(serve, 1);
+        assert_eq!(ready[0], "ready");
+        let mut call = program(mode, &d, "rpc", &["call"]);
+        call.env("HAMLYN_SERVICE", &service)
+            .env("HAMLYN_STALL_FILE", &stall);
+        run(call, &format!("rpc call ({mode:?})"));
+        let status = finish(server, "rpc serve");
+        assert!(status.success(), "rpc serve ({mode:?}): {status}");
+    }
+}
+
+/// The job layer from C (issue 13) with a launcher's variables set by hand, as `srun`
+/// would: three ranks find rank and size, all-gather seeds and pass barriers. (Under
+/// `hamlyn run`: crates/hamlyn-cli/tests/c_job.rs.)
+#[test]
+fn c_ranks_started_with_slurm_variables_gather_seeds_and_pass_barriers() {
+    const RANKS: usize = 3;
+    for mode in modes() {
+        let d = daemon();
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("job-{mode:?}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let job = format!("capi-{}-{mode:?}", std::process::id());
+        let ranks: Vec<Child> = (0..RANKS)
+            .map(|r| {
+                program(mode, &d, "job", &[])
+                    .env("SLURM_PROCID", r.to_string())
+                    .env("SLURM_NTASKS", RANKS.to_string())
+                    .env("SLURM_JOB_ID", &job)
+                    .env("HAMLYN_EXPECT_LAUNCHER", "slurm")
+                    .env("HAMLYN_JOB_DIR", &dir)
+                    .env("HAMLYN_JOB_TIMEOUT_MS", "300000")
+                    .stdout(Stdio::inherit())
+                    .spawn()
+                    .expect("spawn a rank")
+            })
+            .collect();
+        for (r, child) in ranks.into_iter().enumerate() {
+            let status = finish(child, "a rank");
+            assert!(status.success(), "rank {r} ({mode:?}): {status}");
+        }
+    }
+}
+
+/// The protocol level from C (issue 10) across two processes, seeds as text: tagged
+/// write and get_tag, datagrams with credits and release, a simple datagram answered
+/// through its reply seed, a stream of records to its end, request/response found by
+/// name.
+#[test]
+fn rats_protocols_between_two_c_processes() {
+    for mode in modes() {
+        let d = daemon();
+        let service = format!("capi-rats-{}-{mode:?}", std::process::id());
+        let mut serve = program(mode, &d, "rats", &["serve"]);
+        serve.env("HAMLYN_SERVICE", &service);
+        let (server, seeds) = start_reading(serve, 4);
+        let mut call = program(mode, &d, "rats", &["call"]);
+        call.env("HAMLYN_SERVICE", &service)
+            .env("HAMLYN_SEEDS", seeds.join("\n"));
+        run(call, &format!("rats call ({mode:?})"));
+        let status = finish(server, "rats serve");
+        assert!(status.success(), "rats serve ({mode:?}): {status}");
+    }
+}
+
+/// FNV-1a, 64 bits: the checksum am.c's "c.sum" handler replies with.
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Issue 12 item 5: handlers written in C register under names like Rust's, and a Rust
+/// process and a C process call each other's handlers by name (short, on a channel, with
+/// remote completion, failing, replying twice; bulk read in place; memory messages both
+/// ways).
+#[test]
+fn a_rust_and_a_c_process_call_each_others_handlers_by_name() {
+    use std::cell::Cell;
+    use std::rc::Rc;
+
+    use hamlyn_am::{fingerprint, AmEndpoint, AmOptions, Outcome, Want};
+
+    for mode in modes() {
+        let d = daemon();
+        let node = hamlyn::Node::connect(&d.socket).expect("connect");
+        let mut ep = AmEndpoint::new(node, AmOptions::default()).expect("endpoint");
+        let checked = Rc::new(Cell::new(false));
+        ep.register(
+            "rust.mul",
+            fingerprint("u64 a, u64 b -> u64 product, u64 channel"),
+            |ctx| {
+                let a = ctx.args();
+                let channel = u64::from(ctx.channel());
+                ctx.reply([a[0] * a[1], channel, 0, 0])
+                    .map_err(|e| e.to_string())
+            },
+        )
+        .expect("register rust.mul");
+        let counted = Rc::new(Cell::new(0u32));
+        {
+            let counted = counted.clone();
+            ep.register("rust.count", fingerprint("no arguments"), move |_| {
+                counted.set(counted.get() + 1);
+                Ok(())
+            })
+            .expect("register rust.count");
+        }
+        ep.register(
+            "rust.fail",
+            fingerprint("u64 a, u64 b -> u64 product, u64 channel"),
+            |_| Err("this handler always fails".into()),
+        )
+        .expect("register rust.fail");
+        let region = ep.memory_region(4096).expect("region");
+        let region = Rc::new(region);
+        {
+            let (region, checked) = (region.clone(), checked.clone());
+            ep.register(
+                "rust.check_mem",
+                fingerprint("u64 off, u64 len -> u64 ok"),
+                move |ctx| {
+                    let [off, len, ..] = ctx.args();
+                    let mut got = vec![0u8; len as usize];
+                    region.read(off, &mut got).map_err(|e| e.to_string())?;
+                    let ok = got == b"written by C";
+                    checked.set(true);
+                    ctx.reply([u64::from(ok), 0, 0, 0])
+                        .map_err(|e| e.to_string())
+                },
+            )
+            .expect("register rust.check_mem");
+        }
+        ep.synch().expect("synch");
+        let me = ep.addr();
+        let seed = hamlyn::seed::to_text(&region.seed().expect("seed")).expect("seed text");
+
+        let mut cmd = program(mode, &d, "am", &[]);
+        cmd.env("HAMLYN_RUST_NODE", me.node.0.to_string())
+            .env("HAMLYN_RUST_CLIENT", me.client.to_string())
+            .env("HAMLYN_RUST_REGION", &seed);
+        let (child, lines) = start_reading(cmd, 2);
+        let mut addr = lines[0]
+            .split_whitespace()
+            .map(|v| v.parse::<u32>().expect("addr"));
+        let c = hamlyn_am::Addr {
+            node: hamlyn::NodeId(addr.next().expect("node")),
+            client: addr.next().expect("client"),
+        };
+        let wait = Duration::from_secs(120);
+        ep.refresh().expect("refresh");
+        let add = ep.handler_by_name("c.add").expect("c.add");
+        let sum = ep.handler_by_name("c.sum").expect("c.sum");
+        let count = ep.handler_by_name("c.count").expect("c.count");
+        let done = ep.handler_by_name("c.done").expect("c.done");
+
+        // Short, with a reply.
+        let r = ep.call(c, add, 0, [2, 3, 0, 0], wait).expect("call c.add");
+        assert_eq!(r[0], 5);
+        // Bulk: 64 KiB, summed in place by the C handler.
+        let payload: Vec<u8> = (0..64 * 1024u32).map(|i| (i * 7 + i / 251) as u8).collect();
+        let call = ep
+            .send_bulk(c, sum, 0, [9, 0, 0, 0], &payload, Want::Reply)
+            .expect("send c.sum");
+        match ep.wait(call, wait).expect("c.sum's reply") {
+            Outcome::Reply(r) => assert_eq!(r[..2], [fnv(&payload), payload.len() as u64]),
+            other => panic!("c.sum: {other:?}"),
+        }
+        // Remote completion, three times.
+        for _ in 0..3 {
+            let call = ep
+                .send_short(c, count, 0, [0; 4], Want::Ack)
+                .expect("send c.count");
+            assert_eq!(ep.wait(call, wait).expect("c.count done"), Outcome::Done);
+        }
+        // A C handler that uses its reply token twice: an error at the sender.
+        let twice = ep.handler_by_name("c.twice").expect("c.twice");
+        match ep.call(c, twice, 0, [0; 4], wait) {
+            Err(hamlyn_am::AmError::Refused { handler, .. }) => assert_eq!(handler, "c.twice"),
+            other => panic!("c.twice: {other:?}"),
+        }
+        // A memory message into C's region.
+        let target = ep
+            .memory_target(&hamlyn::seed::from_text(&lines[1]).expect("C's region seed"))
+            .expect("target");
+        let sent = target.write(8, b"written by Rust").expect("memory message");
+        // Serve C's calls (rust.check_mem comes last) until they are all done.
+        let deadline = std::time::Instant::now() + wait;
+        while !checked.get() || !sent.status().is_done() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "C never called rust.check_mem"
+            );
+            ep.poll(Some(Duration::from_millis(20))).expect("poll");
+        }
+        assert!(!sent.status().is_failed(), "{:?}", sent.status());
+        assert_eq!(
+            counted.get(),
+            1,
+            "C's call of rust.count with remote completion"
+        );
+        // No acknowledgement wanted: the C process leaves as soon as its handler ran (an
+        // ack could find it gone); its exit is the answer. This endpoint keeps serving
+        // meanwhile (an answer of ours still waiting for credit goes out in a poll).
+        ep.send_short(c, done, 0, [0; 4], Want::Nothing)
+            .expect("send c.done");
+        let mut child = child;
+        let deadline = std::time::Instant::now() + RUN_BOUND;
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("am ({mode:?}) did not finish within {RUN_BOUND:?}");
+            }
+            ep.poll(Some(Duration::from_millis(20))).expect("poll");
+        };
+        assert!(status.success(), "am ({mode:?}): {status}");
+    }
+}
+
+/// The README's C examples, as a user would take them: cut from the README, built with
+/// the installed header and library through pkg-config, run; each prints what it is
+/// listed with here (the first sends itself "hello", the second calls its own active
+/// message handler, the third is a job of one through a daemon).
+#[test]
+fn the_readme_examples_build_and_run() {
+    const EXPECTED: [&str; 3] = ["5 bytes", "6 * 7 = 42", "rank 0 of 1"];
     let b = built();
+    let d = daemon();
     let readme = std::fs::read_to_string(crate_dir().join("../../README.md")).expect("README");
-    let start = readme.find("```c\n").expect("a C block in the README") + "```c\n".len();
-    let len = readme[start..].find("```").expect("the C block's end");
+    let blocks: Vec<&str> = readme
+        .split("```c\n")
+        .skip(1)
+        .map(|rest| &rest[..rest.find("```").expect("the C block's end")])
+        .collect();
+    assert_eq!(
+        blocks.len(),
+        EXPECTED.len(),
+        "a C block in the README without its output here"
+    );
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("hamlyn-capi-readme");
     std::fs::create_dir_all(&dir).expect("dir");
-    std::fs::write(dir.join("hello.c"), &readme[start..start + len]).expect("hello.c");
-    run_ok(
-        Command::new("cc")
-            .arg(dir.join("hello.c"))
-            .args(pkg_config(&b.prefix))
-            .arg("-o")
-            .arg(dir.join("hello")),
-    );
-    let out = Command::new(dir.join("hello"))
-        .env("LD_LIBRARY_PATH", b.prefix.join("lib"))
-        .output()
-        .expect("run hello");
-    assert!(out.status.success(), "{out:?}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "5 bytes");
+    for (i, (code, want)) in blocks.iter().zip(EXPECTED).enumerate() {
+        let src = dir.join(format!("example{i}.c"));
+        let exe = dir.join(format!("example{i}"));
+        std::fs::write(&src, code).expect("example source");
+        run_ok(
+            Command::new("cc")
+                .args(["-Wall", "-Werror"])
+                .arg(&src)
+                .args(pkg_config(&b.prefix))
+                .arg("-o")
+                .arg(&exe),
+        );
+        let out = Command::new(&exe)
+            .env("LD_LIBRARY_PATH", b.prefix.join("lib"))
+            .env("HAMLYN_SOCKET", &d.socket)
+            .env_remove("HAMLYN_RANK")
+            .env_remove("SLURM_PROCID")
+            .env_remove("PMI_RANK")
+            .env_remove("OMPI_COMM_WORLD_RANK")
+            .output()
+            .expect("run the example");
+        assert!(out.status.success(), "example {i}: {out:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            want,
+            "example {i}"
+        );
+    }
 }

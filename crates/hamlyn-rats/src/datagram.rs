@@ -225,6 +225,15 @@ impl DatagramReceiver {
         self.ep.read(d.offset, buf)
     }
 
+    /// The address of a datagram's first byte in its receive buffer (`d.len` bytes), for
+    /// foreign-language bindings that read it without a copy: valid until the datagram
+    /// is released ([`DatagramReceiver::release`]) or the receiver dropped. Other
+    /// processes may write that memory: never form a Rust reference to it
+    /// ([`DatagramReceiver::read`] is the safe accessor).
+    pub fn view(&self, d: &Datagram) -> Result<*const u8, RatsError> {
+        self.ep.as_ptr_at(d.offset, d.len)
+    }
+
     /// A datagram's bytes, copied into a new vector.
     pub fn to_vec(&self, d: &Datagram) -> Result<Vec<u8>, RatsError> {
         let mut v = vec![0u8; d.len as usize];

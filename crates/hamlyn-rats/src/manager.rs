@@ -802,6 +802,18 @@ impl Endpoint {
         Ok(self.mgr.shared.area.write(self.block.offset + off, bytes)?)
     }
 
+    /// The address of slot byte `off`, with `len` bytes from it inside the slot: for
+    /// foreign-language bindings that hand received bytes to their callers without a
+    /// copy (the C API's view of an active message's payload). The bytes stay mapped
+    /// while this endpoint lives; the engine and senders may write them concurrently, so
+    /// never form a Rust reference to them ([`Endpoint::read`] is the safe accessor).
+    pub fn as_ptr_at(&self, off: u64, len: u64) -> Result<*const u8, RatsError> {
+        self.check(off, len)?;
+        let at = usize::try_from(self.block.offset + off)
+            .map_err(|_| RatsError::InvalidArgument("offset beyond the address space"))?;
+        Ok(self.mgr.shared.area.as_ptr().wrapping_add(at).cast_const())
+    }
+
     /// A gather span of slot bytes `off..off + len` (to send them on).
     pub fn span(&self, off: u64, len: u64) -> Result<hamlyn::Span<'_>, RatsError> {
         self.check(off, len)?;

@@ -15,6 +15,8 @@ static void version(void) {
     ASSERT(strcmp(hamlyn_result_name(HAMLYN_RESULT_OK), "HAMLYN_RESULT_OK") == 0);
     ASSERT(strcmp(hamlyn_result_name(HAMLYN_RESULT_FULL), "HAMLYN_RESULT_FULL") == 0);
     ASSERT(strcmp(hamlyn_result_name(123456), "HAMLYN_RESULT_UNKNOWN") == 0);
+    ASSERT(strcmp(hamlyn_result_name(HAMLYN_RESULT_IN_HANDLER), "HAMLYN_RESULT_IN_HANDLER") == 0);
+    ASSERT(strcmp(hamlyn_result_name(HAMLYN_RESULT_END_OF_STREAM), "HAMLYN_RESULT_END_OF_STREAM") == 0);
 }
 
 static void nulls(void) {
@@ -147,6 +149,347 @@ static void node_options(hamlyn_node *node) {
     hamlyn_node_free(other);
 }
 
+/* Active messages: every error case of the hamlyn_am_* calls. The endpoint is freed by
+ * the caller after the node, so calls on it are CLOSED then. */
+static int32_t noop(hamlyn_am_ctx *ctx, void *user) {
+    (void)ctx;
+    (void)user;
+    return 0;
+}
+
+static hamlyn_am *am_errors(hamlyn_node *node, hamlyn_am_region **out_region) {
+    hamlyn_am *am = NULL;
+    EXPECT(hamlyn_am_new(NULL, NULL, &am), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_am_new(node, NULL, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    hamlyn_am_options o = {0};
+    o.short_credits = 99;
+    EXPECT(hamlyn_am_new(node, &o, &am), HAMLYN_RESULT_INVALID_ARGUMENT);
+    ASSERT(am == NULL);
+    OK(hamlyn_am_new(node, NULL, &am));
+
+    uint64_t fp = 0;
+    EXPECT(hamlyn_am_fingerprint(NULL, &fp), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_am_fingerprint("u64", NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    OK(hamlyn_am_fingerprint("u64", &fp));
+    /* FNV-1a of "u64", as Rust's hamlyn_am::fingerprint gives it. */
+    ASSERT(fp == 0x4d35d3193e8d66f2ull);
+
+    EXPECT(hamlyn_am_register(NULL, "x", fp, noop, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_am_register(am, NULL, fp, noop, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_am_register(am, "x", fp, NULL, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_am_register(am, "", fp, noop, NULL), HAMLYN_RESULT_INVALID_ARGUMENT);
+    EXPECT(hamlyn_am_register(am, "errors.\xff", fp, noop, NULL), HAMLYN_RESULT_INVALID_ARGUMENT);
+    OK(hamlyn_am_register(am, "errors.x", fp, noop, NULL));
+    EXPECT(hamlyn_am_register(am, "errors.x", fp, noop, NULL), HAMLYN_RESULT_INVALID_ARGUMENT);
+    OK(hamlyn_am_synch(am));
+    EXPECT(hamlyn_am_synch(NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_am_refresh(NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+
+    hamlyn_am_handler_id h;
+    EXPECT(hamlyn_am_handler_by_name(am, "errors.nobody", &h), HAMLYN_RESULT_UNKNOWN_HANDLER);
+    EXPECT(hamlyn_am_handler_by_name(am, "errors.x", NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    OK(hamlyn_am_handler_by_name(am, "errors.x", &h));
+    hamlyn_am_addr me;
+    EXPECT(hamlyn_am_addr_of(am, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    OK(hamlyn_am_addr_of(am, &me));
+
+    /* Sends: bad want, no arguments, a channel never opened, a payload too long. */
+    uint64_t args[4] = {1, 2, 3, 4}, call = 0, reply[4];
+    EXPECT(hamlyn_am_send_short(am, me, h, 0, args, 9, &call), HAMLYN_RESULT_INVALID_ARGUMENT);
+    EXPECT(hamlyn_am_send_short(am, me, h, 0, NULL, HAMLYN_AM_WANT_ACK, &call),
+           HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_am_send_short(am, me, h, 3, args, HAMLYN_AM_WANT_ACK, &call), HAMLYN_RESULT_NO_CHANNEL);
+    EXPECT(hamlyn_am_send_bulk(am, me, h, 0, args, NULL, 8, HAMLYN_AM_WANT_ACK, &call),
+           HAMLYN_RESULT_NULL_ARGUMENT);
+    uint8_t *huge = calloc(1, 1 << 20);
+    ASSERT(huge != NULL);
+    EXPECT(hamlyn_am_send_bulk(am, me, h, 0, args, huge, 1 << 20, HAMLYN_AM_WANT_ACK, &call),
+           HAMLYN_RESULT_TOO_LONG);
+    free(huge);
+    char why[8];
+    size_t need = 0;
+    EXPECT(hamlyn_last_error(why, sizeof why, &need), HAMLYN_RESULT_BUFFER_TOO_SMALL);
+    ASSERT(need > sizeof why);
+    char *text = malloc(need);
+    ASSERT(text != NULL);
+    OK(hamlyn_last_error(text, need, NULL));
+    ASSERT(strstr(text, "1048576") != NULL);
+    free(text);
+
+    /* A message to itself: its handler runs in the poll inside the wait. */
+    OK(hamlyn_am_send_short(am, me, h, 0, args, HAMLYN_AM_WANT_ACK, &call));
+    uint32_t outcome = 0;
+    EXPECT(hamlyn_am_wait(am, call, WAIT_MS, NULL, reply), HAMLYN_RESULT_NULL_ARGUMENT);
+    OK(hamlyn_am_wait(am, call, WAIT_MS, &outcome, reply));
+    ASSERT(outcome == HAMLYN_AM_OUTCOME_DONE);
+    EXPECT(hamlyn_am_wait(am, call, 0, &outcome, reply), HAMLYN_RESULT_NO_CALL);
+    EXPECT(hamlyn_am_wait(am, 123456789, 0, &outcome, reply), HAMLYN_RESULT_NO_CALL);
+    /* Wanting a reply from a handler that gives none is a failure of the handler. */
+    OK(hamlyn_am_send_short(am, me, h, 0, args, HAMLYN_AM_WANT_REPLY, &call));
+    EXPECT(hamlyn_am_wait(am, call, WAIT_MS, &outcome, reply), HAMLYN_RESULT_HANDLER_FAILED);
+    /* Unregistered here: the sender hears the handler is gone. */
+    OK(hamlyn_am_unregister(am, "errors.x"));
+    EXPECT(hamlyn_am_unregister(am, "errors.x"), HAMLYN_RESULT_UNKNOWN_HANDLER);
+    OK(hamlyn_am_send_short(am, me, h, 0, args, HAMLYN_AM_WANT_ACK, &call));
+    EXPECT(hamlyn_am_wait(am, call, WAIT_MS, &outcome, reply), HAMLYN_RESULT_HANDLER_GONE);
+    uint64_t fcall;
+    hamlyn_result code;
+    EXPECT(hamlyn_am_next_failure(am, &fcall, &code), HAMLYN_RESULT_EMPTY);
+    EXPECT(hamlyn_am_next_failure(am, NULL, &code), HAMLYN_RESULT_NULL_ARGUMENT);
+    size_t handled;
+    EXPECT(hamlyn_am_poll(NULL, 0, &handled), HAMLYN_RESULT_NULL_ARGUMENT);
+    OK(hamlyn_am_poll(am, 0, NULL));
+    uint16_t ch;
+    EXPECT(hamlyn_am_open_channel(am, 0, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    hamlyn_am_counters c;
+    EXPECT(hamlyn_am_counters_of(am, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    OK(hamlyn_am_counters_of(am, &c));
+    ASSERT(c.unknown_handler == 1);
+    hamlyn_am_handler_counters hc;
+    EXPECT(hamlyn_am_handler_counters_of(am, "errors.nobody", &hc), HAMLYN_RESULT_UNKNOWN_HANDLER);
+    (void)ch;
+
+    /* A context outside a handler is NULL here: refused. */
+    uint16_t chan;
+    const uint8_t *view;
+    size_t vlen;
+    EXPECT(hamlyn_am_ctx_args(NULL, reply), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_am_ctx_channel(NULL, &chan), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_am_ctx_src(NULL, &me), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_am_ctx_payload(NULL, &view, &vlen), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_am_ctx_read_payload(NULL, 0, NULL, 0), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_am_ctx_reply(NULL, args), HAMLYN_RESULT_NULL_ARGUMENT);
+
+    /* Memory messages: seeds too long for the buffer, targets of things that are not
+     * regions, reads past the end. */
+    hamlyn_am_region *region;
+    EXPECT(hamlyn_am_region_new(am, 64, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    OK(hamlyn_am_region_new(am, 64, &region));
+    char small[4] = {'x', 'x', 'x', 'x'};
+    EXPECT(hamlyn_am_region_seed(region, small, sizeof small, &need), HAMLYN_RESULT_BUFFER_TOO_SMALL);
+    ASSERT(need > sizeof small && need <= HAMLYN_SEED_TEXT_MAX && small[0] == 'x');
+    uint8_t b[8];
+    EXPECT(hamlyn_am_region_read(region, 60, b, 8), HAMLYN_RESULT_OUT_OF_RANGE);
+    EXPECT(hamlyn_am_region_read(region, 0, NULL, 8), HAMLYN_RESULT_NULL_ARGUMENT);
+    OK(hamlyn_am_region_read(region, 56, b, 8));
+    hamlyn_am_target *target = NULL;
+    EXPECT(hamlyn_am_target_new(am, "hmseed1-nonsense", &target), HAMLYN_RESULT_BAD_SEED);
+    EXPECT(hamlyn_am_target_new(am, NULL, &target), HAMLYN_RESULT_NULL_ARGUMENT);
+    ASSERT(target == NULL);
+    EXPECT(hamlyn_am_target_write(NULL, 0, b, 8, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    hamlyn_am_target_free(NULL);
+    hamlyn_am_region_free(NULL);
+    hamlyn_am_free(NULL);
+    *out_region = region;
+    return am;
+}
+
+/* RPC and the job layer: NULLs, wrong handles, buffers too small, bad launcher variables;
+ * a job of one (no launcher) through the daemon. Returns a job joined through `node`,
+ * which the caller checks is closed once the node is freed. */
+static int32_t proc_noop(hamlyn_rpc_ctx *ctx, const uint8_t *args, size_t args_len, uint8_t *result,
+                         size_t result_cap, size_t *result_len, void *user) {
+    (void)ctx, (void)args, (void)args_len, (void)result, (void)result_cap, (void)user;
+    *result_len = 0;
+    return 0;
+}
+
+static hamlyn_job *rpc_job_errors(hamlyn_node *node) {
+    hamlyn_rpc_procedure p[] = {{"noop", proc_noop, NULL}};
+    hamlyn_rpc_server *server = NULL;
+    EXPECT(hamlyn_rpc_server_new(NULL, "capi-errors", p, 1, &server), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rpc_server_new(node, NULL, p, 1, &server), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rpc_server_new(node, "capi-errors", NULL, 1, &server), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rpc_server_new(node, "capi-errors", p, 1, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    hamlyn_rpc_procedure unnamed[] = {{"", proc_noop, NULL}};
+    EXPECT(hamlyn_rpc_server_new(node, "capi-errors", unnamed, 1, &server), HAMLYN_RESULT_INVALID_ARGUMENT);
+    ASSERT(server == NULL);
+    uint32_t handled;
+    EXPECT(hamlyn_rpc_server_serve(NULL, 0, &handled), HAMLYN_RESULT_NULL_ARGUMENT);
+    hamlyn_rpc_server_counters sc;
+    EXPECT(hamlyn_rpc_server_counters_of(NULL, &sc, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rpc_server_set_protect(NULL, 1), HAMLYN_RESULT_NULL_ARGUMENT);
+    hamlyn_rpc_client *client = NULL;
+    EXPECT(hamlyn_rpc_client_connect(NULL, "capi-errors", 0, &client), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rpc_client_connect(node, NULL, 0, &client), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rpc_client_connect(node, "capi-errors-nobody", 0, &client), HAMLYN_RESULT_NOT_FOUND);
+    ASSERT(client == NULL);
+    uint8_t buf[16];
+    size_t len;
+    uint64_t call, seglen;
+    EXPECT(hamlyn_rpc_client_call(NULL, "noop", buf, 1, buf, sizeof buf, &len), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rpc_client_start(NULL, "noop", buf, 1, &call), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rpc_client_finish(NULL, 1, buf, sizeof buf, &len), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rpc_client_set_timeout(NULL, 1), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rpc_ctx_segment_len(NULL, &seglen), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rpc_ctx_read(NULL, 0, buf, 1), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rpc_ctx_write(NULL, 0, buf, 1), HAMLYN_RESULT_NULL_ARGUMENT);
+    hamlyn_rpc_server_free(NULL);
+    hamlyn_rpc_client_free(NULL);
+
+    /* A server publishes its service until it is freed. */
+    OK(hamlyn_rpc_server_new(node, "capi-errors", p, 1, &server));
+    size_t clients = 9;
+    OK(hamlyn_rpc_server_counters_of(server, &sc, &clients));
+    ASSERT(clients == 0 && sc.calls == 0);
+    hamlyn_rpc_server_free(server);
+    /* Gone with its server: the service is not published any more. */
+    EXPECT(hamlyn_rpc_client_connect(node, "capi-errors", 0, &client), HAMLYN_RESULT_NOT_FOUND);
+
+    /* The job layer. */
+    hamlyn_job *job = NULL;
+    EXPECT(hamlyn_job_init(NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_job_join(NULL, &job), HAMLYN_RESULT_NULL_ARGUMENT);
+    uint32_t v;
+    EXPECT(hamlyn_job_rank(NULL, &v), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_job_size(NULL, &v), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_job_barrier(NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_job_all_gather(NULL, "x"), HAMLYN_RESULT_NULL_ARGUMENT);
+    hamlyn_job_free(NULL);
+    /* Launcher variables that make no sense. */
+    setenv("HAMLYN_RANK", "5", 1);
+    setenv("HAMLYN_SIZE", "2", 1);
+    EXPECT(hamlyn_job_init(&job), HAMLYN_RESULT_INVALID_ARGUMENT);
+    ASSERT(job == NULL);
+    unsetenv("HAMLYN_RANK");
+    unsetenv("HAMLYN_SIZE");
+    /* No launcher: a job of one. */
+    OK(hamlyn_job_init(&job));
+    OK(hamlyn_job_rank(job, &v));
+    ASSERT(v == 0);
+    OK(hamlyn_job_size(job, &v));
+    ASSERT(v == 1);
+    OK(hamlyn_job_launcher(job, &v));
+    ASSERT(v == HAMLYN_LAUNCHER_ALONE);
+    EXPECT(hamlyn_job_set_timeout(job, 0), HAMLYN_RESULT_INVALID_ARGUMENT);
+    OK(hamlyn_job_barrier(job));
+    char seed[HAMLYN_SEED_TEXT_MAX];
+    size_t need = 0;
+    EXPECT(hamlyn_job_gathered(job, 0, seed, sizeof seed, &need), HAMLYN_RESULT_STATE);
+    EXPECT(hamlyn_job_all_gather(job, "not a seed"), HAMLYN_RESULT_BAD_SEED);
+    hamlyn_area *area;
+    hamlyn_slot *slot;
+    hamlyn_ticket *t;
+    hamlyn_meta_area *meta;
+    hamlyn_slot_config cfg = {0};
+    OK(hamlyn_area_new(node, 4096, &area));
+    OK(hamlyn_meta_area_new(node, 1, &meta));
+    OK(hamlyn_slot_new(node, area, meta, &cfg, &slot));
+    OK(hamlyn_slot_ticket_all(slot, &t));
+    char *mine = seed_of(t);
+    OK(hamlyn_job_all_gather(job, mine));
+    EXPECT(hamlyn_job_gathered(job, 0, seed, 4, &need), HAMLYN_RESULT_BUFFER_TOO_SMALL);
+    ASSERT(need == strlen(mine) + 1);
+    OK(hamlyn_job_gathered(job, 0, seed, sizeof seed, NULL));
+    ASSERT(strcmp(seed, mine) == 0);
+    EXPECT(hamlyn_job_gathered(job, 1, seed, sizeof seed, NULL), HAMLYN_RESULT_OUT_OF_RANGE);
+    free(mine);
+    hamlyn_ticket_free(t);
+    hamlyn_slot_free(slot);
+    hamlyn_meta_area_free(meta);
+    hamlyn_area_free(area);
+    hamlyn_job_free(job);
+    /* Joined through this node: closed with it. */
+    OK(hamlyn_job_join(node, &job));
+    return job;
+}
+
+/* The protocol level: NULLs, seeds of the wrong kind or none, buffers too small, calls
+ * out of turn. Returns a tagged server, which the caller checks is closed once the node
+ * is freed (and frees). */
+static hamlyn_rats_tagged_server *rats_errors(hamlyn_node *node, hamlyn_rats **out_rats) {
+    hamlyn_rats *rats = NULL;
+    EXPECT(hamlyn_rats_new(NULL, &rats), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rats_new(node, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    ASSERT(rats == NULL);
+    OK(hamlyn_rats_new(node, &rats));
+
+    hamlyn_rats_tagged_server *tagged = NULL;
+    EXPECT(hamlyn_rats_tagged_server_new(NULL, 4096, &tagged), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rats_tagged_server_new(rats, 4096, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    OK(hamlyn_rats_tagged_server_new(rats, 4096, &tagged));
+    char small[4] = {'x', 'x', 'x', 'x'};
+    size_t need = 0;
+    EXPECT(hamlyn_rats_tagged_server_seed(tagged, small, sizeof small, &need), HAMLYN_RESULT_BUFFER_TOO_SMALL);
+    ASSERT(need > sizeof small && small[0] == 'x');
+    char *seed = malloc(need);
+    ASSERT(seed != NULL);
+    OK(hamlyn_rats_tagged_server_seed(tagged, seed, need, NULL));
+    hamlyn_rats_tag tag;
+    EXPECT(hamlyn_rats_tagged_get_tag(tagged, 0, &tag), HAMLYN_RESULT_EMPTY);
+    EXPECT(hamlyn_rats_tagged_get_tag(tagged, 1, &tag), HAMLYN_RESULT_TIMEOUT);
+    EXPECT(hamlyn_rats_tagged_get_tag(tagged, 0, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    uint8_t b[16];
+    EXPECT(hamlyn_rats_tagged_read(tagged, 0, NULL, 8), HAMLYN_RESULT_NULL_ARGUMENT);
+
+    /* Seeds: none, not a seed, another protocol's. */
+    hamlyn_rats_tagged_client *tc = NULL;
+    hamlyn_rats_datagram_sender *ds = NULL;
+    hamlyn_rats_stream_sender *ss = NULL;
+    hamlyn_rats_simple_client *sc = NULL;
+    hamlyn_rats_request_client *rc = NULL;
+    EXPECT(hamlyn_rats_tagged_client_new(rats, NULL, &tc), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rats_tagged_client_new(rats, "hmseed1-nonsense", &tc), HAMLYN_RESULT_BAD_SEED);
+    EXPECT(hamlyn_rats_datagram_sender_new(rats, seed, &ds), HAMLYN_RESULT_BAD_SEED);
+    EXPECT(hamlyn_rats_stream_sender_new(rats, seed, &ss), HAMLYN_RESULT_BAD_SEED);
+    EXPECT(hamlyn_rats_simple_client_new(rats, seed, &sc), HAMLYN_RESULT_BAD_SEED);
+    EXPECT(hamlyn_rats_request_client_new(rats, seed, 64, &rc), HAMLYN_RESULT_BAD_SEED);
+    ASSERT(tc == NULL && ds == NULL && ss == NULL && sc == NULL && rc == NULL);
+    free(seed);
+
+    /* Datagrams: no buffers; a datagram never received is not held. */
+    hamlyn_rats_datagram_receiver *dr = NULL;
+    EXPECT(hamlyn_rats_datagram_receiver_new(rats, 0, 64, &dr), HAMLYN_RESULT_INVALID_ARGUMENT);
+    ASSERT(dr == NULL);
+    OK(hamlyn_rats_datagram_receiver_new(rats, 1, 64, &dr));
+    hamlyn_rats_datagram d;
+    EXPECT(hamlyn_rats_datagram_recv(dr, 0, &d), HAMLYN_RESULT_TIMEOUT);
+    EXPECT(hamlyn_rats_datagram_release(dr, 42), HAMLYN_RESULT_STATE);
+    EXPECT(hamlyn_rats_datagram_read(dr, 42, 0, b, 1), HAMLYN_RESULT_STATE);
+    hamlyn_rats_datagram_receiver_free(dr);
+
+    /* Simple datagram: nothing received, nothing to answer. */
+    hamlyn_rats_simple *simple;
+    OK(hamlyn_rats_simple_new(rats, 64, &simple));
+    hamlyn_rats_simple_message m;
+    EXPECT(hamlyn_rats_simple_recv(simple, 0, &m), HAMLYN_RESULT_EMPTY);
+    EXPECT(hamlyn_rats_simple_reply(simple, b, 1, 0, NULL), HAMLYN_RESULT_STATE);
+    hamlyn_rats_simple_free(simple);
+
+    /* Request/response: nothing held. */
+    hamlyn_rats_request_server *rs;
+    OK(hamlyn_rats_request_server_new(rats, 64, &rs));
+    EXPECT(hamlyn_rats_request_release(rs), HAMLYN_RESULT_STATE);
+    EXPECT(hamlyn_rats_request_read(rs, 0, b, 1), HAMLYN_RESULT_STATE);
+    EXPECT(hamlyn_rats_request_reply(rs, b, 1, NULL), HAMLYN_RESULT_STATE);
+    EXPECT(hamlyn_rats_request_client_lookup(rats, "capi-errors-no-server", 64, &rc), HAMLYN_RESULT_NOT_FOUND);
+    hamlyn_rats_request_server_free(rs);
+
+    /* Stream: a ring too small; a read mode that does not exist. */
+    hamlyn_rats_stream_receiver *sr = NULL;
+    EXPECT(hamlyn_rats_stream_receiver_new(rats, 64, 1, &sr), HAMLYN_RESULT_INVALID_ARGUMENT);
+    OK(hamlyn_rats_stream_receiver_new(rats, 65536, 4, &sr));
+    size_t len;
+    EXPECT(hamlyn_rats_stream_read(sr, 2, 0, b, sizeof b, &len, NULL), HAMLYN_RESULT_INVALID_ARGUMENT);
+    EXPECT(hamlyn_rats_stream_read(sr, 0, 0, b, sizeof b, &len, NULL), HAMLYN_RESULT_TIMEOUT);
+    EXPECT(hamlyn_rats_stream_read(sr, 0, 0, b, sizeof b, NULL, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    hamlyn_rats_stream_receiver_free(sr);
+
+    hamlyn_rats_tagged_server_free(NULL);
+    hamlyn_rats_tagged_client_free(NULL);
+    hamlyn_rats_datagram_receiver_free(NULL);
+    hamlyn_rats_datagram_sender_free(NULL);
+    hamlyn_rats_simple_free(NULL);
+    hamlyn_rats_simple_client_free(NULL);
+    hamlyn_rats_request_server_free(NULL);
+    hamlyn_rats_request_client_free(NULL);
+    hamlyn_rats_stream_receiver_free(NULL);
+    hamlyn_rats_stream_sender_free(NULL);
+    hamlyn_rats_free(NULL);
+    *out_rats = rats;
+    return tagged;
+}
+
 int main(void) {
     version();
     nulls();
@@ -185,6 +528,11 @@ int main(void) {
     seeds(ticket);
     multi_ticket_seeds(ticket);
     node_options(node);
+    hamlyn_am_region *am_region;
+    hamlyn_am *am = am_errors(node, &am_region);
+    hamlyn_job *job = rpc_job_errors(node);
+    hamlyn_rats *rats;
+    hamlyn_rats_tagged_server *rats_tagged = rats_errors(node, &rats);
 
     hamlyn_queue *queue, *again = NULL;
     OK(hamlyn_queue_new(node, 0, &queue));
@@ -367,6 +715,18 @@ int main(void) {
     EXPECT(hamlyn_slot_rekey(slot), HAMLYN_RESULT_CLOSED);
     EXPECT(hamlyn_meta_area_arm(meta, 0), HAMLYN_RESULT_CLOSED);
     EXPECT(hamlyn_direct_send(direct, NULL, (const uint8_t *)"x", 1), HAMLYN_RESULT_CLOSED);
+    EXPECT(hamlyn_am_synch(am), HAMLYN_RESULT_CLOSED);
+    EXPECT(hamlyn_am_poll(am, 0, NULL), HAMLYN_RESULT_CLOSED);
+    uint8_t rb[4];
+    EXPECT(hamlyn_am_region_read(am_region, 0, rb, 4), HAMLYN_RESULT_CLOSED);
+    hamlyn_am_region_free(am_region);
+    hamlyn_am_free(am);
+    EXPECT(hamlyn_job_barrier(job), HAMLYN_RESULT_CLOSED);
+    hamlyn_job_free(job);
+    hamlyn_rats_tag tag;
+    EXPECT(hamlyn_rats_tagged_get_tag(rats_tagged, 0, &tag), HAMLYN_RESULT_CLOSED);
+    hamlyn_rats_tagged_server_free(rats_tagged);
+    hamlyn_rats_free(rats);
     /* A ticket is a value: still usable. */
     size_t need;
     EXPECT(hamlyn_ticket_to_seed(ticket, NULL, 0, &need), HAMLYN_RESULT_BUFFER_TOO_SMALL);
