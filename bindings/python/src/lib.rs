@@ -28,6 +28,7 @@ use pyo3::prelude::*;
 mod area;
 mod bench;
 mod direct;
+mod endpoint;
 mod errors;
 mod node;
 mod queue;
@@ -113,6 +114,7 @@ fn _hamlyn(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_INLINE", hamlyn::MAX_INLINE)?;
     m.add("DEFAULT_SOCKET", hamlyn::DEFAULT_SOCKET)?;
     m.add("SOCKET_ENV", hamlyn::SOCKET_ENV)?;
+    m.add("DEFAULT_STARVATION_BOUND", hamlyn::DEFAULT_STARVATION_BOUND)?;
     m.add_class::<node::PyNode>()?;
     m.add_class::<area::PyArea>()?;
     m.add_class::<area::PyMetaArea>()?;
@@ -124,6 +126,9 @@ fn _hamlyn(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<queue::PyQueue>()?;
     m.add_class::<queue::PyNotification>()?;
     m.add_class::<direct::PyDirectTarget>()?;
+    m.add_class::<endpoint::PyEndpoint>()?;
+    m.add_class::<endpoint::PyEndpointMessage>()?;
+    m.add_class::<endpoint::PyEndpointGroup>()?;
     m.add_function(wrap_pyfunction!(ticket::seed_from_tickets, m)?)?;
     m.add_function(wrap_pyfunction!(ticket::tickets_from_seed, m)?)?;
     m.add_function(wrap_pyfunction!(bench::bench_pong, m)?)?;

@@ -19,6 +19,9 @@ and in environment variables. Every wait is bounded: a lost peer fails, never ha
     peer.py wait-forever      prints a line, then waits on an empty queue with no timeout
     peer.py direct-send       maps the direct slot $HAMLYN_SEED names and deposits 8 bytes
                               with tag 11 in this process
+    peer.py endpoint-flood    sends $HAMLYN_COUNT messages to the endpoint $HAMLYN_SEED
+                              names, tagged $HAMLYN_SENDER << 32 | i; prints how many were
+                              sent and how many refused for want of a buffer
 """
 
 import os
@@ -159,6 +162,30 @@ def main() -> None:
         t = hamlyn.Ticket.from_seed(os.environ["HAMLYN_SEED"])
         with hamlyn.Node.connect_default() as node, node.open_direct(t) as target:
             target.send(b"directly", tag=11)
+    elif role == "endpoint-flood":
+        t = hamlyn.Ticket.from_seed(os.environ["HAMLYN_SEED"])
+        sender, count = int(os.environ["HAMLYN_SENDER"]), int(os.environ["HAMLYN_COUNT"])
+        with hamlyn.Node.connect_default() as node, node.terminus() as term:
+            sends = []
+            for i in range(count):
+                data = struct.pack("<IQ", sender, i)
+                try:
+                    sends.append(term.send(t, data, tag=sender << 32 | i))
+                except hamlyn.FullError:
+                    # Back-pressure: wait for the queue to drain, then the same again.
+                    if not term.wait_idle(timeout=WAIT):
+                        fail(f"the terminus did not drain within {WAIT} s")
+                    sends.append(term.send(t, data, tag=sender << 32 | i))
+            sent = refused = 0
+            for s in sends:
+                st = s.wait(timeout=WAIT)
+                if st.sent:
+                    sent += 1
+                elif st.reason == "no_buffer":
+                    refused += 1
+                else:
+                    fail(f"a send ended {st!r}")
+            print(f"flood: sent {sent} refused {refused}", flush=True)
     else:
         fail(f"unknown role {role}")
 

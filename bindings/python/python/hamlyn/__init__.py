@@ -18,7 +18,9 @@ Objects: ``Node`` (a connection to an engine, embedded or a daemon), ``Area`` (s
 memory, a zero-copy buffer), ``MetaArea``, ``Slot``, ``Ticket`` (seeds as ``str``),
 ``Terminus`` (send, read, compare_swap, fetch_add), ``DirectTarget`` (a direct slot
 mapped here), ``Send`` and ``Status``, ``Queue`` (poll, wait, event_fd,
-``await queue.wait_async()``) and ``Notification``. Errors are
+``await queue.wait_async()``) and ``Notification``; FLIPC's receive endpoints:
+``Endpoint`` (posted buffers, a discard counter), ``EndpointMessage`` and
+``EndpointGroup`` (receive-any, a blocking receive). Errors are
 subclasses of ``HamlynError`` (``hamlyn._errors``).
 """
 
@@ -54,10 +56,14 @@ from ._errors import (
 )
 from ._hamlyn import (
     DEFAULT_SOCKET,
+    DEFAULT_STARVATION_BOUND,
     MAX_INLINE,
     SOCKET_ENV,
     Area,
     DirectTarget,
+    Endpoint,
+    EndpointGroup,
+    EndpointMessage,
     MetaArea,
     Node,
     Notification,
@@ -75,7 +81,11 @@ from ._hamlyn import (
 __all__ = [
     "Area",
     "DEFAULT_SOCKET",
+    "DEFAULT_STARVATION_BOUND",
     "DirectTarget",
+    "Endpoint",
+    "EndpointGroup",
+    "EndpointMessage",
     "MAX_INLINE",
     "MetaArea",
     "Node",
