@@ -301,3 +301,19 @@ def test_a_terminus_carries_a_rate_limit_the_engine_keeps_and_shows(node):
     t.close()
     with pytest.raises(hamlyn.ClosedError):
         node.set_rate(t, msgs_per_sec=1)
+
+
+def test_a_direct_endpoint_takes_deposits_from_another_process_without_the_engine(node, peers):
+    with node.endpoint(64, 2, direct=True) as ep:
+        b = ep.alloc()
+        ep.post(b)
+        p = peers.start("direct-send", env={"HAMLYN_SEED": ep.ticket().seed})
+        peers.finish(p)
+        m = ep.receive()
+        assert (m.buffer, m.tag, m.data) == (b, 11, b"directly")
+        # With no buffer posted, the sender's library (the same core code) discards and
+        # counts, and says so.
+        with node.open_direct(ep.ticket()) as d:
+            with pytest.raises(hamlyn.RejectedError, match="NoBuffer"):
+                d.send(b"no room", tag=12)
+        assert ep.take_discards() == 1
