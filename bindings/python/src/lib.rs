@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 
+mod am;
 mod area;
 mod bench;
 mod direct;
@@ -87,6 +88,92 @@ pub(crate) fn lock<'a, T: Send>(py: Python<'_>, m: &'a Mutex<T>) -> PyResult<Mut
     }
 }
 
+/// A value that is not `Send` (the protocol layers' objects share an `Rc` with their
+/// manager), carried into [`unblocked`]'s closure on the thread that owns it.
+struct OnThisThread<T>(T);
+
+// SAFETY: an `OnThisThread` is made only in `unblocked`, whose closure
+// `Python::allow_threads` runs on the calling thread, never another (it only releases the
+// GIL around it), so the value never leaves the thread that owns it. Every value that
+// goes through here comes out of a `ThreadBound` on its owner thread: while this thread
+// waits without the GIL, no other thread can reach it, nor (so) the `Rc`s it shares.
+// Python objects the value holds (handlers) are touched only under `Python::with_gil`.
+unsafe impl<T> Send for OnThisThread<T> {}
+
+impl<T> OnThisThread<T> {
+    /// The value (a method, so that a closure captures the whole wrapper, not its field).
+    fn into_inner(self) -> T {
+        self.0
+    }
+}
+
+/// Runs `f(value)` without the GIL on this thread, for a blocking call of a layer whose
+/// objects are not `Send` (active messages, RPC, jobs, Rats): see [`OnThisThread`]. Code
+/// inside that needs Python (a handler) takes the GIL with `Python::with_gil`.
+pub(crate) fn unblocked<T, R>(py: Python<'_>, value: T, f: impl FnOnce(T) -> R) -> R {
+    let carried = OnThisThread((value, f));
+    py.allow_threads(move || {
+        let (value, f) = carried.into_inner();
+        OnThisThread(f(value))
+    })
+    .into_inner()
+}
+
+/// A value of the protocol layers (not `Send`: their objects share an `Rc` with their
+/// manager) that only the thread that made it may use: another thread's access is
+/// `WrongThreadError`, and a drop on another thread (a handle collected there) leaks the
+/// value rather than touch its `Rc`s from there.
+pub(crate) struct ThreadBound<T> {
+    owner: std::thread::ThreadId,
+    value: std::mem::ManuallyDrop<T>,
+}
+
+// SAFETY: the value is reached only through `get` and `get_mut`, which refuse every
+// thread but `owner`, and dropped only on `owner` (`Drop` leaks it elsewhere): it never
+// leaves its thread, whichever thread holds the wrapper.
+unsafe impl<T> Send for ThreadBound<T> {}
+// SAFETY: as for `Send`: a shared wrapper hands the value out on `owner` only.
+unsafe impl<T> Sync for ThreadBound<T> {}
+
+impl<T> ThreadBound<T> {
+    /// `value`, bound to this thread.
+    pub(crate) fn new(value: T) -> ThreadBound<T> {
+        ThreadBound {
+            owner: std::thread::current().id(),
+            value: std::mem::ManuallyDrop::new(value),
+        }
+    }
+
+    fn on_owner(&self) -> PyResult<()> {
+        if std::thread::current().id() == self.owner {
+            Ok(())
+        } else {
+            Err(errors::wrong_thread())
+        }
+    }
+
+    /// The value, on its thread.
+    pub(crate) fn get(&self) -> PyResult<&T> {
+        self.on_owner()?;
+        Ok(&self.value)
+    }
+
+    /// The value, on its thread.
+    pub(crate) fn get_mut(&mut self) -> PyResult<&mut T> {
+        self.on_owner()?;
+        Ok(&mut self.value)
+    }
+}
+
+impl<T> Drop for ThreadBound<T> {
+    fn drop(&mut self) {
+        if std::thread::current().id() == self.owner {
+            // SAFETY: dropped once, here, on the owner thread; never used again.
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.value) }
+        }
+    }
+}
+
 /// Longest a blocking wait runs without the GIL before it looks for a signal (Ctrl-C
 /// raises `KeyboardInterrupt` within this long) and starts another slice.
 pub(crate) const SIGNAL_SLICE: Duration = Duration::from_millis(100);
@@ -129,6 +216,11 @@ fn _hamlyn(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<endpoint::PyEndpoint>()?;
     m.add_class::<endpoint::PyEndpointMessage>()?;
     m.add_class::<endpoint::PyEndpointGroup>()?;
+    m.add_class::<am::PyAmEndpoint>()?;
+    m.add_class::<am::PyAmCall>()?;
+    m.add_class::<am::PyAmMemoryRegion>()?;
+    m.add_class::<am::PyAmMemoryTarget>()?;
+    m.add_function(wrap_pyfunction!(am::am_fingerprint, m)?)?;
     m.add_function(wrap_pyfunction!(ticket::seed_from_tickets, m)?)?;
     m.add_function(wrap_pyfunction!(ticket::tickets_from_seed, m)?)?;
     m.add_function(wrap_pyfunction!(bench::bench_pong, m)?)?;

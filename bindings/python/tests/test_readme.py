@@ -13,6 +13,7 @@ README = Path(__file__).resolve().parents[3] / "README.md"
 EXPECTED = [
     "b'hello'",  # the interface level: a message sent to itself
     "5 b'medium message' 0",  # a receive endpoint in a group
+    "(42, 0, 0, 0)",  # an active message to a Python handler, by name
 ]
 
 

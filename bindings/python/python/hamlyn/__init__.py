@@ -20,7 +20,9 @@ memory, a zero-copy buffer), ``MetaArea``, ``Slot``, ``Ticket`` (seeds as ``str`
 mapped here), ``Send`` and ``Status``, ``Queue`` (poll, wait, event_fd,
 ``await queue.wait_async()``) and ``Notification``; FLIPC's receive endpoints:
 ``Endpoint`` (posted buffers, a discard counter), ``EndpointMessage`` and
-``EndpointGroup`` (receive-any, a blocking receive). Errors are
+``EndpointGroup`` (receive-any, a blocking receive); GRIM's active messages:
+``AmEndpoint`` (Python handlers registered by name, short / bulk / memory messages,
+replies), ``AmCall``, ``AmMemoryRegion``, ``AmMemoryTarget``. Errors are
 subclasses of ``HamlynError`` (``hamlyn._errors``).
 """
 
@@ -53,8 +55,26 @@ from ._errors import (
     RejectedError,
     BadKeyError,
     TimeoutError,
+    WrongThreadError,
+    NoSpaceError,
+    ProtocolError,
+    TooLongError,
+    PeerGoneError,
+    NotificationsLostError,
+    StateError,
+    EndOfStreamError,
+    CollisionError,
+    UnknownHandlerError,
+    HandlerRefusedError,
+    ReplyTwiceError,
+    NoCallError,
+    NoChannelError,
 )
 from ._hamlyn import (
+    AmCall,
+    AmEndpoint,
+    AmMemoryRegion,
+    AmMemoryTarget,
     DEFAULT_SOCKET,
     DEFAULT_STARVATION_BOUND,
     MAX_INLINE,
@@ -74,11 +94,16 @@ from ._hamlyn import (
     Terminus,
     Ticket,
     __version__,
+    am_fingerprint,
     seed_from_tickets,
     tickets_from_seed,
 )
 
 __all__ = [
+    "AmCall",
+    "AmEndpoint",
+    "AmMemoryRegion",
+    "AmMemoryTarget",
     "Area",
     "DEFAULT_SOCKET",
     "DEFAULT_STARVATION_BOUND",
@@ -98,6 +123,7 @@ __all__ = [
     "Terminus",
     "Ticket",
     "__version__",
+    "am_fingerprint",
     "seed_from_tickets",
     "tickets_from_seed",
     "HamlynError",
@@ -128,4 +154,18 @@ __all__ = [
     "RejectedError",
     "BadKeyError",
     "TimeoutError",
+    "WrongThreadError",
+    "NoSpaceError",
+    "ProtocolError",
+    "TooLongError",
+    "PeerGoneError",
+    "NotificationsLostError",
+    "StateError",
+    "EndOfStreamError",
+    "CollisionError",
+    "UnknownHandlerError",
+    "HandlerRefusedError",
+    "ReplyTwiceError",
+    "NoCallError",
+    "NoChannelError",
 ]

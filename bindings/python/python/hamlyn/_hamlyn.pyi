@@ -1,7 +1,7 @@
 """Type stubs of the extension module ``hamlyn._hamlyn`` (src/*.rs)."""
 
 import os
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from types import TracebackType
 from typing import Any, Literal, Optional, final
 
@@ -27,6 +27,11 @@ __all__ = [
     "EndpointMessage",
     "EndpointGroup",
     "DEFAULT_STARVATION_BOUND",
+    "AmEndpoint",
+    "AmCall",
+    "AmMemoryRegion",
+    "AmMemoryTarget",
+    "am_fingerprint",
     "seed_from_tickets",
     "tickets_from_seed",
     "bench_pong",
@@ -515,3 +520,111 @@ class EndpointGroup:
         v: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> bool: ...
+
+_Addr = tuple[int, int]
+_Handler = str | tuple[int, int]
+_Four = tuple[int, int, int, int]
+
+def am_fingerprint(layout: str) -> int: ...
+
+@final
+class AmEndpoint:
+    """An active-message endpoint (one thread's own)."""
+
+    def __init__(
+        self,
+        node: Node,
+        *,
+        max_peers: int = 16,
+        short_credits: int = 16,
+        bulk_credits: int = 2,
+        bulk_max: int = 65536,
+    ) -> None: ...
+    @property
+    def addr(self) -> _Addr: ...
+    @staticmethod
+    def engine_addr(node: int) -> _Addr: ...
+    def register(
+        self, name: str, fingerprint: int | str, handler: Callable[["AmCall"], object]
+    ) -> None: ...
+    def unregister(self, name: str) -> None: ...
+    def synch(self) -> None: ...
+    def refresh(self) -> None: ...
+    def handler_by_name(self, name: str) -> tuple[int, int]: ...
+    def table(self) -> tuple[int, list[tuple[str, int, int, bool, int]]]: ...
+    def handler_counters(self) -> dict[str, dict[str, int]]: ...
+    def counters(self) -> dict[str, int]: ...
+    def report_counters(self) -> None: ...
+    def open_channel(self, priority: int) -> int: ...
+    def connect(self, peer: _Addr, timeout: float = 30.0) -> None: ...
+    def send_short(
+        self,
+        to: _Addr,
+        handler: _Handler,
+        args: Sequence[int] = (),
+        *,
+        channel: int = 0,
+        want: Literal["nothing", "ack", "reply"] = "nothing",
+    ) -> int: ...
+    def send_bulk(
+        self,
+        to: _Addr,
+        handler: _Handler,
+        payload: Buffer,
+        args: Sequence[int] = (),
+        *,
+        channel: int = 0,
+        want: Literal["nothing", "ack", "reply"] = "nothing",
+    ) -> int: ...
+    def wait(self, call: int, timeout: float = 30.0) -> Optional[_Four]: ...
+    def call(
+        self,
+        to: _Addr,
+        handler: _Handler,
+        args: Sequence[int] = (),
+        *,
+        channel: int = 0,
+        timeout: float = 30.0,
+    ) -> _Four: ...
+    def failures(self) -> list[tuple[int, BaseException]]: ...
+    def poll(self, timeout: Optional[float] = None) -> int: ...
+    def memory_region(self, length: int) -> "AmMemoryRegion": ...
+    def memory_target(self, seed: str) -> "AmMemoryTarget": ...
+    @property
+    def closed(self) -> bool: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> "AmEndpoint": ...
+    def __exit__(
+        self,
+        t: Optional[type[BaseException]],
+        v: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool: ...
+
+@final
+class AmCall:
+    """One active message, as its handler sees it; its reply token."""
+
+    @property
+    def args(self) -> _Four: ...
+    @property
+    def channel(self) -> int: ...
+    @property
+    def src(self) -> _Addr: ...
+    @property
+    def payload(self) -> bytes: ...
+    def reply(self, *args: int) -> None: ...
+
+@final
+class AmMemoryRegion:
+    """A region memory messages copy into."""
+
+    @property
+    def seed(self) -> str: ...
+    def read(self, offset: int, length: int) -> bytes: ...
+
+@final
+class AmMemoryTarget:
+    """The sending side of memory messages to one region."""
+
+    def write(self, offset: int, data: Buffer) -> "Send": ...
