@@ -5,7 +5,9 @@
 
 use hamlyn::{ControlErrorCode, Error, RejectReason, SendError};
 use hamlyn_am::AmError;
+use hamlyn_job::JobError;
 use hamlyn_rats::RatsError;
+use hamlyn_rpc::RpcError;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
@@ -195,6 +197,48 @@ pub(crate) fn rats(e: RatsError) -> PyErr {
 #[allow(dead_code)] // used by the protocol-level bindings
 pub(crate) fn rats_check<T>(r: Result<T, RatsError>) -> PyResult<T> {
     r.map_err(rats)
+}
+
+/// The exception class for an RPC error.
+fn rpc_class_of(e: &RpcError) -> &'static str {
+    match e {
+        RpcError::Hamlyn(e) => class_of(e),
+        RpcError::Send(e) => send_class_of(e),
+        RpcError::NoService(_) => "NoServiceError",
+        RpcError::NoProcedure(_) => "NoProcedureError",
+        RpcError::Busy => "FullError",
+        RpcError::TooLong { .. } => "TooLongError",
+        RpcError::Refused(_) => "CallRefusedError",
+        RpcError::Procedure(_) => "ProcedureError",
+        RpcError::Timeout(_) => "TimeoutError",
+        RpcError::ServerGone(_) => "PeerGoneError",
+        RpcError::Malformed(_) => "ProtocolError",
+        RpcError::WrongSize { .. } => "InvalidArgumentError",
+        _ => "HamlynError",
+    }
+}
+
+/// `Ok` or the RPC error as a Python exception.
+pub(crate) fn rpc_check<T>(r: Result<T, RpcError>) -> PyResult<T> {
+    r.map_err(|e| raise(rpc_class_of(&e), e.to_string()))
+}
+
+/// The exception class for a job error.
+fn job_class_of(e: &JobError) -> &'static str {
+    match e {
+        JobError::Environment(_) => "InvalidArgumentError",
+        JobError::Hamlyn(e) => class_of(e),
+        JobError::Send(e) => send_class_of(e),
+        JobError::Failed { .. } => "RejectedError",
+        JobError::Timeout { .. } => "TimeoutError",
+        JobError::BadSeed { .. } => "BadSeedError",
+        _ => "HamlynError",
+    }
+}
+
+/// `Ok` or the job error as a Python exception.
+pub(crate) fn job_check<T>(r: Result<T, JobError>) -> PyResult<T> {
+    r.map_err(|e| raise(job_class_of(&e), e.to_string()))
 }
 
 /// An active-message error as a Python exception.

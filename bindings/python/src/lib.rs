@@ -31,8 +31,10 @@ mod bench;
 mod direct;
 mod endpoint;
 mod errors;
+mod job;
 mod node;
 mod queue;
+mod rpc;
 mod slot;
 mod terminus;
 mod ticket;
@@ -74,17 +76,20 @@ impl Life {
 
 /// Locks a handle's mutex. Never blocks while holding the GIL: if another thread holds
 /// the lock (a `wait` on the same queue, say, which runs without the GIL), the GIL is
-/// released while this thread waits for it, so the holder can finish and come back. A
-/// lock poisoned by a panic is an error, not a crash.
+/// released while this thread waits for it, so the holder can finish and come back. The
+/// lock is taken in that wait and kept while the GIL is taken back (not dropped and
+/// tried again, which a thread that re-locks in a loop, like a serving RPC server,
+/// could win every time). No thread ever blocks on a handle's mutex while holding the
+/// GIL, so a thread holding one while it waits for the GIL cannot deadlock. A lock
+/// poisoned by a panic is an error, not a crash.
 pub(crate) fn lock<'a, T: Send>(py: Python<'_>, m: &'a Mutex<T>) -> PyResult<MutexGuard<'a, T>> {
-    loop {
-        match m.try_lock() {
-            Ok(g) => return Ok(g),
-            // Wait for the holder without the GIL, then try again with it (a guard
-            // cannot cross the GIL boundary: it is not `Send`).
-            Err(std::sync::TryLockError::WouldBlock) => py.allow_threads(|| drop(m.lock())),
-            Err(std::sync::TryLockError::Poisoned(_)) => return Err(errors::poisoned()),
+    match m.try_lock() {
+        Ok(g) => Ok(g),
+        // The guard comes back across `allow_threads` on this same thread.
+        Err(std::sync::TryLockError::WouldBlock) => {
+            unblocked(py, m, |m| m.lock()).map_err(|_| errors::poisoned())
         }
+        Err(std::sync::TryLockError::Poisoned(_)) => Err(errors::poisoned()),
     }
 }
 
@@ -94,10 +99,12 @@ struct OnThisThread<T>(T);
 
 // SAFETY: an `OnThisThread` is made only in `unblocked`, whose closure
 // `Python::allow_threads` runs on the calling thread, never another (it only releases the
-// GIL around it), so the value never leaves the thread that owns it. Every value that
-// goes through here comes out of a `ThreadBound` on its owner thread: while this thread
-// waits without the GIL, no other thread can reach it, nor (so) the `Rc`s it shares.
-// Python objects the value holds (handlers) are touched only under `Python::with_gil`.
+// GIL around it), so the value never leaves the thread that owns it. The values that go
+// through here are a `ThreadBound`'s, taken out on its owner thread (while this thread
+// waits without the GIL, no other thread can reach them, nor so the `Rc`s they share),
+// and a `MutexGuard` (`lock`), which must be unlocked on the thread that locked it: this
+// one. Python objects the values hold (handlers) are touched only under
+// `Python::with_gil`.
 unsafe impl<T> Send for OnThisThread<T> {}
 
 impl<T> OnThisThread<T> {
@@ -202,6 +209,9 @@ fn _hamlyn(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DEFAULT_SOCKET", hamlyn::DEFAULT_SOCKET)?;
     m.add("SOCKET_ENV", hamlyn::SOCKET_ENV)?;
     m.add("DEFAULT_STARVATION_BOUND", hamlyn::DEFAULT_STARVATION_BOUND)?;
+    m.add("RPC_FRAMES", hamlyn_rpc::FRAMES)?;
+    m.add("RPC_MAX_ARGS", hamlyn_rpc::MAX_ARGS)?;
+    m.add("RPC_MAX_RESULT", hamlyn_rpc::MAX_RESULT)?;
     m.add_class::<node::PyNode>()?;
     m.add_class::<area::PyArea>()?;
     m.add_class::<area::PyMetaArea>()?;
@@ -221,6 +231,10 @@ fn _hamlyn(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<am::PyAmMemoryRegion>()?;
     m.add_class::<am::PyAmMemoryTarget>()?;
     m.add_function(wrap_pyfunction!(am::am_fingerprint, m)?)?;
+    m.add_class::<rpc::PyRpcServer>()?;
+    m.add_class::<rpc::PyRpcClient>()?;
+    m.add_class::<rpc::PyRpcCall>()?;
+    m.add_class::<job::PyJob>()?;
     m.add_function(wrap_pyfunction!(ticket::seed_from_tickets, m)?)?;
     m.add_function(wrap_pyfunction!(ticket::tickets_from_seed, m)?)?;
     m.add_function(wrap_pyfunction!(bench::bench_pong, m)?)?;

@@ -22,6 +22,9 @@ and in environment variables. Every wait is bounded: a lost peer fails, never ha
     peer.py endpoint-flood    sends $HAMLYN_COUNT messages to the endpoint $HAMLYN_SEED
                               names, tagged $HAMLYN_SENDER << 32 | i; prints how many were
                               sent and how many refused for want of a buffer
+    peer.py rpc-serve NAME    serves RPC service NAME (echo, upper, sum, fails, hold,
+                              stop); prints "serving", then, once stopped, its counters
+                              as JSON. 'hold' answers only after a line on stdin.
 """
 
 import os
@@ -186,6 +189,38 @@ def main() -> None:
                 else:
                     fail(f"a send ended {st!r}")
             print(f"flood: sent {sent} refused {refused}", flush=True)
+    elif role == "rpc-serve":
+        import json
+
+        stopped = []
+
+        def hold(args):
+            sys.stdin.readline()  # until the test lets it go (or closes stdin)
+            return args
+
+        def fails(args):
+            raise ValueError(f"refusing {args!r}")
+
+        procedures = {
+            "echo": lambda args: args,
+            "upper": lambda args: args.upper(),
+            "sum": lambda args: struct.pack(
+                "<Q", sum(struct.unpack(f"<{len(args) // 8}Q", args))
+            ),
+            "fails": fails,
+            "hold": hold,
+            "stop": lambda args: stopped.append(True),
+        }
+        with hamlyn.Node.connect_default() as node, hamlyn.RpcServer(
+            node, sys.argv[2], procedures
+        ) as server:
+            print("serving", flush=True)
+            server.serve(until=lambda: bool(stopped), timeout=120)
+            if not stopped:
+                fail("not stopped within 120 s")
+            # The stop call's reply goes out with the next turn: serve a little more.
+            server.serve(timeout=0.2)
+            print(json.dumps(server.counters()), flush=True)
     else:
         fail(f"unknown role {role}")
 

@@ -3,14 +3,11 @@ cluster-wide, called by short, bulk and memory messages from another thread's en
 and from a Rust program in another process (which Python calls back by name); handlers
 run inside poll() on the polling thread."""
 
-import json
 import os
 import queue
-import shutil
 import subprocess
 import threading
 import zlib
-from pathlib import Path
 
 import pytest
 
@@ -18,7 +15,6 @@ import hamlyn
 
 WAIT = 30.0
 PAIR = "u64 a, u64 b"
-ROOT = Path(__file__).resolve().parents[3]
 
 
 class Served:
@@ -251,28 +247,7 @@ def test_a_receiver_that_does_not_poll_pushes_back_with_full(engine, client):
     assert served.handler_counters["py.noop"]["calls"] >= sent
 
 
-def am_peer():
-    """The Rust endpoint (crates/hamlyn-am/examples/am_peer.rs), built by cargo (a no-op
-    after `cargo test --workspace`, which builds the examples); its path."""
-    if "HAMLYN_AM_PEER" in os.environ:
-        return os.environ["HAMLYN_AM_PEER"]
-    if shutil.which("cargo") is None:
-        pytest.fail("cargo is needed to build the Rust peer (or set HAMLYN_AM_PEER)")
-    out = subprocess.run(
-        ["cargo", "build", "-q", "-p", "hamlyn-am", "--example", "am_peer",
-         "--message-format=json"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )
-    assert out.returncode == 0, out.stderr
-    for line in out.stdout.splitlines():
-        msg = json.loads(line)
-        if msg.get("reason") == "compiler-artifact" and msg.get("executable"):
-            if msg["target"]["name"] == "am_peer":
-                return msg["executable"]
-    pytest.fail("cargo built no am_peer")
-
-
-def test_a_rust_program_and_python_call_each_others_handlers_by_name(engine, client):
+def test_a_rust_program_and_python_call_each_others_handlers_by_name(engine, client, rust_programs):
     def mul(call):
         a, b, _, _ = call.args
         call.reply(a * b, 0, 0, 0)
@@ -284,7 +259,7 @@ def test_a_rust_program_and_python_call_each_others_handlers_by_name(engine, cli
     client.register("py.len", "u64 x4; payload bytes", length)
     client.synch()
     peer = subprocess.Popen(
-        [am_peer()],
+        [rust_programs["am_peer"]],
         env=dict(os.environ, HAMLYN_SOCKET=str(engine.socket_path)),
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )

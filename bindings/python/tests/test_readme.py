@@ -14,6 +14,7 @@ EXPECTED = [
     "b'hello'",  # the interface level: a message sent to itself
     "5 b'medium message' 0",  # a receive endpoint in a group
     "(42, 0, 0, 0)",  # an active message to a Python handler, by name
+    "[b'hello, 0', b'hello, 1', b'hello, 2']",  # RPC to a Python procedure, by name
 ]
 
 

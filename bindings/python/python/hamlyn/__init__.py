@@ -22,7 +22,10 @@ mapped here), ``Send`` and ``Status``, ``Queue`` (poll, wait, event_fd,
 ``Endpoint`` (posted buffers, a discard counter), ``EndpointMessage`` and
 ``EndpointGroup`` (receive-any, a blocking receive); GRIM's active messages:
 ``AmEndpoint`` (Python handlers registered by name, short / bulk / memory messages,
-replies), ``AmCall``, ``AmMemoryRegion``, ``AmMemoryTarget``. Errors are
+replies), ``AmCall``, ``AmMemoryRegion``, ``AmMemoryTarget``; RPC over remote memory:
+``RpcServer`` (Python procedures, bytes in and out), ``RpcClient``, ``RpcCall``; and
+``Job`` (rank, size, barrier, all-gather under ``hamlyn run``, Slurm, PMI, Open MPI).
+Errors are
 subclasses of ``HamlynError`` (``hamlyn._errors``).
 """
 
@@ -69,6 +72,10 @@ from ._errors import (
     ReplyTwiceError,
     NoCallError,
     NoChannelError,
+    NoServiceError,
+    NoProcedureError,
+    CallRefusedError,
+    ProcedureError,
 )
 from ._hamlyn import (
     AmCall,
@@ -82,6 +89,13 @@ from ._hamlyn import (
     Area,
     DirectTarget,
     Endpoint,
+    Job,
+    RPC_FRAMES,
+    RPC_MAX_ARGS,
+    RPC_MAX_RESULT,
+    RpcCall,
+    RpcClient,
+    RpcServer,
     EndpointGroup,
     EndpointMessage,
     MetaArea,
@@ -109,6 +123,13 @@ __all__ = [
     "DEFAULT_STARVATION_BOUND",
     "DirectTarget",
     "Endpoint",
+    "Job",
+    "RPC_FRAMES",
+    "RPC_MAX_ARGS",
+    "RPC_MAX_RESULT",
+    "RpcCall",
+    "RpcClient",
+    "RpcServer",
     "EndpointGroup",
     "EndpointMessage",
     "MAX_INLINE",
@@ -168,4 +189,8 @@ __all__ = [
     "ReplyTwiceError",
     "NoCallError",
     "NoChannelError",
+    "NoServiceError",
+    "NoProcedureError",
+    "CallRefusedError",
+    "ProcedureError",
 ]

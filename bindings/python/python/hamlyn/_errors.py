@@ -187,3 +187,21 @@ class NoCallError(HamlynError, LookupError):
 
 class NoChannelError(HamlynError):
     """No logical channel with that number is open on this endpoint."""
+
+
+class NoServiceError(HamlynError, LookupError):
+    """No RPC service of that name appeared in the registry within the timeout."""
+
+
+class NoProcedureError(HamlynError, LookupError):
+    """The RPC service offers no procedure of that name."""
+
+
+class CallRefusedError(HamlynError):
+    """The RPC server refused the call (an unknown procedure number, a frame whose
+    lengths do not fit, a frame rewritten while the procedure ran)."""
+
+
+class ProcedureError(HamlynError):
+    """The remote procedure failed (a Python procedure raised: the message carries the
+    exception's text)."""

@@ -1,7 +1,7 @@
 """Type stubs of the extension module ``hamlyn._hamlyn`` (src/*.rs)."""
 
 import os
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, Optional, final
 
@@ -32,6 +32,13 @@ __all__ = [
     "AmMemoryRegion",
     "AmMemoryTarget",
     "am_fingerprint",
+    "RpcServer",
+    "RpcClient",
+    "RpcCall",
+    "Job",
+    "RPC_FRAMES",
+    "RPC_MAX_ARGS",
+    "RPC_MAX_RESULT",
     "seed_from_tickets",
     "tickets_from_seed",
     "bench_pong",
@@ -42,6 +49,9 @@ MAX_INLINE: int
 DEFAULT_SOCKET: str
 SOCKET_ENV: str
 DEFAULT_STARVATION_BOUND: int
+RPC_FRAMES: int
+RPC_MAX_ARGS: int
+RPC_MAX_RESULT: int
 
 _SlotModeName = Literal["normal", "paranoid", "paranoid_one_shot", "fast"]
 _KindName = Literal["message", "fast", "peer_down", "read_done", "atomic_done", "overflow", "unknown"]
@@ -628,3 +638,113 @@ class AmMemoryTarget:
     """The sending side of memory messages to one region."""
 
     def write(self, offset: int, data: Buffer) -> "Send": ...
+
+@final
+class RpcServer:
+    """An RPC server: Python procedures (bytes in, bytes out) served by name."""
+
+    def __init__(
+        self,
+        node: Node,
+        service: str,
+        procedures: Mapping[str, Callable[[bytes], Optional[Buffer]]]
+        | Sequence[tuple[str, Callable[[bytes], Optional[Buffer]]]],
+    ) -> None: ...
+    @property
+    def service(self) -> str: ...
+    def serve_once(self, timeout: Optional[float] = None) -> bool: ...
+    def serve(
+        self,
+        until: Optional[Callable[[], object]] = None,
+        timeout: Optional[float] = None,
+    ) -> int: ...
+    @property
+    def protect_frames(self) -> bool: ...
+    @protect_frames.setter
+    def protect_frames(self, on: bool) -> None: ...
+    @property
+    def clients(self) -> int: ...
+    def counters(self) -> dict[str, int]: ...
+    @property
+    def closed(self) -> bool: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> "RpcServer": ...
+    def __exit__(
+        self,
+        t: Optional[type[BaseException]],
+        v: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool: ...
+
+@final
+class RpcClient:
+    """A connection to one RPC service."""
+
+    def __init__(self, node: Node, service: str, timeout: float = 30.0) -> None: ...
+    @property
+    def timeout(self) -> float: ...
+    @timeout.setter
+    def timeout(self, seconds: float) -> None: ...
+    @property
+    def procedures(self) -> list[str]: ...
+    def call(self, procedure: str, args: Buffer) -> bytes: ...
+    def start(self, procedure: str, args: Buffer) -> "RpcCall": ...
+    def finish(self, call: "RpcCall") -> bytes: ...
+    @property
+    def closed(self) -> bool: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> "RpcClient": ...
+    def __exit__(
+        self,
+        t: Optional[type[BaseException]],
+        v: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool: ...
+
+@final
+class RpcCall:
+    """A call started with RpcClient.start."""
+
+    @property
+    def procedure(self) -> str: ...
+    @property
+    def finished(self) -> bool: ...
+
+@final
+class Job:
+    """One process of a parallel job."""
+
+    @classmethod
+    def init(cls, node: Optional[Node] = None, *, timeout: Optional[float] = None) -> "Job": ...
+    @classmethod
+    def join(
+        cls,
+        rank: int,
+        size: int,
+        job: str = "default",
+        *,
+        node: Optional[Node] = None,
+        timeout: Optional[float] = None,
+    ) -> "Job": ...
+    @property
+    def rank(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def launcher(self) -> Literal["hamlyn", "slurm", "pmi", "open_mpi", "alone"]: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def timeout(self) -> float: ...
+    @timeout.setter
+    def timeout(self, seconds: float) -> None: ...
+    def barrier(self) -> None: ...
+    def all_gather(self, seed: "str | Ticket") -> list[str]: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> "Job": ...
+    def __exit__(
+        self,
+        t: Optional[type[BaseException]],
+        v: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool: ...
