@@ -194,7 +194,6 @@ pub(crate) fn rats(e: RatsError) -> PyErr {
 }
 
 /// `Ok` or the Rats error as a Python exception.
-#[allow(dead_code)] // used by the protocol-level bindings
 pub(crate) fn rats_check<T>(r: Result<T, RatsError>) -> PyResult<T> {
     r.map_err(rats)
 }

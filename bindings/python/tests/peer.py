@@ -25,6 +25,10 @@ and in environment variables. Every wait is bounded: a lost peer fails, never ha
     peer.py rpc-serve NAME    serves RPC service NAME (echo, upper, sum, fails, hold,
                               stop); prints "serving", then, once stopped, its counters
                               as JSON. 'hold' answers only after a line on stdin.
+    peer.py rats-tag-write    writes "tag N" with tag N (N = 1..$HAMLYN_COUNT) at offset
+                              64 * N to the tagged server $HAMLYN_SEED names
+    peer.py rats-respond N    a request/response server: prints its seed, answers N
+                              requests with their bytes upper-cased, prints "answered N"
 """
 
 import os
@@ -221,6 +225,22 @@ def main() -> None:
             # The stop call's reply goes out with the next turn: serve a little more.
             server.serve(timeout=0.2)
             print(json.dumps(server.counters()), flush=True)
+    elif role == "rats-tag-write":
+        with hamlyn.Node.connect_default() as node:
+            client = hamlyn.Rats(node).tagged_client(os.environ["HAMLYN_SEED"])
+            for n in range(1, int(os.environ["HAMLYN_COUNT"]) + 1):
+                client.write(64 * n, b"tag %d" % n, n).result(timeout=WAIT)
+    elif role == "rats-respond":
+        count = int(sys.argv[2])
+        with hamlyn.Node.connect_default() as node:
+            server = hamlyn.Rats(node).request_server(4096)
+            print(server.seed, flush=True)
+            for _ in range(count):
+                r = server.recv(timeout=WAIT)
+                if r is None:
+                    fail(f"no request within {WAIT} s")
+                server.reply(r, r.data.upper()).result(timeout=WAIT)
+            print(f"answered {count}", flush=True)
     else:
         fail(f"unknown role {role}")
 

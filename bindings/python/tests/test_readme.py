@@ -15,6 +15,7 @@ EXPECTED = [
     "5 b'medium message' 0",  # a receive endpoint in a group
     "(42, 0, 0, 0)",  # an active message to a Python handler, by name
     "[b'hello, 0', b'hello, 1', b'hello, 2']",  # RPC to a Python procedure, by name
+    "42 b'tagged'",  # a Rats tagged write
 ]
 
 

@@ -24,7 +24,10 @@ mapped here), ``Send`` and ``Status``, ``Queue`` (poll, wait, event_fd,
 ``AmEndpoint`` (Python handlers registered by name, short / bulk / memory messages,
 replies), ``AmCall``, ``AmMemoryRegion``, ``AmMemoryTarget``; RPC over remote memory:
 ``RpcServer`` (Python procedures, bytes in and out), ``RpcClient``, ``RpcCall``; and
-``Job`` (rank, size, barrier, all-gather under ``hamlyn run``, Slurm, PMI, Open MPI).
+``Job`` (rank, size, barrier, all-gather under ``hamlyn run``, Slurm, PMI, Open MPI);
+the protocol level, Rats: ``Rats`` (a manager), tagged writes (``RatsTaggedServer``,
+``RatsTaggedClient``) and request/response (``RatsRequestServer``, ``RatsRequest``,
+``RatsRequestClient``), seeds as text.
 Errors are
 subclasses of ``HamlynError`` (``hamlyn._errors``).
 """
@@ -90,6 +93,12 @@ from ._hamlyn import (
     DirectTarget,
     Endpoint,
     Job,
+    Rats,
+    RatsRequest,
+    RatsRequestClient,
+    RatsRequestServer,
+    RatsTaggedClient,
+    RatsTaggedServer,
     RPC_FRAMES,
     RPC_MAX_ARGS,
     RPC_MAX_RESULT,
@@ -124,6 +133,12 @@ __all__ = [
     "DirectTarget",
     "Endpoint",
     "Job",
+    "Rats",
+    "RatsRequest",
+    "RatsRequestClient",
+    "RatsRequestServer",
+    "RatsTaggedClient",
+    "RatsTaggedServer",
     "RPC_FRAMES",
     "RPC_MAX_ARGS",
     "RPC_MAX_RESULT",

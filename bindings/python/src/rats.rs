@@ -1,0 +1,354 @@
+//! The protocol level, Rats (crate hamlyn-rats, issue 10), from Python: `hamlyn.Rats`
+//! (a protocol manager on a node), tagged remote writes (`RatsTaggedServer`,
+//! `RatsTaggedClient`) and request/response (`RatsRequestServer`, `RatsRequest`,
+//! `RatsRequestClient`). Seeds travel as text. A manager and the protocol instances made
+//! from it share an `Rc`: they are one thread's ([`ThreadBound`]), as in Rust.
+
+use std::time::{Duration, Instant};
+
+use hamlyn_rats::request_response::{Request, RequestClient, RequestServer};
+use hamlyn_rats::tagged::{TaggedClient, TaggedServer};
+use hamlyn_rats::{Manager, RatsError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::errors::rats_check;
+use crate::node::PyNode;
+use crate::terminus::PySend;
+use crate::ticket::{seed_from_text, seed_to_text, with_bytes};
+use crate::{unblocked, Life, ThreadBound};
+use std::sync::Arc;
+
+/// Runs a blocking wait `f(value, slice)` without the GIL in slices (a signal raises
+/// between them) until it returns something or `timeout` seconds passed (None: forever).
+fn wait_sliced<T, R>(
+    py: Python<'_>,
+    value: &mut T,
+    timeout: Option<f64>,
+    mut f: impl FnMut(&mut T, Duration) -> Result<Option<R>, RatsError>,
+) -> PyResult<Option<R>> {
+    let timeout = crate::timeout(timeout)?;
+    let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+    loop {
+        let slice = deadline.map_or(crate::SIGNAL_SLICE, |d| {
+            d.saturating_duration_since(Instant::now())
+                .min(crate::SIGNAL_SLICE)
+        });
+        let got = unblocked(py, (&mut *value, &mut f), |(v, f)| f(v, slice));
+        if let Some(r) = rats_check(got)? {
+            return Ok(Some(r));
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(None);
+        }
+        py.check_signals()?;
+    }
+}
+
+/// A protocol manager on a node (`Rats(node)`): message space, metadata entries, a
+/// notification queue and a terminus of the node's, shared by the protocol instances
+/// made from it. One thread's (`WrongThreadError` elsewhere), as are its instances.
+#[pyclass(module = "hamlyn._hamlyn", name = "Rats", frozen)]
+pub struct PyRats {
+    life: Arc<Life>,
+    mgr: ThreadBound<Manager>,
+}
+
+impl PyRats {
+    fn mgr(&self) -> PyResult<&Manager> {
+        self.life.check()?;
+        self.mgr.get()
+    }
+}
+
+#[pymethods]
+impl PyRats {
+    /// A manager on `node` (it takes the node's first notification queue and a
+    /// terminus).
+    #[new]
+    fn new(py: Python<'_>, node: &PyNode) -> PyResult<PyRats> {
+        let n = node.get(py)?;
+        let mgr = rats_check(unblocked(py, n, |n| Manager::new(&n)))?;
+        Ok(PyRats {
+            life: node.life(),
+            mgr: ThreadBound::new(mgr),
+        })
+    }
+
+    /// Message space not allocated, in bytes.
+    #[getter]
+    fn space_free(&self) -> PyResult<u64> {
+        Ok(self.mgr()?.space_free())
+    }
+
+    /// Protocol messages whose metadata did not parse (forged), counted and dropped.
+    #[getter]
+    fn forged(&self) -> PyResult<u64> {
+        Ok(self.mgr()?.stats().forged)
+    }
+
+    /// A tagged-write server over `length` bytes of message space: others write into it
+    /// with tags (`RatsTaggedClient.write`), it takes the arrivals by tag.
+    fn tagged_server(&self, length: u64) -> PyResult<PyRatsTaggedServer> {
+        let s = rats_check(TaggedServer::new(self.mgr()?, length))?;
+        Ok(PyRatsTaggedServer {
+            life: self.life.clone(),
+            server: ThreadBound::new(s),
+        })
+    }
+
+    /// The client of the tagged-write server seed text `seed` names.
+    fn tagged_client(&self, seed: &str) -> PyResult<PyRatsTaggedClient> {
+        let seed = seed_from_text(seed)?;
+        let c = rats_check(TaggedClient::from_seed(self.mgr()?, &seed))?;
+        Ok(PyRatsTaggedClient {
+            life: self.life.clone(),
+            client: ThreadBound::new(c),
+        })
+    }
+
+    /// A request/response server taking requests of at most `max_request` bytes.
+    fn request_server(&self, max_request: u64) -> PyResult<PyRatsRequestServer> {
+        let s = rats_check(RequestServer::new(self.mgr()?, max_request))?;
+        Ok(PyRatsRequestServer {
+            life: self.life.clone(),
+            server: ThreadBound::new(s),
+        })
+    }
+
+    /// The client of the request/response server seed text `seed` names, taking replies
+    /// of at most `max_reply` bytes.
+    fn request_client(&self, seed: &str, max_reply: u64) -> PyResult<PyRatsRequestClient> {
+        let seed = seed_from_text(seed)?;
+        let c = rats_check(RequestClient::from_seed(self.mgr()?, &seed, max_reply))?;
+        Ok(PyRatsRequestClient {
+            life: self.life.clone(),
+            client: ThreadBound::new(c),
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        "<hamlyn.Rats>".to_owned()
+    }
+}
+
+/// The receiving side of tagged remote writes: `seed` (text) is what a writer needs;
+/// `get_tag()` / `wait_tag(timeout)` give the next arrival as `(tag, offset, length,
+/// src_node)`, and `read(offset, length)` its bytes.
+#[pyclass(module = "hamlyn._hamlyn", name = "RatsTaggedServer", frozen)]
+pub struct PyRatsTaggedServer {
+    life: Arc<Life>,
+    server: ThreadBound<TaggedServer>,
+}
+
+/// A tag arrival as Python sees it.
+type PyArrival = (u32, u64, u64, u32);
+
+#[pymethods]
+impl PyRatsTaggedServer {
+    /// The seed text a writer is made from (`Rats.tagged_client(seed)`).
+    #[getter]
+    fn seed(&self) -> PyResult<String> {
+        self.life.check()?;
+        let seed = rats_check(self.server.get()?.make_seed())?;
+        seed_to_text(&seed)
+    }
+
+    /// Bytes of the server's slot.
+    #[getter]
+    fn length(&self) -> PyResult<u64> {
+        Ok(self.server.get()?.len())
+    }
+
+    /// The next arrival, any tag, as `(tag, offset, length, src_node)`, or None: never
+    /// blocks.
+    fn get_tag(&self) -> PyResult<Option<PyArrival>> {
+        self.life.check()?;
+        let a = rats_check(self.server.get()?.get_tag())?;
+        Ok(a.map(|a| (a.tag, a.offset, a.len, a.src.0)))
+    }
+
+    /// The next arrival, waiting up to `timeout` seconds (None: forever) without the
+    /// GIL; None at the timeout.
+    #[pyo3(signature = (timeout=None))]
+    fn wait_tag(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<PyArrival>> {
+        self.life.check()?;
+        let mut s = self.server.get()?;
+        let a = wait_sliced(py, &mut s, timeout, |s, slice| s.wait_tag(Some(slice)))?;
+        Ok(a.map(|a| (a.tag, a.offset, a.len, a.src.0)))
+    }
+
+    /// `length` bytes at `offset` of the slot, copied out.
+    fn read<'py>(
+        &self,
+        py: Python<'py>,
+        offset: u64,
+        length: usize,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        self.life.check()?;
+        let mut v = vec![0u8; length];
+        rats_check(self.server.get()?.read(offset, &mut v))?;
+        Ok(PyBytes::new(py, &v))
+    }
+}
+
+/// The writing side of a tagged-write server.
+#[pyclass(module = "hamlyn._hamlyn", name = "RatsTaggedClient", frozen)]
+pub struct PyRatsTaggedClient {
+    life: Arc<Life>,
+    client: ThreadBound<TaggedClient>,
+}
+
+#[pymethods]
+impl PyRatsTaggedClient {
+    /// Writes `data` (a bytes-like object, one packet at most) at `offset` of the
+    /// server's slot with `tag`; the request's `Send`.
+    fn write(&self, offset: u64, data: &Bound<'_, PyAny>, tag: u32) -> PyResult<PySend> {
+        self.life.check()?;
+        let c = self.client.get()?;
+        let h = with_bytes(data, |b| rats_check(c.write(offset, b, tag)))?;
+        Ok(PySend::new(self.life.clone(), h))
+    }
+}
+
+/// A request/response server: `seed` (text) names it to clients; `recv(timeout)` gives
+/// the next request (a `RatsRequest`: its bytes and who sent it); `reply(request,
+/// data)` answers it and frees the buffer for the next one. Retransmitted requests are
+/// recognised and dropped (`duplicates`).
+#[pyclass(module = "hamlyn._hamlyn", name = "RatsRequestServer")]
+pub struct PyRatsRequestServer {
+    life: Arc<Life>,
+    server: ThreadBound<RequestServer>,
+}
+
+/// One request a `RatsRequestServer` received.
+#[pyclass(module = "hamlyn._hamlyn", name = "RatsRequest", frozen)]
+pub struct PyRatsRequest {
+    request: ThreadBound<Request>,
+    data: Vec<u8>,
+    client: u64,
+    seq: u32,
+}
+
+#[pymethods]
+impl PyRatsRequest {
+    /// The request's bytes.
+    #[getter]
+    fn data<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.data)
+    }
+
+    /// The client's id.
+    #[getter]
+    fn client(&self) -> u64 {
+        self.client
+    }
+
+    /// The client's sequence number for it.
+    #[getter]
+    fn seq(&self) -> u32 {
+        self.seq
+    }
+}
+
+#[pymethods]
+impl PyRatsRequestServer {
+    /// The seed text clients are made from (`Rats.request_client(seed, max_reply)`).
+    #[getter]
+    fn seed(&self) -> PyResult<String> {
+        self.life.check()?;
+        rats_check(self.server.get()?.seed_text())
+    }
+
+    /// Publishes the seed in the cluster's name registry under `name`.
+    fn publish(&self, py: Python<'_>, name: &str) -> PyResult<()> {
+        self.life.check()?;
+        let s = self.server.get()?;
+        rats_check(unblocked(py, s, |s| s.publish(name)))
+    }
+
+    /// Retransmitted requests dropped as duplicates.
+    #[getter]
+    fn duplicates(&self) -> PyResult<u64> {
+        Ok(self.server.get()?.duplicates())
+    }
+
+    /// Requests whose metadata did not parse (forged), dropped.
+    #[getter]
+    fn forged(&self) -> PyResult<u64> {
+        Ok(self.server.get()?.forged())
+    }
+
+    /// The next request, waiting up to `timeout` seconds (None: forever) without the
+    /// GIL; None at the timeout. `StateError` while the last one is not answered.
+    #[pyo3(signature = (timeout=None))]
+    fn recv(&mut self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<PyRatsRequest>> {
+        self.life.check()?;
+        let s = self.server.get_mut()?;
+        let Some(r) = wait_sliced(py, s, timeout, |s, slice| s.recv(Some(slice)))? else {
+            return Ok(None);
+        };
+        let data = rats_check(s.to_vec(&r))?;
+        Ok(Some(PyRatsRequest {
+            client: r.client,
+            seq: r.seq,
+            data,
+            request: ThreadBound::new(r),
+        }))
+    }
+
+    /// Answers `request` with `data` (a bytes-like object) and frees the receive buffer
+    /// for the next request; the reply's `Send`.
+    fn reply(&mut self, request: &PyRatsRequest, data: &Bound<'_, PyAny>) -> PyResult<PySend> {
+        self.life.check()?;
+        let r = *request.request.get()?;
+        let life = self.life.clone();
+        let s = self.server.get_mut()?;
+        let h = with_bytes(data, |b| rats_check(s.send_reply(&r, b)))?;
+        rats_check(s.release())?;
+        Ok(PySend::new(life, h))
+    }
+
+    /// Frees the receive buffer without answering (the client retransmits, and times
+    /// out).
+    fn release(&mut self) -> PyResult<()> {
+        self.life.check()?;
+        rats_check(self.server.get_mut()?.release())
+    }
+}
+
+/// A request/response client: `call(data, timeout)` sends a request and waits for its
+/// reply (retransmitting while none comes), returning the reply's bytes.
+#[pyclass(module = "hamlyn._hamlyn", name = "RatsRequestClient")]
+pub struct PyRatsRequestClient {
+    life: Arc<Life>,
+    client: ThreadBound<RequestClient>,
+}
+
+#[pymethods]
+impl PyRatsRequestClient {
+    /// Sends `data` and waits up to `timeout` seconds for the reply (`TimeoutError`),
+    /// without the GIL; the reply's bytes.
+    #[pyo3(signature = (data, timeout=30.0))]
+    fn call<'py>(
+        &mut self,
+        py: Python<'py>,
+        data: &Bound<'py, PyAny>,
+        timeout: f64,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        self.life.check()?;
+        let t = crate::timeout(Some(timeout))?.unwrap_or(Duration::ZERO);
+        let bytes = with_bytes(data, |b| Ok(b.to_vec()))?;
+        let c = self.client.get_mut()?;
+        let reply = rats_check(unblocked(py, &mut *c, |c| c.call(&bytes, t)))?;
+        let out = rats_check(c.reply_bytes(&reply));
+        c.release();
+        Ok(PyBytes::new(py, &out?))
+    }
+
+    /// Requests sent again for want of a reply, so far.
+    #[getter]
+    fn retransmissions(&self) -> PyResult<u64> {
+        Ok(self.client.get()?.retransmissions)
+    }
+}

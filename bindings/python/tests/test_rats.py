@@ -1,0 +1,100 @@
+"""The protocol level (Rats) from Python, across processes: tagged remote writes taken
+by tag, and request/response; seeds travel as text; the objects are one thread's."""
+
+import threading
+
+import pytest
+
+import hamlyn
+
+WAIT = 30.0
+
+
+def test_tagged_writes_from_another_process_are_taken_by_tag(node, peers):
+    rats = hamlyn.Rats(node)
+    server = rats.tagged_server(4096)
+    assert server.length == 4096
+    assert server.get_tag() is None
+    assert server.wait_tag(timeout=0.05) is None, "nothing written: the timeout"
+    p = peers.start("rats-tag-write", env={"HAMLYN_SEED": server.seed, "HAMLYN_COUNT": "5"})
+    got = []
+    for _ in range(5):
+        a = server.wait_tag(timeout=WAIT)
+        assert a is not None, got
+        got.append(a)
+    peers.finish(p)
+    assert [a[0] for a in sorted(got)] == [1, 2, 3, 4, 5]
+    for tag, offset, length, src in got:
+        assert (offset, src) == (64 * tag, node.id)
+        assert server.read(offset, length) == b"tag %d" % tag
+    assert server.get_tag() is None
+    with pytest.raises(hamlyn.BadSeedError):
+        rats.tagged_client("hmseed1-not-a-seed")
+    # A request/response seed is not a tagged one: refused by protocol.
+    other = rats.request_server(64)
+    with pytest.raises(hamlyn.BadSeedError, match="protocol"):
+        rats.tagged_client(other.seed)
+
+
+def test_request_response_with_a_server_in_another_process(node, peers):
+    p = peers.start("rats-respond", "3")
+    seed = peers.line(p)
+    rats = hamlyn.Rats(node)
+    client = rats.request_client(seed, 4096)
+    assert client.call(b"first") == b"FIRST"
+    assert client.call(bytearray(b"second")) == b"SECOND"
+    assert client.call(b"x" * 3000) == b"X" * 3000
+    assert peers.finish(p).strip() == "answered 3"
+    # The server is gone: the next call is an error, not a hang.
+    with pytest.raises(hamlyn.PeerGoneError):
+        client.call(b"anyone?", timeout=WAIT)
+
+
+def test_request_response_between_threads_and_the_state_rule(engine):
+    """The server on a thread of its own (its manager is that thread's), the client
+    here: each waits without the GIL while the other runs."""
+    ready, seeds, seen = threading.Event(), [], []
+
+    def serve():
+        try:
+            with hamlyn.Node.connect(engine.socket_path) as n:
+                s = hamlyn.Rats(n).request_server(256)
+                seeds.append(s.seed)
+                ready.set()
+                r = s.recv(timeout=WAIT)
+                try:
+                    s.recv(timeout=0)  # the last one not answered yet
+                except hamlyn.StateError:
+                    seen.append("state")
+                s.reply(r, b"<" + r.data + b">").result(timeout=WAIT)
+        except BaseException as e:  # handed to the test
+            seen.append(e)
+            ready.set()
+
+    t = threading.Thread(target=serve)
+    t.start()
+    assert ready.wait(WAIT)
+    with hamlyn.Node.connect(engine.socket_path) as n:
+        c = hamlyn.Rats(n).request_client(seeds[0], 256)
+        assert c.call(b"hi") == b"<hi>"
+    t.join(WAIT)
+    assert not t.is_alive()
+    assert seen == ["state"]
+
+
+def test_rats_objects_are_their_threads_own(node):
+    rats = hamlyn.Rats(node)
+    server = rats.tagged_server(64)
+    errors = []
+
+    def other():
+        for f in (lambda: server.get_tag(), lambda: rats.space_free):
+            try:
+                f()
+            except BaseException as e:
+                errors.append(e)
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join(WAIT)
+    assert len(errors) == 2 and all(isinstance(e, hamlyn.WrongThreadError) for e in errors)
