@@ -242,6 +242,9 @@ fn _hamlyn(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<rats::PyRatsRequestServer>()?;
     m.add_class::<rats::PyRatsRequest>()?;
     m.add_class::<rats::PyRatsRequestClient>()?;
+    m.add_class::<rats::PyRatsDatagramReceiver>()?;
+    m.add_class::<rats::PyRatsDatagram>()?;
+    m.add_class::<rats::PyRatsDatagramSender>()?;
     m.add_function(wrap_pyfunction!(ticket::seed_from_tickets, m)?)?;
     m.add_function(wrap_pyfunction!(ticket::tickets_from_seed, m)?)?;
     m.add_function(wrap_pyfunction!(bench::bench_pong, m)?)?;

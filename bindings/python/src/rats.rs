@@ -6,6 +6,7 @@
 
 use std::time::{Duration, Instant};
 
+use hamlyn_rats::datagram::{Datagram, DatagramReceiver, DatagramSender};
 use hamlyn_rats::request_response::{Request, RequestClient, RequestServer};
 use hamlyn_rats::tagged::{TaggedClient, TaggedServer};
 use hamlyn_rats::{Manager, RatsError};
@@ -127,8 +128,238 @@ impl PyRats {
         })
     }
 
+    /// A datagram receiver with `buffers` buffers of `buffer_len` bytes (the largest
+    /// datagram); its senders get credits for them (`seed(credits)`).
+    fn datagram_receiver(&self, buffers: u32, buffer_len: u64) -> PyResult<PyRatsDatagramReceiver> {
+        let r = rats_check(DatagramReceiver::new(self.mgr()?, buffers, buffer_len))?;
+        Ok(PyRatsDatagramReceiver {
+            life: self.life.clone(),
+            receiver: ThreadBound::new(r),
+        })
+    }
+
+    /// The sender of the datagram receiver seed text `seed` names (a seed the receiver
+    /// made for one sender: `RatsDatagramReceiver.seed(credits)`).
+    fn datagram_sender(&self, seed: &str) -> PyResult<PyRatsDatagramSender> {
+        let seed = seed_from_text(seed)?;
+        let sender = rats_check(DatagramSender::from_seed(self.mgr()?, &seed))?;
+        Ok(PyRatsDatagramSender {
+            life: self.life.clone(),
+            sender: ThreadBound::new(sender),
+        })
+    }
+
     fn __repr__(&self) -> String {
         "<hamlyn.Rats>".to_owned()
+    }
+}
+
+/// The receiving side of datagrams: each sender is given a seed of its own
+/// (`seed(credits)`: that many buffers it may fill before the receiver releases
+/// some; a sender without credit gets `FullError`, nothing overruns the receiver).
+/// `recv(timeout)` gives a `RatsDatagram`, a view of the buffer it landed in (its bytes
+/// are read from there on demand, `read(datagram, offset, length)`), held until
+/// `release(datagram)` gives the buffer back to its sender as a credit.
+#[pyclass(module = "hamlyn._hamlyn", name = "RatsDatagramReceiver")]
+pub struct PyRatsDatagramReceiver {
+    life: Arc<Life>,
+    receiver: ThreadBound<DatagramReceiver>,
+}
+
+/// One datagram received: where it is (a buffer of the receiver's, until released),
+/// its `length`, its sender, its out-of-band bytes.
+#[pyclass(module = "hamlyn._hamlyn", name = "RatsDatagram", frozen)]
+pub struct PyRatsDatagram {
+    /// None once released.
+    datagram: std::sync::Mutex<Option<Datagram>>,
+    length: u64,
+    sender: u32,
+    src_node: u32,
+    oob: Vec<u8>,
+}
+
+impl PyRatsDatagram {
+    fn new(d: Datagram) -> PyRatsDatagram {
+        PyRatsDatagram {
+            length: d.len,
+            sender: d.sender,
+            src_node: d.src.0,
+            oob: d.oob().to_vec(),
+            datagram: std::sync::Mutex::new(Some(d)),
+        }
+    }
+
+    /// The datagram, unless it was released.
+    fn get(&self, py: Python<'_>) -> PyResult<Datagram> {
+        crate::lock(py, &self.datagram)?.ok_or_else(|| {
+            rats_err(RatsError::State(
+                "the datagram was released: its buffer is its sender's again",
+            ))
+        })
+    }
+}
+
+/// A Rats error as a Python exception.
+fn rats_err(e: RatsError) -> PyErr {
+    crate::errors::rats(e)
+}
+
+#[pymethods]
+impl PyRatsDatagram {
+    /// Its bytes.
+    #[getter]
+    fn length(&self) -> u64 {
+        self.length
+    }
+
+    /// The sender (its number at this receiver).
+    #[getter]
+    fn sender(&self) -> u32 {
+        self.sender
+    }
+
+    /// The sending node.
+    #[getter]
+    fn src_node(&self) -> u32 {
+        self.src_node
+    }
+
+    /// The sender's out-of-band bytes.
+    #[getter]
+    fn oob<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.oob)
+    }
+
+    /// Whether it was released.
+    #[getter]
+    fn released(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(crate::lock(py, &self.datagram)?.is_none())
+    }
+}
+
+#[pymethods]
+impl PyRatsDatagramReceiver {
+    /// A seed for one more sender, with `credits` buffers it may fill at once (text).
+    fn seed(&mut self, credits: u32) -> PyResult<String> {
+        self.life.check()?;
+        let seed = rats_check(self.receiver.get_mut()?.make_seed(credits))?;
+        seed_to_text(&seed)
+    }
+
+    /// Bytes of each buffer (the largest datagram).
+    #[getter]
+    fn buffer_len(&self) -> PyResult<u64> {
+        Ok(self.receiver.get()?.buffer_len())
+    }
+
+    /// Messages refused as forged (their metadata did not parse), dropped.
+    #[getter]
+    fn forged(&self) -> PyResult<u64> {
+        Ok(self.receiver.get()?.forged())
+    }
+
+    /// The next datagram, or None: never blocks.
+    fn try_recv(&mut self) -> PyResult<Option<PyRatsDatagram>> {
+        self.life.check()?;
+        let d = rats_check(self.receiver.get_mut()?.try_recv())?;
+        Ok(d.map(PyRatsDatagram::new))
+    }
+
+    /// The next datagram, waiting up to `timeout` seconds (None: forever) without the
+    /// GIL; None at the timeout.
+    #[pyo3(signature = (timeout=None))]
+    fn recv(&mut self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<PyRatsDatagram>> {
+        self.life.check()?;
+        let r = self.receiver.get_mut()?;
+        let d = wait_sliced(py, r, timeout, |r, slice| r.recv(Some(slice)))?;
+        Ok(d.map(PyRatsDatagram::new))
+    }
+
+    /// `length` bytes (to its end by default) of `datagram` from `offset`, read from
+    /// the buffer it landed in; `StateError` once it was released.
+    #[pyo3(signature = (datagram, offset=0, length=None))]
+    fn read<'py>(
+        &self,
+        py: Python<'py>,
+        datagram: &PyRatsDatagram,
+        offset: u64,
+        length: Option<u64>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        self.life.check()?;
+        let d = datagram.get(py)?;
+        let end = match length {
+            Some(n) => offset.checked_add(n),
+            None => Some(d.len),
+        }
+        .filter(|&e| e <= d.len && offset <= e)
+        .ok_or_else(|| rats_err(RatsError::InvalidArgument("outside the datagram")))?;
+        let mut part = d;
+        part.offset += offset;
+        part.len = end - offset;
+        let mut v = vec![0u8; part.len as usize];
+        rats_check(self.receiver.get()?.read(&part, &mut v))?;
+        Ok(PyBytes::new(py, &v))
+    }
+
+    /// Gives `datagram`'s buffer back to its sender (a credit). Releasing twice is
+    /// `StateError`.
+    fn release(&mut self, py: Python<'_>, datagram: &PyRatsDatagram) -> PyResult<()> {
+        self.life.check()?;
+        let d = datagram.get(py)?;
+        rats_check(self.receiver.get_mut()?.release(d))?;
+        *crate::lock(py, &datagram.datagram)? = None;
+        Ok(())
+    }
+}
+
+/// The sending side of datagrams to one receiver.
+#[pyclass(module = "hamlyn._hamlyn", name = "RatsDatagramSender")]
+pub struct PyRatsDatagramSender {
+    life: Arc<Life>,
+    sender: ThreadBound<DatagramSender>,
+}
+
+#[pymethods]
+impl PyRatsDatagramSender {
+    /// Sends `data` (at most `max_len` bytes) with out-of-band bytes `oob`, if it holds
+    /// a credit: `FullError` otherwise (nothing sent; the receiver has not released
+    /// enough yet). The request's `Send`.
+    #[pyo3(signature = (data, oob=None))]
+    fn send(&mut self, data: &Bound<'_, PyAny>, oob: Option<&[u8]>) -> PyResult<PySend> {
+        self.life.check()?;
+        let s = self.sender.get_mut()?;
+        let h = with_bytes(data, |b| rats_check(s.send(b, oob.unwrap_or(&[]))))?;
+        Ok(PySend::new(self.life.clone(), h))
+    }
+
+    /// As `send`, waiting up to `timeout` seconds for a credit (`TimeoutError`).
+    #[pyo3(signature = (data, oob=None, timeout=30.0))]
+    fn send_wait(
+        &mut self,
+        py: Python<'_>,
+        data: &Bound<'_, PyAny>,
+        oob: Option<&[u8]>,
+        timeout: f64,
+    ) -> PyResult<PySend> {
+        self.life.check()?;
+        let t = crate::timeout(Some(timeout))?.unwrap_or(Duration::ZERO);
+        let bytes = with_bytes(data, |b| Ok(b.to_vec()))?;
+        let oob = oob.unwrap_or(&[]).to_vec();
+        let s = self.sender.get_mut()?;
+        let h = rats_check(unblocked(py, s, |s| s.send_wait(&bytes, &oob, Some(t))))?;
+        Ok(PySend::new(self.life.clone(), h))
+    }
+
+    /// Credits held now (datagrams it may send without waiting).
+    #[getter]
+    fn credits(&mut self) -> PyResult<usize> {
+        Ok(self.sender.get_mut()?.credits())
+    }
+
+    /// The largest datagram (the receiver's buffer size).
+    #[getter]
+    fn max_len(&self) -> PyResult<u64> {
+        Ok(self.sender.get()?.max_len())
     }
 }
 

@@ -27,6 +27,8 @@ and in environment variables. Every wait is bounded: a lost peer fails, never ha
                               as JSON. 'hold' answers only after a line on stdin.
     peer.py rats-tag-write    writes "tag N" with tag N (N = 1..$HAMLYN_COUNT) at offset
                               64 * N to the tagged server $HAMLYN_SEED names
+    peer.py rats-datagrams N  sends N datagrams "datagram I" (oob: I as one byte) to the
+                              receiver $HAMLYN_SEED names, waiting for credit as needed
     peer.py rats-respond N    a request/response server: prints its seed, answers N
                               requests with their bytes upper-cased, prints "answered N"
 """
@@ -230,6 +232,13 @@ def main() -> None:
             client = hamlyn.Rats(node).tagged_client(os.environ["HAMLYN_SEED"])
             for n in range(1, int(os.environ["HAMLYN_COUNT"]) + 1):
                 client.write(64 * n, b"tag %d" % n, n).result(timeout=WAIT)
+    elif role == "rats-datagrams":
+        with hamlyn.Node.connect_default() as node:
+            sender = hamlyn.Rats(node).datagram_sender(os.environ["HAMLYN_SEED"])
+            for i in range(int(sys.argv[2])):
+                sender.send_wait(b"datagram %d" % i, bytes([i]), timeout=WAIT).result(
+                    timeout=WAIT
+                )
     elif role == "rats-respond":
         count = int(sys.argv[2])
         with hamlyn.Node.connect_default() as node:

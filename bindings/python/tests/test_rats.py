@@ -98,3 +98,47 @@ def test_rats_objects_are_their_threads_own(node):
     t.start()
     t.join(WAIT)
     assert len(errors) == 2 and all(isinstance(e, hamlyn.WrongThreadError) for e in errors)
+
+
+def test_datagrams_from_another_process_flow_under_credit_and_are_read_in_place(node, peers):
+    rats = hamlyn.Rats(node)
+    receiver = rats.datagram_receiver(2, 256)
+    assert receiver.buffer_len >= 256
+    # Two credits and six datagrams: the sender can only go on as buffers are released.
+    p = peers.start("rats-datagrams", "6", env={"HAMLYN_SEED": receiver.seed(2)})
+    got = []
+    for _ in range(6):
+        d = receiver.recv(timeout=WAIT)
+        assert d is not None, got
+        assert d.src_node == node.id and d.oob == bytes([len(got)])
+        text = receiver.read(d)
+        assert receiver.read(d, 9, d.length - 9) == text[9:], "a part, from the buffer"
+        got.append(text)
+        receiver.release(d)
+        assert d.released
+        with pytest.raises(hamlyn.StateError):
+            receiver.read(d)  # its buffer is its sender's again
+    peers.finish(p)
+    assert got == [b"datagram %d" % i for i in range(6)]
+    assert receiver.try_recv() is None
+
+
+def test_a_sender_without_credit_is_pushed_back_with_full(node):
+    rats = hamlyn.Rats(node)
+    receiver = rats.datagram_receiver(1, 64)
+    sender = rats.datagram_sender(receiver.seed(1))
+    assert sender.credits == 1 and sender.max_len >= 64
+    with pytest.raises(hamlyn.TooLongError):
+        sender.send(b"x" * (sender.max_len + 1))
+    sender.send(b"one").result(timeout=WAIT)
+    with pytest.raises(hamlyn.FullError):
+        sender.send(b"two")  # nothing sent: no credit until the receiver releases
+    d = receiver.recv(timeout=WAIT)
+    assert receiver.read(d) == b"one"
+    with pytest.raises(hamlyn.InvalidArgumentError):
+        receiver.read(d, 2, 5)  # outside the datagram
+    receiver.release(d)
+    with pytest.raises(hamlyn.StateError):
+        receiver.release(d)
+    sender.send_wait(b"two", timeout=WAIT).result(timeout=WAIT)
+    assert receiver.read(receiver.recv(timeout=WAIT)) == b"two"

@@ -26,7 +26,8 @@ replies), ``AmCall``, ``AmMemoryRegion``, ``AmMemoryTarget``; RPC over remote me
 ``RpcServer`` (Python procedures, bytes in and out), ``RpcClient``, ``RpcCall``; and
 ``Job`` (rank, size, barrier, all-gather under ``hamlyn run``, Slurm, PMI, Open MPI);
 the protocol level, Rats: ``Rats`` (a manager), tagged writes (``RatsTaggedServer``,
-``RatsTaggedClient``) and request/response (``RatsRequestServer``, ``RatsRequest``,
+``RatsTaggedClient``), datagrams under credit (``RatsDatagramReceiver``,
+``RatsDatagram``, ``RatsDatagramSender``) and request/response (``RatsRequestServer``, ``RatsRequest``,
 ``RatsRequestClient``), seeds as text.
 Errors are
 subclasses of ``HamlynError`` (``hamlyn._errors``).
@@ -94,6 +95,9 @@ from ._hamlyn import (
     Endpoint,
     Job,
     Rats,
+    RatsDatagram,
+    RatsDatagramReceiver,
+    RatsDatagramSender,
     RatsRequest,
     RatsRequestClient,
     RatsRequestServer,
@@ -134,6 +138,9 @@ __all__ = [
     "Endpoint",
     "Job",
     "Rats",
+    "RatsDatagram",
+    "RatsDatagramReceiver",
+    "RatsDatagramSender",
     "RatsRequest",
     "RatsRequestClient",
     "RatsRequestServer",
