@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use hamlyn_rats::datagram::{Datagram, DatagramReceiver, DatagramSender};
 use hamlyn_rats::request_response::{Request, RequestClient, RequestServer};
+use hamlyn_rats::stream::{StreamReceiver, StreamSender, View, WriteStatus};
 use hamlyn_rats::tagged::{TaggedClient, TaggedServer};
 use hamlyn_rats::{Manager, RatsError};
 use pyo3::prelude::*;
@@ -149,8 +150,181 @@ impl PyRats {
         })
     }
 
+    /// A stream receiver with a ring of `ring` bytes and `entries` messages in flight;
+    /// its `seed` builds the sender.
+    fn stream_receiver(&self, ring: u64, entries: u32) -> PyResult<PyRatsStreamReceiver> {
+        let r = rats_check(StreamReceiver::new(self.mgr()?, ring, entries))?;
+        Ok(PyRatsStreamReceiver {
+            life: self.life.clone(),
+            receiver: ThreadBound::new(r),
+        })
+    }
+
+    /// The sender into the stream receiver seed text `seed` names.
+    fn stream_sender(&self, seed: &str) -> PyResult<PyRatsStreamSender> {
+        let seed = seed_from_text(seed)?;
+        let sender = rats_check(StreamSender::from_seed(self.mgr()?, &seed))?;
+        Ok(PyRatsStreamSender {
+            life: self.life.clone(),
+            sender: ThreadBound::new(sender),
+        })
+    }
+
     fn __repr__(&self) -> String {
         "<hamlyn.Rats>".to_owned()
+    }
+}
+
+/// The receiving side of a stream (one-way, one-to-one, in order): `read_bytes` and
+/// `read_record` give the next bytes or record (copied out of the ring, whose space goes
+/// back to the sender at once), None at the timeout, `EndOfStreamError` once the sender
+/// closed it and everything was read. A slow reader holds a fast sender back (credit),
+/// never loses data.
+#[pyclass(module = "hamlyn._hamlyn", name = "RatsStreamReceiver")]
+pub struct PyRatsStreamReceiver {
+    life: Arc<Life>,
+    receiver: ThreadBound<StreamReceiver>,
+}
+
+impl PyRatsStreamReceiver {
+    /// Waits for a view with `read`, copies it out and releases it.
+    fn take<'py>(
+        &mut self,
+        py: Python<'py>,
+        timeout: Option<f64>,
+        read: fn(&mut StreamReceiver, Option<Duration>) -> Result<Option<View>, RatsError>,
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        self.life.check()?;
+        let r = self.receiver.get_mut()?;
+        let Some(v) = wait_sliced(py, r, timeout, |r, slice| read(r, Some(slice)))? else {
+            return Ok(None);
+        };
+        let bytes = rats_check(r.copy(&v))?;
+        rats_check(r.release(&v))?;
+        Ok(Some(PyBytes::new(py, &bytes)))
+    }
+}
+
+#[pymethods]
+impl PyRatsStreamReceiver {
+    /// The seed text that builds the sender (`Rats.stream_sender(seed)`).
+    #[getter]
+    fn seed(&self) -> PyResult<String> {
+        self.life.check()?;
+        let seed = rats_check(self.receiver.get()?.make_seed())?;
+        seed_to_text(&seed)
+    }
+
+    /// Whether the sender closed the stream and everything before was read.
+    #[getter]
+    fn at_end(&self) -> PyResult<bool> {
+        Ok(self.receiver.get()?.at_end())
+    }
+
+    /// Arrivals refused as forged.
+    #[getter]
+    fn forged(&self) -> PyResult<u64> {
+        Ok(self.receiver.get()?.forged())
+    }
+
+    /// The next bytes of the stream (as much of the current message as is there,
+    /// crossing record ends), waiting up to `timeout` seconds (None: forever) without
+    /// the GIL.
+    #[pyo3(signature = (timeout=None))]
+    fn read_bytes<'py>(
+        &mut self,
+        py: Python<'py>,
+        timeout: Option<f64>,
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        self.take(py, timeout, StreamReceiver::read_bytes)
+    }
+
+    /// The next record (as the sender wrote it with `write_record`), waiting up to
+    /// `timeout` seconds (None: forever) without the GIL.
+    #[pyo3(signature = (timeout=None))]
+    fn read_record<'py>(
+        &mut self,
+        py: Python<'py>,
+        timeout: Option<f64>,
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        self.take(py, timeout, StreamReceiver::read_record)
+    }
+}
+
+/// The sending side of a stream: small writes are coalesced until `flush()` or a
+/// large write; `close()` ends the stream (the receiver reads what was written, then
+/// `EndOfStreamError`). A write waits (without the GIL) while the receiver's ring is
+/// full.
+#[pyclass(module = "hamlyn._hamlyn", name = "RatsStreamSender")]
+pub struct PyRatsStreamSender {
+    life: Arc<Life>,
+    sender: ThreadBound<StreamSender>,
+}
+
+impl PyRatsStreamSender {
+    fn write(
+        &mut self,
+        py: Python<'_>,
+        data: &Bound<'_, PyAny>,
+        record: bool,
+    ) -> PyResult<Option<PySend>> {
+        self.life.check()?;
+        let bytes = with_bytes(data, |b| Ok(b.to_vec()))?;
+        let s = self.sender.get_mut()?;
+        let st = rats_check(unblocked(py, s, |s| {
+            if record {
+                s.write_record(&bytes)
+            } else {
+                s.write_bytes(&bytes)
+            }
+        }))?;
+        Ok(match st {
+            WriteStatus::Sent(h) => Some(PySend::new(self.life.clone(), h)),
+            _ => None,
+        })
+    }
+}
+
+#[pymethods]
+impl PyRatsStreamSender {
+    /// The largest write (half the receiver's ring).
+    #[getter]
+    fn max_write(&self) -> PyResult<u64> {
+        Ok(self.sender.get()?.max_write())
+    }
+
+    /// Writes `data` (a bytes-like object) as part of the byte stream: the `Send` of
+    /// the message it went out in, or None when it was coalesced (sent by a later
+    /// write or `flush()`).
+    fn write_bytes(&mut self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Option<PySend>> {
+        self.write(py, data, false)
+    }
+
+    /// Writes `data` as one record (`read_record` gives it back whole); as
+    /// `write_bytes` otherwise.
+    fn write_record(
+        &mut self,
+        py: Python<'_>,
+        data: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<PySend>> {
+        self.write(py, data, true)
+    }
+
+    /// Sends what was coalesced, if anything: its `Send`, else None.
+    fn flush(&mut self, py: Python<'_>) -> PyResult<Option<PySend>> {
+        self.life.check()?;
+        let s = self.sender.get_mut()?;
+        let h = rats_check(unblocked(py, s, |s| s.flush()))?;
+        Ok(h.map(|h| PySend::new(self.life.clone(), h)))
+    }
+
+    /// Flushes and ends the stream; the last message's `Send` (wait for it before the
+    /// node goes).
+    fn close(&mut self, py: Python<'_>) -> PyResult<PySend> {
+        self.life.check()?;
+        let s = self.sender.get_mut()?;
+        let h = rats_check(unblocked(py, s, |s| s.close()))?;
+        Ok(PySend::new(self.life.clone(), h))
     }
 }
 

@@ -29,6 +29,8 @@ and in environment variables. Every wait is bounded: a lost peer fails, never ha
                               64 * N to the tagged server $HAMLYN_SEED names
     peer.py rats-datagrams N  sends N datagrams "datagram I" (oob: I as one byte) to the
                               receiver $HAMLYN_SEED names, waiting for credit as needed
+    peer.py rats-stream N     writes N records of 1000 bytes (record i: byte i % 251) into
+                              the stream $HAMLYN_SEED names, then "tail" as bytes; closes
     peer.py rats-respond N    a request/response server: prints its seed, answers N
                               requests with their bytes upper-cased, prints "answered N"
 """
@@ -239,6 +241,13 @@ def main() -> None:
                 sender.send_wait(b"datagram %d" % i, bytes([i]), timeout=WAIT).result(
                     timeout=WAIT
                 )
+    elif role == "rats-stream":
+        with hamlyn.Node.connect_default() as node:
+            sender = hamlyn.Rats(node).stream_sender(os.environ["HAMLYN_SEED"])
+            for i in range(int(sys.argv[2])):
+                sender.write_record(bytes([i % 251]) * 1000)
+            sender.write_bytes(b"tail")
+            sender.close().result(timeout=WAIT)
     elif role == "rats-respond":
         count = int(sys.argv[2])
         with hamlyn.Node.connect_default() as node:

@@ -142,3 +142,37 @@ def test_a_sender_without_credit_is_pushed_back_with_full(node):
         receiver.release(d)
     sender.send_wait(b"two", timeout=WAIT).result(timeout=WAIT)
     assert receiver.read(receiver.recv(timeout=WAIT)) == b"two"
+
+
+def test_a_stream_from_another_process_arrives_whole_and_in_order_past_a_small_ring(
+    node, peers
+):
+    rats = hamlyn.Rats(node)
+    # A ring much smaller than what is sent: the sender waits for the reader's credit.
+    receiver = rats.stream_receiver(65536, 8)  # the smallest ring: 64 KiB
+    count = 200  # 200 KB
+    p = peers.start("rats-stream", str(count), env={"HAMLYN_SEED": receiver.seed})
+    for i in range(count):
+        r = receiver.read_record(timeout=WAIT)
+        assert r == bytes([i % 251]) * 1000, (i, r[:8] if r else r)
+    assert receiver.read_bytes(timeout=WAIT) == b"tail"
+    with pytest.raises(hamlyn.EndOfStreamError):
+        receiver.read_bytes(timeout=WAIT)
+    assert receiver.at_end
+    peers.finish(p)
+
+
+def test_a_stream_in_one_thread_coalesces_small_writes_until_flushed(node):
+    rats = hamlyn.Rats(node)
+    receiver = rats.stream_receiver(65536, 4)
+    sender = rats.stream_sender(receiver.seed)
+    assert sender.write_bytes(b"ab") is None, "coalesced"
+    assert sender.write_bytes(b"cd") is None
+    assert receiver.read_bytes(timeout=0.05) is None, "nothing sent before the flush"
+    sender.flush().result(timeout=WAIT)
+    assert receiver.read_bytes(timeout=WAIT) == b"abcd"
+    with pytest.raises(hamlyn.TooLongError):
+        sender.write_record(b"x" * (sender.max_write + 1))
+    sender.close().result(timeout=WAIT)
+    with pytest.raises(hamlyn.EndOfStreamError):
+        receiver.read_bytes(timeout=WAIT)

@@ -27,7 +27,8 @@ replies), ``AmCall``, ``AmMemoryRegion``, ``AmMemoryTarget``; RPC over remote me
 ``Job`` (rank, size, barrier, all-gather under ``hamlyn run``, Slurm, PMI, Open MPI);
 the protocol level, Rats: ``Rats`` (a manager), tagged writes (``RatsTaggedServer``,
 ``RatsTaggedClient``), datagrams under credit (``RatsDatagramReceiver``,
-``RatsDatagram``, ``RatsDatagramSender``) and request/response (``RatsRequestServer``, ``RatsRequest``,
+``RatsDatagram``, ``RatsDatagramSender``), streams (``RatsStreamReceiver``,
+``RatsStreamSender``) and request/response (``RatsRequestServer``, ``RatsRequest``,
 ``RatsRequestClient``), seeds as text.
 Errors are
 subclasses of ``HamlynError`` (``hamlyn._errors``).
@@ -101,6 +102,8 @@ from ._hamlyn import (
     RatsRequest,
     RatsRequestClient,
     RatsRequestServer,
+    RatsStreamReceiver,
+    RatsStreamSender,
     RatsTaggedClient,
     RatsTaggedServer,
     RPC_FRAMES,
@@ -144,6 +147,8 @@ __all__ = [
     "RatsRequest",
     "RatsRequestClient",
     "RatsRequestServer",
+    "RatsStreamReceiver",
+    "RatsStreamSender",
     "RatsTaggedClient",
     "RatsTaggedServer",
     "RPC_FRAMES",
