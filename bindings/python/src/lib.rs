@@ -247,6 +247,8 @@ fn _hamlyn(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<rats::PyRatsDatagramSender>()?;
     m.add_class::<rats::PyRatsStreamReceiver>()?;
     m.add_class::<rats::PyRatsStreamSender>()?;
+    m.add_class::<rats::PyRatsSimpleDatagram>()?;
+    m.add_class::<rats::PyRatsSimpleClient>()?;
     m.add_function(wrap_pyfunction!(ticket::seed_from_tickets, m)?)?;
     m.add_function(wrap_pyfunction!(ticket::tickets_from_seed, m)?)?;
     m.add_function(wrap_pyfunction!(bench::bench_pong, m)?)?;

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use hamlyn_rats::datagram::{Datagram, DatagramReceiver, DatagramSender};
 use hamlyn_rats::request_response::{Request, RequestClient, RequestServer};
+use hamlyn_rats::simple_datagram::{SimpleClient, SimpleDatagram};
 use hamlyn_rats::stream::{StreamReceiver, StreamSender, View, WriteStatus};
 use hamlyn_rats::tagged::{TaggedClient, TaggedServer};
 use hamlyn_rats::{Manager, RatsError};
@@ -170,8 +171,126 @@ impl PyRats {
         })
     }
 
+    /// A simple-datagram receiver: one buffer of `length` bytes, no queue (a message
+    /// overwrites the last); messages may carry a reply seed.
+    fn simple_datagram(&self, length: u64) -> PyResult<PyRatsSimpleDatagram> {
+        let r = rats_check(SimpleDatagram::new(self.mgr()?, length))?;
+        Ok(PyRatsSimpleDatagram {
+            life: self.life.clone(),
+            inner: ThreadBound::new((r, self.mgr()?.clone())),
+        })
+    }
+
+    /// The sender to the simple-datagram receiver seed text `seed` names.
+    fn simple_client(&self, seed: &str) -> PyResult<PyRatsSimpleClient> {
+        let seed = seed_from_text(seed)?;
+        let c = rats_check(SimpleClient::from_seed(self.mgr()?, &seed))?;
+        Ok(PyRatsSimpleClient {
+            life: self.life.clone(),
+            client: ThreadBound::new(c),
+        })
+    }
+
     fn __repr__(&self) -> String {
         "<hamlyn.Rats>".to_owned()
+    }
+}
+
+/// A simple-datagram receiver (one buffer, "ready" or not): `seed` for senders,
+/// `recv(timeout)` the next message as `(data, oob)`, and `reply(data, oob)` answers
+/// the last message through the reply seed it carried, sending this receiver's own
+/// reply seed along (so two of them ping-pong).
+#[pyclass(module = "hamlyn._hamlyn", name = "RatsSimpleDatagram")]
+pub struct PyRatsSimpleDatagram {
+    life: Arc<Life>,
+    /// The receiver and its manager (to send replies through).
+    inner: ThreadBound<(SimpleDatagram, Manager)>,
+}
+
+#[pymethods]
+impl PyRatsSimpleDatagram {
+    /// The seed text senders are made from (`Rats.simple_client(seed)`).
+    #[getter]
+    fn seed(&self) -> PyResult<String> {
+        self.life.check()?;
+        let seed = rats_check(self.inner.get()?.0.make_seed())?;
+        seed_to_text(&seed)
+    }
+
+    /// Arrivals refused as forged.
+    #[getter]
+    fn forged(&self) -> PyResult<u64> {
+        Ok(self.inner.get()?.0.forged())
+    }
+
+    /// The next message as `(data, oob)`, waiting up to `timeout` seconds (None:
+    /// forever) without the GIL; None at the timeout.
+    #[pyo3(signature = (timeout=None))]
+    fn recv<'py>(
+        &mut self,
+        py: Python<'py>,
+        timeout: Option<f64>,
+    ) -> PyResult<Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
+        self.life.check()?;
+        let (r, _) = self.inner.get_mut()?;
+        let Some(m) = wait_sliced(py, r, timeout, |r, slice| r.recv(Some(slice)))? else {
+            return Ok(None);
+        };
+        let data = rats_check(r.to_vec(&m))?;
+        Ok(Some((PyBytes::new(py, &data), PyBytes::new(py, m.oob()))))
+    }
+
+    /// Answers the last message received with `data` and out-of-band bytes `oob`,
+    /// through the reply seed it carried, with this receiver's own reply seed along;
+    /// `StateError` if it carried none. The request's `Send`.
+    #[pyo3(signature = (data, oob=None))]
+    fn reply(&self, data: &Bound<'_, PyAny>, oob: Option<&[u8]>) -> PyResult<PySend> {
+        self.life.check()?;
+        let (r, mgr) = self.inner.get()?;
+        let to = rats_check(r.reply_seed())?;
+        let me = rats_check(r.metadata_for_self())?;
+        let h = with_bytes(data, |b| {
+            rats_check(to.send(mgr, b, Some(&me), oob.unwrap_or(&[])))
+        })?;
+        Ok(PySend::new(self.life.clone(), h))
+    }
+}
+
+/// The sending side of a simple datagram.
+#[pyclass(module = "hamlyn._hamlyn", name = "RatsSimpleClient", frozen)]
+pub struct PyRatsSimpleClient {
+    life: Arc<Life>,
+    client: ThreadBound<SimpleClient>,
+}
+
+#[pymethods]
+impl PyRatsSimpleClient {
+    /// Bytes it may send.
+    #[getter]
+    fn length(&self) -> PyResult<u64> {
+        Ok(self.client.get()?.len())
+    }
+
+    /// Sends `data` with out-of-band bytes `oob` and, with `reply_to` (a
+    /// `RatsSimpleDatagram` of this thread), that receiver's reply seed, so the other
+    /// side can `reply()`. The request's `Send`.
+    #[pyo3(signature = (data, oob=None, reply_to=None))]
+    fn send(
+        &self,
+        data: &Bound<'_, PyAny>,
+        oob: Option<&[u8]>,
+        reply_to: Option<&PyRatsSimpleDatagram>,
+    ) -> PyResult<PySend> {
+        self.life.check()?;
+        let reply = match reply_to {
+            Some(r) => Some(rats_check(r.inner.get()?.0.metadata_for_self())?),
+            None => None,
+        };
+        let c = self.client.get()?;
+        let h = with_bytes(data, |b| {
+            rats_check(c.send(b, reply.as_ref(), oob.unwrap_or(&[])))
+        })?;
+        Ok(PySend::new(self.life.clone(), h))
     }
 }
 

@@ -31,6 +31,9 @@ and in environment variables. Every wait is bounded: a lost peer fails, never ha
                               receiver $HAMLYN_SEED names, waiting for credit as needed
     peer.py rats-stream N     writes N records of 1000 bytes (record i: byte i % 251) into
                               the stream $HAMLYN_SEED names, then "tail" as bytes; closes
+    peer.py rats-simple-pong N  a simple datagram: prints its seed, answers N messages
+                              through their reply seeds with the bytes reversed and the
+                              oob doubled
     peer.py rats-respond N    a request/response server: prints its seed, answers N
                               requests with their bytes upper-cased, prints "answered N"
 """
@@ -248,6 +251,16 @@ def main() -> None:
                 sender.write_record(bytes([i % 251]) * 1000)
             sender.write_bytes(b"tail")
             sender.close().result(timeout=WAIT)
+    elif role == "rats-simple-pong":
+        with hamlyn.Node.connect_default() as node:
+            me = hamlyn.Rats(node).simple_datagram(4096)
+            print(me.seed, flush=True)
+            for _ in range(int(sys.argv[2])):
+                got = me.recv(timeout=WAIT)
+                if got is None:
+                    fail(f"no message within {WAIT} s")
+                data, oob = got
+                me.reply(data[::-1], oob * 2).result(timeout=WAIT)
     elif role == "rats-respond":
         count = int(sys.argv[2])
         with hamlyn.Node.connect_default() as node:

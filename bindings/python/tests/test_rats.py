@@ -176,3 +176,27 @@ def test_a_stream_in_one_thread_coalesces_small_writes_until_flushed(node):
     sender.close().result(timeout=WAIT)
     with pytest.raises(hamlyn.EndOfStreamError):
         receiver.read_bytes(timeout=WAIT)
+
+
+def test_simple_datagrams_ping_pong_through_reply_seeds_with_another_process(node, peers):
+    p = peers.start("rats-simple-pong", "3")
+    rats = hamlyn.Rats(node)
+    to = rats.simple_client(peers.line(p))
+    me = rats.simple_datagram(4096)
+    for i in range(3):
+        to.send(b"ping %d" % i, bytes([i]), reply_to=me).result(timeout=WAIT)
+        got = me.recv(timeout=WAIT)
+        assert got == ((b"ping %d" % i)[::-1], bytes([i, i])), got
+    peers.finish(p)
+
+
+def test_a_simple_datagram_without_a_reply_seed_cannot_be_answered(node):
+    rats = hamlyn.Rats(node)
+    me = rats.simple_datagram(256)
+    client = rats.simple_client(me.seed)
+    assert client.length == 256
+    client.send(b"no way back").result(timeout=WAIT)
+    assert me.recv(timeout=WAIT) == (b"no way back", b"")
+    with pytest.raises(hamlyn.StateError, match="no reply seed"):
+        me.reply(b"?")
+    assert me.recv(timeout=0.05) is None

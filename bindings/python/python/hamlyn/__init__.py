@@ -28,7 +28,8 @@ replies), ``AmCall``, ``AmMemoryRegion``, ``AmMemoryTarget``; RPC over remote me
 the protocol level, Rats: ``Rats`` (a manager), tagged writes (``RatsTaggedServer``,
 ``RatsTaggedClient``), datagrams under credit (``RatsDatagramReceiver``,
 ``RatsDatagram``, ``RatsDatagramSender``), streams (``RatsStreamReceiver``,
-``RatsStreamSender``) and request/response (``RatsRequestServer``, ``RatsRequest``,
+``RatsStreamSender``), simple datagrams with reply seeds (``RatsSimpleDatagram``,
+``RatsSimpleClient``) and request/response (``RatsRequestServer``, ``RatsRequest``,
 ``RatsRequestClient``), seeds as text.
 Errors are
 subclasses of ``HamlynError`` (``hamlyn._errors``).
@@ -102,6 +103,8 @@ from ._hamlyn import (
     RatsRequest,
     RatsRequestClient,
     RatsRequestServer,
+    RatsSimpleClient,
+    RatsSimpleDatagram,
     RatsStreamReceiver,
     RatsStreamSender,
     RatsTaggedClient,
@@ -147,6 +150,8 @@ __all__ = [
     "RatsRequest",
     "RatsRequestClient",
     "RatsRequestServer",
+    "RatsSimpleClient",
+    "RatsSimpleDatagram",
     "RatsStreamReceiver",
     "RatsStreamSender",
     "RatsTaggedClient",
