@@ -443,6 +443,34 @@ impl PyNode {
         }
     }
 
+    /// The engine's per-handler active-message counters, summed over its clients'
+    /// reports (what `hamlyn stat` shows): `{name: {'calls', 'replies', 'errors',
+    /// 'refused'}}`. An endpoint reports at most once a second while it polls, or at
+    /// `AmEndpoint.report_counters()`.
+    #[allow(clippy::type_complexity)] // Python's dicts.
+    fn am_counters(
+        &self,
+        py: Python<'_>,
+    ) -> PyResult<std::collections::BTreeMap<String, std::collections::BTreeMap<&'static str, u64>>>
+    {
+        let node = self.get(py)?;
+        let rows = check(py.allow_threads(|| node.am_counters()))?;
+        Ok(rows
+            .into_iter()
+            .map(|(name, c)| {
+                let m = [
+                    ("calls", c.calls),
+                    ("replies", c.replies),
+                    ("errors", c.errors),
+                    ("refused", c.refused),
+                ]
+                .into_iter()
+                .collect();
+                (name, m)
+            })
+            .collect())
+    }
+
     /// The engine's statistics, as a dict (what `hamlyn stat --json` shows): `node`,
     /// `incarnation`, `engine` (its counters), `interface`, `ports`, `peers`, `fabric`,
     /// `areas`, `registry`, `slots`.

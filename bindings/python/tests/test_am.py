@@ -153,10 +153,15 @@ def test_handlers_by_name_replies_completion_bulk_and_refusals(engine, client):
         with pytest.raises(hamlyn.HandlerRefusedError, match="NoHandler"):
             client.call(to, (9999, 0))
         assert served.ran_on == {served.ident}, "handlers ran on the polling thread only"
+        # What the endpoint reports to its engine, for `hamlyn stat`.
+        served.do(lambda ep: ep.report_counters())
+        reported = engine.am_counters()["py.add"]
+        assert (reported["calls"], reported["replies"]) == (2, 2)
     finally:
         served.finish()
     c = served.handler_counters
     assert (c["py.add"]["calls"], c["py.add"]["replies"]) == (2, 2)
+
     assert (c["py.fails"]["calls"], c["py.fails"]["errors"]) == (2, 2)
     assert (c["py.twice"]["calls"], c["py.twice"]["errors"]) == (1, 1)
     assert served.counters["unknown_handler"] == 1

@@ -144,6 +144,7 @@ class Node:
     def set_rate(
         self, terminus: "Terminus", *, bytes_per_sec: int = 0, msgs_per_sec: int = 0
     ) -> None: ...
+    def am_counters(self) -> dict[str, dict[str, int]]: ...
     def endpoint(
         self,
         buf_size: int,
