@@ -4,6 +4,10 @@
 //! Python (so they can also derive from `ValueError`, `TimeoutError`, ...), looked up once.
 
 use hamlyn::{ControlErrorCode, Error, RejectReason, SendError};
+use hamlyn_am::AmError;
+use hamlyn_job::JobError;
+use hamlyn_rats::RatsError;
+use hamlyn_rpc::RpcError;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
@@ -46,6 +50,17 @@ pub(crate) fn poisoned() -> PyErr {
     raise(
         "HamlynError",
         "the handle is unusable: a panic happened while it was in use".to_owned(),
+    )
+}
+
+/// `WrongThreadError`: an object of the protocol layers used from a thread other than
+/// the one that made it.
+pub(crate) fn wrong_thread() -> PyErr {
+    raise(
+        "WrongThreadError",
+        "this object belongs to the thread that made it (the protocol layers' objects are \
+         not shared between threads): use it there, or make one on this thread"
+            .to_owned(),
     )
 }
 
@@ -126,6 +141,113 @@ fn send_class_of(e: &SendError) -> &'static str {
         SendError::Corrupt => "ControlError",
         _ => "RejectedError",
     }
+}
+
+/// The exception class for an error of the Rats protocols.
+fn rats_class_of(e: &RatsError) -> &'static str {
+    match e {
+        RatsError::Hamlyn(e) => class_of(e),
+        RatsError::Send(e) => send_class_of(e),
+        RatsError::NoSpace { .. } => "NoSpaceError",
+        RatsError::NotAllocated(_) | RatsError::InvalidArgument(_) => "InvalidArgumentError",
+        RatsError::WrongProtocol { .. }
+        | RatsError::WrongVersion { .. }
+        | RatsError::BadSeed(_) => "BadSeedError",
+        RatsError::Forged(_) => "ProtocolError",
+        RatsError::Full => "FullError",
+        RatsError::TooLong { .. } => "TooLongError",
+        RatsError::Timeout => "TimeoutError",
+        RatsError::PeerGone => "PeerGoneError",
+        RatsError::SendFailed(_) | RatsError::Refused(_) => "RejectedError",
+        RatsError::NotificationsLost(_) => "NotificationsLostError",
+        RatsError::State(_) => "StateError",
+        RatsError::EndOfStream => "EndOfStreamError",
+        _ => "HamlynError",
+    }
+}
+
+/// The exception class for an active-message error.
+fn am_class_of(e: &AmError) -> &'static str {
+    match e {
+        AmError::Hamlyn(e) => class_of(e),
+        AmError::Rats(e) => rats_class_of(e),
+        AmError::Full => "FullError",
+        AmError::Collision { .. } => "CollisionError",
+        AmError::UnknownName(_) | AmError::UnknownId(_) => "UnknownHandlerError",
+        AmError::Refused { .. } => "HandlerRefusedError",
+        AmError::BadName(_) => "InvalidArgumentError",
+        AmError::ReplyTwice => "ReplyTwiceError",
+        AmError::Malformed(_) => "ProtocolError",
+        AmError::TooLong { .. } => "TooLongError",
+        AmError::Timeout => "TimeoutError",
+        AmError::NoCall(_) => "NoCallError",
+        AmError::NoChannel(_) => "NoChannelError",
+        AmError::PeerGone(_) => "PeerGoneError",
+        AmError::SendFailed(_) => "RejectedError",
+        _ => "HamlynError",
+    }
+}
+
+/// An error of the Rats protocols as a Python exception.
+pub(crate) fn rats(e: RatsError) -> PyErr {
+    raise(rats_class_of(&e), e.to_string())
+}
+
+/// `Ok` or the Rats error as a Python exception.
+pub(crate) fn rats_check<T>(r: Result<T, RatsError>) -> PyResult<T> {
+    r.map_err(rats)
+}
+
+/// The exception class for an RPC error.
+fn rpc_class_of(e: &RpcError) -> &'static str {
+    match e {
+        RpcError::Hamlyn(e) => class_of(e),
+        RpcError::Send(e) => send_class_of(e),
+        RpcError::NoService(_) => "NoServiceError",
+        RpcError::NoProcedure(_) => "NoProcedureError",
+        RpcError::Busy => "FullError",
+        RpcError::TooLong { .. } => "TooLongError",
+        RpcError::Refused(_) => "CallRefusedError",
+        RpcError::Procedure(_) => "ProcedureError",
+        RpcError::Timeout(_) => "TimeoutError",
+        RpcError::ServerGone(_) => "PeerGoneError",
+        RpcError::Malformed(_) => "ProtocolError",
+        RpcError::WrongSize { .. } => "InvalidArgumentError",
+        _ => "HamlynError",
+    }
+}
+
+/// `Ok` or the RPC error as a Python exception.
+pub(crate) fn rpc_check<T>(r: Result<T, RpcError>) -> PyResult<T> {
+    r.map_err(|e| raise(rpc_class_of(&e), e.to_string()))
+}
+
+/// The exception class for a job error.
+fn job_class_of(e: &JobError) -> &'static str {
+    match e {
+        JobError::Environment(_) => "InvalidArgumentError",
+        JobError::Hamlyn(e) => class_of(e),
+        JobError::Send(e) => send_class_of(e),
+        JobError::Failed { .. } => "RejectedError",
+        JobError::Timeout { .. } => "TimeoutError",
+        JobError::BadSeed { .. } => "BadSeedError",
+        _ => "HamlynError",
+    }
+}
+
+/// `Ok` or the job error as a Python exception.
+pub(crate) fn job_check<T>(r: Result<T, JobError>) -> PyResult<T> {
+    r.map_err(|e| raise(job_class_of(&e), e.to_string()))
+}
+
+/// An active-message error as a Python exception.
+pub(crate) fn am(e: AmError) -> PyErr {
+    raise(am_class_of(&e), e.to_string())
+}
+
+/// `Ok` or the active-message error as a Python exception.
+pub(crate) fn am_check<T>(r: Result<T, AmError>) -> PyResult<T> {
+    r.map_err(am)
 }
 
 /// A library error as a Python exception: `?` on a library call in a method.

@@ -25,12 +25,17 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 
+mod am;
 mod area;
 mod bench;
 mod direct;
+mod endpoint;
 mod errors;
+mod job;
 mod node;
 mod queue;
+mod rats;
+mod rpc;
 mod slot;
 mod terminus;
 mod ticket;
@@ -72,16 +77,107 @@ impl Life {
 
 /// Locks a handle's mutex. Never blocks while holding the GIL: if another thread holds
 /// the lock (a `wait` on the same queue, say, which runs without the GIL), the GIL is
-/// released while this thread waits for it, so the holder can finish and come back. A
-/// lock poisoned by a panic is an error, not a crash.
+/// released while this thread waits for it, so the holder can finish and come back. The
+/// lock is taken in that wait and kept while the GIL is taken back (not dropped and
+/// tried again, which a thread that re-locks in a loop, like a serving RPC server,
+/// could win every time). No thread ever blocks on a handle's mutex while holding the
+/// GIL, so a thread holding one while it waits for the GIL cannot deadlock. A lock
+/// poisoned by a panic is an error, not a crash.
 pub(crate) fn lock<'a, T: Send>(py: Python<'_>, m: &'a Mutex<T>) -> PyResult<MutexGuard<'a, T>> {
-    loop {
-        match m.try_lock() {
-            Ok(g) => return Ok(g),
-            // Wait for the holder without the GIL, then try again with it (a guard
-            // cannot cross the GIL boundary: it is not `Send`).
-            Err(std::sync::TryLockError::WouldBlock) => py.allow_threads(|| drop(m.lock())),
-            Err(std::sync::TryLockError::Poisoned(_)) => return Err(errors::poisoned()),
+    match m.try_lock() {
+        Ok(g) => Ok(g),
+        // The guard comes back across `allow_threads` on this same thread.
+        Err(std::sync::TryLockError::WouldBlock) => {
+            unblocked(py, m, |m| m.lock()).map_err(|_| errors::poisoned())
+        }
+        Err(std::sync::TryLockError::Poisoned(_)) => Err(errors::poisoned()),
+    }
+}
+
+/// A value that is not `Send` (the protocol layers' objects share an `Rc` with their
+/// manager), carried into [`unblocked`]'s closure on the thread that owns it.
+struct OnThisThread<T>(T);
+
+// SAFETY: an `OnThisThread` is made only in `unblocked`, whose closure
+// `Python::allow_threads` runs on the calling thread, never another (it only releases the
+// GIL around it), so the value never leaves the thread that owns it. The values that go
+// through here are a `ThreadBound`'s, taken out on its owner thread (while this thread
+// waits without the GIL, no other thread can reach them, nor so the `Rc`s they share),
+// and a `MutexGuard` (`lock`), which must be unlocked on the thread that locked it: this
+// one. Python objects the values hold (handlers) are touched only under
+// `Python::with_gil`.
+unsafe impl<T> Send for OnThisThread<T> {}
+
+impl<T> OnThisThread<T> {
+    /// The value (a method, so that a closure captures the whole wrapper, not its field).
+    fn into_inner(self) -> T {
+        self.0
+    }
+}
+
+/// Runs `f(value)` without the GIL on this thread, for a blocking call of a layer whose
+/// objects are not `Send` (active messages, RPC, jobs, Rats): see [`OnThisThread`]. Code
+/// inside that needs Python (a handler) takes the GIL with `Python::with_gil`.
+pub(crate) fn unblocked<T, R>(py: Python<'_>, value: T, f: impl FnOnce(T) -> R) -> R {
+    let carried = OnThisThread((value, f));
+    py.allow_threads(move || {
+        let (value, f) = carried.into_inner();
+        OnThisThread(f(value))
+    })
+    .into_inner()
+}
+
+/// A value of the protocol layers (not `Send`: their objects share an `Rc` with their
+/// manager) that only the thread that made it may use: another thread's access is
+/// `WrongThreadError`, and a drop on another thread (a handle collected there) leaks the
+/// value rather than touch its `Rc`s from there.
+pub(crate) struct ThreadBound<T> {
+    owner: std::thread::ThreadId,
+    value: std::mem::ManuallyDrop<T>,
+}
+
+// SAFETY: the value is reached only through `get` and `get_mut`, which refuse every
+// thread but `owner`, and dropped only on `owner` (`Drop` leaks it elsewhere): it never
+// leaves its thread, whichever thread holds the wrapper.
+unsafe impl<T> Send for ThreadBound<T> {}
+// SAFETY: as for `Send`: a shared wrapper hands the value out on `owner` only.
+unsafe impl<T> Sync for ThreadBound<T> {}
+
+impl<T> ThreadBound<T> {
+    /// `value`, bound to this thread.
+    pub(crate) fn new(value: T) -> ThreadBound<T> {
+        ThreadBound {
+            owner: std::thread::current().id(),
+            value: std::mem::ManuallyDrop::new(value),
+        }
+    }
+
+    fn on_owner(&self) -> PyResult<()> {
+        if std::thread::current().id() == self.owner {
+            Ok(())
+        } else {
+            Err(errors::wrong_thread())
+        }
+    }
+
+    /// The value, on its thread.
+    pub(crate) fn get(&self) -> PyResult<&T> {
+        self.on_owner()?;
+        Ok(&self.value)
+    }
+
+    /// The value, on its thread.
+    pub(crate) fn get_mut(&mut self) -> PyResult<&mut T> {
+        self.on_owner()?;
+        Ok(&mut self.value)
+    }
+}
+
+impl<T> Drop for ThreadBound<T> {
+    fn drop(&mut self) {
+        if std::thread::current().id() == self.owner {
+            // SAFETY: dropped once, here, on the owner thread; never used again.
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.value) }
         }
     }
 }
@@ -113,6 +209,10 @@ fn _hamlyn(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_INLINE", hamlyn::MAX_INLINE)?;
     m.add("DEFAULT_SOCKET", hamlyn::DEFAULT_SOCKET)?;
     m.add("SOCKET_ENV", hamlyn::SOCKET_ENV)?;
+    m.add("DEFAULT_STARVATION_BOUND", hamlyn::DEFAULT_STARVATION_BOUND)?;
+    m.add("RPC_FRAMES", hamlyn_rpc::FRAMES)?;
+    m.add("RPC_MAX_ARGS", hamlyn_rpc::MAX_ARGS)?;
+    m.add("RPC_MAX_RESULT", hamlyn_rpc::MAX_RESULT)?;
     m.add_class::<node::PyNode>()?;
     m.add_class::<area::PyArea>()?;
     m.add_class::<area::PyMetaArea>()?;
@@ -124,6 +224,31 @@ fn _hamlyn(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<queue::PyQueue>()?;
     m.add_class::<queue::PyNotification>()?;
     m.add_class::<direct::PyDirectTarget>()?;
+    m.add_class::<endpoint::PyEndpoint>()?;
+    m.add_class::<endpoint::PyEndpointMessage>()?;
+    m.add_class::<endpoint::PyEndpointGroup>()?;
+    m.add_class::<am::PyAmEndpoint>()?;
+    m.add_class::<am::PyAmCall>()?;
+    m.add_class::<am::PyAmMemoryRegion>()?;
+    m.add_class::<am::PyAmMemoryTarget>()?;
+    m.add_function(wrap_pyfunction!(am::am_fingerprint, m)?)?;
+    m.add_class::<rpc::PyRpcServer>()?;
+    m.add_class::<rpc::PyRpcClient>()?;
+    m.add_class::<rpc::PyRpcCall>()?;
+    m.add_class::<job::PyJob>()?;
+    m.add_class::<rats::PyRats>()?;
+    m.add_class::<rats::PyRatsTaggedServer>()?;
+    m.add_class::<rats::PyRatsTaggedClient>()?;
+    m.add_class::<rats::PyRatsRequestServer>()?;
+    m.add_class::<rats::PyRatsRequest>()?;
+    m.add_class::<rats::PyRatsRequestClient>()?;
+    m.add_class::<rats::PyRatsDatagramReceiver>()?;
+    m.add_class::<rats::PyRatsDatagram>()?;
+    m.add_class::<rats::PyRatsDatagramSender>()?;
+    m.add_class::<rats::PyRatsStreamReceiver>()?;
+    m.add_class::<rats::PyRatsStreamSender>()?;
+    m.add_class::<rats::PyRatsSimpleDatagram>()?;
+    m.add_class::<rats::PyRatsSimpleClient>()?;
     m.add_function(wrap_pyfunction!(ticket::seed_from_tickets, m)?)?;
     m.add_function(wrap_pyfunction!(ticket::tickets_from_seed, m)?)?;
     m.add_function(wrap_pyfunction!(bench::bench_pong, m)?)?;

@@ -5,12 +5,13 @@ use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hamlyn::{Node, NodeOptions, SlotMode, SlotPerms};
+use hamlyn::{Node, NodeOptions, RateLimit, SlotMode, SlotPerms};
 use pyo3::prelude::*;
 use pyo3::types::PyType;
 
 use crate::area::{PyArea, PyMetaArea};
 use crate::direct::PyDirectTarget;
+use crate::endpoint::PyEndpoint;
 use crate::errors::{self, check};
 use crate::queue::PyQueue;
 use crate::slot::PySlot;
@@ -292,12 +293,85 @@ impl PyNode {
         Ok(PySlot::new(self.life(), check(slot)?))
     }
 
-    /// Opens a terminus (a private send work queue) served at `priority` (0 first).
-    #[pyo3(signature = (priority=0))]
-    fn terminus(&self, py: Python<'_>, priority: u8) -> PyResult<PyTerminus> {
+    /// Opens a terminus (a private send work queue, FLIPC's send endpoint) served at
+    /// `priority` (0 first; the engine has a few levels and clamps the rest), limited to
+    /// `bytes_per_sec` payload bytes and `msgs_per_sec` messages per second (0:
+    /// unlimited) by token buckets the engine keeps (`set_rate` changes them later).
+    #[pyo3(signature = (priority=0, *, bytes_per_sec=0, msgs_per_sec=0))]
+    fn terminus(
+        &self,
+        py: Python<'_>,
+        priority: u8,
+        bytes_per_sec: u64,
+        msgs_per_sec: u64,
+    ) -> PyResult<PyTerminus> {
         let node = self.get(py)?;
-        let t = check(py.allow_threads(|| node.terminus(priority)))?;
+        let limit = RateLimit {
+            bytes_per_sec,
+            msgs_per_sec,
+        };
+        let t = check(py.allow_threads(|| {
+            if limit.is_unlimited() {
+                node.terminus(priority)
+            } else {
+                node.terminus_with_rate(priority, limit)
+            }
+        }))?;
         Ok(PyTerminus::new(self.life(), t))
+    }
+
+    /// Sets the rate limit of `terminus` (a terminus of this node): at most
+    /// `bytes_per_sec` payload bytes and `msgs_per_sec` messages per second on average
+    /// (0: that one unlimited; both 0 lifts the limit). A limited terminus's sends wait
+    /// in its work queue for tokens: back-pressure (`FullError`) once it is full.
+    #[pyo3(signature = (terminus, *, bytes_per_sec=0, msgs_per_sec=0))]
+    fn set_rate(
+        &self,
+        py: Python<'_>,
+        terminus: &PyTerminus,
+        bytes_per_sec: u64,
+        msgs_per_sec: u64,
+    ) -> PyResult<()> {
+        let node = self.get(py)?;
+        let limit = RateLimit {
+            bytes_per_sec,
+            msgs_per_sec,
+        };
+        terminus.with(py, |t| check(py.allow_threads(|| node.set_rate(t, limit))))
+    }
+
+    /// Makes a receive endpoint (FLIPC): `buffers` buffers of `buf_size` bytes each (a
+    /// multiple of 64 in 64..=65536: the largest message), none posted yet. `queue`:
+    /// the notification queue arrivals are also reported to (what an `EndpointGroup`
+    /// sleeps on). `report_discards=True`: a message that finds no posted buffer also
+    /// fails its send (`RejectedError`, reason 'no_buffer'), not only counted (FLIPC's
+    /// optimistic discard, the default). `direct=True` is the danger mode of
+    /// `EndpointBuilder::danger_direct` (same-node senders deposit without the engine).
+    #[pyo3(signature = (buf_size, buffers, *, queue=None, report_discards=false, direct=false))]
+    fn endpoint(
+        &self,
+        py: Python<'_>,
+        buf_size: u32,
+        buffers: u32,
+        queue: Option<u16>,
+        report_discards: bool,
+        direct: bool,
+    ) -> PyResult<PyEndpoint> {
+        let node = self.get(py)?;
+        let ep = py.allow_threads(|| {
+            let mut b = node.endpoint(buf_size, buffers);
+            if let Some(q) = queue {
+                b = b.queue(q);
+            }
+            if report_discards {
+                b = b.report_discards();
+            }
+            if direct {
+                b = b.danger_direct();
+            }
+            b.create()
+        });
+        Ok(PyEndpoint::new(self.life(), check(ep)?))
     }
 
     /// Maps the direct slot `ticket` names (a slot of this node made with
@@ -367,6 +441,34 @@ impl PyNode {
                 "the seed published under {name:?} carries no ticket"
             ))),
         }
+    }
+
+    /// The engine's per-handler active-message counters, summed over its clients'
+    /// reports (what `hamlyn stat` shows): `{name: {'calls', 'replies', 'errors',
+    /// 'refused'}}`. An endpoint reports at most once a second while it polls, or at
+    /// `AmEndpoint.report_counters()`.
+    #[allow(clippy::type_complexity)] // Python's dicts.
+    fn am_counters(
+        &self,
+        py: Python<'_>,
+    ) -> PyResult<std::collections::BTreeMap<String, std::collections::BTreeMap<&'static str, u64>>>
+    {
+        let node = self.get(py)?;
+        let rows = check(py.allow_threads(|| node.am_counters()))?;
+        Ok(rows
+            .into_iter()
+            .map(|(name, c)| {
+                let m = [
+                    ("calls", c.calls),
+                    ("replies", c.replies),
+                    ("errors", c.errors),
+                    ("refused", c.refused),
+                ]
+                .into_iter()
+                .collect();
+                (name, m)
+            })
+            .collect())
     }
 
     /// The engine's statistics, as a dict (what `hamlyn stat --json` shows): `node`,

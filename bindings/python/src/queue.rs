@@ -46,6 +46,27 @@ impl PyQueue {
     }
 }
 
+impl PyQueue {
+    /// The node's life (to check that objects come from the same node).
+    pub(crate) fn life(&self) -> Arc<Life> {
+        self.life.clone()
+    }
+
+    /// The queue's index.
+    pub(crate) fn index_of(&self) -> u16 {
+        self.index
+    }
+
+    /// Takes the consumer out of this handle (an endpoint group takes over the queue;
+    /// the handle is closed from then on).
+    pub(crate) fn take(&self, py: Python<'_>) -> PyResult<NotifyQueue> {
+        self.life.check()?;
+        crate::lock(py, &self.queue)?
+            .take()
+            .ok_or_else(|| errors::closed("the queue is closed"))
+    }
+}
+
 /// Why a wait without the GIL could not run.
 enum Blocked {
     Closed,

@@ -299,6 +299,14 @@ pub struct PySend {
     pub(crate) handle: SendHandle,
 }
 
+impl PySend {
+    /// A handle for request `handle` of a node whose life is `life` (the layers above
+    /// the interface level hand out their sends' handles too).
+    pub(crate) fn new(life: Arc<Life>, handle: SendHandle) -> PySend {
+        PySend { life, handle }
+    }
+}
+
 #[pymethods]
 impl PySend {
     /// The request's status now (one shared-memory load, no waiting).

@@ -152,6 +152,21 @@ pub(crate) fn seed_from_tickets(tickets: Vec<PyTicket>) -> PyResult<String> {
     check(hamlyn::seed::to_text(&seed))
 }
 
+/// A seed from its text (white space around it ignored). `BadSeedError` for text that
+/// does not decode.
+pub(crate) fn seed_from_text(text: &str) -> PyResult<hamlyn::Seed> {
+    match hamlyn::seed::from_text(text.trim()) {
+        Ok(seed) => Ok(seed),
+        Err(hamlyn::Error::InvalidArgument(why)) => Err(errors::bad_seed(why.to_owned())),
+        Err(e) => check(Err(e)),
+    }
+}
+
+/// A seed's text.
+pub(crate) fn seed_to_text(seed: &hamlyn::Seed) -> PyResult<String> {
+    check(hamlyn::seed::to_text(seed))
+}
+
 /// Every ticket of a seed's text. `BadSeedError` for text that does not decode.
 #[pyfunction]
 pub(crate) fn tickets_from_seed(text: &str) -> PyResult<Vec<PyTicket>> {

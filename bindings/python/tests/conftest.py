@@ -2,7 +2,9 @@
 no daemon needs to be installed), which the other processes reach at its socket, and a
 way to run those processes (tests/peer.py) with bounded waits."""
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -81,3 +83,35 @@ def peers(engine):
     p = Peers(engine.socket_path)
     yield p
     p.kill_all()
+
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="session")
+def rust_programs():
+    """The workspace's Rust programs the tests run (the `hamlyn` binary, examples), by
+    target name: what `cargo test --workspace --no-run` lists, which after the README's
+    `cargo test --workspace` (CI runs it before pytest) builds nothing and takes about a
+    second (`$HAMLYN_CARGO_PROGRAMS`, a JSON object of name to path, overrides it)."""
+    given = os.environ.get("HAMLYN_CARGO_PROGRAMS")
+    if given:
+        return json.loads(given)
+    if shutil.which("cargo") is None:
+        pytest.fail("cargo is needed for the Rust programs (or set HAMLYN_CARGO_PROGRAMS)")
+    out = subprocess.run(
+        ["cargo", "test", "--workspace", "--no-run", "--message-format=json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=3600,
+    )
+    assert out.returncode == 0, out.stderr[-4000:]
+    programs = {}
+    for line in out.stdout.splitlines():
+        msg = json.loads(line)
+        if (
+            msg.get("reason") == "compiler-artifact"
+            and msg.get("executable")
+            and not msg["profile"]["test"]
+            and set(msg["target"]["kind"]) & {"bin", "example"}
+        ):
+            programs[msg["target"]["name"]] = msg["executable"]
+    return programs

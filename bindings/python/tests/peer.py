@@ -19,6 +19,23 @@ and in environment variables. Every wait is bounded: a lost peer fails, never ha
     peer.py wait-forever      prints a line, then waits on an empty queue with no timeout
     peer.py direct-send       maps the direct slot $HAMLYN_SEED names and deposits 8 bytes
                               with tag 11 in this process
+    peer.py endpoint-flood    sends $HAMLYN_COUNT messages to the endpoint $HAMLYN_SEED
+                              names, tagged $HAMLYN_SENDER << 32 | i; prints how many were
+                              sent and how many refused for want of a buffer
+    peer.py rpc-serve NAME    serves RPC service NAME (echo, upper, sum, fails, hold,
+                              stop); prints "serving", then, once stopped, its counters
+                              as JSON. 'hold' answers only after a line on stdin.
+    peer.py rats-tag-write    writes "tag N" with tag N (N = 1..$HAMLYN_COUNT) at offset
+                              64 * N to the tagged server $HAMLYN_SEED names
+    peer.py rats-datagrams N  sends N datagrams "datagram I" (oob: I as one byte) to the
+                              receiver $HAMLYN_SEED names, waiting for credit as needed
+    peer.py rats-stream N     writes N records of 1000 bytes (record i: byte i % 251) into
+                              the stream $HAMLYN_SEED names, then "tail" as bytes; closes
+    peer.py rats-simple-pong N  a simple datagram: prints its seed, answers N messages
+                              through their reply seeds with the bytes reversed and the
+                              oob doubled
+    peer.py rats-respond N    a request/response server: prints its seed, answers N
+                              requests with their bytes upper-cased, prints "answered N"
 """
 
 import os
@@ -159,6 +176,102 @@ def main() -> None:
         t = hamlyn.Ticket.from_seed(os.environ["HAMLYN_SEED"])
         with hamlyn.Node.connect_default() as node, node.open_direct(t) as target:
             target.send(b"directly", tag=11)
+    elif role == "endpoint-flood":
+        t = hamlyn.Ticket.from_seed(os.environ["HAMLYN_SEED"])
+        sender, count = int(os.environ["HAMLYN_SENDER"]), int(os.environ["HAMLYN_COUNT"])
+        with hamlyn.Node.connect_default() as node, node.terminus() as term:
+            sends = []
+            for i in range(count):
+                data = struct.pack("<IQ", sender, i)
+                try:
+                    sends.append(term.send(t, data, tag=sender << 32 | i))
+                except hamlyn.FullError:
+                    # Back-pressure: wait for the queue to drain, then the same again.
+                    if not term.wait_idle(timeout=WAIT):
+                        fail(f"the terminus did not drain within {WAIT} s")
+                    sends.append(term.send(t, data, tag=sender << 32 | i))
+            sent = refused = 0
+            for s in sends:
+                st = s.wait(timeout=WAIT)
+                if st.sent:
+                    sent += 1
+                elif st.reason == "no_buffer":
+                    refused += 1
+                else:
+                    fail(f"a send ended {st!r}")
+            print(f"flood: sent {sent} refused {refused}", flush=True)
+    elif role == "rpc-serve":
+        import json
+
+        stopped = []
+
+        def hold(args):
+            sys.stdin.readline()  # until the test lets it go (or closes stdin)
+            return args
+
+        def fails(args):
+            raise ValueError(f"refusing {args!r}")
+
+        procedures = {
+            "echo": lambda args: args,
+            "upper": lambda args: args.upper(),
+            "sum": lambda args: struct.pack(
+                "<Q", sum(struct.unpack(f"<{len(args) // 8}Q", args))
+            ),
+            "fails": fails,
+            "hold": hold,
+            "stop": lambda args: stopped.append(True),
+        }
+        with hamlyn.Node.connect_default() as node, hamlyn.RpcServer(
+            node, sys.argv[2], procedures
+        ) as server:
+            print("serving", flush=True)
+            server.serve(until=lambda: bool(stopped), timeout=120)
+            if not stopped:
+                fail("not stopped within 120 s")
+            # The stop call's reply goes out with the next turn: serve a little more.
+            server.serve(timeout=0.2)
+            print(json.dumps(server.counters()), flush=True)
+    elif role == "rats-tag-write":
+        with hamlyn.Node.connect_default() as node:
+            client = hamlyn.Rats(node).tagged_client(os.environ["HAMLYN_SEED"])
+            for n in range(1, int(os.environ["HAMLYN_COUNT"]) + 1):
+                client.write(64 * n, b"tag %d" % n, n).result(timeout=WAIT)
+    elif role == "rats-datagrams":
+        with hamlyn.Node.connect_default() as node:
+            sender = hamlyn.Rats(node).datagram_sender(os.environ["HAMLYN_SEED"])
+            for i in range(int(sys.argv[2])):
+                sender.send_wait(b"datagram %d" % i, bytes([i]), timeout=WAIT).result(
+                    timeout=WAIT
+                )
+    elif role == "rats-stream":
+        with hamlyn.Node.connect_default() as node:
+            sender = hamlyn.Rats(node).stream_sender(os.environ["HAMLYN_SEED"])
+            for i in range(int(sys.argv[2])):
+                sender.write_record(bytes([i % 251]) * 1000)
+            sender.write_bytes(b"tail")
+            sender.close().result(timeout=WAIT)
+    elif role == "rats-simple-pong":
+        with hamlyn.Node.connect_default() as node:
+            me = hamlyn.Rats(node).simple_datagram(4096)
+            print(me.seed, flush=True)
+            for _ in range(int(sys.argv[2])):
+                got = me.recv(timeout=WAIT)
+                if got is None:
+                    fail(f"no message within {WAIT} s")
+                data, oob = got
+                me.reply(data[::-1], oob * 2).result(timeout=WAIT)
+    elif role == "rats-respond":
+        count = int(sys.argv[2])
+        with hamlyn.Node.connect_default() as node:
+            server = hamlyn.Rats(node).request_server(4096)
+            print(server.seed, flush=True)
+            for _ in range(count):
+                r = server.recv(timeout=WAIT)
+                if r is None:
+                    fail(f"no request within {WAIT} s")
+                server.reply(r, r.data.upper()).result(timeout=WAIT)
+            print(f"answered {count}", flush=True)
     else:
         fail(f"unknown role {role}")
 

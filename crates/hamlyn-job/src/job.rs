@@ -50,6 +50,17 @@ impl Job {
             .ok()
             .and_then(|v| v.parse().ok())
             .map_or(DEFAULT_TIMEOUT, Duration::from_millis);
+        Job::join_with_timeout(launch, node, timeout)
+    }
+
+    /// [`Job::join`] with the collectives' timeout given (joining is one of them)
+    /// instead of read from `HAMLYN_JOB_TIMEOUT_MS`: for bindings and programs that take
+    /// it as an argument.
+    pub fn join_with_timeout(
+        launch: Launch,
+        node: Node,
+        timeout: Duration,
+    ) -> Result<Job, JobError> {
         let queue = node.queue(0)?;
         let terminus = node.terminus(0)?;
         // Where releases land (a message per barrier), and the fetch-and-add's answer.

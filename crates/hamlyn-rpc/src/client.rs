@@ -60,6 +60,10 @@ pub struct RpcClient {
     written: HashMap<u64, u32>,
     /// Calls started and not finished.
     outstanding: HashSet<u64>,
+    /// Calls that timed out, by id, with their frame: the server may still be running
+    /// the procedure (its frame write-inhibited, its reply on the way), so the frame
+    /// stays busy until the late reply arrives (bounded: at most [`FRAMES`] entries).
+    late: HashMap<u64, usize>,
     timeout: Duration,
     /// The service's registry name: while it is there, the server is.
     service: String,
@@ -130,6 +134,7 @@ impl RpcClient {
             arrived: HashSet::new(),
             written: HashMap::new(),
             outstanding: HashSet::new(),
+            late: HashMap::new(),
             timeout: Duration::from_secs(30),
             service: service_name(service),
         })
@@ -264,10 +269,18 @@ impl RpcClient {
         Ok(Call { id, frame, sent })
     }
 
-    /// Waits for a started call's result.
+    /// Waits for a started call's result. A call that timed out keeps its frame until
+    /// its late reply arrives (noticed while later calls wait): the server may still be
+    /// running it.
     pub fn finish(&mut self, call: Call) -> Result<Vec<u8>, RpcError> {
         let result = self.wait_reply(&call);
-        self.busy[call.frame] = false;
+        if matches!(result, Err(RpcError::Timeout(_))) {
+            // Not reused until its reply comes in (`note_reply`): a call written into it
+            // meanwhile would find it write-inhibited, or get this call's reply.
+            self.late.insert(call.id, call.frame);
+        } else {
+            self.busy[call.frame] = false;
+        }
         self.outstanding.remove(&call.id);
         self.written.remove(&call.id);
         self.arrived.remove(&call.id);
@@ -340,6 +353,9 @@ impl RpcClient {
     /// A reply arrived: kept only for a call still outstanding, so a server cannot grow
     /// the set with made-up call ids.
     fn note_reply(&mut self, n: &hamlyn::Notification) {
+        if let Some(frame) = self.late.remove(&n.word) {
+            self.busy[frame] = false;
+        }
         if self.outstanding.contains(&n.word) {
             self.arrived.insert(n.word);
         }

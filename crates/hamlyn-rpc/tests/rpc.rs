@@ -214,6 +214,43 @@ fn calls_typed_and_bytes_many_outstanding_failures_and_refusals() {
 }
 
 #[test]
+fn a_timed_out_calls_frame_waits_for_its_late_reply_before_it_is_used_again() {
+    let engine = EngineHandle::start(EngineConfig::embedded()).unwrap();
+    let (go_tx, go_rx) = mpsc::channel();
+    let (running_tx, running_rx) = mpsc::channel();
+    let server = Served::start(engine.socket_path(), "late", Some(go_rx), Some(running_tx));
+    let mut client =
+        RpcClient::connect(Node::connect(engine.socket_path()).unwrap(), "late", WAIT).unwrap();
+    client.set_timeout(Duration::from_millis(50));
+    let call = client.start("slow", b"late").unwrap();
+    running_rx.recv_timeout(WAIT).unwrap();
+    assert!(matches!(client.finish(call), Err(RpcError::Timeout(_))));
+    // The procedure still runs, its frame (0) write-inhibited: the next call must take
+    // another frame, not be refused as if the server were gone.
+    client.set_timeout(WAIT);
+    go_tx.send(()).unwrap();
+    assert_eq!(client.call("echo", b"ab").unwrap(), b"ba");
+    // Every frame is usable again once the late reply was seen: as many calls
+    // outstanding as there are frames.
+    let calls: Vec<_> = (0..frame::FRAMES)
+        .map(|i| loop {
+            match client.start("echo", &[i as u8]) {
+                Ok(c) => break c,
+                // The late reply not seen yet: a call's wait takes it in.
+                Err(RpcError::Busy) => assert_eq!(client.call("echo", b"x").unwrap(), b"x"),
+                Err(e) => panic!("{e}"),
+            }
+        })
+        .collect();
+    for (i, c) in calls.into_iter().enumerate() {
+        assert_eq!(client.finish(c).unwrap(), [i as u8]);
+    }
+    drop(client);
+    server.stop();
+    engine.stop().unwrap();
+}
+
+#[test]
 fn a_frame_is_write_inhibited_while_its_procedure_runs() {
     let engine = EngineHandle::start(EngineConfig::embedded()).unwrap();
     let (go_tx, go_rx) = mpsc::channel();

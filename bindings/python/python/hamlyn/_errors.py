@@ -123,3 +123,85 @@ class BadKeyError(RejectedError, PermissionError):
 class TimeoutError(HamlynError, builtins.TimeoutError):
     """A wait ended at its timeout with the request still pending."""
 
+
+
+# --- The layers above the interface level: Rats, active messages, RPC, jobs ----------
+
+
+class WrongThreadError(HamlynError, RuntimeError):
+    """An object of the layers above the interface level (active messages, RPC, jobs,
+    Rats) was used from a thread other than the one that made it."""
+
+
+class NoSpaceError(HamlynError):
+    """A protocol's memory manager has no free block that large (release some first)."""
+
+
+class ProtocolError(HamlynError):
+    """A peer broke the protocol (a forged or malformed message); nothing ran on it."""
+
+
+class TooLongError(HamlynError, ValueError):
+    """A message or payload is longer than its kind or its receiver allows."""
+
+
+class PeerGoneError(HamlynError, ConnectionError):
+    """The peer (endpoint, server, stream end) went away."""
+
+
+class NotificationsLostError(HamlynError):
+    """Notifications were lost to a full queue: the protocol cannot tell what arrived."""
+
+
+class StateError(HamlynError):
+    """The object is not in a state that allows this (a stream already closed, say)."""
+
+
+class EndOfStreamError(HamlynError, EOFError):
+    """The stream's other end closed it: nothing more will arrive."""
+
+
+class CollisionError(HamlynError):
+    """An active-message handler name is registered in the cluster with another
+    argument fingerprint."""
+
+
+class UnknownHandlerError(HamlynError, LookupError):
+    """No live active-message handler of that name or id in the local copy of the
+    cluster's table (``synch()`` or ``refresh()`` first, or nobody registered it)."""
+
+
+class HandlerRefusedError(HamlynError):
+    """The receiver refused the active message (no such handler there, an old epoch, a
+    malformed message) or its handler failed, raised, replied twice or gave no reply
+    that was asked for; the message names the handler."""
+
+
+class ReplyTwiceError(HamlynError):
+    """A handler's reply token was used twice (the second reply is not sent)."""
+
+
+class NoCallError(HamlynError, LookupError):
+    """The call is not outstanding (finished already, or never started here)."""
+
+
+class NoChannelError(HamlynError):
+    """No logical channel with that number is open on this endpoint."""
+
+
+class NoServiceError(HamlynError, LookupError):
+    """No RPC service of that name appeared in the registry within the timeout."""
+
+
+class NoProcedureError(HamlynError, LookupError):
+    """The RPC service offers no procedure of that name."""
+
+
+class CallRefusedError(HamlynError):
+    """The RPC server refused the call (an unknown procedure number, a frame whose
+    lengths do not fit, a frame rewritten while the procedure ran)."""
+
+
+class ProcedureError(HamlynError):
+    """The remote procedure failed (a Python procedure raised: the message carries the
+    exception's text)."""
