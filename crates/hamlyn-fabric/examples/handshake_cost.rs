@@ -134,7 +134,13 @@ fn main() -> Result<(), Error> {
     plain.sort();
     secure.sort();
     println!("session set-up over loopback (1 rail, both fabrics on one thread), median of 20:");
-    println!("  danger_insecure  {:8.1} µs", plain[10].as_secs_f64() * 1e6);
-    println!("  XXpsk0           {:8.1} µs", secure[10].as_secs_f64() * 1e6);
+    println!(
+        "  danger_insecure  {:8.1} µs",
+        plain[10].as_secs_f64() * 1e6
+    );
+    println!(
+        "  XXpsk0           {:8.1} µs",
+        secure[10].as_secs_f64() * 1e6
+    );
     Ok(())
 }
