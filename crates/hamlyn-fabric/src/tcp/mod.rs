@@ -2184,14 +2184,18 @@ pub fn join(
     join_member(addr, me, listen_port, timeout, auth).map(|(members, _)| members)
 }
 
-/// [`join`], and the static key the member proved (`None` without `auth`).
+/// Members a membership reply lists (the answering member first), and the static key
+/// the member proved (`None` without `auth`).
+type JoinAnswer = (Vec<(NodeId, SocketAddr)>, Option<PublicKey>);
+
+/// [`join`], and the static key the member proved.
 fn join_member(
     addr: SocketAddr,
     me: NodeId,
     listen_port: u16,
     timeout: Duration,
     auth: Option<(&ClusterSecret, &NodeKey)>,
-) -> Result<(Vec<(NodeId, SocketAddr)>, Option<PublicKey>), TcpError> {
+) -> Result<JoinAnswer, TcpError> {
     use std::io::{Read, Write};
     let fail = |reason: String| TcpError::Join { addr, reason };
     let io = |what: &str, e: io::Error| fail(format!("{what}: {e}"));
