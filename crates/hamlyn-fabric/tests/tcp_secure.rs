@@ -465,8 +465,9 @@ fn no_secret_no_fabric() {
     assert!(TcpFabric::new(both).is_err());
 }
 
-/// Seeds for the `link` fuzz target (`fuzz/fuzz_targets/link.rs`), written into
-/// `$HAMLYN_FUZZ_SEEDS/link` when that is set (`.ci/run` does); otherwise nothing.
+/// Seeds for the `link` and `roster` fuzz targets (`fuzz/fuzz_targets/`), written into
+/// `$HAMLYN_FUZZ_SEEDS/link` and `.../roster` when that is set (`.ci/run` does);
+/// otherwise nothing.
 #[test]
 fn write_fuzz_seeds() {
     let Some(dir) = std::env::var_os("HAMLYN_FUZZ_SEEDS") else {
@@ -500,6 +501,12 @@ fn write_fuzz_seeds() {
     for (name, bytes) in files {
         std::fs::write(dir.join(name), bytes).unwrap();
     }
+    // The `roster` target's: a roster of two nodes with a comment.
+    let roster = Roster::from_keys([(NodeId(1), dk.public()), (NodeId(2), ak.public())]);
+    let dir = dir.with_file_name("roster");
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = format!("# two nodes\n{}", roster.to_text());
+    std::fs::write(dir.join("two-nodes"), text).unwrap();
 }
 
 /// What peers can make a node keep is bounded and freed: past `max_peers` an unknown

@@ -59,7 +59,9 @@
 //!   handshake). The rail count is the dialer's. A side announces [`PeerEvent::Up`]
 //!   (with the peer's incarnation) once *all* rails of the session completed their
 //!   handshake; until then nothing but HELLOs is read from them.
-//! - **Rejections.** A connection whose HELLO names an unknown node (when not learning),
+//! - **Rejections.** A connection whose static key is not the one of the node its HELLO
+//!   names ([`CloseReason::IdentityMismatch`], "Identities" above), whose HELLO names an
+//!   unknown node (when not learning),
 //!   a node that should not dial us, another destination, an older incarnation or an
 //!   older session, a taken rail or a malformed rail count is closed with a
 //!   `tracing::warn!` naming the reason, and counted ([`CloseReason`]).
