@@ -54,7 +54,8 @@ ip -n "${tag}b" link set "${tag}y" up
 node() { # node ID NS ADDR PEER
     HAMLYN_SECRET=$secret ip netns exec "$2" "$hamlyn" node --socket "$dir/n$1.sock" \
         --node-id "$1" --listen "$3:7400" --peer "$4" --rails 2 \
-        --heartbeat-ms 250 --peer-timeout-ms 3000 >"$dir/n$1.log" 2>&1 &
+        --heartbeat-ms 250 --peer-timeout-ms 3000 --node-key "$dir/n$1.key" \
+        >"$dir/n$1.log" 2>&1 &
     pids+=($!)
 }
 node 1 "${tag}a" 10.77.0.1 2@10.77.0.2:7400

@@ -1,12 +1,14 @@
-//! The TCP fabric's authenticated links (`hamlyn_fabric::tcp::secure`) on arbitrary
-//! bytes: what a stranger can send to a listener before the handshake (the first
-//! handshake message), what a dialer can be answered, and records of a real session cut
-//! anywhere, with one byte flipped or not. Never panic, never loop; nothing opens that
-//! was not sealed, and an altered record never opens.
+//! The TCP fabric's authenticated links (`hamlyn_fabric::tcp::secure`,
+//! `Noise_XXpsk0`) on arbitrary bytes: what a stranger can send to a listener before the
+//! handshake (the first handshake message), what a dialer can be answered (the second),
+//! what an acceptor that answered a real first message can be sent as the third, and
+//! records of a real session cut anywhere, with one byte flipped or not. Never panic,
+//! never loop; nothing opens that was not sealed, an altered record never opens, and no
+//! handshake completes with a stranger.
 #![no_main]
 
 use hamlyn_fabric::tcp::secure::{Link, Opened, ReplayGuard, MAX_PLAIN};
-use hamlyn_fabric::tcp::ClusterSecret;
+use hamlyn_fabric::tcp::{ClusterSecret, NodeKey};
 use libfuzzer_sys::fuzz_target;
 
 /// Feeds `bytes` to `link` in chunks of `step` and opens after each; returns the
@@ -38,6 +40,7 @@ fn feed_guarded(
                         plain.extend_from_slice(&out[..k]);
                     }
                     Ok(Opened::Secured) => assert!(link.is_secured()),
+                    Ok(Opened::Reply) => assert!(!link.is_secured()),
                     Err(_) => return None,
                 }
             }
@@ -49,30 +52,62 @@ fn feed_guarded(
     Some(plain)
 }
 
+/// Runs a real handshake between `d` and `a` (the dialer's first message `first`).
+fn handshake(d: &mut Link, a: &mut Link, first: &[u8]) {
+    assert_eq!(feed(a, first, 7), Some(Vec::new()));
+    assert!(!a.is_secured());
+    assert_eq!(feed(d, &a.take_handshake_out(), 5), Some(Vec::new()));
+    assert!(d.is_secured());
+    assert_eq!(feed(a, &d.take_handshake_out(), 3), Some(Vec::new()));
+    assert!(a.is_secured());
+}
+
 fuzz_target!(|data: &[u8]| {
     let [mode, step, rest @ ..] = data else {
         return;
     };
     let secret = ClusterSecret::from_bytes([0x5e; 32]);
+    let (Ok(dk), Ok(ak)) = (
+        NodeKey::from_private([0x11; 32]),
+        NodeKey::from_private([0x22; 32]),
+    ) else {
+        return;
+    };
     let step = usize::from(*step);
-    match mode % 3 {
+    match mode % 4 {
         // A stranger's bytes at a listener: without the secret nothing opens.
         0 => {
-            let Ok(mut acceptor) = Link::acceptor(&secret) else {
+            let Ok(mut acceptor) = Link::acceptor(&secret, &ak) else {
                 return;
             };
             let mut guard = ReplayGuard::new(4);
             if let Some(plain) = feed_guarded(&mut acceptor, rest, step, Some(&mut guard)) {
                 assert!(plain.is_empty(), "a stranger's bytes opened");
+                assert!(!acceptor.is_secured(), "a stranger's handshake completed");
             }
         }
         // What a dialer can be answered.
         1 => {
-            let Ok((mut dialer, _first)) = Link::dialer(&secret) else {
+            let Ok((mut dialer, _first)) = Link::dialer(&secret, &dk) else {
                 return;
             };
             if let Some(plain) = feed(&mut dialer, rest, step) {
                 assert!(plain.is_empty(), "a stranger's answer opened");
+                assert!(!dialer.is_secured(), "a stranger's answer completed");
+            }
+        }
+        // A third message (and records) after a real first one: only the dialer that
+        // sent the first could make it.
+        3 => {
+            let (Ok((_, first)), Ok(mut a)) =
+                (Link::dialer(&secret, &dk), Link::acceptor(&secret, &ak))
+            else {
+                return;
+            };
+            assert_eq!(feed(&mut a, &first, 11), Some(Vec::new()));
+            if let Some(plain) = feed(&mut a, rest, step) {
+                assert!(plain.is_empty(), "a stranger's third message opened");
+                assert!(!a.is_secured(), "a stranger's third message completed");
             }
         }
         // A real session's records, one byte flipped if the first two bytes say where.
@@ -81,14 +116,12 @@ fuzz_target!(|data: &[u8]| {
                 return;
             };
             let flip = usize::from(u16::from_le_bytes([*hi, *lo]));
-            let (Ok((mut d, first)), Ok(mut a)) = (Link::dialer(&secret), Link::acceptor(&secret))
+            let (Ok((mut d, first)), Ok(mut a)) =
+                (Link::dialer(&secret, &dk), Link::acceptor(&secret, &ak))
             else {
                 return;
             };
-            assert_eq!(feed(&mut a, &first, 7), Some(Vec::new()));
-            assert!(a.is_secured());
-            assert_eq!(feed(&mut d, a.handshake_reply(), 5), Some(Vec::new()));
-            assert!(d.is_secured());
+            handshake(&mut d, &mut a, &first);
             let cut = payload.len() / 2;
             let Ok(r1) = d.seal_bytes(&payload[..cut]).map(<[u8]>::to_vec) else {
                 return;

@@ -56,6 +56,9 @@ enum Command {
     /// The cluster secret that authenticates links between nodes: make one, or show
     /// where this user's lives.
     Secret(cmd::secret::SecretArgs),
+    /// This node's static key, which its links prove and peers bind to its node id: make
+    /// one, show its public half (a roster line), or where this user's lives.
+    Key(cmd::key::KeyArgs),
     /// Measure one-way latency, bandwidth and message rate through the engine between two
     /// processes, next to the shared-memory floor measured in the same run.
     #[cfg(feature = "bench")]
@@ -107,6 +110,7 @@ fn main() -> ExitCode {
         Command::Ping(args) => cmd::ping::run(args).map_err(Into::into),
         Command::Seed(args) => cmd::seed::run(args).map_err(Into::into),
         Command::Secret(args) => cmd::secret::run(args).map_err(Into::into),
+        Command::Key(args) => cmd::key::run(args).map_err(Into::into),
         Command::Soak(args) => cmd::soak::run(args).map_err(Into::into),
         Command::Run(args) => cmd::run::run(args).map_err(Into::into),
         Command::Bench(args) => cmd::bench::run(args).map_err(Into::into),

@@ -16,7 +16,8 @@
 //! throughout, 1 GiB in
 //! messages of mixed sizes across rails (checksummed), SIGKILL of one node's engine (the
 //! others see it down within the heartbeat bound and go on; it restarts as a new
-//! incarnation and traffic resumes), and a veth link down and up (errors, then recovery).
+//! incarnation and traffic resumes; restarted with a roster, it refuses a member the
+//! roster does not list, or lists under another key), and a veth link down and up (errors, then recovery).
 //!
 //! Needs root and `ip` (iproute2), as CI has. Everything it creates is named after the
 //! test's process id and removed by a guard, whatever happens.
@@ -35,7 +36,7 @@ use hamlyn::{
 };
 use hamlyn_fabric::tcp::frame::{Hello, JoinQuery};
 use hamlyn_fabric::tcp::secure::{Link, Opened, MAX_PLAIN};
-use hamlyn_fabric::tcp::ClusterSecret;
+use hamlyn_fabric::tcp::{ClusterSecret, NodeKey};
 use hamlyn_shm::sync::{AtomicU64, Ordering};
 use hamlyn_wire::stats::{FabricStats, Stats, TcpCounters};
 use hamlyn_wire::{Flags, Header, NodeId, Op, RequestId, Seed};
@@ -85,6 +86,11 @@ impl Net {
     }
     fn socket(&self, i: usize) -> PathBuf {
         self.dir.join(format!("n{i}.sock"))
+    }
+    /// Node `i`'s key file (`--node-key`): created by its first start, kept across
+    /// restarts; never the developer's own.
+    fn key(&self, i: usize) -> PathBuf {
+        self.dir.join(format!("n{i}.key"))
     }
 
     fn new() -> Net {
@@ -147,6 +153,11 @@ impl Net {
 
     /// Starts (or restarts) node `i`'s daemon in its namespace.
     fn start(&mut self, i: usize) {
+        self.start_with(i, &[]);
+    }
+
+    /// [`Net::start`] with more arguments for `hamlyn node`.
+    fn start_with(&mut self, i: usize, extra: &[&str]) {
         let _ = std::fs::remove_file(self.socket(i));
         let log = std::fs::File::create(self.dir.join(format!("n{i}.log"))).unwrap();
         let mut cmd = Command::new("ip");
@@ -163,6 +174,8 @@ impl Net {
         }
         cmd.args(["--rails", "2", "--registry", "1", "--heartbeat-ms", "250"]);
         cmd.args(["--peer-timeout-ms", &PEER_TIMEOUT_MS.to_string()]);
+        cmd.arg("--node-key").arg(self.key(i));
+        cmd.args(extra);
         // One machine's secret for the whole cluster, as between machines; never the
         // developer's own file.
         cmd.env("HAMLYN_SECRET", SECRET);
@@ -235,19 +248,23 @@ fn read_plain(s: &mut TcpStream, link: &mut Link, have: &mut Vec<u8>, n: usize) 
                 assert!(k > 0, "the node closed the connection");
                 link.filled(k);
             }
-            Opened::Secured => {}
+            Opened::Secured | Opened::Reply => {}
         }
     }
     have.drain(..n).collect()
 }
 
-/// A connection to `addr` that holds the cluster secret: the Noise handshake done, no
-/// HELLO sent yet. Returns the stream, the secured link and the dialer's first handshake
-/// message (what a replay would copy).
-fn member_link(addr: SocketAddr, secret: &ClusterSecret) -> (TcpStream, Link, Vec<u8>) {
+/// A connection to `addr` that holds the cluster secret and proves `key`: the Noise
+/// handshake done (its third message sent), no HELLO sent yet. Returns the stream, the
+/// secured link and the dialer's first handshake message (what a replay would copy).
+fn member_link(
+    addr: SocketAddr,
+    secret: &ClusterSecret,
+    key: &NodeKey,
+) -> (TcpStream, Link, Vec<u8>) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let (mut link, first) = Link::dialer(secret).unwrap();
+    let (mut link, first) = Link::dialer(secret, key).unwrap();
     s.write_all(&first).unwrap();
     let mut out = vec![0u8; MAX_PLAIN];
     while link.open(&mut out).unwrap() != Opened::Secured {
@@ -255,7 +272,35 @@ fn member_link(addr: SocketAddr, secret: &ClusterSecret) -> (TcpStream, Link, Ve
         assert!(k > 0, "the node closed the handshake");
         link.filled(k);
     }
+    s.write_all(&link.take_handshake_out()).unwrap();
     (s, link, first)
+}
+
+/// Connections a node refused because the static key did not match the node id.
+fn mismatches(stats: &Stats) -> u64 {
+    tcp(stats)
+        .closes
+        .get("IdentityMismatch")
+        .copied()
+        .unwrap_or(0)
+}
+
+/// Opens a member's link to `addr`, sends `hello` and waits until the node closed the
+/// connection without an answer and counted one more identity mismatch on `node`.
+fn refused_claim(node: &Node, addr: SocketAddr, key: &NodeKey, hello: &Hello, what: &str) {
+    let before = mismatches(&node.stats().unwrap());
+    let secret = ClusterSecret::parse(SECRET).unwrap();
+    let (mut s, mut link, _) = member_link(addr, &secret, key);
+    s.write_all(link.seal_bytes(&hello.to_header().to_bytes()).unwrap())
+        .unwrap();
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    assert!(rest.is_empty(), "{what}: answered");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while mismatches(&node.stats().unwrap()) <= before {
+        assert!(Instant::now() < deadline, "{what}: not counted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// The TCP fabric's counters in `stats` (zero without a TCP fabric).
@@ -598,7 +643,9 @@ fn three_hosts_in_network_namespaces() {
         // A connection that holds the secret (the handshake, then the HELLO of a session
         // as node 0, which dials as the lower id), then forged packets.
         let secret = ClusterSecret::parse(SECRET).unwrap();
-        let (mut s, mut link, first) = member_link(net.addr(1), &secret);
+        // The member's own static key: node 1 pins it to node 0 on this first contact.
+        let member = NodeKey::from_private([0x3e; 32]).unwrap();
+        let (mut s, mut link, first) = member_link(net.addr(1), &secret, &member);
         let mut have = Vec::new();
         s.write_all(link.seal_bytes(&hello.to_header().to_bytes()).unwrap())
             .unwrap();
@@ -747,10 +794,10 @@ fn three_hosts_in_network_namespaces() {
             std::thread::sleep(Duration::from_millis(20));
         }
         // A member's join query claiming node 2 (up) from the test's own address would
-        // move node 2 there for node 1's next dial: refused, closed without an answer.
-        let bad_joins = |st: &Stats| tcp(st).closes.get("BadJoin").copied().unwrap_or(0);
-        let before_joins = bad_joins(&nodes[1].stats().unwrap());
-        let (mut j, mut jlink, _) = member_link(net.addr(1), &secret);
+        // move node 2 there for node 1's next dial: refused (the member's key is not the
+        // one node 1 pinned to node 2), closed without an answer.
+        let before_joins = mismatches(&nodes[1].stats().unwrap());
+        let (mut j, mut jlink, _) = member_link(net.addr(1), &secret, &member);
         let query = JoinQuery {
             from: NodeId(2),
             listen_port: PORT + 1,
@@ -764,19 +811,38 @@ fn three_hosts_in_network_namespaces() {
             "a join query moving a live peer got an answer"
         );
         let deadline = Instant::now() + Duration::from_secs(10);
-        while bad_joins(&nodes[1].stats().unwrap()) <= before_joins {
+        while mismatches(&nodes[1].stats().unwrap()) <= before_joins {
             assert!(
                 Instant::now() < deadline,
                 "the moving join query was not refused"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+        // The member claims node 1 (up; node 3 pinned its key on first contact) to node
+        // 3, with the highest incarnation there is: refused before anything else,
+        // counted, unanswered; node 3 still has node 1 up with the same incarnation.
+        let incarnation = wait_peer(&nodes[3], 1, true, Duration::from_secs(1));
+        let claim = Hello {
+            from: NodeId(1),
+            to: NodeId(3),
+            incarnation: u32::MAX,
+            session: u64::MAX,
+            rail: 0,
+            rails: 2,
+        };
+        refused_claim(&nodes[3], net.addr(3), &member, &claim, "node 1 claimed");
+        assert_eq!(
+            wait_peer(&nodes[3], 1, true, Duration::from_secs(1)),
+            incarnation,
+            "node 1 declared stale"
+        );
+        ping_pong(&nodes[3], &nodes[1], 20);
         // A man in the middle alters one byte of a sealed data record (what the member
         // sends, a write to the victim): refused as a frame that does not open, counted,
         // the connection closed; nothing written.
         drop(s);
         let refused_before = tcp(&nodes[1].stats().unwrap()).frames_refused;
-        let (mut m, mut mlink, _) = member_link(net.addr(1), &secret);
+        let (mut m, mut mlink, _) = member_link(net.addr(1), &secret, &member);
         let later = Hello {
             session: 2,
             ..hello
@@ -985,8 +1051,22 @@ fn three_hosts_in_network_namespaces() {
             .unwrap();
         assert_eq!(h.wait(WAIT), Status::Failed(RejectReason::PeerDown));
         drop(t);
-        // Restart: a new incarnation rejoins.
-        net.start(3);
+        // Restart: a new incarnation, with its key (nodes 1 and 2 pinned it), rejoins;
+        // now with a roster of nodes 1 to 3, their lines printed by `hamlyn key show`.
+        let mut roster = String::new();
+        for i in 1..=3 {
+            let key = net.key(i);
+            let out = Command::new(HAMLYN)
+                .args(["key", "show", "--node-id", &i.to_string(), "--node-key"])
+                .arg(&key)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+            roster.push_str(&String::from_utf8(out.stdout).unwrap());
+        }
+        let roster_file = net.dir.join("roster");
+        std::fs::write(&roster_file, &roster).unwrap();
+        net.start_with(3, &["--roster", roster_file.to_str().unwrap()]);
         let new_incarnation = wait_peer(&nodes[1], 3, true, Duration::from_secs(30));
         wait_peer(&nodes[2], 3, true, Duration::from_secs(30));
         assert!(
@@ -1002,6 +1082,24 @@ fn three_hosts_in_network_namespaces() {
             .send(&stale, &SendOptions::new(), Data::Inline(b"old ticket"))
             .unwrap();
         assert_eq!(h.wait(WAIT), Status::Failed(RejectReason::StaleIncarnation));
+        // With the roster, a member with the secret is refused as a node the roster
+        // does not list (node 0), and as a listed one (node 2) under its own key.
+        let member = NodeKey::from_private([0x3e; 32]).unwrap();
+        let unlisted = Hello {
+            from: NodeId(0),
+            to: NodeId(3),
+            incarnation: 1,
+            session: 1,
+            rail: 0,
+            rails: 1,
+        };
+        refused_claim(&three, net.addr(3), &member, &unlisted, "unlisted node 0");
+        let listed = Hello {
+            from: NodeId(2),
+            ..unlisted
+        };
+        refused_claim(&three, net.addr(3), &member, &listed, "node 2 claimed");
+        ping_pong(&three, &nodes[2], 20);
     }
 
     // 8. A link goes down (node 2's veth on the bridge) and comes back. A name a client

@@ -518,10 +518,13 @@ fn restarted_peer_comes_back_with_its_new_incarnation() {
     let c = config(2);
     let fabrics = tcp_cluster(2, &c).unwrap();
     let addrs: Vec<SocketAddr> = fabrics.iter().map(TcpFabric::local_addr).collect();
+    // A node restarts with its key: its peer pinned it.
+    let keys: Vec<_> = fabrics.iter().map(|f| f.config().key.clone()).collect();
     let mut fabrics: Vec<Option<TcpFabric>> = fabrics.into_iter().map(Some).collect();
     let mut recs = [Rec::default(), Rec::default()];
     let restart = |node: usize, incarnation: u32| {
         let mut cfg = c.clone();
+        cfg.key.clone_from(&keys[node]);
         cfg.node = NodeId(node as u32);
         cfg.incarnation = incarnation;
         cfg.listen = addrs[node];

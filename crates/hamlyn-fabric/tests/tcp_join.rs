@@ -381,5 +381,6 @@ fn bad_replies_fail_the_join() {
     let addr = l.local_addr().unwrap();
     drop(l);
     assert!(join(addr, NodeId(9), 7000, short, None).is_err());
-    assert!(join(addr, NodeId(9), 7000, short, Some(&secret())).is_err());
+    let key = hamlyn_fabric::tcp::NodeKey::generate().unwrap();
+    assert!(join(addr, NodeId(9), 7000, short, Some((&secret(), &key))).is_err());
 }

@@ -22,7 +22,10 @@ use std::time::Duration;
 
 use hamlyn_core::Instant;
 use hamlyn_fabric::tcp::frame::Hello;
-use hamlyn_fabric::tcp::{CloseReason, ClusterSecret, PeerState, TcpConfig, TcpFabric};
+use hamlyn_fabric::tcp::secure::{Link, Opened, MAX_PLAIN};
+use hamlyn_fabric::tcp::{
+    join, tcp_cluster, CloseReason, ClusterSecret, NodeKey, PeerState, Roster, TcpConfig, TcpFabric,
+};
 use hamlyn_fabric::{Fabric, FabricError, Landing, PacketSink, PeerEvent, SharedBytesMut};
 use hamlyn_wire::stats::FabricStats;
 use hamlyn_wire::{Flags, Header, NodeId, Op, RequestId, SlotId};
@@ -85,6 +88,11 @@ fn secret(b: u8) -> ClusterSecret {
 /// Node `node` on loopback with `secret` (`None`: `danger_insecure`), one rail, long
 /// heartbeats (so the only records on the wire are the ones a test sends).
 fn fabric(node: u32, secret: Option<ClusterSecret>) -> TcpFabric {
+    TcpFabric::new(config(node, secret)).unwrap()
+}
+
+/// [`fabric`]'s configuration.
+fn config(node: u32, secret: Option<ClusterSecret>) -> TcpConfig {
     let mut c = TcpConfig::new(NodeId(node), ([127, 0, 0, 1], 0).into());
     c.rails = 1;
     c.peer_timeout = Duration::from_secs(30);
@@ -92,7 +100,7 @@ fn fabric(node: u32, secret: Option<ClusterSecret>) -> TcpFabric {
     c.reconnect_interval = Duration::from_millis(10);
     c.danger_insecure = secret.is_none();
     c.secret = secret;
-    TcpFabric::new(c).unwrap()
+    c
 }
 
 fn poll(time: &Time, f: &mut [&mut TcpFabric], r: &mut [Rec]) {
@@ -328,7 +336,10 @@ fn a_replayed_handshake_is_refused() {
     until_up(&time, &mut a, &mut b, &mut r);
     deliver(&time, &mut a, &mut b, &mut r, 1);
     let recorded = proxy.recorded.lock().unwrap().clone();
-    assert!(recorded.len() > 66 + 82, "handshake and HELLO recorded");
+    assert!(
+        recorded.len() > 66 + 82 + 82,
+        "handshake and HELLO recorded"
+    );
 
     let before = auth_failures(&b);
     let mut s = TcpStream::connect(b.local_addr()).unwrap();
@@ -372,9 +383,9 @@ fn a_frame_altered_in_flight_is_refused_and_counted() {
     let time = Time::new();
     let mut a = fabric(0, Some(secret(5)));
     let mut b = fabric(1, Some(secret(5)));
-    // Dialer to acceptor: handshake message (66 bytes), HELLO record (82), then the
-    // first data record: its prefix at 148, its ciphertext from 150.
-    let proxy = Proxy::start(b.local_addr(), Some(150 + 30));
+    // Dialer to acceptor: first handshake message (66 bytes), third (82), HELLO record
+    // (82), then the first data record: its prefix at 230, its ciphertext from 232.
+    let proxy = Proxy::start(b.local_addr(), Some(232 + 30));
     a.add_peer(NodeId(1), proxy.addr).unwrap();
     b.add_peer(NodeId(0), a.local_addr()).unwrap();
     let mut r = [Rec::default(), Rec::default()];
@@ -454,38 +465,48 @@ fn no_secret_no_fabric() {
     assert!(TcpFabric::new(both).is_err());
 }
 
-/// Seeds for the `link` fuzz target (`fuzz/fuzz_targets/link.rs`), written into
-/// `$HAMLYN_FUZZ_SEEDS/link` when that is set (`.ci/run` does); otherwise nothing.
+/// Seeds for the `link` and `roster` fuzz targets (`fuzz/fuzz_targets/`), written into
+/// `$HAMLYN_FUZZ_SEEDS/link` and `.../roster` when that is set (`.ci/run` does);
+/// otherwise nothing.
 #[test]
 fn write_fuzz_seeds() {
-    use hamlyn_fabric::tcp::secure::{Link, Opened, MAX_PLAIN};
     let Some(dir) = std::env::var_os("HAMLYN_FUZZ_SEEDS") else {
         return;
     };
     let dir = std::path::PathBuf::from(dir).join("link");
     std::fs::create_dir_all(&dir).unwrap();
-    // The target's secret.
+    // The target's secret and keys.
     let s = secret(0x5e);
-    let (_, first) = Link::dialer(&s).unwrap();
-    let mut acceptor = Link::acceptor(&s).unwrap();
-    acceptor.push(&first);
-    assert_eq!(
-        acceptor.open(&mut vec![0; MAX_PLAIN]).unwrap(),
-        Opened::Secured
+    let (dk, ak) = (
+        NodeKey::from_private([0x11; 32]).unwrap(),
+        NodeKey::from_private([0x22; 32]).unwrap(),
     );
+    let (mut dialer, first) = Link::dialer(&s, &dk).unwrap();
+    let mut acceptor = Link::acceptor(&s, &ak).unwrap();
+    acceptor.push(&first);
+    let mut out = vec![0; MAX_PLAIN];
+    assert_eq!(acceptor.open(&mut out).unwrap(), Opened::Reply);
+    let second = acceptor.take_handshake_out();
+    dialer.push(&second);
+    assert_eq!(dialer.open(&mut out).unwrap(), Opened::Secured);
+    let third = dialer.take_handshake_out();
     let frame = packet(0, 1, 1).0.to_bytes();
-    let files: [(&str, Vec<u8>); 4] = [
+    let files: [(&str, Vec<u8>); 5] = [
         ("stranger-first-message", [&[0, 7][..], &first].concat()),
-        (
-            "dialer-answer",
-            [&[1, 5][..], acceptor.handshake_reply()].concat(),
-        ),
+        ("dialer-answer", [&[1, 5][..], &second].concat()),
         ("session", [&[2, 64, 0xff, 0xff][..], &frame].concat()),
         ("session-flipped", [&[2, 64, 40, 0][..], &frame].concat()),
+        ("third-message", [&[3, 9][..], &third].concat()),
     ];
     for (name, bytes) in files {
         std::fs::write(dir.join(name), bytes).unwrap();
     }
+    // The `roster` target's: a roster of two nodes with a comment.
+    let roster = Roster::from_keys([(NodeId(1), dk.public()), (NodeId(2), ak.public())]);
+    let dir = dir.with_file_name("roster");
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = format!("# two nodes\n{}", roster.to_text());
+    std::fs::write(dir.join("two-nodes"), text).unwrap();
 }
 
 /// What peers can make a node keep is bounded and freed: past `max_peers` an unknown
@@ -536,7 +557,6 @@ fn learned_peers_are_bounded_and_forgotten() {
 /// one or `danger_insecure`.
 #[test]
 fn an_in_process_cluster_shares_a_fresh_secret() {
-    use hamlyn_fabric::tcp::tcp_cluster;
     let time = Time::new();
     let mut c = TcpConfig::new(NodeId(0), ([127, 0, 0, 1], 0).into());
     c.rails = 1;
@@ -555,4 +575,160 @@ fn an_in_process_cluster_shares_a_fresh_secret() {
     );
     c.danger_insecure = true;
     assert!(tcp_cluster(1, &c).unwrap()[0].config().secret.is_none());
+}
+
+/// A member that holds the cluster secret but proves its own static key, claiming a
+/// node whose key the listener pinned (node 0, up): its HELLO, with the highest
+/// incarnation there is, is refused as an identity mismatch and counted; the real
+/// session never notices. The real node, restarted with its key (a new incarnation),
+/// comes back; restarted with another key, it is refused too.
+#[test]
+fn a_member_cannot_speak_for_another_node() {
+    let time = Time::new();
+    let ca = config(0, Some(secret(10)));
+    let mut a = TcpFabric::new(ca.clone()).unwrap();
+    let mut b = fabric(1, Some(secret(10)));
+    a.add_peer(NodeId(1), b.local_addr()).unwrap();
+    let mut r = [Rec::default(), Rec::default()];
+    until_up(&time, &mut a, &mut b, &mut r);
+    deliver(&time, &mut a, &mut b, &mut r, 1);
+    assert_eq!(b.pinned_keys(), 1);
+    let incarnation = b.peer_state(NodeId(0));
+    let mismatches = |f: &TcpFabric| f.stats().closes.get(CloseReason::IdentityMismatch);
+
+    // The member's HELLO as node 0, sent from a thread (the handshake blocks) while
+    // the fabrics are polled here.
+    let addr = b.local_addr();
+    let member = std::thread::spawn(move || {
+        let key = NodeKey::generate().unwrap();
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(DEADLINE)).unwrap();
+        let (mut link, first) = Link::dialer(&secret(10), &key).unwrap();
+        s.write_all(&first).unwrap();
+        let mut out = vec![0u8; MAX_PLAIN];
+        while link.open(&mut out).unwrap() != Opened::Secured {
+            let k = s.read(link.read_buf()).unwrap();
+            assert!(k > 0, "the node closed the handshake");
+            link.filled(k);
+        }
+        let hello = Hello {
+            from: NodeId(0),
+            to: NodeId(1),
+            incarnation: u32::MAX,
+            session: 99,
+            rail: 0,
+            rails: 1,
+        };
+        let mut wire = link.take_handshake_out();
+        wire.extend_from_slice(link.seal_bytes(&hello.to_header().to_bytes()).unwrap());
+        s.write_all(&wire).unwrap();
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+        rest
+    });
+    while mismatches(&b) == 0 {
+        poll(&time, &mut [&mut a, &mut b], &mut r);
+        time.check("the member's claim to be refused");
+    }
+    assert!(member.join().unwrap().is_empty(), "no HELLO reply");
+    assert_eq!(b.peer_state(NodeId(0)), incarnation, "not declared stale");
+    deliver(&time, &mut a, &mut b, &mut r, 2);
+    let mut r2 = [std::mem::take(&mut r[1]), std::mem::take(&mut r[0])];
+    deliver(&time, &mut b, &mut a, &mut r2, 3);
+    assert_eq!(
+        r2[0].downs() + r2[1].downs(),
+        0,
+        "the real session never noticed"
+    );
+    let mut r = [std::mem::take(&mut r2[1]), std::mem::take(&mut r2[0])];
+
+    // Node 0 restarts with another key: refused, counted, never up.
+    let key = a.config().key.clone();
+    assert!(key.is_some());
+    drop(a);
+    let mut other = ca.clone();
+    other.incarnation = 2;
+    other.key = None;
+    let mut a = TcpFabric::new(other).unwrap();
+    a.add_peer(NodeId(1), b.local_addr()).unwrap();
+    let before = mismatches(&b);
+    while mismatches(&b) < before + 2 {
+        poll(&time, &mut [&mut a, &mut b], &mut r);
+        time.check("a restart under another key to be refused");
+    }
+    assert!(!up(&a, 1));
+    drop(a);
+    // With its own key: up with the new incarnation.
+    let mut same = ca;
+    same.incarnation = 3;
+    same.key = key;
+    let mut a = TcpFabric::new(same).unwrap();
+    a.add_peer(NodeId(1), b.local_addr()).unwrap();
+    while b.peer_state(NodeId(0)) != Some(PeerState::Up { incarnation: 3 }) || !up(&a, 1) {
+        poll(&time, &mut [&mut a, &mut b], &mut r);
+        time.check("the restarted node to come back");
+    }
+    deliver(&time, &mut a, &mut b, &mut r, 4);
+}
+
+/// With a roster, only the listed nodes with their keys: an impostor of a listed node
+/// is refused by the node it dials, a listed node refuses to speak to an impostor it
+/// dialed, and an unlisted node's membership query is refused, all counted.
+#[test]
+fn a_roster_admits_only_its_nodes() {
+    let time = Time::new();
+    let mut c = config(0, Some(secret(11)));
+    c.roster = Some(Roster::default());
+    let mut v = tcp_cluster(2, &c).unwrap();
+    let (mut b, mut a) = (v.pop().unwrap(), v.pop().unwrap());
+    let roster = a.config().roster.clone().unwrap();
+    assert_eq!(roster.len(), 2);
+    assert_eq!(
+        roster.get(NodeId(1)),
+        b.config().key.as_ref().map(NodeKey::public)
+    );
+    let mut r = [Rec::default(), Rec::default()];
+    until_up(&time, &mut a, &mut b, &mut r);
+    deliver(&time, &mut a, &mut b, &mut r, 1);
+    assert_eq!(b.pinned_keys(), 0, "a roster pins nothing");
+    let mismatches = |f: &TcpFabric| f.stats().closes.get(CloseReason::IdentityMismatch);
+
+    // An impostor of node 0 (the secret, another key, the roster) cannot even start:
+    // the roster does not list it with its key.
+    let mut impostor = config(0, Some(secret(11)));
+    impostor.roster = Some(roster.clone());
+    assert!(TcpFabric::new(impostor.clone()).is_err());
+    // Without a roster of its own it starts, dials node 1 and is refused.
+    impostor.roster = None;
+    impostor.incarnation = u32::MAX;
+    let mut i0 = TcpFabric::new(impostor).unwrap();
+    i0.add_peer(NodeId(1), b.local_addr()).unwrap();
+    let mut ri = [Rec::default(), Rec::default()];
+    while mismatches(&b) == 0 {
+        poll(&time, &mut [&mut i0, &mut b], &mut ri);
+        time.check("the impostor of node 0 to be refused");
+    }
+    drop(i0);
+    // Node 0 dials an impostor of node 1: it refuses the key it is shown.
+    let mut i1 = fabric(1, Some(secret(11)));
+    a.add_peer(NodeId(1), i1.local_addr()).unwrap();
+    b.shutdown();
+    while mismatches(&a) == 0 {
+        poll(&time, &mut [&mut a, &mut i1], &mut r);
+        time.check("node 0 to refuse the impostor it dialed");
+    }
+    assert!(!up(&i1, 0), "the impostor never saw node 0 come up");
+    // An unlisted node's membership query: refused, unanswered.
+    let addr = a.local_addr();
+    let asker = std::thread::spawn(move || {
+        let key = NodeKey::generate().unwrap();
+        join(addr, NodeId(7), 7000, DEADLINE, Some((&secret(11), &key)))
+    });
+    let before = mismatches(&a);
+    while mismatches(&a) == before {
+        poll(&time, &mut [&mut a, &mut i1], &mut r);
+        time.check("the unlisted node's query to be refused");
+    }
+    assert!(asker.join().unwrap().is_err());
+    assert!(a.peer_state(NodeId(7)).is_none());
 }

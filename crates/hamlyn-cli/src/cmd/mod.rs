@@ -2,6 +2,7 @@
 
 pub mod am_stat;
 pub mod bench;
+pub mod key;
 pub mod node;
 pub mod ping;
 pub mod run;

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use hamlyn_engine::EngineConfig;
-use hamlyn_fabric::tcp::{TcpConfig, TcpFabric};
+use hamlyn_fabric::tcp::{Roster, TcpConfig, TcpFabric};
 use hamlyn_shm::sync::{AtomicBool, Ordering};
 use hamlyn_wire::NodeId;
 
@@ -191,6 +191,16 @@ pub struct FabricArgs {
     /// file (`hamlyn secret path`), created on first use.
     #[arg(long, value_name = "PATH")]
     pub secret_file: Option<PathBuf>,
+    /// This node's static key file (64 hexadecimal digits, readable by its owner only;
+    /// created on first use). Peers bind the node id to it: keep it across restarts.
+    /// Default: `node-key-ID` next to this user's secret file (`hamlyn key path`).
+    #[arg(long, value_name = "PATH")]
+    pub node_key: Option<PathBuf>,
+    /// A roster: one `ID PUBLIC_KEY` per line (`hamlyn key show --node-id ID` prints a
+    /// node's line; `#` starts a comment). With it only the listed nodes, each with its
+    /// key, are admitted; without it, each node's key is pinned on first contact.
+    #[arg(long, value_name = "PATH")]
+    pub roster: Option<PathBuf>,
     /// DANGER: links in clear and unauthenticated — anyone who reaches the listener can
     /// claim any node id, read every key and forge packets. Only for a physically secure
     /// network; secure nodes refuse such a node.
@@ -262,6 +272,15 @@ impl NodeArgs {
         )?;
         c.secret = source.load()?;
         c.danger_insecure = c.secret.is_none();
+        if !c.danger_insecure {
+            c.key = Some(crate::cmd::key::load(
+                self.node_id,
+                self.fabric.node_key.as_deref(),
+            )?);
+        }
+        if let Some(path) = &self.fabric.roster {
+            c.roster = Some(Roster::read_file(path).map_err(|e| format!("--roster: {e}"))?);
+        }
         if c.danger_insecure {
             tracing::warn!(
                 "--danger-insecure: links to other nodes are NOT authenticated or encrypted"

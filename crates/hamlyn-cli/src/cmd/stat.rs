@@ -195,10 +195,14 @@ pub fn render(s: &Stats) -> String {
                 ("protocol violations", t.violations),
                 ("authentication failures", t.auth_failures),
                 ("frames refused (did not authenticate)", t.frames_refused),
+                (
+                    "identity mismatches (another node's id)",
+                    t.closes.get("IdentityMismatch").copied().unwrap_or(0),
+                ),
                 ("learned peers forgotten", t.peers_forgotten),
             ]);
             let links = if t.authenticated {
-                "authenticated, encrypted (cluster secret)"
+                "authenticated, encrypted (cluster secret, node keys)"
             } else {
                 "NOT authenticated (--danger-insecure)"
             };

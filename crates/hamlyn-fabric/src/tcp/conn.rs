@@ -81,8 +81,12 @@ pub(crate) enum RxStop {
     /// A HELLO arrived during the handshake; the fabric must handle it before more
     /// bytes of this connection are looked at.
     Hello(Header),
-    /// The connection's Noise handshake completed ([`Opened::Secured`]): the acceptor
-    /// must send its handshake reply, the dialer its HELLO.
+    /// The acceptor read the first handshake message ([`Opened::Reply`]): it must send
+    /// the second.
+    Reply,
+    /// The connection's Noise handshake completed ([`Opened::Secured`]): the dialer
+    /// must check the acceptor's static key, then send the third handshake message and
+    /// its HELLO.
     Secured,
     /// The connection must be closed.
     Close(CloseReason, String),
@@ -265,6 +269,7 @@ impl Rx {
                 self.end = n;
                 return None;
             }
+            Ok(Opened::Reply) => return Some(RxStop::Reply),
             Ok(Opened::Secured) => return Some(RxStop::Secured),
             Ok(Opened::NeedMore) => {}
             Err(e) => return Some(link_close(e, ctx.handshake)),
@@ -712,6 +717,8 @@ mod tests {
         use crate::tcp::secret::ClusterSecret;
         use crate::tcp::secure::MAX_PLAIN;
         let secret = ClusterSecret::from_bytes([3; 32]);
+        let dk = crate::tcp::NodeKey::from_private([1; 32]).unwrap();
+        let ak = crate::tcp::NodeKey::from_private([2; 32]).unwrap();
         let mut scratch = vec![0; MAX_PLAIN];
         let mixed: Vec<_> = [(4, 300_000), (0, 10), (60, 0), (1, 5), (0, 70_000)]
             .iter()
@@ -731,12 +738,14 @@ mod tests {
             (&exact, 1 << 20),
         ];
         for (pkts, cut) in cases {
-            let (mut d, first) = Link::dialer(&secret).unwrap();
-            let mut acc = Link::acceptor(&secret).unwrap();
+            let (mut d, first) = Link::dialer(&secret, &dk).unwrap();
+            let mut acc = Link::acceptor(&secret, &ak).unwrap();
             acc.push(&first);
-            assert_eq!(acc.open(&mut scratch).unwrap(), Opened::Secured);
-            d.push(acc.handshake_reply());
+            assert_eq!(acc.open(&mut scratch).unwrap(), Opened::Reply);
+            d.push(&acc.take_handshake_out());
             assert_eq!(d.open(&mut scratch).unwrap(), Opened::Secured);
+            acc.push(&d.take_handshake_out());
+            assert_eq!(acc.open(&mut scratch).unwrap(), Opened::Secured);
             let mut wire = Vec::new();
             for (h, m, p) in pkts {
                 wire.extend_from_slice(d.seal_bytes(&h.to_packet(m, p).unwrap()).unwrap());

@@ -4,24 +4,36 @@
 //! # Authenticated links
 //!
 //! Unless [`TcpConfig::danger_insecure`] is set, every connection first runs a Noise
-//! handshake ([`secure`]: `Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s`, the cluster secret
-//! [`TcpConfig::secret`] as the pre-shared key, fresh ephemeral keys on both sides), and
-//! then carries the whole frame stream below — HELLOs, membership queries and replies,
-//! packets, heartbeats — in ChaCha20-Poly1305 records with a counter nonce per direction.
-//! So nothing is read from a connection before its other end proved it holds the secret;
-//! the node id, incarnation and session a dialer declares arrive in its first record,
-//! bound to that handshake; and a frame altered, injected, replayed or reordered on the
-//! way does not open. A connection that fails its handshake is closed as
-//! [`CloseReason::AuthFailed`] (a replayed handshake fails there too: the listener
-//! remembers the last 4,096 ephemeral keys it accepted and refuses a first message that
-//! repeats one before computing anything for it; an older replay's copied HELLO record
-//! would not open under the new keys), a record that fails after it as
+//! handshake ([`secure`]: `Noise_XXpsk0_25519_ChaChaPoly_BLAKE2s`, the cluster secret
+//! [`TcpConfig::secret`] as the pre-shared key, each node's static key
+//! [`TcpConfig::key`], fresh ephemeral keys on both sides), and then carries the whole
+//! frame stream below — HELLOs, membership queries and replies, packets, heartbeats —
+//! in ChaCha20-Poly1305 records with a counter nonce per direction. So nothing is read
+//! from a connection before its other end proved it holds the secret and its static
+//! key's private half; the node id, incarnation and session a dialer declares arrive in
+//! its first record, bound to that handshake; and a frame altered, injected, replayed
+//! or reordered on the way does not open. A connection that fails its handshake is
+//! closed as [`CloseReason::AuthFailed`] (a replayed handshake fails there too: the
+//! listener remembers the last 4,096 ephemeral keys it accepted and refuses a first
+//! message that repeats one before computing anything for it; an older replay cannot
+//! produce the third message), a record that fails after it as
 //! [`CloseReason::BadRecord`]; both are counted (`auth_failures`, `frames_refused` in
 //! the statistics). Links are always encrypted (Noise's transport is an AEAD; integrity
 //! alone would need a second construction outside Noise, save only the ChaCha20
 //! keystream, and leave slot keys in clear), so "integrity only" is this same setting.
 //! An insecure fabric and a secure one refuse each other. A fabric with neither a secret
 //! nor `danger_insecure` does not start.
+//!
+//! **Identities.** A node id is bound to the static key that proved it
+//! ([`TcpConfig::roster`]): with a roster, strictly to the roster's key; without one,
+//! to the key of the first authenticated HELLO, HELLO reply, membership query that adds
+//! its node, or membership reply naming it, for the life of the fabric (across that
+//! peer's sessions and restarts, and after it is forgotten from the peer table). A
+//! dialer checks the acceptor's key against the node it dialed before it sends its
+//! HELLO; an acceptor checks the dialer's against the node its HELLO or query names
+//! before anything else. A connection whose key does not match is closed as
+//! [`CloseReason::IdentityMismatch`]: so a member holding the secret cannot speak for
+//! another node, declare it stale, replace its session or move its address.
 //!
 //! What a peer can make the fabric keep is bounded: at most
 //! [`TcpConfig::max_handshakes`] connections in their handshake (each holding one
@@ -47,7 +59,9 @@
 //!   handshake). The rail count is the dialer's. A side announces [`PeerEvent::Up`]
 //!   (with the peer's incarnation) once *all* rails of the session completed their
 //!   handshake; until then nothing but HELLOs is read from them.
-//! - **Rejections.** A connection whose HELLO names an unknown node (when not learning),
+//! - **Rejections.** A connection whose static key is not the one of the node its HELLO
+//!   names ([`CloseReason::IdentityMismatch`], "Identities" above), whose HELLO names an
+//!   unknown node (when not learning),
 //!   a node that should not dial us, another destination, an older incarnation or an
 //!   older session, a taken rail or a malformed rail count is closed with a
 //!   `tracing::warn!` naming the reason, and counted ([`CloseReason`]).
@@ -159,6 +173,9 @@
 mod ack;
 mod conn;
 pub mod frame;
+pub mod node_key;
+mod pins;
+pub mod roster;
 pub mod secret;
 pub mod secure;
 pub mod stats;
@@ -180,9 +197,12 @@ use crate::fabric::{check_send, Fabric, FabricError, PacketSink, PeerEvent, Shar
 use ack::{Received, Unacked};
 use conn::{Conn, Phase, Role, Rx, RxCounts, RxCtx, RxStop};
 use frame::{heartbeat, join_reply, Hello, JoinQuery, MAX_JOIN_MEMBERS, MAX_RAILS};
+use pins::Identities;
 use secure::{Link, ReplayGuard};
 use tx::{Pieces, Sent, TxQueue, HOLD_BYTES, HOLD_PACKET};
 
+pub use node_key::{NodeKey, PublicKey};
+pub use roster::{Roster, RosterError};
 pub use secret::{ClusterSecret, SecretError};
 pub use stats::{CloseCounts, CloseReason, PeerStats, RailStats, TcpStats};
 
@@ -239,7 +259,8 @@ pub struct TcpConfig {
     /// such a node and a secure one refuse each other.
     pub danger_insecure: bool,
     /// Most peers the table holds; a HELLO or membership query from an unknown node
-    /// past it is refused ([`CloseReason::TooManyPeers`]).
+    /// past it is refused ([`CloseReason::TooManyPeers`]). Also the most node keys
+    /// pinned without a roster.
     pub max_peers: usize,
     /// An express lane (with 2 rails or more): rail 0 of every session carries only
     /// express packets ([`Fabric::send_express`]: single-packet messages of termini
@@ -248,14 +269,26 @@ pub struct TcpConfig {
     /// then never queues behind a low-priority flood, in this node's queues, in the
     /// sockets or in the receiver's reads. Costs one rail of bandwidth for bulk traffic.
     pub express_lane: bool,
+    /// This node's static key, which every link proves ([`secure`]) and peers bind to
+    /// its node id. `None`: a fresh key made by [`TcpFabric::new`] for this fabric's
+    /// life (peers that pinned a node's key refuse it under another one, so a node that
+    /// restarts should keep its key: `hamlyn node` keeps it in a file).
+    pub key: Option<NodeKey>,
+    /// Which key each node id must prove. `Some`: strictly these (an unlisted node, or
+    /// another key, is refused as [`CloseReason::IdentityMismatch`]), and this node's
+    /// own id must be listed with its key. `None`: each node's key is pinned on the
+    /// first authenticated HELLO or membership query naming it, for the life of the
+    /// fabric (at most [`TcpConfig::max_peers`] pins).
+    pub roster: Option<Roster>,
 }
 
 impl TcpConfig {
     /// A configuration with defaults: incarnation 1, no peers, 2 rails, no busy poll,
     /// heartbeat every 500 ms, peer timeout 3 s, reconnect every 250 ms, 4 MiB queued
     /// per peer, 16 MiB payloads, small packets held up to 20 µs, learning peers, 64
-    /// pending handshakes, at most 4,096 peers, and no secret yet: set
-    /// [`TcpConfig::secret`] (or, knowingly, [`TcpConfig::danger_insecure`]).
+    /// pending handshakes, at most 4,096 peers, no roster (keys pinned on first
+    /// contact), a fresh node key, and no secret yet: set [`TcpConfig::secret`] (or,
+    /// knowingly, [`TcpConfig::danger_insecure`]).
     pub fn new(node: NodeId, listen: SocketAddr) -> TcpConfig {
         TcpConfig {
             node,
@@ -276,6 +309,8 @@ impl TcpConfig {
             danger_insecure: false,
             max_peers: 4096,
             express_lane: false,
+            key: None,
+            roster: None,
         }
     }
 }
@@ -431,6 +466,8 @@ pub struct TcpFabric {
     stats: TcpStats,
     /// Ephemeral keys of the last first handshake messages the listener accepted.
     replay: ReplayGuard,
+    /// Which static key each node id must prove: the roster, or the pins.
+    identities: Identities,
 }
 
 impl std::fmt::Debug for TcpFabric {
@@ -470,6 +507,25 @@ impl TcpFabric {
         }
         if config.max_peers == 0 {
             return Err(TcpError::Config("max_peers must be positive"));
+        }
+        let mut config = config;
+        if config.danger_insecure && config.roster.is_some() {
+            return Err(TcpError::Config(
+                "a roster needs authenticated links, not danger_insecure",
+            ));
+        }
+        if config.key.is_none() && !config.danger_insecure {
+            config.key = Some(
+                NodeKey::generate()
+                    .map_err(|_| TcpError::Config("no random bytes for a node key"))?,
+            );
+        }
+        if let (Some(roster), Some(key)) = (&config.roster, &config.key) {
+            if roster.get(config.node) != Some(key.public()) {
+                return Err(TcpError::Config(
+                    "the roster does not list this node with this node's key",
+                ));
+            }
         }
         let poll = Poll::new().map_err(TcpError::Poll)?;
         let mut listener = TcpListener::bind(config.listen).map_err(|source| TcpError::Bind {
@@ -513,6 +569,7 @@ impl TcpFabric {
             shut: false,
             stats: TcpStats::default(),
             replay: ReplayGuard::new(REPLAY_MEMORY),
+            identities: Identities::new(config.roster.clone(), config.max_peers),
             config: config.clone(),
         };
         for (node, addr) in config.peers {
@@ -565,7 +622,24 @@ impl TcpFabric {
                 tracing::warn!(node = %me, "join: too many members, not asking the rest");
                 break;
             }
-            match join(addr, me, port, timeout, self.config.secret.as_ref()) {
+            let answer = join_member(addr, me, port, timeout, self.auth()).and_then(|(m, key)| {
+                // The member that answered is a first contact: its key is pinned (or
+                // checked against the roster) under the id it gave itself.
+                match (key, m.first()) {
+                    (Some(key), Some(&(n, _))) => match self.identities.pin(n, key) {
+                        Ok(()) => Ok(m),
+                        Err(r) => {
+                            self.stats.closes.add(CloseReason::IdentityMismatch);
+                            Err(TcpError::Join {
+                                addr,
+                                reason: r.describe(n, key),
+                            })
+                        }
+                    },
+                    _ => Ok(m),
+                }
+            });
+            match answer {
                 Ok(members) => {
                     seed_answered |= node.is_none();
                     if let Some(&(n, _)) = members.first() {
@@ -611,6 +685,11 @@ impl TcpFabric {
     /// Fabric-wide counters.
     pub fn stats(&self) -> &TcpStats {
         &self.stats
+    }
+
+    /// Node keys pinned on first contact (0 with a roster; see [`TcpConfig::roster`]).
+    pub fn pinned_keys(&self) -> usize {
+        self.identities.pinned()
     }
 
     /// A peer's counters.
@@ -695,12 +774,12 @@ impl TcpFabric {
         self.shut = true;
     }
 
-    /// The secret links use (`None`: `danger_insecure`).
-    fn secret(&self) -> Option<&ClusterSecret> {
-        self.config
-            .secret
-            .as_ref()
-            .filter(|_| !self.config.danger_insecure)
+    /// The secret and the key links use (`None`: `danger_insecure`).
+    fn auth(&self) -> Option<(&ClusterSecret, &NodeKey)> {
+        match (&self.config.secret, &self.config.key) {
+            (Some(s), Some(k)) if !self.config.danger_insecure => Some((s, k)),
+            _ => None,
+        }
     }
 
     fn conn(&self, i: usize) -> Option<&Conn> {
@@ -864,8 +943,8 @@ impl TcpFabric {
                     }
                     let _ = stream.set_nodelay(true);
                     let mut conn = self.new_conn(stream, addr, Role::Acceptor, None, 0, now);
-                    if let Some(secret) = self.secret() {
-                        match Link::acceptor(secret) {
+                    if let Some((secret, key)) = self.auth() {
+                        match Link::acceptor(secret, key) {
                             Ok(link) => conn.link = Some(link),
                             Err(e) => {
                                 tracing::warn!(node = %self.config.node, %addr, error = %e, "tcp fabric: cannot set up a secure link");
@@ -998,17 +1077,12 @@ impl TcpFabric {
                 Ok(true) => {
                     let _ = conn.stream.set_nodelay(true);
                     conn.phase = Phase::AwaitReply;
-                    let Some(secret) = self
-                        .config
-                        .secret
-                        .as_ref()
-                        .filter(|_| !self.config.danger_insecure)
-                    else {
+                    let Some((secret, key)) = self.auth() else {
                         self.send_hello(i, now);
                         continue;
                     };
                     // The Noise handshake first; the HELLO goes in the first record.
-                    match Link::dialer(secret) {
+                    match Link::dialer(secret, key) {
                         Ok((link, first)) => {
                             if let Some(conn) = self.conn_mut(i) {
                                 conn.link = Some(link);
@@ -1052,22 +1126,84 @@ impl TcpFabric {
         self.send_control(i, &hello.to_header(), now);
     }
 
-    /// The Noise handshake of connection `i` completed: an acceptor sends its reply
-    /// (and then waits for the HELLO record), a dialer its HELLO.
+    /// Sends the handshake message connection `i`'s link made (an acceptor's second).
+    fn send_handshake_out(&mut self, i: usize, now: Instant) -> bool {
+        let out = self
+            .conn_mut(i)
+            .and_then(|c| c.link.as_mut())
+            .map(Link::take_handshake_out)
+            .unwrap_or_default();
+        out.is_empty() || self.send_bytes(i, &out, false, now)
+    }
+
+    /// The Noise handshake of connection `i` completed. A dialer checks the static key
+    /// the acceptor proved against the node it dialed (the roster's or the pinned key;
+    /// a node not pinned yet is pinned only once its HELLO reply names it), then sends
+    /// the third handshake message and its HELLO; an acceptor waits for the HELLO.
     fn on_secured(&mut self, i: usize, now: Instant) {
         let Some(conn) = self.conn(i) else {
             return;
         };
-        match conn.role {
-            Role::Acceptor => {
-                let reply = conn
-                    .link
-                    .as_ref()
-                    .map(|l| l.handshake_reply().to_vec())
-                    .unwrap_or_default();
-                self.send_bytes(i, &reply, false, now);
+        if conn.role == Role::Acceptor {
+            return;
+        }
+        let (peer, remote) = (conn.peer, conn.link.as_ref().and_then(Link::remote_key));
+        if let (Some(node), Some(key)) = (peer, remote) {
+            if let Err(r) = self.identities.check(node, key) {
+                let detail = r.describe(node, key);
+                return self.fail_conn(i, CloseReason::IdentityMismatch, &detail, now);
             }
-            Role::Dialer => self.send_hello(i, now),
+        }
+        if self.send_handshake_out(i, now) {
+            self.send_hello(i, now);
+        }
+    }
+
+    /// Binds `node` to the static key connection `i` proved (pinning it on first
+    /// contact); on a refusal closes the connection and returns false. Insecure
+    /// links have no key and are not checked.
+    fn bind_identity(&mut self, i: usize, node: NodeId, now: Instant) -> bool {
+        let Some(key) = self
+            .conn(i)
+            .and_then(|c| c.link.as_ref())
+            .and_then(Link::remote_key)
+        else {
+            return true;
+        };
+        match self.identities.pin(node, key) {
+            Ok(()) => true,
+            Err(r) => {
+                let reason = match r {
+                    pins::Refusal::Full => CloseReason::TooManyPeers,
+                    _ => CloseReason::IdentityMismatch,
+                };
+                self.fail_conn(i, reason, &r.describe(node, key), now);
+                false
+            }
+        }
+    }
+
+    /// Whether `node` may be the one behind connection `i`'s static key, without
+    /// pinning it; on a refusal closes the connection and returns false.
+    fn check_identity(&mut self, i: usize, node: NodeId, now: Instant) -> bool {
+        let Some(key) = self
+            .conn(i)
+            .and_then(|c| c.link.as_ref())
+            .and_then(Link::remote_key)
+        else {
+            return true;
+        };
+        match self.identities.check(node, key) {
+            Ok(()) => true,
+            Err(r) => {
+                self.fail_conn(
+                    i,
+                    CloseReason::IdentityMismatch,
+                    &r.describe(node, key),
+                    now,
+                );
+                false
+            }
         }
     }
 
@@ -1177,6 +1313,10 @@ impl TcpFabric {
                 return self.fail_conn(i, CloseReason::BadJoin, &detail, now);
             }
         };
+        // The node a query names must be the one behind the link's static key.
+        if !self.check_identity(i, q.from, now) {
+            return;
+        }
         let Some(conn) = self.conn(i) else {
             return;
         };
@@ -1217,6 +1357,10 @@ impl TcpFabric {
             return self.fail_conn(i, CloseReason::TooManyPeers, "peer table full", now);
         }
         if q.listen_port != 0 && (known || self.config.learn_peers) {
+            // A query that adds its node is a first contact: its key is pinned.
+            if !self.bind_identity(i, q.from, now) {
+                return;
+            }
             let addr = SocketAddr::new(remote.ip(), q.listen_port);
             if self.add_peer(q.from, addr).is_ok() && !known {
                 if let Some(p) = self.peers.get_mut(&q.from) {
@@ -1243,6 +1387,11 @@ impl TcpFabric {
     fn on_dialer_hello(&mut self, i: usize, hello: Hello, now: Instant) {
         let me = self.config.node;
         let from = hello.from;
+        // Who is speaking comes first: the node named must be the one behind the
+        // static key the link proved (the roster's, or the one pinned).
+        if hello.to == me && !self.check_identity(i, from, now) {
+            return;
+        }
         let refuse = |reason, detail: String| Some((reason, detail));
         let verdict = if hello.to != me {
             refuse(
@@ -1271,6 +1420,9 @@ impl TcpFabric {
         };
         if let Some((reason, detail)) = verdict {
             return self.fail_conn(i, reason, &detail, now);
+        }
+        if !self.bind_identity(i, from, now) {
+            return;
         }
         let peer = self.peers.entry(from).or_insert_with(|| {
             tracing::info!(node = %me, peer = %from, "tcp fabric: learned peer");
@@ -1412,6 +1564,9 @@ impl TcpFabric {
         };
         if let Some((reason, detail)) = verdict {
             return self.fail_conn(i, reason, &detail, now);
+        }
+        if !self.bind_identity(i, node, now) {
+            return;
         }
         let Some(peer) = self.peers.get_mut(&node) else {
             return;
@@ -1576,6 +1731,10 @@ impl TcpFabric {
                 match stop {
                     RxStop::Hello(h) => {
                         self.on_hello(i, &h, now);
+                        continue;
+                    }
+                    RxStop::Reply => {
+                        self.send_handshake_out(i, now);
                         continue;
                     }
                     RxStop::Secured => {
@@ -1942,7 +2101,7 @@ impl Fabric for TcpFabric {
     fn fabric_stats(&self) -> Option<FabricStats> {
         Some(FabricStats::Tcp(
             self.stats
-                .counters(self.config.rails, self.secret().is_some()),
+                .counters(self.config.rails, self.auth().is_some()),
         ))
     }
 
@@ -2069,16 +2228,32 @@ const _: fn() = || {
 /// the port it listens on (the member adds it as a peer at the connection's source
 /// address with that port; 0 asks without being added). Blocking, with `timeout` for the
 /// connect and for each read and write; the reply is at most
-/// [`frame::MAX_JOIN_MEMBERS`] entries. With a `secret` the query and the reply travel
-/// over an authenticated link ([`secure`]), as every member's listener requires unless
-/// it runs `danger_insecure` (then pass `None`).
+/// [`frame::MAX_JOIN_MEMBERS`] entries. With `auth` (the cluster secret and this node's
+/// key) the query and the reply travel over an authenticated link ([`secure`]), as
+/// every member's listener requires unless it runs `danger_insecure` (then pass
+/// `None`); the member binds `me` to the key (see [`TcpConfig::roster`]).
 pub fn join(
     addr: SocketAddr,
     me: NodeId,
     listen_port: u16,
     timeout: Duration,
-    secret: Option<&ClusterSecret>,
+    auth: Option<(&ClusterSecret, &NodeKey)>,
 ) -> Result<Vec<(NodeId, SocketAddr)>, TcpError> {
+    join_member(addr, me, listen_port, timeout, auth).map(|(members, _)| members)
+}
+
+/// Members a membership reply lists (the answering member first), and the static key
+/// the member proved (`None` without `auth`).
+type JoinAnswer = (Vec<(NodeId, SocketAddr)>, Option<PublicKey>);
+
+/// [`join`], and the static key the member proved.
+fn join_member(
+    addr: SocketAddr,
+    me: NodeId,
+    listen_port: u16,
+    timeout: Duration,
+    auth: Option<(&ClusterSecret, &NodeKey)>,
+) -> Result<JoinAnswer, TcpError> {
     use std::io::{Read, Write};
     let fail = |reason: String| TcpError::Join { addr, reason };
     let io = |what: &str, e: io::Error| fail(format!("{what}: {e}"));
@@ -2095,7 +2270,7 @@ pub fn join(
         listen_port,
     };
     let query = query.to_header().to_bytes();
-    let (h, payload) = match secret {
+    let (h, payload, key) = match auth {
         None => {
             s.write_all(&query).map_err(|e| io("send", e))?;
             let mut hdr = [0u8; HEADER_LEN];
@@ -2104,28 +2279,34 @@ pub fn join(
             frame::check_join_reply(&h, me).map_err(|e| fail(e.to_string()))?;
             let mut payload = vec![0u8; h.payload_len as usize];
             s.read_exact(&mut payload).map_err(|e| io("reply", e))?;
-            (h, payload)
+            (h, payload, None)
         }
-        Some(secret) => join_secure(&mut s, secret, &query, me).map_err(fail)?,
+        Some((secret, key)) => {
+            let (h, payload, remote) =
+                join_secure(&mut s, secret, key, &query, me).map_err(fail)?;
+            (h, payload, Some(remote))
+        }
     };
     let members = frame::decode_members(&payload).map_err(|e| fail(e.to_string()))?;
     if members.first().map(|m| m.0) != Some(h.src) {
         return Err(fail(format!("{} does not list itself first", h.src)));
     }
-    Ok(members)
+    Ok((members, key))
 }
 
-/// The secure half of [`join`]: the Noise handshake, the query in a record, and the
-/// reply read from records until its header and payload are whole.
+/// The secure half of [`join`]: the Noise handshake, the query in a record right
+/// behind its third message, and the reply read from records until its header and
+/// payload are whole. Returns them and the member's static key.
 fn join_secure(
     s: &mut std::net::TcpStream,
     secret: &ClusterSecret,
+    key: &NodeKey,
     query: &[u8],
     me: NodeId,
-) -> Result<(Header, Vec<u8>), String> {
+) -> Result<(Header, Vec<u8>, PublicKey), String> {
     use secure::Opened;
     use std::io::{Read, Write};
-    let (mut link, first) = Link::dialer(secret).map_err(|e| e.to_string())?;
+    let (mut link, first) = Link::dialer(secret, key).map_err(|e| e.to_string())?;
     s.write_all(&first).map_err(|e| format!("send: {e}"))?;
     let mut plain = vec![0u8; secure::MAX_PLAIN];
     let mut got = Vec::new();
@@ -2135,8 +2316,9 @@ fn join_secure(
         match link.open(&mut plain).map_err(|e| format!("reply: {e}"))? {
             Opened::Secured if !secured => {
                 secured = true;
-                let sealed = link.seal_bytes(query).map_err(|e| e.to_string())?;
-                s.write_all(sealed).map_err(|e| format!("send: {e}"))?;
+                let mut out = link.take_handshake_out();
+                out.extend_from_slice(link.seal_bytes(query).map_err(|e| e.to_string())?);
+                s.write_all(&out).map_err(|e| format!("send: {e}"))?;
                 continue;
             }
             Opened::Plain(n) if secured => got.extend_from_slice(&plain[..n]),
@@ -2158,7 +2340,8 @@ fn join_secure(
             let total = HEADER_LEN + h.payload_len as usize;
             if got.len() >= total {
                 got.truncate(total);
-                return Ok((h, got.split_off(HEADER_LEN)));
+                let remote = link.remote_key().ok_or("no static key")?;
+                return Ok((h, got.split_off(HEADER_LEN), remote));
             }
         }
     }
@@ -2191,8 +2374,11 @@ impl Default for Clock {
 /// each knowing every other's address; `config` gives every other setting (its `node`,
 /// `listen` and `peers` are replaced). A `config` with neither a secret nor
 /// `danger_insecure` gets a fresh random secret the fabrics share (they are one cluster,
-/// made in one place; nothing is read from or written to a secret file). Nothing
-/// connects until the fabrics are polled.
+/// made in one place; nothing is read from or written to a secret file). Each node gets
+/// a fresh static key ([`TcpConfig::key`]; its fabric's [`TcpFabric::config`] shows it,
+/// to restart the node with it); a `config` with a roster (any, even empty) gets
+/// instead the roster of exactly these nodes and keys, so every node refuses any other.
+/// Nothing connects until the fabrics are polled.
 ///
 /// Public API, not only a test helper: `hamlyn bench` runs its in-process TCP engines
 /// over it, and tests of the fabric and the engine use it.
@@ -2205,12 +2391,26 @@ pub fn tcp_cluster(nodes: usize, config: &TcpConfig) -> Result<Vec<TcpFabric>, T
                 .map_err(|_| TcpError::Config("no random bytes for the cluster's secret"))?,
         );
     }
+    let mut keys = Vec::with_capacity(nodes);
+    if !config.danger_insecure {
+        for i in 0..nodes {
+            let key = NodeKey::generate()
+                .map_err(|_| TcpError::Config("no random bytes for a node key"))?;
+            keys.push((NodeId(i as u32), key));
+        }
+    }
+    let roster = config
+        .roster
+        .as_ref()
+        .map(|_| Roster::from_keys(keys.iter().map(|(n, k)| (*n, k.public()))));
     let mut fabrics = Vec::with_capacity(nodes);
     for i in 0..nodes {
         let mut c = config.clone();
         c.node = NodeId(i as u32);
         c.listen = loopback;
         c.peers = Vec::new();
+        c.key = keys.get(i).map(|(_, k)| k.clone());
+        c.roster.clone_from(&roster);
         fabrics.push(TcpFabric::new(c)?);
     }
     let addrs: Vec<SocketAddr> = fabrics.iter().map(TcpFabric::local_addr).collect();

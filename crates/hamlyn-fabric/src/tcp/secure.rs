@@ -1,14 +1,26 @@
 //! An authenticated, encrypted link: the Noise protocol (`snow`) over one TCP
 //! connection, sans-IO.
 //!
-//! The pattern is `Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s` with the cluster secret as the
-//! pre-shared key and a prologue naming this protocol: the dialer sends a fresh ephemeral
-//! key, the acceptor answers with its own, and only a party holding the secret can derive
-//! the session keys from the two. Both handshake messages are 64 bytes behind a
-//! big-endian `u16` length (the key, then [`HANDSHAKE_PAYLOAD`] and its tag); a length
-//! other than 64 is refused before any cryptography. The 66 bytes of the first message
-//! make a `danger_insecure` acceptor, which reads a 64-byte header, refuse it at once
-//! (bad magic) instead of waiting for its handshake timeout.
+//! The pattern is `Noise_XXpsk0_25519_ChaChaPoly_BLAKE2s`: the cluster secret is the
+//! pre-shared key, mixed in before the first message, and each end proves its node's
+//! static key ([`NodeKey`]) too, so a link is bound both to the cluster and to the
+//! static public key of each end ([`Link::remote_key`], which the fabric checks against
+//! the node id the other end declares). Three messages, each behind a big-endian `u16`
+//! length, each carrying [`HANDSHAKE_PAYLOAD`] (authenticated; it names the protocol):
+//!
+//! 1. dialer → acceptor, 64 bytes: its ephemeral key, the payload and its tag, under a
+//!    key derived from the secret alone. A listener checks it with a hash and a tag,
+//!    no Diffie-Hellman: a stranger without the secret costs it nothing more.
+//! 2. acceptor → dialer, 112 bytes: its ephemeral key, its static key encrypted, the
+//!    payload (`ee`, `es`).
+//! 3. dialer → acceptor, 80 bytes: its static key encrypted, the payload (`se`). The
+//!    dialer sends its first record (its HELLO) right behind it, so a session still
+//!    takes two round trips.
+//!
+//! A message whose length is not its step's ([`HANDSHAKE_LENS`]) is refused before any
+//! cryptography. The 66 bytes of the first message make a `danger_insecure` acceptor,
+//! which reads a 64-byte header, refuse it at once (bad magic) instead of waiting for
+//! its handshake timeout.
 //!
 //! After the handshake every byte of the fabric's frame stream travels in *records*: a
 //! big-endian `u16` length, then at most 65,535 bytes of ChaCha20-Poly1305 ciphertext
@@ -20,34 +32,49 @@
 //! they open.
 //!
 //! A replayed handshake gets nowhere: the acceptor answers it with a new ephemeral key,
-//! so the session keys depend on an ephemeral private key only the original dialer had,
-//! and the first record the replayer sends (the dialer's HELLO, copied) fails to open.
-//! That is why the node id, incarnation and session a dialer declares travel in a
-//! record (the HELLO frame), never in the handshake's own messages. A [`ReplayGuard`]
-//! shared by a listener's links refuses a first message whose ephemeral key it has seen
-//! already, before the acceptor makes a key or computes anything for it: replaying a
-//! recorded handshake cannot make a node spend its Diffie-Hellman on the replayer.
+//! and the third message needs the original dialer's ephemeral and static private keys.
+//! The node id, incarnation and session a dialer declares travel in a record (the HELLO
+//! frame), never in the handshake's own messages. A [`ReplayGuard`] shared by a
+//! listener's links refuses a first message whose ephemeral key it has seen already,
+//! before the acceptor makes a key or computes anything for it: replaying a recorded
+//! handshake cannot make a node spend its Diffie-Hellman on the replayer.
 
 use std::collections::{HashSet, VecDeque};
 
 use hamlyn_core::Instant;
 use snow::{HandshakeState, TransportState};
 
+use super::node_key::{NodeKey, PublicKey, KEY_LEN};
 use super::secret::ClusterSecret;
 use super::tx::Pieces;
 use crate::fabric::SharedBytes;
 
 /// The Noise protocol name.
-pub const NOISE_PARAMS: &str = "Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s";
+pub const NOISE_PARAMS: &str = "Noise_XXpsk0_25519_ChaChaPoly_BLAKE2s";
 
 /// Bound into the handshake hash: both ends must speak this protocol.
-const PROLOGUE: &[u8] = b"hamlyn tcp fabric, records v1";
+const PROLOGUE: &[u8] = b"hamlyn tcp fabric, records v2";
 
 /// What each handshake message carries (authenticated; it names the protocol again).
-pub const HANDSHAKE_PAYLOAD: [u8; 16] = *b"hamlyn tcp v1\0\0\0";
+pub const HANDSHAKE_PAYLOAD: [u8; 16] = *b"hamlyn tcp v2\0\0\0";
 
-/// Bytes of each handshake message: an ephemeral key, [`HANDSHAKE_PAYLOAD`] and its tag.
-pub const HANDSHAKE_LEN: usize = 32 + HANDSHAKE_PAYLOAD.len() + 16;
+/// Bytes of the payload with its tag.
+const SEALED_PAYLOAD: usize = HANDSHAKE_PAYLOAD.len() + TAG_LEN;
+
+/// Bytes of each handshake message, in order: the dialer's ephemeral key and the
+/// payload; the acceptor's ephemeral key, its static key sealed and the payload; the
+/// dialer's static key sealed and the payload.
+pub const HANDSHAKE_LENS: [usize; 3] = [
+    KEY_LEN + SEALED_PAYLOAD,
+    KEY_LEN + KEY_LEN + TAG_LEN + SEALED_PAYLOAD,
+    KEY_LEN + TAG_LEN + SEALED_PAYLOAD,
+];
+
+/// Bytes of the first handshake message (what a stranger may send a listener).
+pub const HANDSHAKE_LEN: usize = HANDSHAKE_LENS[0];
+
+/// Bytes of the longest handshake message.
+const MAX_HANDSHAKE_LEN: usize = HANDSHAKE_LENS[1];
 
 /// Bytes of a record's length prefix.
 pub const LEN_PREFIX: usize = 2;
@@ -70,12 +97,13 @@ const INBUF_LEN: usize = 2 * (LEN_PREFIX + MAX_RECORD);
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LinkError {
-    /// A handshake message has the wrong length (not a Hamlyn secure link, e.g. a
-    /// `--danger-insecure` node's plain HELLO).
-    #[error("handshake message of {0} bytes, not {HANDSHAKE_LEN}")]
+    /// A handshake message has the wrong length (not a Hamlyn secure link of this
+    /// version, e.g. a `--danger-insecure` node's plain HELLO).
+    #[error("handshake message of {0} bytes, not {HANDSHAKE_LENS:?}'s")]
     HandshakeLength(usize),
     /// A handshake message did not authenticate: the peer does not hold the cluster
-    /// secret, or the message was altered.
+    /// secret or the private half of the static key it showed, or the message was
+    /// altered.
     #[error("handshake refused: {0}")]
     Handshake(String),
     /// A record's length is impossible (shorter than a tag with one byte).
@@ -137,8 +165,12 @@ pub enum Opened {
     NeedMore,
     /// This many plaintext bytes were written at the start of the output.
     Plain(usize),
-    /// The handshake just completed. An acceptor must send
-    /// [`Link::handshake_reply`] first; a dialer may now send its HELLO.
+    /// An acceptor read the first handshake message: send
+    /// [`Link::take_handshake_out`] (the second) and wait for the third.
+    Reply,
+    /// The handshake just completed. A dialer must send [`Link::take_handshake_out`]
+    /// (the third message) first, then its HELLO; an acceptor has nothing to send.
+    /// [`Link::remote_key`] names the other end's static key.
     Secured,
 }
 
@@ -152,6 +184,12 @@ enum State {
 pub struct Link {
     state: State,
     dialer: bool,
+    /// Index in [`HANDSHAKE_LENS`] of the next handshake message to read.
+    expect: usize,
+    /// The handshake message to send next (prefixed), until taken.
+    hs_out: Vec<u8>,
+    /// The other end's static key, once the handshake showed it.
+    remote: Option<PublicKey>,
     inbuf: Box<[u8]>,
     in_start: usize,
     in_end: usize,
@@ -171,6 +209,7 @@ impl std::fmt::Debug for Link {
         f.debug_struct("Link")
             .field("dialer", &self.dialer)
             .field("secured", &self.is_secured())
+            .field("remote", &self.remote)
             .finish_non_exhaustive()
     }
 }
@@ -189,10 +228,12 @@ fn noise(e: snow::Error) -> LinkError {
 }
 
 impl Link {
-    fn build(secret: &ClusterSecret, dialer: bool) -> Result<Link, LinkError> {
+    fn build(secret: &ClusterSecret, key: &NodeKey, dialer: bool) -> Result<Link, LinkError> {
         let params = NOISE_PARAMS.parse().map_err(noise)?;
         let b = snow::Builder::new(params)
             .psk(0, secret.as_bytes())
+            .map_err(noise)?
+            .local_private_key(key.private())
             .map_err(noise)?
             .prologue(PROLOGUE)
             .map_err(noise)?;
@@ -205,7 +246,10 @@ impl Link {
         Ok(Link {
             state: State::Handshake(Box::new(hs)),
             dialer,
-            inbuf: vec![0; LEN_PREFIX + HANDSHAKE_LEN].into_boxed_slice(),
+            expect: usize::from(dialer),
+            hs_out: Vec::new(),
+            remote: None,
+            inbuf: vec![0; LEN_PREFIX + MAX_HANDSHAKE_LEN].into_boxed_slice(),
             in_start: 0,
             in_end: 0,
             chunk: Vec::new(),
@@ -215,9 +259,10 @@ impl Link {
         })
     }
 
-    /// The dialer's side, and the first handshake message to send (with its prefix).
-    pub fn dialer(secret: &ClusterSecret) -> Result<(Link, Vec<u8>), LinkError> {
-        let mut link = Link::build(secret, true)?;
+    /// The dialer's side, proving `key`, and the first handshake message to send (with
+    /// its prefix).
+    pub fn dialer(secret: &ClusterSecret, key: &NodeKey) -> Result<(Link, Vec<u8>), LinkError> {
+        let mut link = Link::build(secret, key, true)?;
         let State::Handshake(hs) = &mut link.state else {
             return Err(LinkError::NotEstablished);
         };
@@ -232,9 +277,22 @@ impl Link {
         Ok((link, msg))
     }
 
-    /// The acceptor's side: waits for the dialer's first message.
-    pub fn acceptor(secret: &ClusterSecret) -> Result<Link, LinkError> {
-        Link::build(secret, false)
+    /// The acceptor's side, proving `key`: waits for the dialer's first message.
+    pub fn acceptor(secret: &ClusterSecret, key: &NodeKey) -> Result<Link, LinkError> {
+        Link::build(secret, key, false)
+    }
+
+    /// The other end's static public key, once the handshake completed (what the
+    /// fabric binds to the node id the other end declares).
+    pub fn remote_key(&self) -> Option<PublicKey> {
+        self.remote
+    }
+
+    /// The handshake message to send now (prefixed; empty if none), taken: after
+    /// [`Opened::Reply`] (an acceptor's second message) and after [`Opened::Secured`]
+    /// (a dialer's third).
+    pub fn take_handshake_out(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.hs_out)
     }
 
     /// Whether the handshake completed.
@@ -318,49 +376,58 @@ impl Link {
         out: &mut [u8],
         guard: Option<&mut ReplayGuard>,
     ) -> Result<Opened, LinkError> {
-        let dialer = self.dialer;
         match &mut self.state {
             State::Failed => Err(LinkError::NotEstablished),
             State::Handshake(hs) => {
                 let Some(len) = message_len(&self.inbuf[self.in_start..self.in_end]) else {
                     return Ok(Opened::NeedMore);
                 };
-                if len != LEN_PREFIX + HANDSHAKE_LEN {
+                let want = HANDSHAKE_LENS.get(self.expect).copied().unwrap_or(0);
+                if len != LEN_PREFIX + want {
                     return Err(LinkError::HandshakeLength(len - LEN_PREFIX));
                 }
                 if self.in_end - self.in_start < len {
                     return Ok(Opened::NeedMore);
                 }
                 let msg = &self.inbuf[self.in_start + LEN_PREFIX..self.in_start + len];
-                let mut payload = [0u8; HANDSHAKE_LEN];
+                let mut payload = [0u8; MAX_HANDSHAKE_LEN];
                 let n = hs
                     .read_message(msg, &mut payload)
                     .map_err(|e| LinkError::Handshake(e.to_string()))?;
                 if payload.get(..n) != Some(&HANDSHAKE_PAYLOAD[..]) {
                     return Err(LinkError::Handshake("another protocol's payload".into()));
                 }
-                // The dialer's ephemeral key: the message's first 32 bytes, in clear.
-                if let (false, Some(guard), Some(e)) = (dialer, guard, msg.first_chunk::<32>()) {
+                // The dialer's ephemeral key: the first message's first 32 bytes, in
+                // clear; checked before the acceptor computes anything for it.
+                if let (0, Some(guard), Some(e)) = (self.expect, guard, msg.first_chunk::<32>()) {
                     if !guard.fresh(*e) {
                         return Err(LinkError::ReplayedHandshake);
                     }
                 }
                 self.in_start += len;
-                if !dialer {
-                    let mut reply = [0u8; LEN_PREFIX + HANDSHAKE_LEN];
+                if !hs.is_handshake_finished() {
+                    // Our turn: the acceptor's second message, or the dialer's third.
+                    let next = self.expect + 1;
+                    let want = HANDSHAKE_LENS.get(next).copied().unwrap_or(0);
+                    let mut out = vec![0u8; LEN_PREFIX + want];
                     let n = hs
-                        .write_message(&HANDSHAKE_PAYLOAD, &mut reply[LEN_PREFIX..])
+                        .write_message(&HANDSHAKE_PAYLOAD, &mut out[LEN_PREFIX..])
                         .map_err(noise)?;
-                    if n != HANDSHAKE_LEN {
+                    if n != want {
                         return Err(LinkError::HandshakeLength(n));
                     }
-                    reply[..LEN_PREFIX].copy_from_slice(&(n as u16).to_be_bytes());
-                    self.sealed.clear();
-                    self.sealed.extend_from_slice(&reply);
+                    out[..LEN_PREFIX].copy_from_slice(&(n as u16).to_be_bytes());
+                    self.hs_out = out;
+                    self.expect = next + 1;
                 }
                 if !hs.is_handshake_finished() {
-                    return Err(LinkError::Handshake("handshake not finished".into()));
+                    return Ok(Opened::Reply);
                 }
+                let remote = hs
+                    .get_remote_static()
+                    .and_then(|k| <[u8; KEY_LEN]>::try_from(k).ok())
+                    .ok_or_else(|| LinkError::Handshake("no static key".into()))?;
+                self.remote = Some(PublicKey::from_bytes(remote));
                 let State::Handshake(hs) = std::mem::replace(&mut self.state, State::Failed) else {
                     return Err(LinkError::NotEstablished);
                 };
@@ -384,9 +451,13 @@ impl Link {
                         break;
                     }
                     let msg = &self.inbuf[self.in_start + LEN_PREFIX..self.in_start + len];
-                    let n = t
-                        .read_message(msg, &mut out[produced..])
-                        .map_err(|_| LinkError::BadRecord)?;
+                    let n = match t.read_message(msg, &mut out[produced..]) {
+                        Ok(n) => n,
+                        // What opened before it is handed out first (a HELLO is handled
+                        // as a HELLO); this record fails again on the next call.
+                        Err(_) if produced > 0 => break,
+                        Err(_) => return Err(LinkError::BadRecord),
+                    };
                     produced += n;
                     self.in_start += len;
                 }
@@ -396,16 +467,6 @@ impl Link {
                     Opened::Plain(produced)
                 })
             }
-        }
-    }
-
-    /// The acceptor's handshake reply, to send as soon as [`Link::open`] returned
-    /// [`Opened::Secured`] (empty for a dialer).
-    pub fn handshake_reply(&self) -> &[u8] {
-        if self.dialer {
-            &[]
-        } else {
-            &self.sealed
         }
     }
 
@@ -505,19 +566,65 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    fn pair(a: &ClusterSecret, b: &ClusterSecret) -> Result<(Link, Link), LinkError> {
-        let (mut d, first) = Link::dialer(a)?;
-        let mut acc = Link::acceptor(b)?;
+    /// Runs the three handshake messages between a dialer proving `dk` and an acceptor
+    /// proving `ak`, under secrets `a` and `b`.
+    fn pair_keys(
+        a: &ClusterSecret,
+        dk: &NodeKey,
+        b: &ClusterSecret,
+        ak: &NodeKey,
+    ) -> Result<(Link, Link), LinkError> {
+        let (mut d, first) = Link::dialer(a, dk)?;
+        let mut acc = Link::acceptor(b, ak)?;
         acc.push(&first);
         let mut out = vec![0; MAX_PLAIN];
-        assert_eq!(acc.open(&mut out)?, Opened::Secured);
-        d.push(acc.handshake_reply());
+        assert_eq!(acc.open(&mut out)?, Opened::Reply);
+        d.push(&acc.take_handshake_out());
         assert_eq!(d.open(&mut out)?, Opened::Secured);
+        acc.push(&d.take_handshake_out());
+        assert_eq!(acc.open(&mut out)?, Opened::Secured);
         Ok((d, acc))
+    }
+
+    fn pair(a: &ClusterSecret, b: &ClusterSecret) -> Result<(Link, Link), LinkError> {
+        pair_keys(a, &key(1), b, &key(2))
     }
 
     fn secret(b: u8) -> ClusterSecret {
         ClusterSecret::from_bytes([b; 32])
+    }
+
+    fn key(b: u8) -> NodeKey {
+        NodeKey::from_private([b; 32]).unwrap()
+    }
+
+    #[test]
+    fn each_end_learns_the_others_static_key_and_lengths_are_fixed() {
+        let (dk, ak) = (key(1), key(2));
+        let (mut d, first) = Link::dialer(&secret(1), &dk).unwrap();
+        assert_eq!(first.len(), LEN_PREFIX + HANDSHAKE_LENS[0]);
+        let mut acc = Link::acceptor(&secret(1), &ak).unwrap();
+        acc.push(&first);
+        let mut out = vec![0; MAX_PLAIN];
+        assert_eq!(acc.open(&mut out), Ok(Opened::Reply));
+        assert_eq!(acc.remote_key(), None, "not before the third message");
+        let second = acc.take_handshake_out();
+        assert_eq!(second.len(), LEN_PREFIX + HANDSHAKE_LENS[1]);
+        assert!(acc.take_handshake_out().is_empty(), "taken once");
+        d.push(&second);
+        assert_eq!(d.open(&mut out), Ok(Opened::Secured));
+        assert_eq!(d.remote_key(), Some(ak.public()));
+        let third = d.take_handshake_out();
+        assert_eq!(third.len(), LEN_PREFIX + HANDSHAKE_LENS[2]);
+        // The third message and the first record in one write.
+        let mut wire = third;
+        wire.extend_from_slice(d.seal_bytes(b"HELLO").unwrap());
+        acc.push(&wire);
+        assert_eq!(acc.open(&mut out), Ok(Opened::Secured));
+        assert_eq!(acc.remote_key(), Some(dk.public()));
+        assert!(acc.take_handshake_out().is_empty());
+        assert_eq!(acc.open(&mut out), Ok(Opened::Plain(5)));
+        assert_eq!(&out[..5], b"HELLO");
     }
 
     #[test]
@@ -534,7 +641,7 @@ mod tests {
                 match a.open(&mut out).unwrap() {
                     Opened::Plain(n) => got.extend_from_slice(&out[..n]),
                     Opened::NeedMore => break,
-                    Opened::Secured => unreachable!(),
+                    other => unreachable!("{other:?}"),
                 }
             }
         }
@@ -562,13 +669,36 @@ mod tests {
 
     #[test]
     fn wrong_secret_fails_the_handshake() {
-        let (_, first) = Link::dialer(&secret(1)).unwrap();
-        let mut acc = Link::acceptor(&secret(2)).unwrap();
+        let (_, first) = Link::dialer(&secret(1), &key(1)).unwrap();
+        let mut acc = Link::acceptor(&secret(2), &key(2)).unwrap();
         acc.push(&first);
         assert!(matches!(
             acc.open(&mut [0; 64]),
             Err(LinkError::Handshake(_))
         ));
+        assert!(acc.take_handshake_out().is_empty(), "nothing made for it");
+    }
+
+    /// A third message made with another static private key than the one the dialer
+    /// claims cannot be forged: swapping in another dialer's third message fails.
+    #[test]
+    fn a_third_message_of_another_handshake_fails() {
+        let mut out = vec![0; MAX_PLAIN];
+        let (mut d1, first1) = Link::dialer(&secret(5), &key(1)).unwrap();
+        let mut a1 = Link::acceptor(&secret(5), &key(2)).unwrap();
+        a1.push(&first1);
+        assert_eq!(a1.open(&mut out), Ok(Opened::Reply));
+        d1.push(&a1.take_handshake_out());
+        assert_eq!(d1.open(&mut out), Ok(Opened::Secured));
+        let (mut d2, first2) = Link::dialer(&secret(5), &key(3)).unwrap();
+        let mut a2 = Link::acceptor(&secret(5), &key(2)).unwrap();
+        a2.push(&first2);
+        assert_eq!(a2.open(&mut out), Ok(Opened::Reply));
+        d2.push(&a2.take_handshake_out());
+        assert_eq!(d2.open(&mut out), Ok(Opened::Secured));
+        a2.push(&d1.take_handshake_out());
+        assert!(matches!(a2.open(&mut out), Err(LinkError::Handshake(_))));
+        assert_eq!(a2.remote_key(), None);
     }
 
     #[test]
@@ -587,54 +717,74 @@ mod tests {
             a2
         };
         assert_eq!(a2.open(&mut out), Err(LinkError::NotEstablished));
+        // A good record and an altered one in one buffer: the good one opens, then
+        // the altered one fails.
+        let (mut d3, mut a3) = pair(&secret(3), &secret(3)).unwrap();
+        let mut both = d3.seal_bytes(b"good").unwrap().to_vec();
+        let mut bad = d3.seal_bytes(b"altered").unwrap().to_vec();
+        bad[4] ^= 1;
+        both.extend_from_slice(&bad);
+        a3.push(&both);
+        assert_eq!(a3.open(&mut out), Ok(Opened::Plain(4)));
+        assert_eq!(a3.open(&mut out), Err(LinkError::BadRecord));
         // Replayed: the second copy fails (the nonce moved on).
         a.push(&rec);
         assert_eq!(a.open(&mut out), Ok(Opened::Plain(7)));
         a.push(&rec);
         assert_eq!(a.open(&mut out), Err(LinkError::BadRecord));
         // A plain HELLO where a handshake message belongs.
-        let mut acc = Link::acceptor(&secret(3)).unwrap();
+        let mut acc = Link::acceptor(&secret(3), &key(2)).unwrap();
         acc.push(&[0x48, 0x4d, 1, 7]);
         assert_eq!(acc.open(&mut out), Err(LinkError::HandshakeLength(0x484d)));
+        // A second message of the first one's length.
+        let (mut d, _) = Link::dialer(&secret(3), &key(1)).unwrap();
+        d.push(&[0, 64]);
+        assert_eq!(d.open(&mut out), Err(LinkError::HandshakeLength(64)));
     }
 
     #[test]
     fn a_guard_refuses_a_replayed_first_message_and_forgets_the_oldest() {
         let mut guard = ReplayGuard::new(2);
-        let (_, first) = Link::dialer(&secret(4)).unwrap();
+        let (_, first) = Link::dialer(&secret(4), &key(1)).unwrap();
         let mut out = vec![0; MAX_PLAIN];
-        let mut acc = Link::acceptor(&secret(4)).unwrap();
+        let mut acc = Link::acceptor(&secret(4), &key(2)).unwrap();
         acc.push(&first);
         assert_eq!(
             acc.open_guarded(&mut out, Some(&mut guard)),
-            Ok(Opened::Secured)
+            Ok(Opened::Reply)
         );
-        let mut again = Link::acceptor(&secret(4)).unwrap();
+        let mut again = Link::acceptor(&secret(4), &key(2)).unwrap();
         again.push(&first);
         assert_eq!(
             again.open_guarded(&mut out, Some(&mut guard)),
             Err(LinkError::ReplayedHandshake)
         );
-        assert!(again.handshake_reply().is_empty(), "no reply made");
+        assert!(again.take_handshake_out().is_empty(), "no reply made");
         assert!(guard.fresh([1; 32]) && guard.fresh([2; 32]));
         assert!(guard.fresh(first[2..34].try_into().unwrap()), "forgotten");
     }
 
+    /// A replayed first message (past the guard's memory) is answered with a new
+    /// ephemeral key; the recorded third message and HELLO record then fail.
     #[test]
     fn a_replayed_handshake_yields_other_keys() {
-        let (mut d, first) = Link::dialer(&secret(4)).unwrap();
-        let mut acc = Link::acceptor(&secret(4)).unwrap();
+        let (mut d, first) = Link::dialer(&secret(4), &key(1)).unwrap();
+        let mut acc = Link::acceptor(&secret(4), &key(2)).unwrap();
         acc.push(&first);
         let mut out = vec![0; MAX_PLAIN];
-        assert_eq!(acc.open(&mut out).unwrap(), Opened::Secured);
-        d.push(acc.handshake_reply());
+        assert_eq!(acc.open(&mut out).unwrap(), Opened::Reply);
+        d.push(&acc.take_handshake_out());
         assert_eq!(d.open(&mut out).unwrap(), Opened::Secured);
-        let hello = d.seal_bytes(b"HELLO from node 1").unwrap().to_vec();
-        // The replayer sends the same first message and the same record.
-        let mut victim = Link::acceptor(&secret(4)).unwrap();
+        let mut recorded = d.take_handshake_out();
+        recorded.extend_from_slice(d.seal_bytes(b"HELLO from node 1").unwrap());
+        // The replayer sends the same first message, then the same third and record.
+        let mut victim = Link::acceptor(&secret(4), &key(2)).unwrap();
         victim.push(&first);
-        assert_eq!(victim.open(&mut out).unwrap(), Opened::Secured);
-        victim.push(&hello);
-        assert_eq!(victim.open(&mut out), Err(LinkError::BadRecord));
+        assert_eq!(victim.open(&mut out).unwrap(), Opened::Reply);
+        victim.push(&recorded);
+        assert!(matches!(
+            victim.open(&mut out),
+            Err(LinkError::Handshake(_))
+        ));
     }
 }

@@ -79,11 +79,15 @@ pub enum CloseReason {
     TooManyPeers,
     /// A heartbeat acknowledged more packets than were sent on the rail.
     BadAck,
+    /// The other end holds the cluster secret, but the static key it proved is not the
+    /// one of the node id it declared: another key than the roster's or than the one
+    /// pinned on first contact, or a node the roster does not list.
+    IdentityMismatch,
 }
 
 impl CloseReason {
     /// Every reason, in declaration order.
-    pub const ALL: [CloseReason; 31] = [
+    pub const ALL: [CloseReason; 32] = [
         CloseReason::BadMagic,
         CloseReason::BadVersion,
         CloseReason::BadHeader,
@@ -115,6 +119,7 @@ impl CloseReason {
         CloseReason::BadRecord,
         CloseReason::TooManyPeers,
         CloseReason::BadAck,
+        CloseReason::IdentityMismatch,
     ];
 
     fn index(self) -> usize {
@@ -155,6 +160,7 @@ impl CloseReason {
                     | CloseReason::DuplicateRail
                     | CloseReason::AuthFailed
                     | CloseReason::TooManyPeers
+                    | CloseReason::IdentityMismatch
             )
     }
 }
