@@ -719,4 +719,87 @@ mod tests {
                     && t.get("met").is_some_and(Value::is_boolean)
             }));
     }
+
+    #[test]
+    fn layer_rows_carry_their_layer_reference_and_goals() {
+        use crate::layers::{Layer, LayerOp, LayerRow};
+        let r = Report {
+            setup: "test".into(),
+            floor: Floor {
+                shm_oneway_us: 0.13,
+                shm_runs_us: vec![0.13],
+                shm_relay_oneway_us: 4.5,
+                memcpy_gbps: vec![],
+                tcp: None,
+            },
+            rows: vec![],
+            loopback: vec![],
+            fairness: vec![],
+            scaling: None,
+            peers: None,
+            layers: vec![
+                LayerRow::new(Layer::Endpoints, Mode::Direct, LayerOp::EndpointOneWay, 64)
+                    .latency(0.4, 0.9),
+                LayerRow::new(
+                    Layer::Endpoints,
+                    Mode::Mediated,
+                    LayerOp::TokenBucketMsgs,
+                    512,
+                )
+                .rate(990.0)
+                .count(1000),
+            ],
+            layer_peers: Some(Peers {
+                results: vec![],
+                missing: vec!["ucx_perftest not installed".into()],
+                notes: vec![],
+            }),
+        };
+        let v = parse(&to_json(&r).unwrap()).unwrap();
+        let layers = v.get("layers").unwrap();
+        let rows = layers.get("results").and_then(Value::as_array).unwrap();
+        let keys: Vec<&str> = rows[0]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, _)| k.as_str())
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "layer",
+                "mode",
+                "op",
+                "size",
+                "count",
+                "p50_us",
+                "p99_us",
+                "gbps",
+                "msgs_per_s",
+                "reference"
+            ]
+        );
+        assert_eq!(
+            rows[0].get("layer").and_then(Value::as_str),
+            Some("endpoints")
+        );
+        assert_eq!(rows[0].get("op").and_then(Value::as_str), Some("one_way"));
+        assert!(rows[0]
+            .get("reference")
+            .and_then(Value::as_str)
+            .unwrap()
+            .contains("FLIPC"));
+        assert_eq!(rows[1].get("count").and_then(Value::as_u64), Some(1000));
+        assert_eq!(
+            layers
+                .get("ucx")
+                .and_then(|u| u.get("missing"))
+                .and_then(Value::as_array)
+                .map(Vec::len),
+            Some(1)
+        );
+        let goals = v.get("targets").and_then(Value::as_array).unwrap();
+        assert_eq!(goals.len(), 1, "the token bucket's goal: {goals:?}");
+        assert_eq!(goals[0].get("met"), Some(&Value::Bool(true)));
+    }
 }

@@ -64,6 +64,36 @@ fn join<T>(
     t.join().map_err(|_| BenchError::Panicked(name))?
 }
 
+/// The driver's result, unless the helper failed too: then the helper's error, which is
+/// the cause (the driver only timed out waiting for it).
+fn first_cause<T>(
+    driver: Result<T, BenchError>,
+    helper: Result<(), BenchError>,
+) -> Result<T, BenchError> {
+    match (driver, helper) {
+        (Err(_), Err(h)) => Err(h),
+        (d, h) => {
+            h?;
+            d
+        }
+    }
+}
+
+/// Retries `send` while the terminus (or the protocol's credit) is full, up to [`WAIT`].
+fn retry<T>(mut send: impl FnMut() -> Result<T, BenchError>) -> Result<T, BenchError> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match send() {
+            Err(BenchError::Send(SendError::Full) | BenchError::Rats(RatsError::Full))
+                if Instant::now() < deadline =>
+            {
+                std::thread::yield_now()
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Runs `echo` on a thread with its own connection; it first sends what the driver
 /// needs (a seed) through the channel it is given.
 fn helper<S: Send + 'static, T: Send + 'static>(
@@ -110,15 +140,13 @@ fn raw_tagged(socket: &Path, warmup: u64, iters: u64) -> Result<Latency, BenchEr
     let mut q = node.queue(0)?;
     let mut t = node.terminus(0)?;
     let lat = timed_rounds(warmup, iters, 2, |i| {
-        t.send(&to_b, &SendOptions::new().tag(i), Data::Inline(&[0; SMALL]))?;
+        retry(|| Ok(t.send(&to_b, &SendOptions::new().tag(i), Data::Inline(&[0; SMALL]))?))?;
         q.wait(Some(WAIT))?.ok_or(none_in_time("a pong"))?;
         Ok(())
     });
     let joined = join(echo, "the raw echo");
     drop(slot);
-    let lat = lat?;
-    joined?;
-    Ok(lat)
+    first_cause(lat, joined)
 }
 
 /// 16-byte ping-pong through Rats tagged writes.
@@ -135,20 +163,18 @@ fn rats_tagged(socket: &Path, warmup: u64, iters: u64) -> Result<Latency, BenchE
         let to_a = TaggedClient::from_seed(&mb, &seed_a)?;
         for _ in 0..rounds {
             let t = sb.wait_tag(Some(WAIT))?.ok_or(none_in_time("a ping"))?;
-            to_a.write(0, &[0; SMALL], t.tag)?;
+            retry(|| Ok(to_a.write(0, &[0; SMALL], t.tag)?))?;
         }
         Ok(())
     })?;
     let to_b = TaggedClient::from_seed(&ma, &seed_b)?;
     let lat = timed_rounds(warmup, iters, 2, |i| {
-        to_b.write(0, &[0; SMALL], i as u32)?;
+        retry(|| Ok(to_b.write(0, &[0; SMALL], i as u32)?))?;
         sa.wait_tag(Some(WAIT))?.ok_or(none_in_time("a pong"))?;
         Ok(())
     });
     let joined = join(echo, "the Rats tagged echo");
-    let lat = lat?;
-    joined?;
-    Ok(lat)
+    first_cause(lat, joined)
 }
 
 /// 16-byte simple-datagram ping-pong through reply seeds: a round trip.
@@ -164,22 +190,21 @@ fn simple_datagram(socket: &Path, warmup: u64, iters: u64) -> Result<Latency, Be
         for _ in 0..rounds {
             let m = sb.recv(Some(WAIT))?.ok_or(none_in_time("a datagram"))?;
             let got = sb.to_vec(&m)?;
-            sb.reply_seed()?.send(&mb, &got, None, b"")?;
+            let reply = sb.reply_seed()?;
+            retry(|| Ok(reply.send(&mb, &got, None, b"")?))?;
         }
         Ok(())
     })?;
     let to_b = SimpleClient::from_seed(&ma, &seed_b)?;
     let me = a.metadata_for_self()?;
     let lat = timed_rounds(warmup, iters, 1, |_| {
-        to_b.send(&[7; SMALL], Some(&me), b"")?;
+        retry(|| Ok(to_b.send(&[7; SMALL], Some(&me), b"")?))?;
         let m = a.recv(Some(WAIT))?.ok_or(none_in_time("a reply"))?;
         a.to_vec(&m)?;
         Ok(())
     });
     let joined = join(echo, "the simple-datagram echo");
-    let lat = lat?;
-    joined?;
-    Ok(lat)
+    first_cause(lat, joined)
 }
 
 /// Request/response round trip: 16 bytes each way.
@@ -207,9 +232,7 @@ fn request_response(socket: &Path, warmup: u64, iters: u64) -> Result<Latency, B
         Ok(())
     });
     let joined = join(server, "the request server");
-    let lat = lat?;
-    joined?;
-    Ok(lat)
+    first_cause(lat, joined)
 }
 
 /// Stream bandwidth, GB/s: `total` bytes in writes of `size`, as records or bytes.
@@ -251,8 +274,7 @@ fn stream(socket: &Path, size: usize, records: bool, total: u64) -> Result<f64, 
     };
     let secs = start.elapsed().as_secs_f64().max(1e-9);
     let joined = join(sender, "the stream sender");
-    read?;
-    joined?;
+    first_cause(read, joined)?;
     if got != count * size as u64 {
         return Err(BenchError::Unexpected(format!(
             "the stream delivered {got} bytes of {}",
@@ -318,8 +340,7 @@ fn raw_bandwidth(socket: &Path, total: u64) -> Result<f64, BenchError> {
     let secs = start.elapsed().as_secs_f64().max(1e-9);
     let joined = join(sender, "the raw sender");
     drop(slot);
-    received?;
-    joined?;
+    first_cause(received, joined)?;
     Ok((count * msg) as f64 / secs / 1e9)
 }
 
