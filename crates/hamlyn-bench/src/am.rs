@@ -12,8 +12,8 @@
 //!   channels in turn (each channel a terminus of the client's port, so at most the
 //!   port's termini: 64).
 
+use hamlyn_shm::sync::{AtomicBool, Ordering};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 

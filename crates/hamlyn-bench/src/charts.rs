@@ -161,11 +161,11 @@ fn layer_plots(
                     .layers
                     .iter()
                     .filter(|r| r.layer == layer && r.mode == m && r.op == op)
-                    .filter_map(|r| {
-                        Some((
+                    .map(|r| {
+                        (
                             r.size,
                             f(r.p50_us.unwrap_or(f64::NAN), r.gbps.unwrap_or(f64::NAN)),
-                        ))
+                        )
                     })
                     .filter(|(_, v)| v.is_finite())
                     .collect(),

@@ -20,8 +20,8 @@
 //! endpoint, and sleep on the queue only when it is empty (a notification only says
 //! "look again").
 
+use hamlyn_shm::sync::{AtomicBool, Ordering};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -129,7 +129,7 @@ impl Sender {
         Ok(if direct {
             Sender::Direct(side.node.open_direct(to)?)
         } else {
-            Sender::Mediated(side.node.terminus(priority)?, to.clone())
+            Sender::Mediated(side.node.terminus(priority)?, *to)
         })
     }
 
@@ -146,8 +146,8 @@ impl Sender {
         let deadline = Instant::now() + WAIT;
         loop {
             let r = match self {
-                Sender::Mediated(t, ticket) => t.send(ticket, &opts, data.clone()).map(drop),
-                Sender::Direct(d) => d.send(&opts, data.clone()),
+                Sender::Mediated(t, ticket) => t.send(ticket, &opts, data).map(drop),
+                Sender::Direct(d) => d.send(&opts, data),
             };
             match r {
                 Ok(()) => return Ok(()),

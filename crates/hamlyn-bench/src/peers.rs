@@ -184,10 +184,12 @@ pub fn measure_am(
             .push("ucx_perftest not installed: run bench/peers.sh".into());
         return peers;
     };
+    // Up to 15 runs per transport: more time than `measure` gives its 5 tests (a busy
+    // machine stretches every run; what does not fit is recorded as left out).
     let (budget, ucx_limit) = if quick {
-        (Duration::from_millis(25), Duration::from_secs(4))
+        (Duration::from_millis(25), Duration::from_secs(20))
     } else {
-        (Duration::from_millis(40), Duration::from_secs(15))
+        (Duration::from_millis(40), Duration::from_secs(40))
     };
     let mut jobs: Vec<(UcxTest, usize)> = lat_sizes.iter().map(|&s| (LAT_TESTS[0], s)).collect();
     jobs.extend(bw_sizes.iter().map(|&s| (AM_BW, s)));

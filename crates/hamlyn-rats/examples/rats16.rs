@@ -3,8 +3,8 @@
 //! critical path (issue 10; seed 001 Tables 1–2). `bench/instructions.sh` runs it and
 //! `bench/rats_instructions.py` makes the table.
 //!
-//! One engine (embedded), a sender connection and a receiver connection in this
-//! process, three phases of N messages each (after a warm-up of [`WARMUP`] each),
+//! One engine (embedded), a sender and a receiver connection for the library alone and
+//! another pair for Rats, all in this process, three phases of N messages each (after a warm-up of [`WARMUP`] each),
 //! separated by calls to `rats16_mark` (callgrind: `--dump-before=rats16_mark`):
 //!
 //! 1. `library`: `Terminus::send` of a tagged 16-byte inline message to a normal slot
@@ -95,16 +95,17 @@ fn main() -> Result<(), Box<dyn Error>> {
         queue_cap: 4096,
         ..NodeOptions::default()
     };
-    let rx = Node::connect_with(engine.socket_path(), options.clone())?;
-    let tx = Node::connect_with(engine.socket_path(), options)?;
-
-    // The library alone: a normal slot with a metadata entry, as a Rats tagged server's.
-    let inbox = rx.area(4096)?;
-    let meta = rx.meta_area(4)?;
-    let slot = rx.slot(&inbox).meta(&meta).queue(0).create()?;
+    let connect = || Node::connect_with(engine.socket_path(), options.clone());
+    // The library alone, on connections of its own (a Rats manager takes its node's
+    // queue): a normal slot with a metadata entry, as a Rats tagged server's.
+    let (lib_rx, lib_tx) = (connect()?, connect()?);
+    let inbox = lib_rx.area(4096)?;
+    let meta = lib_rx.meta_area(4)?;
+    let slot = lib_rx.slot(&inbox).meta(&meta).queue(0).create()?;
     let ticket = slot.ticket_all()?;
-    let mut queue = rx.queue(0)?;
-    let mut terminus = tx.terminus(0)?;
+    let mut queue = lib_rx.queue(0)?;
+    let mut terminus = lib_tx.terminus(0)?;
+    let (rx, tx) = (connect()?, connect()?);
 
     let (m_rx, m_tx) = (Manager::new(&rx)?, Manager::new(&tx)?);
     let server = TaggedServer::new(&m_rx, 4096)?;
