@@ -94,6 +94,16 @@ fn retry<T>(mut send: impl FnMut() -> Result<T, BenchError>) -> Result<T, BenchE
     }
 }
 
+/// Waits until the last answer a helper sent has left its terminus: a connection closed
+/// with sends still queued loses them, and the driver would wait for its last answer in
+/// vain.
+fn finish(last: Option<hamlyn::SendHandle>) -> Result<(), BenchError> {
+    match last.map(|h| h.wait(Some(WAIT))) {
+        None | Some(hamlyn::Status::Sent) => Ok(()),
+        Some(other) => Err(BenchError::SendFailed(other)),
+    }
+}
+
 /// Runs `echo` on a thread with its own connection; it first sends what the driver
 /// needs (a seed) through the channel it is given.
 fn helper<S: Send + 'static, T: Send + 'static>(
@@ -126,14 +136,15 @@ fn raw_tagged(socket: &Path, warmup: u64, iters: u64) -> Result<Latency, BenchEr
         let _ = tx.send(slot.ticket_all()?);
         let mut q = b.queue(0)?;
         let mut t = b.terminus(0)?;
+        let mut last = None;
         for _ in 0..rounds {
             let n = q.wait(Some(WAIT))?.ok_or(none_in_time("a ping"))?;
-            t.send(
-                &to_a,
-                &SendOptions::new().tag(n.word),
-                Data::Inline(&[0; SMALL]),
-            )?;
+            let opts = SendOptions::new().tag(n.word);
+            last = Some(retry(|| {
+                Ok(t.send(&to_a, &opts, Data::Inline(&[0; SMALL]))?)
+            })?);
         }
+        finish(last)?;
         drop(slot);
         Ok(())
     })?;
@@ -161,11 +172,12 @@ fn rats_tagged(socket: &Path, warmup: u64, iters: u64) -> Result<Latency, BenchE
         let sb = TaggedServer::new(&mb, 4096)?;
         let _ = tx.send(sb.make_seed()?);
         let to_a = TaggedClient::from_seed(&mb, &seed_a)?;
+        let mut last = None;
         for _ in 0..rounds {
             let t = sb.wait_tag(Some(WAIT))?.ok_or(none_in_time("a ping"))?;
-            retry(|| Ok(to_a.write(0, &[0; SMALL], t.tag)?))?;
+            last = Some(retry(|| Ok(to_a.write(0, &[0; SMALL], t.tag)?))?);
         }
-        Ok(())
+        finish(last)
     })?;
     let to_b = TaggedClient::from_seed(&ma, &seed_b)?;
     let lat = timed_rounds(warmup, iters, 2, |i| {
@@ -187,13 +199,14 @@ fn simple_datagram(socket: &Path, warmup: u64, iters: u64) -> Result<Latency, Be
         let mb = Manager::new(&b)?;
         let mut sb = SimpleDatagram::new(&mb, 4096)?;
         let _ = tx.send(sb.make_seed()?);
+        let mut last = None;
         for _ in 0..rounds {
             let m = sb.recv(Some(WAIT))?.ok_or(none_in_time("a datagram"))?;
             let got = sb.to_vec(&m)?;
             let reply = sb.reply_seed()?;
-            retry(|| Ok(reply.send(&mb, &got, None, b"")?))?;
+            last = Some(retry(|| Ok(reply.send(&mb, &got, None, b"")?))?);
         }
-        Ok(())
+        finish(last)
     })?;
     let to_b = SimpleClient::from_seed(&ma, &seed_b)?;
     let me = a.metadata_for_self()?;
@@ -214,13 +227,14 @@ fn request_response(socket: &Path, warmup: u64, iters: u64) -> Result<Latency, B
         let mb = Manager::new(&b)?;
         let mut srv = RequestServer::new(&mb, 4096)?;
         let _ = tx.send(srv.seed_text()?);
+        let mut last = None;
         for _ in 0..rounds {
             let r = srv.recv(Some(WAIT))?.ok_or(none_in_time("a request"))?;
             let bytes = srv.to_vec(&r)?;
-            srv.send_reply(&r, &bytes)?;
+            last = Some(srv.send_reply(&r, &bytes)?);
             srv.release()?;
         }
-        Ok(())
+        finish(last)
     })?;
     let node = attach(socket)?;
     let ma = Manager::new(&node)?;
