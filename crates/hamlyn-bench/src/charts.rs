@@ -7,11 +7,19 @@
 //!   `put_lat` (the same measurement);
 //! - `latency-MODE.svg`: every operation of one mode;
 //! - `bandwidth.svg`: streaming bandwidth against size, one line per mode, with memcpy,
-//!   one raw TCP stream and the peers' `put_bw` and `tag_bw`.
+//!   one raw TCP stream and the peers' `put_bw` and `tag_bw`;
+//!
+//! (those four with the interface's rows), and with the layers' rows:
+//!
+//! - `endpoints.svg`: one-way p50 through FLIPC endpoints against size, direct and
+//!   mediated, with FLIPC's own shape (15.45 µs + 6.25 ns/B) and UCX `am_lat`;
+//! - `am-bulk.svg`: active-message bulk bandwidth against size, mediated and over TCP,
+//!   with seed 003's 106 MB/s and UCX `am_bw`.
 
 use std::path::{Path, PathBuf};
 
 use super::error::BenchError;
+use super::layers::{flipc_shape_us, Layer, LayerOp};
 use super::plot::{write_svg, Plot, Series};
 use super::report::{Mode, Op, Report};
 
@@ -35,6 +43,10 @@ pub fn write(dir: &Path, report: &Report) -> Result<Vec<PathBuf>, BenchError> {
         files.push(path);
         Ok::<(), BenchError>(())
     };
+    layer_plots(report, &mut put)?;
+    if report.rows.is_empty() {
+        return Ok(files);
+    }
     let modes = |op: Op| -> Vec<Series> {
         Mode::ALL
             .iter()
@@ -133,6 +145,95 @@ pub fn write(dir: &Path, report: &Report) -> Result<Vec<PathBuf>, BenchError> {
         bw,
     )?;
     Ok(files)
+}
+
+/// The layers' plots, when their rows were measured.
+fn layer_plots(
+    report: &Report,
+    put: &mut impl FnMut(&str, &str, &str, Vec<Series>) -> Result<(), BenchError>,
+) -> Result<(), BenchError> {
+    let layer_series = |layer: Layer, op: LayerOp, what: &str, f: fn(f64, f64) -> f64| {
+        Mode::ALL
+            .iter()
+            .map(|&m| Series {
+                label: format!("Hamlyn {what} {}", m.name()),
+                points: report
+                    .layers
+                    .iter()
+                    .filter(|r| r.layer == layer && r.mode == m && r.op == op)
+                    .map(|r| {
+                        (
+                            r.size,
+                            f(r.p50_us.unwrap_or(f64::NAN), r.gbps.unwrap_or(f64::NAN)),
+                        )
+                    })
+                    .filter(|(_, v)| v.is_finite())
+                    .collect(),
+            })
+            .filter(|s| !s.points.is_empty())
+            .collect::<Vec<Series>>()
+    };
+    let ucx = |test: &str, figure: Figure| -> Vec<Series> {
+        let Some(peers) = &report.layer_peers else {
+            return Vec::new();
+        };
+        let mut out: Vec<Series> = Vec::new();
+        for r in peers.results.iter().filter(|r| r.test == test) {
+            let Some(v) = (match figure {
+                Figure::Latency => r.p50_us,
+                Figure::Bandwidth => r.gbps,
+            }) else {
+                continue;
+            };
+            let label = format!("{} {}", r.kind.name(), r.test);
+            match out.iter_mut().find(|s| s.label == label) {
+                Some(s) => s.points.push((r.size, v)),
+                None => out.push(Series {
+                    label,
+                    points: vec![(r.size, v)],
+                }),
+            }
+        }
+        out
+    };
+    let mut ep = layer_series(
+        Layer::Endpoints,
+        LayerOp::EndpointOneWay,
+        "endpoints",
+        |p50, _| p50,
+    );
+    if !ep.is_empty() {
+        let sizes: Vec<usize> = ep[0].points.iter().map(|&(s, _)| s).collect();
+        ep.push(Series {
+            label: "FLIPC (seed 002): 15.45 µs + 6.25 ns/B".into(),
+            points: sizes.iter().map(|&s| (s, flipc_shape_us(s))).collect(),
+        });
+        ep.extend(ucx("am_lat", Figure::Latency));
+        put(
+            "endpoints.svg",
+            "One-way latency of medium messages through FLIPC endpoints (p50)",
+            "µs",
+            ep,
+        )?;
+    }
+    let mut bulk = layer_series(Layer::Am, LayerOp::AmBulkBandwidth, "AM bulk", |_, gbps| {
+        gbps
+    });
+    if !bulk.is_empty() {
+        let sizes: Vec<usize> = bulk[0].points.iter().map(|&(s, _)| s).collect();
+        bulk.push(Series {
+            label: "GRIM (seed 003) peak: 106 MB/s".into(),
+            points: sizes.iter().map(|&s| (s, 0.106)).collect(),
+        });
+        bulk.extend(ucx("am_bw", Figure::Bandwidth));
+        put(
+            "am-bulk.svg",
+            "Active messages: bulk bandwidth, one sender",
+            "GB/s",
+            bulk,
+        )?;
+    }
+    Ok(())
 }
 
 /// (size, p50) of every row of `mode` and `op`.

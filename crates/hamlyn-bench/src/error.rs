@@ -15,6 +15,12 @@ pub enum BenchError {
     /// A send was finished with an error.
     #[error("a send ended as {0:?}")]
     SendFailed(hamlyn::Status),
+    /// The active-message layer refused or failed (the `am` rows).
+    #[error("active messages: {0}")]
+    Am(#[from] hamlyn_am::AmError),
+    /// The Rats protocol layer refused or failed (the `rats` rows).
+    #[error("rats: {0}")]
+    Rats(#[from] hamlyn_rats::RatsError),
     /// The embedded engine could not start.
     #[error("engine: {0}")]
     Engine(#[from] hamlyn_engine::EngineError),

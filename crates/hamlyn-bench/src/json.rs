@@ -25,8 +25,22 @@
 //!            "missing": [S, ...],
 //!            "ratios": [{"mode": S, "op": S, "size": N, "peer": S, "hamlyn": F,
 //!                        "theirs": F, "ahead": B}, ...]} | null,
-//!  "targets": [{"goal": S, "figure": S, "met": B}, ...]}
+//!  "targets": [{"goal": S, "figure": S, "met": B}, ...],
+//!  "layers": {"results": [{"layer": "am" | "endpoints" | "rats", "mode": S, "op": S,
+//!                          "size": N, "count": N, "p50_us": F, "p99_us": F, "gbps": F,
+//!                          "msgs_per_s": F, "reference": S}, ...],
+//!             "ucx": {"results": [ as peers.results ], "missing": [S, ...]} | null}}
 //! ```
+//!
+//! `layers` holds the rows of `--layers am,endpoints,rats` (empty without): `op` names
+//! what was measured (`short_rtt`, `short_rate`, `bulk_bandwidth`, `channels_rtt` for
+//! active messages; `one_way`, `msg_rate`, `priority_alone`, `priority_loaded`,
+//! `token_bucket_msgs`, `token_bucket_bytes` for endpoints; `tagged_write`,
+//! `raw_tagged_write`, `simple_datagram_rtt`, `request_response_rtt`, `stream_records`,
+//! `stream_bytes`, `raw_bandwidth` for Rats); `count` is the number of logical channels
+//! (`channels_rtt`) or the rate set (token bucket rows, in messages or bytes per second);
+//! `reference` the seed's own figure the row is held beside. Their goals are in
+//! `targets`. `ucx` is UCX's `am_lat` and `am_bw` at the layers' sizes (`--peers`).
 //!
 //! Latencies are one-way except `read` and `fetch_add`, which are whole round trips.
 //!
@@ -45,6 +59,7 @@
 use serde::{Serialize, Serializer};
 
 use super::fairness::Fairness;
+use super::layers::LayerRow;
 use super::peers::PeerResult;
 use super::plan::RATE_SIZE;
 use super::report::{PeerRatio, Report, Row, Target, TcpFloor};
@@ -67,6 +82,53 @@ struct ReportJson<'a> {
     scaling: Option<ScalingJson<'a>>,
     peers: Option<PeersJson<'a>>,
     targets: Vec<TargetJson>,
+    layers: LayersJson<'a>,
+}
+
+/// `layers`.
+#[derive(Serialize)]
+struct LayersJson<'a> {
+    results: Vec<LayerRowJson>,
+    ucx: Option<UcxJson<'a>>,
+}
+
+/// `layers.ucx`.
+#[derive(Serialize)]
+struct UcxJson<'a> {
+    results: Vec<PeerResultJson>,
+    missing: &'a [String],
+}
+
+/// An element of `layers.results`.
+#[derive(Serialize)]
+struct LayerRowJson {
+    layer: &'static str,
+    mode: &'static str,
+    op: &'static str,
+    size: usize,
+    count: Option<u64>,
+    p50_us: Option<f64>,
+    p99_us: Option<f64>,
+    gbps: Option<f64>,
+    msgs_per_s: Option<f64>,
+    reference: Option<String>,
+}
+
+impl LayerRowJson {
+    fn new(r: &LayerRow) -> LayerRowJson {
+        LayerRowJson {
+            layer: r.layer.name(),
+            mode: r.mode.name(),
+            op: r.op.name(),
+            size: r.size,
+            count: r.count,
+            p50_us: r.p50_us,
+            p99_us: r.p99_us,
+            gbps: r.gbps,
+            msgs_per_s: r.msgs_per_s,
+            reference: r.reference(),
+        }
+    }
 }
 
 impl<'a> ReportJson<'a> {
@@ -93,6 +155,13 @@ impl<'a> ReportJson<'a> {
                 ratios: r.peer_ratios(p).iter().map(RatioJson::new).collect(),
             }),
             targets: r.targets().into_iter().map(TargetJson::new).collect(),
+            layers: LayersJson {
+                results: r.layers.iter().map(LayerRowJson::new).collect(),
+                ucx: r.layer_peers.as_ref().map(|p| UcxJson {
+                    results: p.results.iter().map(PeerResultJson::new).collect(),
+                    missing: &p.missing,
+                }),
+            },
         }
     }
 }
@@ -377,6 +446,8 @@ mod tests {
                 notes: vec!["a \"quoted\" note".into()],
             }),
             peers: None,
+            layers: Vec::new(),
+            layer_peers: None,
         };
         let v = parse(&to_json(&r).unwrap()).unwrap();
         let top: Vec<&str> = v
@@ -387,7 +458,7 @@ mod tests {
             .collect();
         assert_eq!(
             top,
-            ["floor", "results", "loopback", "fairness", "scaling", "peers", "targets"]
+            ["floor", "results", "loopback", "fairness", "scaling", "peers", "targets", "layers"]
         );
         let f = &v.get("fairness").unwrap().as_array().unwrap()[0];
         assert_eq!(f.get("jain").unwrap().as_f64(), Some(0.8));
@@ -498,6 +569,8 @@ mod tests {
             fairness: vec![],
             scaling: None,
             peers: None,
+            layers: Vec::new(),
+            layer_peers: None,
         };
         let v = parse(&to_json(&r).unwrap()).unwrap();
         let floor = v.get("floor").unwrap();
@@ -580,6 +653,8 @@ mod tests {
                 missing: vec!["ucx-tcp: not installed".into()],
                 notes: vec![],
             }),
+            layers: Vec::new(),
+            layer_peers: None,
         };
         let v = parse(&to_json(&r).unwrap()).unwrap();
         let p = v.get("peers").unwrap();
@@ -643,5 +718,88 @@ mod tests {
                 t.get("goal").is_some_and(Value::is_string)
                     && t.get("met").is_some_and(Value::is_boolean)
             }));
+    }
+
+    #[test]
+    fn layer_rows_carry_their_layer_reference_and_goals() {
+        use crate::layers::{Layer, LayerOp, LayerRow};
+        let r = Report {
+            setup: "test".into(),
+            floor: Floor {
+                shm_oneway_us: 0.13,
+                shm_runs_us: vec![0.13],
+                shm_relay_oneway_us: 4.5,
+                memcpy_gbps: vec![],
+                tcp: None,
+            },
+            rows: vec![],
+            loopback: vec![],
+            fairness: vec![],
+            scaling: None,
+            peers: None,
+            layers: vec![
+                LayerRow::new(Layer::Endpoints, Mode::Direct, LayerOp::EndpointOneWay, 64)
+                    .latency(0.4, 0.9),
+                LayerRow::new(
+                    Layer::Endpoints,
+                    Mode::Mediated,
+                    LayerOp::TokenBucketMsgs,
+                    512,
+                )
+                .rate(990.0)
+                .count(1000),
+            ],
+            layer_peers: Some(Peers {
+                results: vec![],
+                missing: vec!["ucx_perftest not installed".into()],
+                notes: vec![],
+            }),
+        };
+        let v = parse(&to_json(&r).unwrap()).unwrap();
+        let layers = v.get("layers").unwrap();
+        let rows = layers.get("results").and_then(Value::as_array).unwrap();
+        let keys: Vec<&str> = rows[0]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, _)| k.as_str())
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "layer",
+                "mode",
+                "op",
+                "size",
+                "count",
+                "p50_us",
+                "p99_us",
+                "gbps",
+                "msgs_per_s",
+                "reference"
+            ]
+        );
+        assert_eq!(
+            rows[0].get("layer").and_then(Value::as_str),
+            Some("endpoints")
+        );
+        assert_eq!(rows[0].get("op").and_then(Value::as_str), Some("one_way"));
+        assert!(rows[0]
+            .get("reference")
+            .and_then(Value::as_str)
+            .unwrap()
+            .contains("FLIPC"));
+        assert_eq!(rows[1].get("count").and_then(Value::as_u64), Some(1000));
+        assert_eq!(
+            layers
+                .get("ucx")
+                .and_then(|u| u.get("missing"))
+                .and_then(Value::as_array)
+                .map(Vec::len),
+            Some(1)
+        );
+        let goals = v.get("targets").and_then(Value::as_array).unwrap();
+        assert_eq!(goals.len(), 1, "the token bucket's goal: {goals:?}");
+        assert_eq!(goals[0].get("met"), Some(&Value::Bool(true)));
     }
 }

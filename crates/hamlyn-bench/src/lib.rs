@@ -23,13 +23,18 @@
 //!   loopback (`tcp.rs`); the driver attaches to node 0 and the peer to node 1, so every
 //!   message crosses both engines and TCP; the same operations as mediated;
 //!
-//! then, with `--peers`, UCX and sockperf on the same machine (`peers.rs`), and the
-//! ping-pong floor once more. `--json` writes every figure (`json.rs`), `--plot` draws them
+//! then the layers above the interface that `--layers` names (`layers.rs`: active
+//! messages in `am.rs`, FLIPC endpoints in `flipc.rs`, the Rats protocols in `rats.rs`;
+//! each on engines of its own, both ends on threads of this process with connections of
+//! their own); then, with `--peers`, UCX and sockperf on the same machine (`peers.rs`;
+//! UCX's active-message tests at the layers' sizes too), and the ping-pong floor once
+//! more. `--json` writes every figure (`json.rs`), `--plot` draws them
 //! (`plot.rs`). What the benchmark reads of an engine's statistics (is a peer node up, how
 //! many ports) is read in one place, `engine_stats.rs`.
 
 #![forbid(unsafe_code)]
 
+mod am;
 mod bandwidth;
 mod charts;
 mod child;
@@ -37,15 +42,18 @@ mod endpoint;
 mod engine_stats;
 mod error;
 mod fairness;
+mod flipc;
 mod floor;
 mod json;
 mod latency;
+mod layers;
 pub mod peer;
 mod peers;
 mod pin;
 mod plan;
 mod plot;
 mod progress;
+mod rats;
 mod report;
 mod scaling;
 mod tcp;
@@ -107,6 +115,34 @@ impl From<ModeChoice> for Mode {
     }
 }
 
+/// What `--layers` measures: the interface (the rows above) and the layers built on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LayerChoice {
+    /// The interface itself: every operation of every mode, fairness, scaling.
+    Interface,
+    /// Active messages (issue 12): round trip and rate of short messages, bulk
+    /// bandwidth, latency as logical channels grow; in the mediated and tcp modes.
+    Am,
+    /// FLIPC endpoints (issue 11): medium messages one-way and message rate, direct and
+    /// mediated; the priority figure and the token bucket, mediated.
+    Endpoints,
+    /// The Rats protocols (issue 10): tagged write, simple datagram with reply seed,
+    /// request/response, stream bandwidth; mediated.
+    Rats,
+}
+
+impl LayerChoice {
+    /// The name on the command line.
+    fn name(self) -> &'static str {
+        match self {
+            LayerChoice::Interface => "interface",
+            LayerChoice::Am => "am",
+            LayerChoice::Endpoints => "endpoints",
+            LayerChoice::Rats => "rats",
+        }
+    }
+}
+
 /// `hamlyn bench` arguments.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -126,6 +162,10 @@ pub struct BenchArgs {
         default_value = "direct,mediated,tcp"
     )]
     pub modes: Vec<ModeChoice>,
+    /// What is measured, comma-separated: the interface and/or the layers above it (each
+    /// in the modes of `--modes` it has).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "interface")]
+    pub layers: Vec<LayerChoice>,
     /// Also run UCX (`ucx_perftest`, shm and tcp) and sockperf on this machine, and show
     /// Hamlyn ÷ peer ratios (`bench/peers.sh` installs them).
     #[arg(long)]
@@ -167,6 +207,16 @@ impl BenchArgs {
     /// Whether a mode over the TCP fabric is asked for.
     fn has_tcp(&self) -> bool {
         self.modes.iter().any(|&m| Mode::from(m).is_tcp())
+    }
+
+    /// Whether `layer` is asked for.
+    fn has_layer(&self, layer: LayerChoice) -> bool {
+        self.layers.contains(&layer)
+    }
+
+    /// Whether the interface's rows are asked for.
+    fn interface(&self) -> bool {
+        self.has_layer(LayerChoice::Interface)
     }
 }
 
@@ -238,8 +288,20 @@ fn setup_text(
     let spin = args
         .spin
         .map_or(String::new(), |s| format!(", receivers spin {s} polls"));
+    let layers = if layer_runs(args).is_empty() {
+        String::new()
+    } else {
+        let names: Vec<String> = layer_runs(args)
+            .iter()
+            .map(|(l, m)| format!("{} {}", l.name(), m.name()))
+            .collect();
+        format!(
+            "; layers ({}) on engines of their own, not pinned",
+            names.join(", ")
+        )
+    };
     format!(
-        "{} run, modes {}; {}; {} round trips per size up to 64 KiB, {threads} CPUs{pin}{spin}",
+        "{} run, modes {}; {}; {} round trips per size up to 64 KiB, {threads} CPUs{pin}{spin}{layers}",
         plan.name,
         modes.join(", "),
         engines.join("; "),
@@ -274,6 +336,9 @@ fn check_args(args: &BenchArgs) -> Result<(), BenchError> {
     if args.modes.is_empty() {
         return Err(BenchError::Usage("--modes names no mode"));
     }
+    if args.layers.is_empty() {
+        return Err(BenchError::Usage("--layers names nothing to measure"));
+    }
     if !args.has_tcp() && (args.rails.is_some() || args.remote_mtu.is_some()) {
         return Err(BenchError::Usage(
             "--rails and --remote-mtu apply to the tcp modes only",
@@ -285,29 +350,98 @@ fn check_args(args: &BenchArgs) -> Result<(), BenchError> {
 /// Steps the progress bar counts.
 fn steps(args: &BenchArgs, plan: &Plan) -> u64 {
     let mut n = 3 + BANDWIDTH_SIZES.len();
-    let streams = (BANDWIDTH_SIZES.len() + 1) * plan.reps;
-    let rma = LATENCY_SIZES.len() + 1;
-    if args.has_tcp() {
-        n += LATENCY_SIZES.len() + BANDWIDTH_SIZES.len() + 1;
-    }
-    for mode in [Mode::Tcp, Mode::TcpPlain] {
-        if args.has(mode) {
-            n += 3 * LATENCY_SIZES.len() + rma + streams;
+    if args.interface() {
+        let streams = (BANDWIDTH_SIZES.len() + 1) * plan.reps;
+        let rma = LATENCY_SIZES.len() + 1;
+        if args.has_tcp() {
+            n += LATENCY_SIZES.len() + BANDWIDTH_SIZES.len() + 1;
+        }
+        for mode in [Mode::Tcp, Mode::TcpPlain] {
+            if args.has(mode) {
+                n += 3 * LATENCY_SIZES.len() + rma + streams;
+            }
+        }
+        if args.has(Mode::Direct) {
+            n += 3 * LATENCY_SIZES.len() + streams;
+        }
+        if args.has(Mode::Mediated) {
+            n += 3 * LATENCY_SIZES.len() + rma + LOOPBACK_SIZES.len() + streams;
+            if !args.no_extras {
+                n += FAIRNESS_SIZES.len() + scaling::PORT_POINTS.len() + scaling::SLOT_POINTS.len();
+            }
         }
     }
-    if args.has(Mode::Direct) {
-        n += 3 * LATENCY_SIZES.len() + streams;
-    }
-    if args.has(Mode::Mediated) {
-        n += 3 * LATENCY_SIZES.len() + rma + LOOPBACK_SIZES.len() + streams;
-        if !args.no_extras {
-            n += FAIRNESS_SIZES.len() + scaling::PORT_POINTS.len() + scaling::SLOT_POINTS.len();
-        }
+    for (layer, mode) in layer_runs(args) {
+        n += match layer {
+            LayerChoice::Am => am::steps(),
+            LayerChoice::Endpoints => flipc::steps(mode),
+            LayerChoice::Rats => rats::steps(),
+            LayerChoice::Interface => 0,
+        };
     }
     if args.peers {
-        n += 1;
+        n += usize::from(args.interface()) + usize::from(!layer_runs(args).is_empty());
     }
     n as u64
+}
+
+/// The layers measured and the mode of each run, in order: active messages mediated
+/// and over TCP, endpoints direct and mediated, Rats mediated (as far as `--modes` has
+/// them).
+fn layer_runs(args: &BenchArgs) -> Vec<(LayerChoice, Mode)> {
+    let all = [
+        (LayerChoice::Am, Mode::Mediated),
+        (LayerChoice::Am, Mode::Tcp),
+        (LayerChoice::Endpoints, Mode::Direct),
+        (LayerChoice::Endpoints, Mode::Mediated),
+        (LayerChoice::Rats, Mode::Mediated),
+    ];
+    all.into_iter()
+        .filter(|&(l, m)| args.has_layer(l) && args.has(m))
+        .collect()
+}
+
+/// Measures the layers `--layers` names, each run on engines of its own: one engine
+/// (embedded, or the daemon of `--socket`), or two joined over TCP.
+fn measure_layers(
+    args: &BenchArgs,
+    engine: &EngineConfig,
+    plan: &Plan,
+    progress: &Progress,
+) -> Result<Vec<layers::LayerRow>, BenchError> {
+    let mut rows = Vec::new();
+    for (layer, mode) in layer_runs(args) {
+        if mode.is_tcp() {
+            let setup = tcp_setup(args, engine, false);
+            let t = TcpEngines::start(engine, &setup, None)?;
+            let r = am::measure(
+                mode,
+                t.driver_side.socket_path(),
+                t.peer_side.socket_path(),
+                plan,
+                progress,
+            );
+            let stopped = t.stop();
+            rows.extend(r?);
+            stopped?;
+            continue;
+        }
+        let engines = match &args.socket {
+            Some(s) => Engines::Daemon(s.clone()),
+            None => Engines::Local(EngineHandle::start(fresh_engine(engine))?),
+        };
+        let (socket, _) = engines.sockets();
+        let r = match layer {
+            LayerChoice::Am => am::measure(mode, &socket, &socket, plan, progress),
+            LayerChoice::Endpoints => flipc::measure(mode, &socket, plan, progress),
+            LayerChoice::Rats => rats::measure(&socket, plan, progress),
+            LayerChoice::Interface => Ok(Vec::new()),
+        };
+        let stopped = engines.stop();
+        rows.extend(r?);
+        stopped?;
+    }
+    Ok(rows)
 }
 
 fn measure(args: &BenchArgs, engine: &EngineConfig, plan: &Plan) -> Result<Report, BenchError> {
@@ -360,7 +494,7 @@ fn measure(args: &BenchArgs, engine: &EngineConfig, plan: &Plan) -> Result<Repor
         progress.done();
     }
     let mut measured = Measured::default();
-    if args.has(Mode::Direct) || args.has(Mode::Mediated) {
+    if args.interface() && (args.has(Mode::Direct) || args.has(Mode::Mediated)) {
         one_engine(
             args,
             engine,
@@ -375,12 +509,12 @@ fn measure(args: &BenchArgs, engine: &EngineConfig, plan: &Plan) -> Result<Repor
     // ping-pong leaves the two processes on one CPU (the kernel wakes a task where its
     // waker runs), and the next measurement would pay for that placement.
     let mut tcp_floor = None;
-    if args.has_tcp() {
+    if args.interface() && args.has_tcp() {
         tcp_floor = Some(raw_tcp_floor(&mut peer, plan, &progress)?);
     }
     for mode in [Mode::Tcp, Mode::TcpPlain]
         .into_iter()
-        .filter(|&m| args.has(m))
+        .filter(|&m| args.interface() && args.has(m))
     {
         two_engines(
             mode,
@@ -393,7 +527,23 @@ fn measure(args: &BenchArgs, engine: &EngineConfig, plan: &Plan) -> Result<Repor
             &mut measured,
         )?;
     }
-    let peers = if args.peers {
+    let layers = measure_layers(args, engine, plan, &progress)?;
+    let quick_peers = !matches!(plan.name, "full");
+    let layer_peers = (args.peers && !layers.is_empty()).then(|| {
+        progress.start("peers: UCX active messages at the layers' sizes");
+        // The figures the issues name first (AM's short message, FLIPC's sizes, AM's
+        // bulk sizes), Rats's 16 B last: a busy machine that runs out of time leaves
+        // out the last.
+        let mut lat = vec![am::SHORT_SIZE];
+        lat.extend(flipc::SIZES);
+        lat.push(rats::SMALL);
+        let mut bw = am::BULK_SIZES.to_vec();
+        bw.extend(&lat);
+        let p = peers::measure_am(&lat, &bw, quick_peers, &progress);
+        progress.done();
+        p
+    });
+    let peers = if args.peers && args.interface() {
         progress.start("peers: UCX and sockperf");
         let p = peers::measure(
             &LATENCY_SIZES,
@@ -432,6 +582,8 @@ fn measure(args: &BenchArgs, engine: &EngineConfig, plan: &Plan) -> Result<Repor
         fairness: measured.fairness,
         scaling: measured.scaling,
         peers,
+        layers,
+        layer_peers,
     })
 }
 

@@ -167,6 +167,53 @@ pub fn measure(
     peers
 }
 
+/// UCX's active-message tests beside the rows of the layers above the interface:
+/// `am_lat` at `lat_sizes` and `am_bw` at `bw_sizes`, over shared memory and over TCP,
+/// the way [`measure`] runs them (bounded the same way; a missing `ucx_perftest` is
+/// recorded in [`Peers::missing`]).
+pub fn measure_am(
+    lat_sizes: &[usize],
+    bw_sizes: &[usize],
+    quick: bool,
+    progress: &Progress,
+) -> Peers {
+    let mut peers = Peers::default();
+    let Some(exe) = find_program("ucx_perftest") else {
+        peers
+            .missing
+            .push("ucx_perftest not installed: run bench/peers.sh".into());
+        return peers;
+    };
+    // Up to 15 runs per transport: more time than `measure` gives its 5 tests (a busy
+    // machine stretches every run; what does not fit is recorded as left out).
+    let (budget, ucx_limit) = if quick {
+        (Duration::from_millis(25), Duration::from_secs(20))
+    } else {
+        (Duration::from_millis(40), Duration::from_secs(40))
+    };
+    let mut jobs: Vec<(UcxTest, usize)> = lat_sizes.iter().map(|&s| (LAT_TESTS[0], s)).collect();
+    jobs.extend(bw_sizes.iter().map(|&s| (AM_BW, s)));
+    let mut seen = Vec::new();
+    jobs.retain(|&(t, s)| {
+        let new = !seen.contains(&(t.name, s));
+        seen.push((t.name, s));
+        new
+    });
+    for kind in [PeerKind::UcxShm, PeerKind::UcxTcp] {
+        let mut ucx = Ucx {
+            exe: &exe,
+            kind,
+            budget,
+            slowdown: 1.0,
+            stop_at: Instant::now() + ucx_limit / 2,
+            peers: &mut peers,
+            progress,
+        };
+        ucx.run_jobs(&jobs);
+    }
+    peers
+}
+
 fn first(sizes: &[usize]) -> Vec<usize> {
     sizes.iter().copied().min().into_iter().collect()
 }
@@ -560,7 +607,11 @@ impl Ucx<'_> {
     /// message rate), then the other sizes, so that a busy machine that runs out of time
     /// leaves out the less important ones.
     fn run_all(&mut self, lat: &[usize], bw: &[usize], rate_size: usize) {
-        let jobs = ucx_jobs(lat, bw, rate_size);
+        self.run_jobs(&ucx_jobs(lat, bw, rate_size));
+    }
+
+    /// Runs `jobs` in order, until the transport's time limit.
+    fn run_jobs(&mut self, jobs: &[(UcxTest, usize)]) {
         let mut states: HashMap<&'static str, TestState> = HashMap::new();
         for (i, &(test, size)) in jobs.iter().enumerate() {
             if Instant::now() >= self.stop_at {

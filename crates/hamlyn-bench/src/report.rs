@@ -4,6 +4,7 @@ use comfy_table::{presets, CellAlignment, Table};
 
 use super::fairness::Fairness;
 use super::latency::Latency;
+use super::layers::{self, LayerRow};
 use super::peers::{PeerKind, Peers};
 use super::scaling::Scaling;
 
@@ -262,6 +263,10 @@ pub struct Report {
     pub scaling: Option<Scaling>,
     /// UCX and sockperf, run on this machine in the same run (`--peers`).
     pub peers: Option<Peers>,
+    /// The rows of the layers above the interface (`--layers`).
+    pub layers: Vec<LayerRow>,
+    /// UCX `am_lat` and `am_bw` at the layers' sizes (`--peers` with `--layers`).
+    pub layer_peers: Option<Peers>,
 }
 
 impl Report {
@@ -516,6 +521,12 @@ impl Report {
         if let Some(p) = &self.peers {
             out.push_str(&self.peers_text(p));
         }
+        out.push_str(&layers::render(&self.layers, self.layer_peers.as_ref()));
+        if let Some(p) = &self.layer_peers {
+            for m in &p.missing {
+                out.push_str(&format!("UCX beside the layers, missing: {m}\n"));
+            }
+        }
         out.push_str(&self.targets_text());
         out
     }
@@ -733,6 +744,7 @@ impl Report {
                 "ucx-shm tag_bw",
             );
         }
+        out.extend(layers::goals(&self.layers));
         out
     }
 
@@ -743,7 +755,7 @@ impl Report {
         }
         let mut t = Table::new();
         t.load_style(presets::ASCII_MARKDOWN);
-        t.set_header(vec!["goal (DESIGN §8)", "this run", "met"]);
+        t.set_header(vec!["goal (DESIGN §8; issues 10–12)", "this run", "met"]);
         for g in &targets {
             t.add_row(vec![
                 g.goal.clone(),
@@ -952,6 +964,8 @@ mod tests {
             fairness: vec![],
             scaling: None,
             peers: None,
+            layers: Vec::new(),
+            layer_peers: None,
         }
     }
 

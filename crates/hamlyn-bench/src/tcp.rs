@@ -98,6 +98,8 @@ impl TcpEngines {
             let mut c = super::fresh_engine(engine);
             c.node = node;
             c.incarnation = INCARNATION;
+            // One registry for the pair (the active-message layer's handler names).
+            c.registry = Some(0);
             c.busy_poll = setup.busy_poll;
             if let Some(mtu) = setup.remote_mtu {
                 c.remote_mtu = mtu;

@@ -69,7 +69,7 @@ fn check_report(v: &Value, modes: &[&str]) {
         .collect();
     assert_eq!(
         top,
-        ["floor", "results", "loopback", "fairness", "scaling", "peers", "targets"]
+        ["floor", "results", "loopback", "fairness", "scaling", "peers", "targets", "layers"]
     );
     let floor = v.get("floor").expect("floor");
     assert!(positive(floor.get("shm_pingpong_oneway_us")));
@@ -250,6 +250,124 @@ fn bench_of_one_mode_measures_only_that_mode() {
         Some(0)
     );
     assert_eq!(v.get("scaling"), Some(&Value::Null));
+}
+
+/// The (layer, mode, op, size) rows `--layers am,endpoints,rats` must report, in order.
+fn expected_layer_rows() -> Vec<(String, String, String, u64)> {
+    let mut rows = Vec::new();
+    let mut add = |layer: &str, mode: &str, op: &str, size: u64| {
+        rows.push((layer.into(), mode.into(), op.into(), size));
+    };
+    for mode in ["mediated", "tcp"] {
+        add("am", mode, "short_rtt", 32);
+        add("am", mode, "short_rate", 32);
+        for size in [4096, 16384, 65536] {
+            add("am", mode, "bulk_bandwidth", size);
+        }
+        for _ in [1, 2, 4, 8, 16, 32, 64] {
+            add("am", mode, "channels_rtt", 32);
+        }
+    }
+    for mode in ["direct", "mediated"] {
+        for op in ["one_way", "msg_rate"] {
+            for size in [64, 128, 256, 512] {
+                add("endpoints", mode, op, size);
+            }
+        }
+    }
+    add("endpoints", "mediated", "priority_alone", 64);
+    add("endpoints", "mediated", "priority_loaded", 64);
+    add("endpoints", "mediated", "token_bucket_msgs", 512);
+    add("endpoints", "mediated", "token_bucket_bytes", 512);
+    for op in [
+        "raw_tagged_write",
+        "tagged_write",
+        "simple_datagram_rtt",
+        "request_response_rtt",
+    ] {
+        add("rats", "mediated", op, 16);
+    }
+    add("rats", "mediated", "raw_bandwidth", 65536);
+    for size in [64, 1024, 65536] {
+        add("rats", "mediated", "stream_records", size);
+    }
+    add("rats", "mediated", "stream_bytes", 65536);
+    rows
+}
+
+#[test]
+fn bench_layers_measure_active_messages_endpoints_and_rats() {
+    let dir = TempDir::new("bench-layers");
+    let (stdout, v) = bench_smoke(
+        &dir,
+        &[
+            "--layers",
+            "am,endpoints,rats",
+            "--modes",
+            "direct,mediated,tcp",
+        ],
+    );
+    for want in [
+        "Active messages",
+        "FLIPC endpoints",
+        "Rats",
+        "13 µs (seed 003",
+        "FLIPC: 15.45 µs + 6.25 ns/B",
+        "logical channels",
+        "token bucket",
+        "≥ 0.9× the raw send bandwidth",
+    ] {
+        assert!(stdout.contains(want), "{want:?} missing from\n{stdout}");
+    }
+    // Only the layers: no interface rows.
+    assert_eq!(
+        v.get("results").and_then(Value::as_array).map(Vec::len),
+        Some(0)
+    );
+    let rows = v
+        .get("layers")
+        .and_then(|l| l.get("results"))
+        .and_then(Value::as_array)
+        .expect("layers.results");
+    let mut seen = Vec::new();
+    let mut channels = Vec::new();
+    for r in rows {
+        let s = |k: &str| r.get(k).and_then(Value::as_str).expect(k).to_string();
+        let (layer, mode, op) = (s("layer"), s("mode"), s("op"));
+        let size = r.get("size").and_then(Value::as_u64).expect("size");
+        let figures = ["p50_us", "p99_us", "gbps", "msgs_per_s"];
+        assert!(
+            figures.iter().any(|f| positive(r.get(*f))),
+            "{layer} {mode} {op} {size}: no figure in {r}"
+        );
+        if op == "channels_rtt" {
+            channels.push(r.get("count").and_then(Value::as_u64).expect("channels"));
+        }
+        if op.starts_with("token_bucket") {
+            assert!(positive(r.get("count")), "the rate set: {r}");
+        }
+        seen.push((layer, mode, op, size));
+    }
+    assert_eq!(seen, expected_layer_rows());
+    assert_eq!(channels, [1, 2, 4, 8, 16, 32, 64, 1, 2, 4, 8, 16, 32, 64]);
+    let goals: Vec<&str> = v
+        .get("targets")
+        .and_then(Value::as_array)
+        .expect("targets")
+        .iter()
+        .filter_map(|t| t.get("goal").and_then(Value::as_str))
+        .collect();
+    for want in [
+        "logical channels",
+        "low-priority flood",
+        "token bucket",
+        "Rats stream",
+    ] {
+        assert!(
+            goals.iter().any(|g| g.contains(want)),
+            "{want:?} not in {goals:?}"
+        );
+    }
 }
 
 #[test]
