@@ -839,8 +839,14 @@ impl Drop for Endpoint {
     fn drop(&mut self) {
         if let Some(slot) = self.slot.take() {
             let id = slot.id();
+            // Destroyed first: no arrival for it is notified after this.
             drop(slot);
             let mut inner = self.mgr.inner();
+            // What is queued for it is dispatched while its entries still name its
+            // instance (already unregistered: counted unroutable). Later, its slot id and
+            // entries may be another instance's, and a notification read then would be
+            // taken for that one's.
+            inner.pump();
             inner.queue.forget_entries_of(id);
             inner.fast_owner.remove(&id.0);
         }

@@ -417,3 +417,27 @@ fn remote_reads_blocking_and_asynchronous() {
     // And it keeps working.
     assert_eq!(c.remote_read(0, 3, WAIT).unwrap(), &data[..3]);
 }
+
+/// An arrival still queued for an instance that is gone never reaches the next instance
+/// given the same number: it is counted as unroutable.
+#[test]
+fn an_arrival_for_a_dropped_instance_does_not_reach_its_successor() {
+    let (_node, ma, mb) = pair();
+    let old = SimpleDatagram::new(&ma, 4096).unwrap();
+    let to_old = SimpleClient::from_seed(&mb, &via_text(&old.make_seed().unwrap())).unwrap();
+    let h = to_old.send(&pattern(1, 100), None, b"old").unwrap();
+    assert!(!h.wait(WAIT).is_failed());
+    let before = ma.stats().unroutable;
+    drop(old);
+    // The same instance number, the same metadata entry.
+    let mut new = SimpleDatagram::new(&ma, 4096).unwrap();
+    let got = new.recv(Some(Duration::from_millis(300))).unwrap();
+    assert!(got.is_none(), "the old instance's arrival reached the new one: {got:?}");
+    assert_eq!(ma.stats().unroutable, before + 1);
+    // The new instance works.
+    let to_new = SimpleClient::from_seed(&mb, &via_text(&new.make_seed().unwrap())).unwrap();
+    to_new.send(&pattern(2, 50), None, b"new").unwrap();
+    let m = new.recv(WAIT).unwrap().expect("the new instance's message");
+    assert_eq!(new.to_vec(&m).unwrap(), pattern(2, 50));
+    assert_eq!(m.oob(), b"new");
+}
