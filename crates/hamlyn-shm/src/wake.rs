@@ -164,6 +164,21 @@ pub fn wake_after_publish(word: &AtomicU32, eventfd: Option<&EventFd>) -> bool {
     wake_slow(word, w, eventfd)
 }
 
+/// Producer side, for a producer that can do the consumer's work itself (a thread of
+/// the process hosting an engine, `hamlyn_engine::Driver::nudge`): call right after
+/// publishing; whether the consumer sleeps or waits in an event loop. Nothing is
+/// cleared and no system call made: if the producer then does the work, the consumer
+/// never had to wake (it clears its flags when it runs); if it cannot, it calls
+/// [`wake_after_publish`], which wakes the consumer.
+#[inline]
+pub fn asleep_after_publish(word: &AtomicU32) -> bool {
+    // F2: pairs with the SeqCst fence F1 in `wait_until` and in `arm_eventfd`, as in
+    // `wake_after_publish`.
+    fence(Ordering::SeqCst);
+    // R2. Relaxed: ordered by F2.
+    word.load(Ordering::Relaxed) & (SLEEPING | EVENTFD_ARMED) != 0
+}
+
 #[cold]
 #[inline(never)]
 fn wake_slow(word: &AtomicU32, seen: u32, eventfd: Option<&EventFd>) -> bool {

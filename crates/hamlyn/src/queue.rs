@@ -258,10 +258,10 @@ impl NotifyQueue {
         let (shared, consumer) = (&self.shared, &mut self.consumer);
         // This process hosts the engine: run its turns instead of spinning idle.
         let spin = shared.options.spin;
-        if let Some(e) = shared.drive_until(spin, timeout, || consumer.poll()) {
-            return Ok(Some(self.resolve(Notification::from_entry(&e))));
-        }
-        let spin = if shared.drives() { 0 } else { spin };
+        let spin = match shared.drive_until(spin, timeout, || consumer.poll()) {
+            Ok(e) => return Ok(Some(self.resolve(Notification::from_entry(&e)))),
+            Err(spin) => spin,
+        };
         let got = shared.wait_sliced(spin, timeout, |spin, slice| {
             if let Some(e) = consumer.wait(spin, Some(slice))? {
                 return Ok(Some(e));
