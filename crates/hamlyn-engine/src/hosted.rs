@@ -131,14 +131,15 @@ impl Driver {
     /// engine's thread (a system call, and a third thread to schedule), it runs one
     /// turn itself, which takes the request in, and hands back as any driver does
     /// (the doorbells re-armed, no system call, unless work is left: then the engine's
-    /// thread is rung after all). If another thread holds the engine, that one sees
-    /// the request. `false` only if the engine is gone (the caller rings as usual).
+    /// thread is rung after all). `false` if it could not: the engine is gone, or
+    /// another thread holds it — perhaps a driver's hand-back that armed the doorbells
+    /// and will not look again — so the caller rings as usual (checked by the loom model
+    /// `loom_a_push_is_never_stranded` in `hamlyn_shm::drive`).
     pub fn nudge(&self) -> bool {
         let Some(mut driving) = self.drive() else {
             return false;
         };
-        let _ = driving.try_run(Engine::sender_turn);
-        true
+        driving.try_run(Engine::sender_turn).is_some()
     }
 }
 
