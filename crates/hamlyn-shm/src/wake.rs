@@ -147,6 +147,80 @@ pub fn wait_until(
     }
 }
 
+/// A spin-then-sleep budget that adapts to how soon work comes after a waiter starts
+/// waiting (issue 14, tails): the rule of KVM's halt polling. A waiter spins
+/// [`AdaptiveSpin::polls`] polls, then sleeps; after a sleep the budget
+///
+/// - **doubles** (up to `max`) if the work came so soon that a spin of `max` polls
+///   would have caught it: arrivals come at that rate, and a sleep costs a wake-up
+///   (tens of microseconds on a busy machine) that spinning would have saved;
+/// - **halves** (down to `min`) if not even that would have — the waiter slept long
+///   anyway — so a waiter that waits long spins `min` polls, then sleeps.
+///
+/// A wait that finds its work while spinning leaves the budget as it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdaptiveSpin {
+    polls: u32,
+    min: u32,
+    max: u32,
+}
+
+impl AdaptiveSpin {
+    /// A budget of `min` polls that may grow to `max` (`max <= min`: fixed at `min`).
+    pub fn new(min: u32, max: u32) -> AdaptiveSpin {
+        AdaptiveSpin {
+            polls: min,
+            min,
+            max: max.max(min),
+        }
+    }
+
+    /// Polls to spin before the next sleep.
+    pub fn polls(&self) -> u32 {
+        self.polls
+    }
+
+    /// A wait spun `polls` polls for `spun`, found nothing, and then was asleep (or
+    /// re-checking) for `asleep` before its work came or it timed out.
+    fn after_sleep(&mut self, polls: u32, spun: Duration, asleep: Duration) {
+        // What a spin of `max` polls would have lasted, at this spin's pace.
+        let per_poll = spun / polls.max(1);
+        let reach = per_poll.saturating_mul(self.max);
+        self.polls = if spun.saturating_add(asleep) <= reach {
+            self.polls.saturating_mul(2).min(self.max)
+        } else {
+            (self.polls / 2).max(self.min)
+        };
+    }
+}
+
+/// [`wait_until`] with a budget that adapts ([`AdaptiveSpin`]): spins `spin.polls()`
+/// polls, then sleeps on `word` between re-checks; a wait that slept updates `spin`. Two
+/// clock reads, both only once the first poll found nothing.
+pub fn wait_until_adaptive(
+    word: &AtomicU32,
+    spin: &mut AdaptiveSpin,
+    timeout: Option<Duration>,
+    mut ready: impl FnMut() -> bool,
+) -> Result<WaitOutcome, WakeError> {
+    if ready() {
+        return Ok(WaitOutcome::Ready { woken: 0 });
+    }
+    let polls = spin.polls();
+    let start = Instant::now();
+    for _ in 0..polls {
+        if ready() {
+            return Ok(WaitOutcome::Ready { woken: 0 });
+        }
+        spin_loop();
+    }
+    let spun = start.elapsed();
+    let left = timeout.map(|t| t.saturating_sub(spun));
+    let out = wait_until(word, 0, left, ready)?;
+    spin.after_sleep(polls, spun, start.elapsed().saturating_sub(spun));
+    Ok(out)
+}
+
 /// Producer side: call right after publishing (a Release store the consumer's `ready`
 /// reads). Wakes the consumer if it sleeps on `word`, and pokes `eventfd` (if given) if
 /// the consumer armed it. Returns whether a system call was made: never while the
@@ -396,6 +470,52 @@ mod tests {
         let (efd, waiter) = EventFd::pair().expect("wake-up channel");
         assert!(!wake_after_publish(&word, Some(&efd)));
         assert_eq!(waiter.drain(), Ok(0));
+    }
+
+    /// The adaptive budget's rule, fed durations (no clock): a wake that a longer spin
+    /// would have caught doubles it up to the cap; a long sleep halves it down to the
+    /// floor; a budget without room stays fixed.
+    #[test]
+    fn the_spin_budget_grows_for_prompt_wakes_and_shrinks_for_long_sleeps() {
+        let mut a = AdaptiveSpin::new(100, 800);
+        let per_poll = Duration::from_nanos(50);
+        let spin = |a: &AdaptiveSpin| per_poll * a.polls();
+        // Woken 1 µs after the spin: a spin of 800 polls (40 µs) would have caught it.
+        for want in [200, 400, 800] {
+            let polls = a.polls();
+            a.after_sleep(polls, spin(&a), Duration::from_micros(1));
+            assert_eq!(a.polls(), want);
+        }
+        // At the cap, a wake after the spin is one the cap does not reach: back down.
+        a.after_sleep(800, spin(&a), Duration::from_micros(1));
+        assert_eq!(a.polls(), 400);
+        // Asleep 10 ms: no spin within the cap would have caught it.
+        for want in [200, 100, 100] {
+            let polls = a.polls();
+            a.after_sleep(polls, spin(&a), Duration::from_millis(10));
+            assert_eq!(a.polls(), want);
+        }
+        // Exactly what the cap reaches (5 µs spun + 35 µs asleep = 800 polls): grows;
+        // a microsecond more: does not.
+        a.after_sleep(100, spin(&a), Duration::from_micros(35));
+        assert_eq!(a.polls(), 200);
+        a.after_sleep(200, spin(&a), Duration::from_micros(31));
+        assert_eq!(a.polls(), 100);
+        let mut fixed = AdaptiveSpin::new(100, 10);
+        fixed.after_sleep(100, Duration::from_micros(5), Duration::ZERO);
+        assert_eq!(fixed.polls(), 100, "no room to grow");
+    }
+
+    /// A wait that times out with the adaptive budget reports it and leaves the budget at
+    /// its floor (it slept the whole timeout: longer than any spin within the cap).
+    #[test]
+    fn an_adaptive_wait_times_out_and_keeps_the_floor() {
+        let word = AtomicU32::new(0);
+        let mut a = AdaptiveSpin::new(10, 20);
+        let out = wait_until_adaptive(&word, &mut a, Some(Duration::from_millis(20)), || false);
+        assert_eq!(out, Ok(WaitOutcome::TimedOut));
+        assert_eq!(a.polls(), 10);
+        assert_eq!(word.load(Ordering::Relaxed), 0, "the sleeping flag is withdrawn");
     }
 
     #[test]
