@@ -359,8 +359,7 @@ mod loom_tests {
         doorbell: &loom::sync::Notify,
     ) {
         if h.leave()
-            && h
-                .try_run(|e| model_hand_back(e, doorbell_word, pushed))
+            && h.try_run(|e| model_hand_back(e, doorbell_word, pushed))
                 .unwrap_or(true)
         {
             doorbell.notify();

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hamlyn_shm::notifq;
-use hamlyn_shm::wake::AdaptiveSpin;
 use hamlyn_shm::region::ShmRegion;
+use hamlyn_shm::wake::AdaptiveSpin;
 use hamlyn_wire::{NodeId, NotifEntry, NotifKind, SlotId, FAST_META_INDEX};
 
 use crate::area::MetaArea;
@@ -131,9 +131,9 @@ pub struct NotifyQueue {
 }
 
 /// How far a queue's spin budget may grow beyond [`crate::NodeOptions::spin`] when
-/// notifications come soon after its waits start ([`AdaptiveSpin`]): 32 × the default
-/// 200 polls is a few hundred microseconds of spinning, after which a waiter sleeps.
-pub const SPIN_GROWTH: u32 = 32;
+/// notifications come soon after its waits start ([`AdaptiveSpin`]): 8 × the default
+/// 200 polls is under a hundred microseconds of spinning, after which a waiter sleeps.
+pub const SPIN_GROWTH: u32 = 8;
 
 /// The environment variable that fixes every queue's spin budget at
 /// [`crate::NodeOptions::spin`] (`0`), as before the budget adapted: for comparisons.

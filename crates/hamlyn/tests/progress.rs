@@ -166,7 +166,10 @@ fn ping_pong_between_two_host_threads(driven: bool) {
             hamlyn::Data::Inline(&round.to_le_bytes()),
         )
         .expect("send");
-        let n = q.wait(Some(WAIT)).expect("wait").expect("the answer arrives");
+        let n = q
+            .wait(Some(WAIT))
+            .expect("wait")
+            .expect("the answer arrives");
         assert_eq!((n.word, n.len), (round, 8), "answers in order");
         let got = ping_inbox.read_vec(0, 8).expect("read");
         assert_eq!(got, (!round).to_le_bytes(), "the answer's bytes");
