@@ -217,13 +217,15 @@ impl Driving {
 }
 
 impl Drop for Driving {
-    /// The last driver to leave hands the engine back (`Engine::hand_back`): if the
-    /// engine's thread let go for the drivers, or work is left, it rings the engine's
-    /// doorbell, so the thread wakes and serves (spinning, then sleeping with the
-    /// clients' doorbells armed, as after any work): the rest of a message the driver was
-    /// in the middle of is finished by it, and another client never waits for a thread
-    /// that stopped driving. If the engine's thread was asleep after going idle, the
-    /// clients' doorbells are armed again instead (no system call).
+    /// The last driver to leave hands the engine back (`Engine::hand_back`): if work is
+    /// left (or a timer the driven turns set comes before the engine thread's sleep
+    /// ends), it rings the engine's doorbell, so the thread wakes and serves (spinning,
+    /// then sleeping with the clients' doorbells armed, as after any work): the rest of
+    /// a message the driver was in the middle of is finished by it, and another client
+    /// never waits for a thread that stopped driving. Otherwise the clients' doorbells
+    /// are armed again (no system call) and the engine's thread sleeps on, also if it
+    /// had let go for the drivers: waking it every time the last waiter stops made it a
+    /// third busy thread beside two host threads waiting for each other.
     fn drop(&mut self) {
         if self.hosted.handoff.leave() {
             // Held for a turn by a driver that came since: it drives, and hands back when

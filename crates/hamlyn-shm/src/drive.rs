@@ -13,9 +13,10 @@
 //! - the *driver count*: threads inside a drive ([`Handoff::enter`] .. [`Handoff::leave`]).
 //!   The engine's thread reads it once per turn; while it is not zero the engine's thread
 //!   lets go and sleeps. [`Handoff::leave`] tells the driver that takes the count back to
-//!   zero that it was the last: it then hands the engine back by waking the engine's
-//!   thread (the engine's doorbell), which serves again, e.g. the rest of a message the
-//!   driver was in the middle of.
+//!   zero that it was the last: it then hands the engine back — waking the engine's
+//!   thread (the engine's doorbell) if work is left, e.g. the rest of a message the
+//!   driver was in the middle of, and otherwise re-arming the clients' doorbells so that
+//!   the next push wakes it (or drives a turn itself: `loom_a_push_is_never_stranded`).
 //!
 //! # Why the engine is never left without a thread
 //!

@@ -193,8 +193,8 @@ impl AdaptiveSpin {
         self.polls
     }
 
-    /// A wait spun `polls` polls for `spun`, found nothing, and then was asleep (or
-    /// re-checking) for `asleep` before its work came or it timed out.
+    /// A wait spun `polls` polls tight for `spun` (the pace), found nothing, and then
+    /// spun on (yielding) or slept for `asleep` before its work came or it timed out.
     fn after_sleep(&mut self, polls: u32, spun: Duration, asleep: Duration) {
         let per_poll = spun / polls.max(1);
         let pace = u32::try_from(per_poll.as_nanos())
@@ -225,18 +225,46 @@ pub fn wait_until_adaptive(
         return Ok(WaitOutcome::Ready { woken: 0 });
     }
     let polls = spin.polls();
+    // The floor is spun tight; the growth yields the CPU every YIELD_EVERY polls (as
+    // Aeron's back-off idle strategy does): a thread that wants this core (perhaps the
+    // one that is to send) gets it, and the spin goes on when it is done.
+    let tight = polls.min(spin.min);
     let start = Instant::now();
-    for _ in 0..polls {
+    for _ in 0..tight {
         if ready() {
             return Ok(WaitOutcome::Ready { woken: 0 });
         }
         spin_loop();
     }
     let spun = start.elapsed();
-    let left = timeout.map(|t| t.saturating_sub(spun));
+    for i in 0..polls - tight {
+        if ready() {
+            return Ok(WaitOutcome::Ready { woken: 0 });
+        }
+        if i % YIELD_EVERY == YIELD_EVERY - 1 {
+            yield_cpu();
+        } else {
+            spin_loop();
+        }
+    }
+    let extended = start.elapsed();
+    let left = timeout.map(|t| t.saturating_sub(extended));
     let out = wait_until(word, 0, left, ready)?;
-    spin.after_sleep(polls, spun, start.elapsed().saturating_sub(spun));
+    spin.after_sleep(tight, spun, start.elapsed().saturating_sub(spun));
     Ok(out)
+}
+
+/// Polls between two yields of the CPU in the part of an adaptive spin beyond its floor.
+const YIELD_EVERY: u32 = 32;
+
+#[cfg(not(loom))]
+fn yield_cpu() {
+    rustix::thread::sched_yield();
+}
+
+#[cfg(loom)]
+fn yield_cpu() {
+    loom::thread::yield_now();
 }
 
 /// Producer side: call right after publishing (a Release store the consumer's `ready`

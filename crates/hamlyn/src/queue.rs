@@ -135,13 +135,16 @@ pub struct NotifyQueue {
 /// 200 polls is under a hundred microseconds of spinning, after which a waiter sleeps.
 pub const SPIN_GROWTH: u32 = 8;
 
-/// The environment variable that fixes every queue's spin budget at
-/// [`crate::NodeOptions::spin`] (`0`), as before the budget adapted: for comparisons.
+/// The environment variable that lets every queue's spin budget adapt (`1`); without it
+/// the budget is fixed at [`crate::NodeOptions::spin`]. Off by default: on the project's
+/// shared 2-core VM (load 10–16) a growing budget made the 8 B ping-pong slower, not
+/// its tail shorter (docs/PERFORMANCE.md, "Tails"); whether it pays on a machine with a
+/// core per spinning thread is still to be measured.
 pub const ADAPTIVE_SPIN_ENV: &str = "HAMLYN_ADAPTIVE_SPIN";
 
-/// A queue's spin budget: adaptive unless [`ADAPTIVE_SPIN_ENV`] is `0`.
+/// A queue's spin budget: adaptive if [`ADAPTIVE_SPIN_ENV`] is `1`.
 fn spin_policy(spin: u32) -> AdaptiveSpin {
-    let adaptive = std::env::var_os(ADAPTIVE_SPIN_ENV).is_none_or(|v| v != "0");
+    let adaptive = std::env::var_os(ADAPTIVE_SPIN_ENV).is_some_and(|v| v == "1");
     let max = if adaptive {
         spin.saturating_mul(SPIN_GROWTH)
     } else {
@@ -272,10 +275,10 @@ impl NotifyQueue {
 
     /// The next notification, waiting up to `timeout` (`None`: forever) for one: spins
     /// briefly, then sleeps on the queue's futex until the engine posts (no core burnt).
-    /// `Ok(None)` on timeout. The spin lasts [`crate::NodeOptions::spin`] polls, and up
-    /// to [`SPIN_GROWTH`] times that while notifications come soon after waits start
-    /// (so that a steady exchange is not slowed by a wake-up on every gap); a wait that
-    /// sleeps long brings it back down.
+    /// `Ok(None)` on timeout. The spin lasts [`crate::NodeOptions::spin`] polls; with
+    /// [`ADAPTIVE_SPIN_ENV`] set, up to [`SPIN_GROWTH`] times that while notifications
+    /// come soon after waits start (so that a steady exchange is not slowed by a wake-up
+    /// on every gap); a wait that sleeps long brings it back down.
     ///
     /// If the engine dies meanwhile, the wait ends with [`Error::EngineGone`] (within a
     /// tenth of a second while asleep), after the notifications already posted.
