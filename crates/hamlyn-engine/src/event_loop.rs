@@ -37,6 +37,10 @@ pub(crate) const FABRIC_IDLE_EVERY: u32 = 32;
 /// no turn meanwhile, the engine thread serves anyway (the poller's granularity is a
 /// millisecond).
 const DRIVER_STALL: Duration = Duration::from_millis(1);
+/// Turns the last driver to leave runs to finish what the drivers' last busy turn
+/// started before it wakes the engine thread for the rest ([`Engine::hand_back`]).
+const HAND_BACK_TURNS: u32 = 16;
+
 /// Busy turns between two looks at the control sockets.
 const IO_EVERY: u32 = 256;
 /// Idle turns between two looks at the clock while spinning before a sleep.
@@ -374,6 +378,17 @@ impl Engine {
         }
         if self.doorbells_armed {
             return false;
+        }
+        // The last turn had work: what it started (a read's answer, the next packet of a
+        // message) may need more turns, which `has_work` below does not see. The leaving
+        // thread runs them, a few at most, rather than waking the engine thread for them.
+        let mut more = 0;
+        while self.driven_busy {
+            if more == HAND_BACK_TURNS {
+                return true;
+            }
+            self.turn_for_waiter();
+            more += 1;
         }
         if self.state.prepare_fabric_sleep() {
             return true;
