@@ -32,11 +32,15 @@ const DOORBELL: Token = Token(1);
 const FABRIC: Token = Token(2);
 const FIRST_CLIENT: usize = 3;
 /// Idle turns between two polls of the fabric while spinning (0 turns while busy).
-const FABRIC_IDLE_EVERY: u32 = 32;
+pub(crate) const FABRIC_IDLE_EVERY: u32 = 32;
 /// Longest sleep of the engine thread while a waiting thread drives: if the drivers ran
 /// no turn meanwhile, the engine thread serves anyway (the poller's granularity is a
 /// millisecond).
 const DRIVER_STALL: Duration = Duration::from_millis(1);
+/// Turns the last driver to leave runs to finish what the drivers' last busy turn
+/// started before it wakes the engine thread for the rest ([`Engine::hand_back`]).
+const HAND_BACK_TURNS: u32 = 16;
+
 /// Busy turns between two looks at the control sockets.
 const IO_EVERY: u32 = 256;
 /// Idle turns between two looks at the clock while spinning before a sleep.
@@ -63,6 +67,8 @@ pub(crate) struct Engine {
     gone_for_driver: bool,
     /// A waiting thread ran a turn since the engine thread last served.
     driven_since_served: bool,
+    /// Turns run by sending threads ([`Engine::sender_turn`]; also in `driven_turns`).
+    sender_turns: u64,
     /// Waiting threads' turns when the engine thread last let go for them.
     turns_at_let_go: u64,
     /// Times drivers ran no turn for [`DRIVER_STALL`] and the engine thread served anyway.
@@ -75,6 +81,9 @@ pub(crate) struct Engine {
     doorbells_armed: bool,
     /// The last turn was the first after a sleep.
     woke: bool,
+    /// When the engine thread's current (or last) sleep ends at the latest: a hand-back
+    /// that leaves it asleep wakes it if a timer set meanwhile comes sooner.
+    sleep_ends: std::time::Instant,
 }
 
 /// The poller the engine's thread sleeps in (the control socket, the clients' control
@@ -205,11 +214,13 @@ impl Engine {
             gone_for_driver: false,
             driven_since_served: false,
             turns_at_let_go: 0,
+            sender_turns: 0,
             stalled_drivers: 0,
             ignore_drivers: false,
             driven_busy: false,
             doorbells_armed: false,
             woke: false,
+            sleep_ends: std::time::Instant::now(),
         };
         Ok((engine, io))
     }
@@ -247,7 +258,9 @@ impl Engine {
                     self.let_go += 1;
                 }
                 self.turns_at_let_go = self.driven_turns;
-                return Ok(Step::Sleep(self.state.cfg.max_sleep.min(DRIVER_STALL)));
+                let sleep = self.state.cfg.max_sleep.min(DRIVER_STALL);
+                self.sleep_ends = std::time::Instant::now() + sleep;
+                return Ok(Step::Sleep(sleep));
             }
             self.gone_for_driver = false;
             if std::mem::take(&mut self.driven_since_served) {
@@ -309,21 +322,27 @@ impl Engine {
             }
             self.doorbells_armed = true;
             self.state.counters.sleeps += 1;
-            // A fabric's sockets wake us through its descriptor; its timers (heartbeats,
-            // reconnects) bound the sleep.
-            let mut sleep = self
-                .state
-                .fabric_sleep_bound()
-                .min(self.state.cfg.max_sleep);
-            // A queue owes its owner an Overflow report: look again soon for room (a
-            // consumer draining its queue does not ring the doorbell).
-            if self.state.clients.has_unreported_losses() {
-                sleep = sleep.min(LOSS_REPORT_EVERY);
-            }
+            let sleep = self.idle_sleep();
+            self.sleep_ends = std::time::Instant::now() + sleep;
             return Ok(Step::Sleep(sleep));
         }
         tracing::info!("engine stopping");
         Ok(Step::Stop)
+    }
+
+    /// How long the engine thread may sleep with nothing to do. A fabric's sockets wake
+    /// it through its descriptor; its timers (heartbeats, reconnects) bound the sleep.
+    fn idle_sleep(&self) -> Duration {
+        let mut sleep = self
+            .state
+            .fabric_sleep_bound()
+            .min(self.state.cfg.max_sleep);
+        // A queue owes its owner an Overflow report: look again soon for room (a
+        // consumer draining its queue does not ring the doorbell).
+        if self.state.clients.has_unreported_losses() {
+            sleep = sleep.min(LOSS_REPORT_EVERY);
+        }
+        sleep
     }
 
     /// After the engine thread's sleep in `io` (which it slept in without holding the
@@ -344,26 +363,45 @@ impl Engine {
     }
 
     /// The last driver leaves: whether the engine thread must be woken (its doorbell
-    /// rung) to take over. It must if it let go for the drivers (it sleeps until woken),
-    /// or if work is left (a message in the middle, fabric input, held packets). If it
-    /// was asleep after going idle when they came, the clients' doorbells (which the
-    /// first driven turn cleared) are armed again instead, as the engine thread left
-    /// them: no system call, and the next push wakes it.
+    /// rung) to take over. Only if work is left (a message in the middle, fabric input,
+    /// held packets) or the engine thread serves stalled drivers' work: otherwise the
+    /// clients' doorbells (which the first driven turn cleared) are armed again, as the
+    /// engine thread arms them before an idle sleep, and it stays asleep — also when it
+    /// let go for the drivers: it then wakes once at the end of that sleep
+    /// ([`DRIVER_STALL`]), finds nothing and sleeps on. No system call, and the next push
+    /// wakes it (or is driven by its sender, `Driver::nudge`). Waking it here instead,
+    /// every time the last waiter stops, made it a third busy thread beside two threads
+    /// that wait for each other (issue 14's RPC regression).
     pub(crate) fn hand_back(&mut self) -> bool {
-        if self.gone_for_driver || self.driven_busy || self.ignore_drivers {
+        if self.ignore_drivers {
             return true;
         }
         if self.doorbells_armed {
             return false;
         }
+        // The last turn had work: what it started (a read's answer, the next packet of a
+        // message) may need more turns, which `has_work` below does not see. The leaving
+        // thread runs them, a few at most, rather than waking the engine thread for them.
+        let mut more = 0;
+        while self.driven_busy {
+            if more == HAND_BACK_TURNS {
+                return true;
+            }
+            self.turn_for_waiter();
+            more += 1;
+        }
         if self.state.prepare_fabric_sleep() {
             return true;
         }
         // Arm-and-recheck (`wake::arm_eventfd`): a push either is seen here (ring now) or
-        // sees the armed doorbell (and rings).
+        // sees the armed doorbell (and rings, or drives a turn itself).
         let work = self.arm_doorbells();
         self.doorbells_armed = true;
-        work
+        // The engine thread's sleep for the drivers ends as an idle one (not a stall).
+        self.gone_for_driver = false;
+        // A timer the drivers' turns set (a retransmission, a throttled terminus's
+        // tokens) that comes before the engine thread's sleep ends: wake it to look.
+        work || std::time::Instant::now() + self.idle_sleep() < self.sleep_ends
     }
 
     /// What progress by the waiting thread did so far.
@@ -373,6 +411,7 @@ impl Engine {
             engine_thread_let_go: self.let_go,
             engine_thread_resumed: self.resumed,
             stalled_drivers: self.stalled_drivers,
+            turns_by_senders: self.sender_turns,
         }
     }
 
@@ -382,6 +421,22 @@ impl Engine {
     /// engine's thread, which sleeps in its poller meanwhile and wakes for them. Whether
     /// there was work. Nothing once the engine is stopping.
     pub(crate) fn driven_turn(&mut self) -> bool {
+        self.turn_for_waiter()
+    }
+
+    /// A turn run by a thread that pushed a request and found the engine asleep
+    /// (`Driver::nudge`): as a waiter's, counted apart.
+    pub(crate) fn sender_turn(&mut self) -> bool {
+        self.sender_turns = self.sender_turns.wrapping_add(1);
+        self.turn_for_waiter()
+    }
+
+    /// Whether the engine has a fabric (other nodes).
+    pub(crate) fn has_fabric(&self) -> bool {
+        self.state.remote.is_some()
+    }
+
+    fn turn_for_waiter(&mut self) -> bool {
         // Acquire: pairs with the Release store of the stop flag in `EngineHandle::drop`.
         if self.state.stop.load(StdOrdering::Acquire) {
             return false;

@@ -38,6 +38,9 @@ pub(crate) fn driven_by_default() -> bool {
 pub(crate) struct Hosted {
     handoff: Handoff<Engine>,
     doorbell: EventFd,
+    /// Consecutive turns without work after which a waiting thread stops driving
+    /// ([`Driving::idle_turns_before_leave`]).
+    idle_limit: u32,
 }
 
 impl Hosted {
@@ -45,9 +48,17 @@ impl Hosted {
     pub(crate) fn new(engine: Engine) -> Result<Hosted, EngineError> {
         let fd = rustix::io::fcntl_dupfd_cloexec(engine.doorbell(), 0)
             .map_err(|e| EngineError::io("dup", e))?;
+        // With a fabric, arrivals are seen only when a turn polls it (every
+        // FABRIC_IDLE_EVERY-th idle turn): a waiter stays for two such polls.
+        let idle_limit = if engine.has_fabric() {
+            2 * crate::event_loop::FABRIC_IDLE_EVERY + 1
+        } else {
+            IDLE_TURNS_BEFORE_LEAVE
+        };
         Ok(Hosted {
             handoff: Handoff::new(engine),
             doorbell: EventFd::from_fd(fd),
+            idle_limit,
         })
     }
 }
@@ -114,11 +125,35 @@ impl Driver {
         hosted.handoff.enter();
         Some(Driving { hosted })
     }
+
+    /// Progress by the sending thread: a thread of this process pushed a request and
+    /// found the engine asleep (the port's doorbell armed). Instead of waking the
+    /// engine's thread (a system call, and a third thread to schedule), it runs one
+    /// turn itself, which takes the request in, and hands back as any driver does
+    /// (the doorbells re-armed, no system call, unless work is left: then the engine's
+    /// thread is rung after all). `false` if it could not: the engine is gone, or
+    /// another thread holds it — perhaps a driver's hand-back that armed the doorbells
+    /// and will not look again — so the caller rings as usual (checked by the loom model
+    /// `loom_a_push_is_never_stranded` in `hamlyn_shm::drive`).
+    pub fn nudge(&self) -> bool {
+        let Some(mut driving) = self.drive() else {
+            return false;
+        };
+        driving.try_run(Engine::sender_turn).is_some()
+    }
 }
 
 /// Tries of [`Driving::turn`] at a held engine before it gives up: a few engine turns'
 /// worth of pauses.
 const TURN_TRIES: u32 = 256;
+
+/// Consecutive turns without work after which a waiting thread stops driving an engine
+/// without a fabric: nothing is in flight, so what it waits for needs another thread
+/// (which drives its own push, [`Driver::nudge`]). Staying would only take a core (and
+/// the ownership word) from that thread: with two threads of the host waiting for each
+/// other, each drove for the other's message while the one that had to wake waited for
+/// a core (issue 14's RPC regression).
+const IDLE_TURNS_BEFORE_LEAVE: u32 = 2;
 
 /// What progress by the waiting thread did on one engine ([`Driver::stats`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -133,6 +168,9 @@ pub struct DriveStats {
     /// Times drivers ran no turn for a millisecond while the engine's thread slept for
     /// them, and it served anyway.
     pub stalled_drivers: u64,
+    /// Engine turns run by sending threads that found the engine asleep
+    /// ([`Driver::nudge`]), instead of waking its thread.
+    pub turns_by_senders: u64,
 }
 
 /// A drive in progress (see [`Driver::drive`]); dropping it hands the engine back to its
@@ -149,23 +187,45 @@ impl Driving {
     #[inline]
     pub fn turn(&mut self) -> bool {
         for _ in 0..TURN_TRIES {
-            if let Some(busy) = self.hosted.handoff.try_run(Engine::driven_turn) {
+            if let Some(busy) = self.try_turn() {
                 return busy;
             }
             hamlyn_shm::sync::spin_loop();
         }
         false
     }
+
+    /// Runs one turn of the engine if no other thread holds it (one compare-and-swap):
+    /// whether it found work, or `None` if another thread runs the engine (and so sees
+    /// what this one would have).
+    #[inline]
+    pub fn try_turn(&mut self) -> Option<bool> {
+        self.try_run(Engine::driven_turn)
+    }
+
+    fn try_run(&mut self, f: impl FnOnce(&mut Engine) -> bool) -> Option<bool> {
+        self.hosted.handoff.try_run(f)
+    }
+
+    /// Consecutive turns without work after which a waiting thread should stop driving
+    /// (drop this) and wait on its own word: nothing is in flight, so the next work is
+    /// another thread's push, which that thread drives itself ([`Driver::nudge`]). Two
+    /// for an engine without a fabric; enough for two looks at the fabric with one.
+    pub fn idle_turns_before_leave(&self) -> u32 {
+        self.hosted.idle_limit
+    }
 }
 
 impl Drop for Driving {
-    /// The last driver to leave hands the engine back (`Engine::hand_back`): if the
-    /// engine's thread let go for the drivers, or work is left, it rings the engine's
-    /// doorbell, so the thread wakes and serves (spinning, then sleeping with the
-    /// clients' doorbells armed, as after any work): the rest of a message the driver was
-    /// in the middle of is finished by it, and another client never waits for a thread
-    /// that stopped driving. If the engine's thread was asleep after going idle, the
-    /// clients' doorbells are armed again instead (no system call).
+    /// The last driver to leave hands the engine back (`Engine::hand_back`): if work is
+    /// left (or a timer the driven turns set comes before the engine thread's sleep
+    /// ends), it rings the engine's doorbell, so the thread wakes and serves (spinning,
+    /// then sleeping with the clients' doorbells armed, as after any work): the rest of
+    /// a message the driver was in the middle of is finished by it, and another client
+    /// never waits for a thread that stopped driving. Otherwise the clients' doorbells
+    /// are armed again (no system call) and the engine's thread sleeps on, also if it
+    /// had let go for the drivers: waking it every time the last waiter stops made it a
+    /// third busy thread beside two host threads waiting for each other.
     fn drop(&mut self) {
         if self.hosted.handoff.leave() {
             // Held for a turn by a driver that came since: it drives, and hands back when

@@ -13,9 +13,10 @@
 //! - the *driver count*: threads inside a drive ([`Handoff::enter`] .. [`Handoff::leave`]).
 //!   The engine's thread reads it once per turn; while it is not zero the engine's thread
 //!   lets go and sleeps. [`Handoff::leave`] tells the driver that takes the count back to
-//!   zero that it was the last: it then hands the engine back by waking the engine's
-//!   thread (the engine's doorbell), which serves again, e.g. the rest of a message the
-//!   driver was in the middle of.
+//!   zero that it was the last: it then hands the engine back — waking the engine's
+//!   thread (the engine's doorbell) if work is left, e.g. the rest of a message the
+//!   driver was in the middle of, and otherwise re-arming the clients' doorbells so that
+//!   the next push wakes it (or drives a turn itself: `loom_a_push_is_never_stranded`).
 //!
 //! # Why the engine is never left without a thread
 //!
@@ -229,7 +230,6 @@ mod loom_tests {
     use loom::sync::Arc;
 
     use super::*;
-    use crate::sync::AtomicBool;
 
     /// A driver and the engine's thread each run the engine once, through the ownership
     /// word (the driver spinning on it): loom reports any overlap of their accesses to
@@ -316,6 +316,114 @@ mod loom_tests {
             }
             let turns = h.run(|turns| *turns);
             assert!(turns <= 2);
+        });
+    }
+
+    /// The model engine of `loom_a_push_is_never_stranded`: requests taken so far, and
+    /// whether the clients' doorbell is armed (the engine's thread asleep, or about to be).
+    struct ModelEngine {
+        taken: u32,
+        armed: bool,
+    }
+
+    /// A turn: clears the doorbell flag if armed (as a driven turn does), takes a pushed
+    /// request if there is one.
+    fn model_turn(e: &mut ModelEngine, doorbell_word: &AtomicU32, pushed: &AtomicU32) {
+        if std::mem::take(&mut e.armed) {
+            // Relaxed: as `clear_doorbell_flags`.
+            doorbell_word.fetch_and(!crate::wake::EVENTFD_ARMED, Ordering::Relaxed);
+        }
+        // Acquire: pairs with the pusher's Release store of `pushed`.
+        if pushed.load(Ordering::Acquire) > e.taken {
+            e.taken += 1;
+        }
+    }
+
+    /// The hand-back (`Engine::hand_back`): the doorbell re-armed with arm-and-recheck;
+    /// whether work is left (then the engine's thread must be rung).
+    fn model_hand_back(e: &mut ModelEngine, doorbell_word: &AtomicU32, pushed: &AtomicU32) -> bool {
+        if e.armed {
+            return false;
+        }
+        e.armed = true;
+        let taken = e.taken;
+        // Acquire (inside `ready`): pairs with the pusher's Release store of `pushed`.
+        crate::wake::arm_eventfd(doorbell_word, || pushed.load(Ordering::Acquire) > taken)
+    }
+
+    /// A driver leaves: the last one hands back, ringing the engine's thread if work is
+    /// left or if it cannot get the engine (as `Driving::drop`).
+    fn model_leave(
+        h: &Handoff<ModelEngine>,
+        doorbell_word: &AtomicU32,
+        pushed: &AtomicU32,
+        doorbell: &loom::sync::Notify,
+    ) {
+        if h.leave()
+            && h.try_run(|e| model_hand_back(e, doorbell_word, pushed))
+                .unwrap_or(true)
+        {
+            doorbell.notify();
+        }
+    }
+
+    /// Progress by the sending thread (`Driver::nudge`): a thread pushes a request and,
+    /// finding the doorbell armed, runs a turn itself instead of ringing (or rings after
+    /// all if another thread holds the engine: that one may be a hand-back that armed
+    /// the doorbell and looks no more), while a waiting
+    /// thread ends its drive (its hand-back re-arms the doorbell) and the engine's thread
+    /// sleeps for them. The request is never stranded: either some turn takes it, or the
+    /// engine's thread is rung and takes it. If neither happened, the engine's thread
+    /// below would sleep forever: loom reports a deadlock.
+    #[test]
+    fn loom_a_push_is_never_stranded() {
+        crate::loom_model(|| {
+            let h = Arc::new(Handoff::new(ModelEngine {
+                taken: 0,
+                armed: false,
+            }));
+            let word = Arc::new(AtomicU32::new(0));
+            let pushed = Arc::new(AtomicU32::new(0));
+            let doorbell = Arc::new(loom::sync::Notify::new());
+            // The waiting thread drives; the engine's thread has let go for it.
+            h.enter();
+            let driver = {
+                let (h, word, pushed, doorbell) =
+                    (h.clone(), word.clone(), pushed.clone(), doorbell.clone());
+                loom::thread::spawn(move || {
+                    let _ = h.try_run(|e| model_turn(e, &word, &pushed));
+                    model_leave(&h, &word, &pushed, &doorbell);
+                })
+            };
+            let pusher = {
+                let (h, word, pushed, doorbell) =
+                    (h.clone(), word.clone(), pushed.clone(), doorbell.clone());
+                loom::thread::spawn(move || {
+                    // Release: pairs with the Acquire loads of `pushed` in the turns.
+                    pushed.store(1, Ordering::Release);
+                    if crate::wake::asleep_after_publish(&word) {
+                        h.enter();
+                        if h.try_run(|e| model_turn(e, &word, &pushed)).is_none() {
+                            // Held: ring as a push without a nudge does
+                            // (`wake_after_publish`: clear the flag, the one who cleared
+                            // it pokes). Relaxed: as there.
+                            let old =
+                                word.fetch_and(!crate::wake::EVENTFD_ARMED, Ordering::Relaxed);
+                            if old & crate::wake::EVENTFD_ARMED != 0 {
+                                doorbell.notify();
+                            }
+                        }
+                        model_leave(&h, &word, &pushed, &doorbell);
+                    }
+                })
+            };
+            driver.join().expect("driver");
+            pusher.join().expect("pusher");
+            // The engine's thread: asleep until rung, unless a turn took the request.
+            while h.run(|e| e.taken) == 0 {
+                doorbell.wait();
+                h.run(|e| model_turn(e, &word, &pushed));
+            }
         });
     }
 }

@@ -529,6 +529,20 @@ impl<M: RingMemory> Consumer<M> {
         }
     }
 
+    /// [`Consumer::wait_ready`] with a spin budget that adapts to how soon entries come
+    /// ([`wake::AdaptiveSpin`]).
+    pub fn wait_ready_adaptive(
+        &self,
+        spin: &mut wake::AdaptiveSpin,
+        timeout: Option<Duration>,
+    ) -> Result<WaitOutcome, WakeError> {
+        match self.wake_word() {
+            Some(word) => wake::wait_until_adaptive(word, spin, timeout, || self.ready()),
+            // Unreachable after `attach` validated the layout.
+            None => Ok(WaitOutcome::TimedOut),
+        }
+    }
+
     /// [`Consumer::poll`], waiting as in [`Consumer::wait_ready`] if nothing is there yet.
     pub fn wait(
         &mut self,

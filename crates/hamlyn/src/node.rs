@@ -8,7 +8,7 @@ use std::time::Duration;
 use hamlyn_shm::port::{PortLayout, MAX_QUEUES, MAX_TERMINI};
 use hamlyn_shm::region::ShmRegion;
 use hamlyn_shm::spsc;
-use hamlyn_shm::sync::{AtomicBool, AtomicU64, Ordering};
+use hamlyn_shm::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use hamlyn_shm::wake::EventFd;
 use hamlyn_wire::control::{Reply, Request, CONTROL_VERSION};
 use hamlyn_wire::{NodeId, Ticket, TicketFlags};
@@ -44,6 +44,9 @@ pub struct NodeOptions {
     /// pause (tens of nanoseconds), so the default (200) spins for roughly 10 µs: long
     /// enough to catch a prompt reply, short enough not to starve the engine of a core on
     /// a small machine. Raise it only when every spinning thread has a core to itself.
+    /// With [`crate::ADAPTIVE_SPIN_ENV`] set, a notification queue's wait starts from
+    /// this and spins up to [`crate::SPIN_GROWTH`] times longer while notifications come
+    /// soon after its waits start ([`crate::NotifyQueue::wait`]).
     pub spin: u32,
     /// Longest wait for a control reply; a slower engine breaks the connection
     /// ([`Error::ControlTimeout`]). Zero: wait forever.
@@ -184,32 +187,70 @@ impl Shared {
 
     /// Progress by the waiting thread: if this process hosts the engine and lets its
     /// waiting threads drive it ([`hamlyn_engine::Driver`]), runs the engine's turns
-    /// while `got()` yields nothing, at most `turns` of them, the engine's own thread
-    /// asleep meanwhile (it takes over when this returns). `None` if `got()` never
-    /// yielded, or if the engine is elsewhere (a daemon, another process): then the
-    /// caller waits its usual way, spinning and sleeping on a futex.
+    /// while `got()` yields nothing, the engine's own thread asleep meanwhile (it takes
+    /// over if work is left when this returns). At most `turns` tries; and it stops as
+    /// soon as the engine has nothing in flight ([`hamlyn_engine::Driving::idle_turns_before_leave`]
+    /// turns in a row without work): what the caller waits for then needs another thread
+    /// to act, and that thread drives its own request ([`Shared::nudge`]), so staying
+    /// would only take a core from it. A turn that another thread holds is not retried:
+    /// that thread sees the same work.
+    ///
+    /// `Err(polls)` if `got()` never yielded: the caller then waits its usual way,
+    /// `polls` spins on its own word (the whole budget, unless the drive used it up
+    /// turning) and a futex sleep. Also `Err` at once if the engine is elsewhere (a
+    /// daemon, another process).
     pub(crate) fn drive_until<T>(
         &self,
         turns: u32,
         timeout: Option<Duration>,
         mut got: impl FnMut() -> Option<T>,
-    ) -> Option<T> {
+    ) -> Result<T, u32> {
         if timeout == Some(Duration::ZERO) {
-            return None;
+            return Err(turns);
         }
-        let mut driving = self.driver.as_ref()?.drive()?;
+        let Some(mut driving) = self.driver.as_ref().and_then(|d| d.drive()) else {
+            return Err(turns);
+        };
+        let idle_limit = driving.idle_turns_before_leave();
+        let mut idle = 0;
         for _ in 0..turns {
             if let Some(v) = got() {
-                return Some(v);
+                return Ok(v);
             }
-            driving.turn();
+            match driving.try_turn() {
+                Some(true) => idle = 0,
+                Some(false) => {
+                    idle += 1;
+                    if idle >= idle_limit {
+                        drop(driving);
+                        return got().ok_or(turns);
+                    }
+                }
+                // Another thread runs the turn: look at ours again after a pause.
+                None => hamlyn_shm::sync::spin_loop(),
+            }
         }
-        got()
+        drop(driving);
+        got().ok_or(0)
     }
 
-    /// Whether this node's waits drive the engine (see [`Shared::drive_until`]).
-    pub(crate) fn drives(&self) -> bool {
-        self.driver.is_some()
+    /// A request was just pushed (`word`: the port's doorbell word): wakes the engine if
+    /// it sleeps — or, if this process hosts it and lets its threads drive, runs the
+    /// turn that takes the request in here ([`hamlyn_engine::Driver::nudge`]), so the
+    /// engine's thread need not wake (the hand-back that follows rings it only if work
+    /// is left). Never a system call while the engine is awake or driven.
+    #[inline]
+    pub(crate) fn after_push(&self, word: &AtomicU32) {
+        match &self.driver {
+            Some(driver) => {
+                if hamlyn_shm::wake::asleep_after_publish(word) && !driver.nudge() {
+                    hamlyn_shm::wake::wake_after_publish(word, Some(&self.doorbell));
+                }
+            }
+            None => {
+                hamlyn_shm::wake::wake_after_publish(word, Some(&self.doorbell));
+            }
+        }
     }
 
     /// Whether the engine is gone: latched once seen; otherwise one zero-timeout poll of

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use hamlyn_shm::notifq;
 use hamlyn_shm::region::ShmRegion;
+use hamlyn_shm::wake::AdaptiveSpin;
 use hamlyn_wire::{NodeId, NotifEntry, NotifKind, SlotId, FAST_META_INDEX};
 
 use crate::area::MetaArea;
@@ -124,6 +125,32 @@ pub struct NotifyQueue {
     entries: HashMap<u32, MetaArea>,
     /// Polls that found nothing, to look for a dead producer only every so often.
     misses: u32,
+    /// How long a wait spins before it sleeps: from [`crate::NodeOptions::spin`] polls
+    /// up to [`SPIN_GROWTH`] times that, adapted to how soon notifications come.
+    spin: AdaptiveSpin,
+}
+
+/// How far a queue's spin budget may grow beyond [`crate::NodeOptions::spin`] when
+/// notifications come soon after its waits start ([`AdaptiveSpin`]): 8 × the default
+/// 200 polls is under a hundred microseconds of spinning, after which a waiter sleeps.
+pub const SPIN_GROWTH: u32 = 8;
+
+/// The environment variable that lets every queue's spin budget adapt (`1`); without it
+/// the budget is fixed at [`crate::NodeOptions::spin`]. Off by default: on the project's
+/// shared 2-core VM (load 10–16) a growing budget made the 8 B ping-pong slower, not
+/// its tail shorter (docs/PERFORMANCE.md, "Tails"); whether it pays on a machine with a
+/// core per spinning thread is still to be measured.
+pub const ADAPTIVE_SPIN_ENV: &str = "HAMLYN_ADAPTIVE_SPIN";
+
+/// A queue's spin budget: adaptive if [`ADAPTIVE_SPIN_ENV`] is `1`.
+fn spin_policy(spin: u32) -> AdaptiveSpin {
+    let adaptive = std::env::var_os(ADAPTIVE_SPIN_ENV).is_some_and(|v| v == "1");
+    let max = if adaptive {
+        spin.saturating_mul(SPIN_GROWTH)
+    } else {
+        spin
+    };
+    AdaptiveSpin::new(spin, max)
 }
 
 /// [`NotifyQueue::poll`] looks for a producer that died mid-post once per this many
@@ -148,12 +175,14 @@ impl NotifyQueue {
             .get(usize::from(index))
             .ok_or(Error::NoSuchQueue { index, count })?;
         let consumer = notifq::Consumer::attach(shared.queue_file.clone(), layout)?;
+        let spin = spin_policy(shared.options.spin);
         Ok(NotifyQueue {
             shared,
             index,
             consumer,
             entries: HashMap::new(),
             misses: 0,
+            spin,
         })
     }
 
@@ -245,8 +274,11 @@ impl NotifyQueue {
     }
 
     /// The next notification, waiting up to `timeout` (`None`: forever) for one: spins
-    /// briefly ([`crate::NodeOptions::spin`]), then sleeps on the queue's futex until the
-    /// engine posts (no core burnt). `Ok(None)` on timeout.
+    /// briefly, then sleeps on the queue's futex until the engine posts (no core burnt).
+    /// `Ok(None)` on timeout. The spin lasts [`crate::NodeOptions::spin`] polls; with
+    /// [`ADAPTIVE_SPIN_ENV`] set, up to [`SPIN_GROWTH`] times that while notifications
+    /// come soon after waits start (so that a steady exchange is not slowed by a wake-up
+    /// on every gap); a wait that sleeps long brings it back down.
     ///
     /// If the engine dies meanwhile, the wait ends with [`Error::EngineGone`] (within a
     /// tenth of a second while asleep), after the notifications already posted.
@@ -255,15 +287,23 @@ impl NotifyQueue {
         if let Some(n) = self.poll() {
             return Ok(Some(n));
         }
-        let (shared, consumer) = (&self.shared, &mut self.consumer);
+        let (shared, consumer, adaptive) = (&self.shared, &mut self.consumer, &mut self.spin);
         // This process hosts the engine: run its turns instead of spinning idle.
         let spin = shared.options.spin;
-        if let Some(e) = shared.drive_until(spin, timeout, || consumer.poll()) {
-            return Ok(Some(self.resolve(Notification::from_entry(&e))));
-        }
-        let spin = if shared.drives() { 0 } else { spin };
+        let spin = match shared.drive_until(spin, timeout, || consumer.poll()) {
+            Ok(e) => return Ok(Some(self.resolve(Notification::from_entry(&e)))),
+            Err(spin) => spin,
+        };
         let got = shared.wait_sliced(spin, timeout, |spin, slice| {
-            if let Some(e) = consumer.wait(spin, Some(slice))? {
+            // The first slice spins (unless a drive used the budget up turning), with the
+            // adaptive budget; later slices only sleep.
+            let e = if spin > 0 {
+                consumer.wait_ready_adaptive(adaptive, Some(slice))?;
+                consumer.poll()
+            } else {
+                consumer.wait(0, Some(slice))?
+            };
+            if let Some(e) = e {
                 return Ok(Some(e));
             }
             // A slice passed with nothing to take: perhaps a producer died mid-post.

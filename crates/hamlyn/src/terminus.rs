@@ -8,7 +8,6 @@ use hamlyn_shm::port::header;
 use hamlyn_shm::region::ShmRegion;
 use hamlyn_shm::spsc::{self, PushError};
 use hamlyn_shm::sync::Ordering;
-use hamlyn_shm::wake::wake_after_publish;
 use hamlyn_wire::request::REQUEST_LEN;
 use hamlyn_wire::{Ticket, TicketFlags};
 
@@ -343,7 +342,7 @@ impl Terminus {
             Err(_) => return Err(SendError::Corrupt),
         }
         if let Ok(word) = self.shared.port.atomic_u32(header::DOORBELL) {
-            wake_after_publish(word, Some(&self.shared.doorbell));
+            self.shared.after_push(word);
         }
         let pos = self.next;
         self.next += 1;
@@ -429,11 +428,13 @@ impl Terminus {
             self.drain_errors();
             (self.finished() >= last).then_some(())
         });
-        if driven.is_some() {
-            self.retire();
-            return true;
-        }
-        let spin = if shared.drives() { 0 } else { spin };
+        let spin = match driven {
+            Ok(()) => {
+                self.retire();
+                return true;
+            }
+            Err(spin) => spin,
+        };
         let idle = shared.wait_sliced(spin, timeout, |spin, slice| {
             let done = wait_for_completion(shared, t, spin, slice, || {
                 self.drain_errors();
@@ -621,10 +622,10 @@ impl SendHandle {
             completion::drain(&s.port, &s.layout, &s.errors);
             None
         });
-        if driven.is_some() {
-            return self.status();
-        }
-        let spin = if s.drives() { 0 } else { s.options.spin };
+        let spin = match driven {
+            Ok(()) => return self.status(),
+            Err(spin) => spin,
+        };
         let _ = s.wait_sliced(spin, timeout, |spin, slice| {
             let done = wait_for_completion(s, self.terminus, spin, slice, || {
                 if self.is_done() {

@@ -119,6 +119,114 @@ fn many_threads_waiting_at_once_all_get_their_messages() {
     assert!(s.turns_by_waiters > 0, "waiting threads ran turns: {s:?}");
 }
 
+/// Two threads of the hosting process wait for each other, as an RPC client and its
+/// server do: each sends the round number to the other's slot and waits on its queue
+/// for the answer. Both wait at once (one for the answer, one for the next round), so
+/// both may drive; every round arrives, in order, with the right bytes, whether waiting
+/// threads drive the engine or not (`driven` both ways).
+fn ping_pong_between_two_host_threads(driven: bool) {
+    const ROUNDS: u64 = 2000;
+    let engine = EngineHandle::start(EngineConfig {
+        driven,
+        ..EngineConfig::embedded()
+    })
+    .expect("engine");
+    let ping = Node::connect(engine.socket_path()).expect("connect");
+    let pong = Node::connect(engine.socket_path()).expect("second connection");
+    let ping_inbox = ping.area(64).expect("area");
+    let pong_inbox = pong.area(64).expect("area");
+    let (ping_meta, ping_slot) = slot_on(&ping, &ping_inbox, 0);
+    let (pong_meta, pong_slot) = slot_on(&pong, &pong_inbox, 0);
+    let to_ping = ping_slot.ticket_all().expect("ticket");
+    let to_pong = pong_slot.ticket_all().expect("ticket");
+    let answerer = std::thread::spawn(move || {
+        let _kept = (pong_meta, pong_slot);
+        let mut q = pong.queue(0).expect("queue");
+        let mut t = pong.terminus(0).expect("terminus");
+        for round in 0..ROUNDS {
+            let n = q.wait(Some(WAIT)).expect("wait").expect("a round arrives");
+            assert_eq!((n.word, n.len), (round, 8), "rounds in order");
+            let got = pong_inbox.read_vec(0, 8).expect("read");
+            assert_eq!(got, round.to_le_bytes(), "the round's bytes");
+            // The answer is sent and not waited for: the next wait drives it if need be.
+            t.send(
+                &to_ping,
+                &SendOptions::new().tag(round),
+                hamlyn::Data::Inline(&(!round).to_le_bytes()),
+            )
+            .expect("answer");
+        }
+    });
+    let mut q = ping.queue(0).expect("queue");
+    let mut t = ping.terminus(0).expect("terminus");
+    for round in 0..ROUNDS {
+        t.send(
+            &to_pong,
+            &SendOptions::new().tag(round),
+            hamlyn::Data::Inline(&round.to_le_bytes()),
+        )
+        .expect("send");
+        let n = q
+            .wait(Some(WAIT))
+            .expect("wait")
+            .expect("the answer arrives");
+        assert_eq!((n.word, n.len), (round, 8), "answers in order");
+        let got = ping_inbox.read_vec(0, 8).expect("read");
+        assert_eq!(got, (!round).to_le_bytes(), "the answer's bytes");
+    }
+    answerer.join().expect("answerer");
+    drop((ping_meta, ping_slot, q, t));
+    if driven {
+        // Nothing is left to the engine's thread that a waiter took from it: a last
+        // message between the two still arrives.
+        round_trip(&ping);
+    }
+}
+
+#[test]
+fn two_host_threads_waiting_for_each_other_driven() {
+    ping_pong_between_two_host_threads(true);
+}
+
+#[test]
+fn two_host_threads_waiting_for_each_other_undriven() {
+    ping_pong_between_two_host_threads(false);
+}
+
+/// A thread of the host pushes a request while the engine's thread sleeps (idle, its
+/// doorbells armed): the pushing thread runs the turn that takes it in (`Driver::nudge`)
+/// instead of waking the engine's thread, and the message arrives. Bounded: a push
+/// that finds the engine's thread awake (it spins a while after work) is repeated after
+/// a pause.
+#[test]
+fn a_push_that_finds_the_engine_asleep_runs_its_own_turn() {
+    let engine = driven_engine();
+    let host = Node::connect(engine.socket_path()).expect("connect");
+    let inbox = host.area(64).expect("area");
+    let (_meta, slot) = slot_on(&host, &inbox, 0);
+    let ticket = slot.ticket_all().expect("ticket");
+    let mut q = host.queue(0).expect("queue");
+    let mut t = host.terminus(0).expect("terminus");
+    let before = stats(&engine);
+    let mut nudged = false;
+    for round in 0..200u64 {
+        std::thread::sleep(Duration::from_millis(10));
+        t.send(
+            &ticket,
+            &SendOptions::new().tag(round),
+            hamlyn::Data::Inline(&round.to_le_bytes()),
+        )
+        .expect("send");
+        let n = q.wait(Some(WAIT)).expect("wait").expect("arrives");
+        assert_eq!((n.word, n.len), (round, 8));
+        if stats(&engine).turns_by_senders > before.turns_by_senders {
+            nudged = true;
+            break;
+        }
+    }
+    assert!(nudged, "a push ran its own turn: {:?}", stats(&engine));
+}
+
 /// An engine that never sleeps (busy-poll) holds itself while it serves: a waiting
 /// thread gets turns only because the engine's thread lets go for it, and the engine's
 /// thread serves again after (a child's messages arrive with no host thread waiting).
