@@ -432,7 +432,10 @@ fn an_arrival_for_a_dropped_instance_does_not_reach_its_successor() {
     // The same instance number, the same metadata entry.
     let mut new = SimpleDatagram::new(&ma, 4096).unwrap();
     let got = new.recv(Some(Duration::from_millis(300))).unwrap();
-    assert!(got.is_none(), "the old instance's arrival reached the new one: {got:?}");
+    assert!(
+        got.is_none(),
+        "the old instance's arrival reached the new one: {got:?}"
+    );
     assert_eq!(ma.stats().unroutable, before + 1);
     // The new instance works.
     let to_new = SimpleClient::from_seed(&mb, &via_text(&new.make_seed().unwrap())).unwrap();
