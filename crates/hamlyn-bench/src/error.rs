@@ -18,6 +18,9 @@ pub enum BenchError {
     /// The active-message layer refused or failed (the `am` rows).
     #[error("active messages: {0}")]
     Am(#[from] hamlyn_am::AmError),
+    /// An RPC failed (the `rpc` rows).
+    #[error("RPC: {0}")]
+    Rpc(#[from] hamlyn_rpc::RpcError),
     /// The Rats protocol layer refused or failed (the `rats` rows).
     #[error("rats: {0}")]
     Rats(#[from] hamlyn_rats::RatsError),

@@ -1,6 +1,6 @@
-//! The rows of the layers above the interface (`--layers am,endpoints,rats`): what each
-//! figure is, the seeds' own figures beside them, the goals of issues 10–12 and how a
-//! run did, and their tables. The measurements are in `am.rs`, `flipc.rs` and `rats.rs`.
+//! The rows of the layers above the interface (`--layers am,endpoints,rats,rpc`): what each
+//! figure is, the seeds' own figures beside them, the goals of issues 10–13 and how a
+//! run did, and their tables. The measurements are in `am.rs`, `flipc.rs`, `rats.rs` and `rpc.rs`.
 
 use comfy_table::{presets, CellAlignment, Table};
 
@@ -16,6 +16,8 @@ pub enum Layer {
     Endpoints,
     /// The Rats protocols (hamlyn-rats, seed 001; issue 10).
     Rats,
+    /// RPC over remote memory (hamlyn-rpc, seed 004 §3.1; issue 13).
+    Rpc,
 }
 
 impl Layer {
@@ -25,6 +27,7 @@ impl Layer {
             Layer::Am => "am",
             Layer::Endpoints => "endpoints",
             Layer::Rats => "rats",
+            Layer::Rpc => "rpc",
         }
     }
 
@@ -49,6 +52,15 @@ impl Layer {
             Layer::Rats => {
                 "Rats (issue 10), mediated, one engine: two connections of their own, on two \
                  threads of this process; beside each, the same through the library alone."
+            }
+            Layer::Rpc => {
+                "RPC (issue 13): seed 004 Table 4's columns as round trips — by argument \
+                 bytes, Null 0 B, Simple 32 B (four integers in, one out), MW-32 256 B, \
+                 MW-64 512 B, MW-128 1 KiB — a null call of a local function beside them, \
+                 and null calls per second on one server thread with n outstanding (eRPC's \
+                 metric). Server and client are threads of this process with connections of \
+                 their own: on one engine (mediated: the paper's tuned local RPC) or on two \
+                 joined over TCP (the cross-machine RPC)."
             }
         }
     }
@@ -91,6 +103,12 @@ pub enum LayerOp {
     RatsStreamBytes,
     /// The library alone: send bandwidth of `size`-byte messages.
     RawBandwidth,
+    /// RPC: a call's round trip with `size` bytes of arguments (Table 4's columns).
+    RpcRoundTrip,
+    /// A null call of a local function (the floor of Table 4).
+    RpcLocalCall,
+    /// RPC: null calls per second with `count` outstanding.
+    RpcRate,
 }
 
 impl LayerOp {
@@ -114,6 +132,9 @@ impl LayerOp {
             LayerOp::RatsStreamRecords => "stream_records",
             LayerOp::RatsStreamBytes => "stream_bytes",
             LayerOp::RawBandwidth => "raw_bandwidth",
+            LayerOp::RpcRoundTrip => "rpc_rtt",
+            LayerOp::RpcLocalCall => "local_call",
+            LayerOp::RpcRate => "rpc_rate",
         }
     }
 
@@ -137,6 +158,9 @@ impl LayerOp {
             LayerOp::RatsStreamRecords => "stream, records",
             LayerOp::RatsStreamBytes => "stream, bytes",
             LayerOp::RawBandwidth => "library alone, sends",
+            LayerOp::RpcRoundTrip => "call, round trip",
+            LayerOp::RpcLocalCall => "local null function call",
+            LayerOp::RpcRate => "null calls, rate",
         }
     }
 }
@@ -242,7 +266,7 @@ fn find(rows: &[LayerRow], mode: Mode, op: LayerOp, size: usize) -> Option<&Laye
         .find(|r| r.mode == mode && r.op == op && r.size == size)
 }
 
-/// The goals of issues 10–12 that these rows decide, each with this run's figure.
+/// The goals of issues 10–13 that these rows decide, each with this run's figure.
 pub fn goals(rows: &[LayerRow]) -> Vec<Target> {
     let mut out = Vec::new();
     for mode in Mode::ALL {
@@ -310,6 +334,16 @@ pub fn goals(rows: &[LayerRow]) -> Vec<Target> {
             });
         }
     }
+    // Seed 004's ratio: a cross-machine null RPC within 2× a tuned local one.
+    let null = |mode| find(rows, mode, LayerOp::RpcRoundTrip, 0).and_then(|r| r.p50_us);
+    if let (Some(local), Some(remote)) = (null(Mode::Mediated), null(Mode::Tcp)) {
+        let r = remote / local;
+        out.push(Target {
+            goal: "RPC: cross-machine null round trip < 2× the local one (seed 004)".into(),
+            figure: format!("{r:.2}× ({} ÷ {})", us(remote), us(local)),
+            met: r < 2.0,
+        });
+    }
     out
 }
 
@@ -333,7 +367,10 @@ impl LayerRow {
 }
 
 fn number(v: f64) -> String {
-    if v < 10.0 {
+    if v < 0.1 {
+        // A local call: a few nanoseconds.
+        format!("{v:.4}")
+    } else if v < 10.0 {
         format!("{v:.2}")
     } else {
         format!("{v:.1}")
@@ -382,7 +419,7 @@ fn ucx_beside(row: &LayerRow, peers: Option<&Peers>) -> Option<String> {
 /// The layers' tables, one per layer measured, with the seeds' figures and UCX beside.
 pub fn render(rows: &[LayerRow], peers: Option<&Peers>) -> String {
     let mut out = String::new();
-    for layer in [Layer::Am, Layer::Endpoints, Layer::Rats] {
+    for layer in [Layer::Am, Layer::Endpoints, Layer::Rats, Layer::Rpc] {
         let mine: Vec<&LayerRow> = rows.iter().filter(|r| r.layer == layer).collect();
         if mine.is_empty() {
             continue;

@@ -55,6 +55,7 @@ mod plot;
 mod progress;
 mod rats;
 mod report;
+mod rpc;
 mod scaling;
 mod tcp;
 
@@ -129,6 +130,10 @@ pub enum LayerChoice {
     /// The Rats protocols (issue 10): tagged write, simple datagram with reply seed,
     /// request/response, stream bandwidth; mediated.
     Rats,
+    /// RPC over remote memory (issue 13): seed 004 Table 4's round trips, a local null
+    /// call beside them, calls per second with 1 … 32 outstanding; mediated (one node)
+    /// and tcp (client and server on two engines).
+    Rpc,
 }
 
 impl LayerChoice {
@@ -139,6 +144,7 @@ impl LayerChoice {
             LayerChoice::Am => "am",
             LayerChoice::Endpoints => "endpoints",
             LayerChoice::Rats => "rats",
+            LayerChoice::Rpc => "rpc",
         }
     }
 }
@@ -376,6 +382,7 @@ fn steps(args: &BenchArgs, plan: &Plan) -> u64 {
             LayerChoice::Am => am::steps(),
             LayerChoice::Endpoints => flipc::steps(mode),
             LayerChoice::Rats => rats::steps(),
+            LayerChoice::Rpc => rpc::steps(mode),
             LayerChoice::Interface => 0,
         };
     }
@@ -386,8 +393,8 @@ fn steps(args: &BenchArgs, plan: &Plan) -> u64 {
 }
 
 /// The layers measured and the mode of each run, in order: active messages mediated
-/// and over TCP, endpoints direct and mediated, Rats mediated (as far as `--modes` has
-/// them).
+/// and over TCP, endpoints direct and mediated, Rats mediated, RPC mediated and over TCP
+/// (as far as `--modes` has them).
 fn layer_runs(args: &BenchArgs) -> Vec<(LayerChoice, Mode)> {
     let all = [
         (LayerChoice::Am, Mode::Mediated),
@@ -395,6 +402,8 @@ fn layer_runs(args: &BenchArgs) -> Vec<(LayerChoice, Mode)> {
         (LayerChoice::Endpoints, Mode::Direct),
         (LayerChoice::Endpoints, Mode::Mediated),
         (LayerChoice::Rats, Mode::Mediated),
+        (LayerChoice::Rpc, Mode::Mediated),
+        (LayerChoice::Rpc, Mode::Tcp),
     ];
     all.into_iter()
         .filter(|&(l, m)| args.has_layer(l) && args.has(m))
@@ -414,13 +423,11 @@ fn measure_layers(
         if mode.is_tcp() {
             let setup = tcp_setup(args, engine, false);
             let t = TcpEngines::start(engine, &setup, None)?;
-            let r = am::measure(
-                mode,
-                t.driver_side.socket_path(),
-                t.peer_side.socket_path(),
-                plan,
-                progress,
-            );
+            let (client, server) = (t.driver_side.socket_path(), t.peer_side.socket_path());
+            let r = match layer {
+                LayerChoice::Rpc => rpc::measure(mode, client, server, plan, progress),
+                _ => am::measure(mode, client, server, plan, progress),
+            };
             let stopped = t.stop();
             rows.extend(r?);
             stopped?;
@@ -435,6 +442,7 @@ fn measure_layers(
             LayerChoice::Am => am::measure(mode, &socket, &socket, plan, progress),
             LayerChoice::Endpoints => flipc::measure(mode, &socket, plan, progress),
             LayerChoice::Rats => rats::measure(&socket, plan, progress),
+            LayerChoice::Rpc => rpc::measure(mode, &socket, &socket, plan, progress),
             LayerChoice::Interface => Ok(Vec::new()),
         };
         let stopped = engines.stop();

@@ -252,7 +252,7 @@ fn bench_of_one_mode_measures_only_that_mode() {
     assert_eq!(v.get("scaling"), Some(&Value::Null));
 }
 
-/// The (layer, mode, op, size) rows `--layers am,endpoints,rats` must report, in order.
+/// The (layer, mode, op, size) rows `--layers am,endpoints,rats,rpc` must report, in order.
 fn expected_layer_rows() -> Vec<(String, String, String, u64)> {
     let mut rows = Vec::new();
     let mut add = |layer: &str, mode: &str, op: &str, size: u64| {
@@ -292,17 +292,28 @@ fn expected_layer_rows() -> Vec<(String, String, String, u64)> {
         add("rats", "mediated", "stream_records", size);
     }
     add("rats", "mediated", "stream_bytes", 65536);
+    for mode in ["mediated", "tcp"] {
+        for size in [0, 32, 256, 512, 1024] {
+            add("rpc", mode, "rpc_rtt", size);
+        }
+        if mode == "mediated" {
+            add("rpc", mode, "local_call", 0);
+        }
+        for _ in [1, 2, 4, 8, 16, 32] {
+            add("rpc", mode, "rpc_rate", 0);
+        }
+    }
     rows
 }
 
 #[test]
-fn bench_layers_measure_active_messages_endpoints_and_rats() {
+fn bench_layers_measure_active_messages_endpoints_rats_and_rpc() {
     let dir = TempDir::new("bench-layers");
     let (stdout, v) = bench_smoke(
         &dir,
         &[
             "--layers",
-            "am,endpoints,rats",
+            "am,endpoints,rats,rpc",
             "--modes",
             "direct,mediated,tcp",
         ],
@@ -316,6 +327,8 @@ fn bench_layers_measure_active_messages_endpoints_and_rats() {
         "logical channels",
         "token bucket",
         "≥ 0.9× the raw send bandwidth",
+        "Table 4",
+        "local null function call",
     ] {
         assert!(stdout.contains(want), "{want:?} missing from\n{stdout}");
     }
@@ -331,6 +344,7 @@ fn bench_layers_measure_active_messages_endpoints_and_rats() {
         .expect("layers.results");
     let mut seen = Vec::new();
     let mut channels = Vec::new();
+    let mut rpc_outstanding = Vec::new();
     for r in rows {
         let s = |k: &str| r.get(k).and_then(Value::as_str).expect(k).to_string();
         let (layer, mode, op) = (s("layer"), s("mode"), s("op"));
@@ -343,6 +357,9 @@ fn bench_layers_measure_active_messages_endpoints_and_rats() {
         if op == "channels_rtt" {
             channels.push(r.get("count").and_then(Value::as_u64).expect("channels"));
         }
+        if op == "rpc_rate" {
+            rpc_outstanding.push(r.get("count").and_then(Value::as_u64).expect("outstanding"));
+        }
         if op.starts_with("token_bucket") {
             assert!(positive(r.get("count")), "the rate set: {r}");
         }
@@ -350,6 +367,7 @@ fn bench_layers_measure_active_messages_endpoints_and_rats() {
     }
     assert_eq!(seen, expected_layer_rows());
     assert_eq!(channels, [1, 2, 4, 8, 16, 32, 64, 1, 2, 4, 8, 16, 32, 64]);
+    assert_eq!(rpc_outstanding, [1, 2, 4, 8, 16, 32, 1, 2, 4, 8, 16, 32]);
     let goals: Vec<&str> = v
         .get("targets")
         .and_then(Value::as_array)
@@ -362,6 +380,7 @@ fn bench_layers_measure_active_messages_endpoints_and_rats() {
         "low-priority flood",
         "token bucket",
         "Rats stream",
+        "cross-machine null round trip",
     ] {
         assert!(
             goals.iter().any(|g| g.contains(want)),
