@@ -60,12 +60,28 @@ def test_a_full_terminus_is_full_error_and_nothing_is_dropped(node):
         assert all(s.wait(timeout=30.0).sent for s in sends)
         # And the terminus takes requests again.
         t.send(ticket, b"again").result(timeout=30.0)
-        # Every entry busy is back-pressure too.
-        t.send_area(ticket, area, notify=False)
-        with pytest.raises(hamlyn.FullError, match="back-pressure"):
-            for _ in range(1000):
-                t.send_area(ticket, area, notify=False)
-        assert t.wait_idle(timeout=60.0)
+
+
+def test_every_entry_busy_is_full_error(peers):
+    # An engine in another process: a thread of the process hosting an engine runs its
+    # turns for its own sends when it finds it asleep, so there each 1 MiB send would
+    # finish before the next is asked for; from here, sends queue while that engine's
+    # thread copies, and the slot's one entry stays taken by one of them.
+    p = peers.start("engine", stdin=True)
+    socket = peers.line(p)
+    with hamlyn.Node.connect(socket) as node:
+        area = node.area(1 << 20)
+        slot = node.slot(area, meta=node.meta_area(1))
+        ticket = slot.ticket()
+        with node.terminus() as t:
+            sends = [t.send_area(ticket, area, notify=False)]
+            with pytest.raises(hamlyn.FullError, match="back-pressure"):
+                for _ in range(1000):
+                    sends.append(t.send_area(ticket, area, notify=False))
+            assert t.wait_idle(timeout=60.0)
+            assert all(s.wait(timeout=30.0).sent for s in sends)
+    # (Finishing closes its stdin: the engine process ends.)
+    peers.finish(p)
 
 
 def test_handles_of_a_closed_node_raise_closed_error(engine):
