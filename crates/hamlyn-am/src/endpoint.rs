@@ -464,7 +464,7 @@ impl AmEndpoint {
     /// served at `priority` (0 first; the engine schedules termini round robin within a
     /// priority), and returns its number, which travels with every message sent on it.
     /// Channel 0 is always open (priority 0). A port has as many termini as its
-    /// `NodeOptions::termini` (4 by default, at most 64), one of them channel 0's.
+    /// `NodeOptions::termini` (4 by default, at most 256), one of them channel 0's.
     pub fn open_channel(&mut self, priority: u8) -> Result<u16, AmError> {
         let t = self.mgr.open_terminus(priority)?;
         let c = u16::try_from(t).map_err(|_| AmError::NoChannel(u16::MAX))?;

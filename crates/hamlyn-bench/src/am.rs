@@ -10,7 +10,7 @@
 //! - bulk bandwidth at 4 … 64 KiB, the same way;
 //! - seed 003 Figure 6: the round trip with the calls spread over 1, 2, 4 … logical
 //!   channels in turn (each channel a terminus of the client's port, so at most the
-//!   port's termini: 64).
+//!   port's termini: 256).
 
 use hamlyn_shm::sync::{AtomicBool, Ordering};
 use std::path::{Path, PathBuf};
@@ -31,9 +31,9 @@ use super::report::{size_name, Mode};
 pub const SHORT_SIZE: usize = 32;
 /// Bulk payload sizes.
 pub const BULK_SIZES: [usize; 3] = [4 * 1024, 16 * 1024, 64 * 1024];
-/// Logical channel counts of Figure 6 (channel 0 and up to 63 more: the port's 64
-/// termini; the 128 and 256 of the figure's range are beyond a port).
-pub const CHANNELS: [u64; 7] = [1, 2, 4, 8, 16, 32, 64];
+/// Logical channel counts of Figure 6, its whole range (channel 0 and up to 255 more:
+/// a port's 256 termini).
+pub const CHANNELS: [u64; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
 
 /// Longest wait for one call.
 const WAIT: Duration = Duration::from_secs(30);
@@ -156,7 +156,7 @@ pub fn measure(
     let (server, to) = Server::start(server_socket.to_path_buf())?;
     let result = (|| {
         let options = NodeOptions {
-            termini: 64,
+            termini: hamlyn_shm::port::MAX_TERMINI,
             ..NodeOptions::default()
         };
         let node = Node::connect_with(client_socket, options)?;

@@ -383,6 +383,8 @@ impl EngineState {
                 broken: false,
                 rate: None,
                 throttled_until: None,
+                level: 0,
+                queued: false,
             });
         }
         let fds = vec![
@@ -403,6 +405,8 @@ impl EngineState {
                 eventfd,
                 late: Default::default(),
                 lost,
+                hint_idle: 0,
+                top_level: crate::sched::PRIORITY_LEVELS,
             },
             fds,
         ))
@@ -804,6 +808,8 @@ impl EngineState {
             Ok(c) => term.ring = Some(c),
             Err(e) => return err(ControlErrorCode::Exhausted, e.to_string()),
         }
+        term.level = crate::sched::level_of(priority);
+        port.top_level = port.top_level.min(term.level);
         self.sched.add((cid, index), priority);
         ok(Reply::Ok)
     }

@@ -26,7 +26,7 @@ use crate::one_sided::Replies;
 use crate::port::{InFlight, Port, TerminusState};
 use crate::registry::{Place, Registry};
 use crate::remote::Remote;
-use crate::sched::{Scheduler, TerminusKey};
+use crate::sched::{Scheduler, Served, TerminusKey, Visit, COLD_PORT_STRIDE};
 use crate::source::{Piece, Source};
 use hamlyn_shm::sync::AtomicBool;
 
@@ -41,15 +41,22 @@ pub(crate) struct EngineState {
     pub(crate) delivery: Delivery,
     /// Clients, their ports, and the error completions waiting for room.
     pub(crate) clients: Clients,
-    /// Terminus scheduling.
-    pub(crate) sched: Scheduler,
+    /// Terminus scheduling (boxed: the walk moves it out of the state and back, `turn`).
+    pub(crate) sched: Box<Scheduler>,
+    /// An empty scheduler that stands in for `sched` during the walk.
+    sched_stand_in: Option<Box<Scheduler>>,
     /// Turns taken (the scheduler staggers cold termini by it).
     turns: u64,
-    /// The next turn looks at every terminus, cold ones too (set after a sleep).
     /// The terminus being served is above the lowest priority level in use: its
     /// single-packet messages go on the fabric's express lane.
     express: bool,
+    /// The next turn looks at every terminus, not only the ready ones and its sweep
+    /// share (set when a terminus's rate changed, and after the engine thread's sleep).
     pub(crate) look_at_all: bool,
+    /// The next turn reads every port's ready hints, cold ports' too (set when a waiting
+    /// thread takes over from the sleeping engine thread: the clients' pushes meanwhile
+    /// announced themselves there).
+    pub(crate) read_all_hints: bool,
     /// The doorbell: the end the engine waits on when it sleeps.
     pub(crate) doorbell: EventFd,
     /// The doorbell's other end, duplicated for every client (and the engine's handle).
@@ -82,9 +89,11 @@ impl EngineState {
             cfg,
             incarnation,
             clients: Clients::default(),
-            sched: Scheduler::new(),
+            sched: Box::new(Scheduler::new()),
+            sched_stand_in: Some(Box::new(Scheduler::new())),
             turns: 0,
             look_at_all: false,
+            read_all_hints: false,
             express: false,
             doorbell,
             doorbell_poker,
@@ -102,21 +111,27 @@ impl EngineState {
         Instant(self.origin.elapsed().as_nanos() as u64)
     }
 
-    /// One scheduling turn over every open terminus; whether any had work.
+    /// One scheduling turn over the termini with work; whether any had work.
     pub(crate) fn turn(&mut self) -> bool {
-        // Cold termini are looked at on their share of the turns only (`sched`), every
-        // one on the first turn after a sleep. The scheduler is moved out for the walk so
-        // that `serve` may borrow the whole state (a move of a few words, no copy of its
-        // lists).
+        // The termini clients announced since the last turn join their ready queues;
+        // the sweep looks at a share of all termini (`sched`), every one on the first
+        // turn after a sleep. The scheduler is moved out for the walk so that `serve`
+        // may borrow the whole state (a stand-in is swapped in: two pointers move, no
+        // copy of its lists).
         let all = std::mem::take(&mut self.look_at_all);
         self.turns = self.turns.wrapping_add(1);
-        let mut sched = std::mem::take(&mut self.sched);
-        let mut busy = sched.turn(self.turns, all, |key, express| {
+        let all_hints = std::mem::take(&mut self.read_all_hints) || all;
+        self.take_ready_hints(all_hints);
+        let Some(stand_in) = self.sched_stand_in.take() else {
+            return false;
+        };
+        let mut sched = std::mem::replace(&mut self.sched, stand_in);
+        let mut busy = sched.turn(all, |key, express, visit| {
             self.express = express;
-            self.serve(key)
+            self.visit(key, visit)
         });
         self.express = false;
-        self.sched = sched;
+        self.sched_stand_in = Some(std::mem::replace(&mut self.sched, sched));
         if !self.replies.is_empty() {
             busy |= self.serve_replies();
         }
@@ -130,6 +145,70 @@ impl EngineState {
             busy |= self.send_registry_again();
         }
         busy
+    }
+
+    /// Takes every port's ready hints ([`hamlyn_shm::ready`]) into the scheduler's ready
+    /// queues. A port whose words held no hint for [`HINT_HOT_TURNS`] turns and whose
+    /// termini are all at the lowest level in use is read on one turn in
+    /// [`COLD_PORT_STRIDE`] only (staggered by client), as its termini are swept: with
+    /// hundreds of idle ports a turn still reads a share of their lines, not all. A port
+    /// with a terminus above the lowest level is read on every turn, so that no terminus
+    /// of a lower level is served while a higher one's announced work waits unread
+    /// (strict priority).
+    fn take_ready_hints(&mut self, all: bool) {
+        let turn = self.turns;
+        let lowest = self.sched.lowest_level();
+        let sched = &mut self.sched;
+        for client in self.clients.iter_mut() {
+            let cid = client.id;
+            let Some(port) = client.port.as_mut() else {
+                continue;
+            };
+            if !all
+                && port.hint_idle >= HINT_HOT_TURNS
+                && port.top_level >= lowest
+                && turn.wrapping_add(u64::from(cid)) % COLD_PORT_STRIDE != 0
+            {
+                continue;
+            }
+            let any = port.take_ready_hints(|t, level| sched.mark_ready((cid, t), level));
+            port.hint_idle = if any {
+                0
+            } else {
+                port.hint_idle.saturating_add(1)
+            };
+        }
+    }
+
+    /// A visit of the scheduler's walk: serves the terminus (one packet at most) and
+    /// says whether it stays in its ready queue. A terminus swept while queued is left
+    /// to its queue's visit (one packet per terminus per turn).
+    fn visit(&mut self, key: TerminusKey, visit: Visit) -> Served {
+        if visit == Visit::Swept && self.terminus_mut(key).is_none_or(|t| t.queued) {
+            return Served::default();
+        }
+        let work = self.serve(key);
+        if work && visit == Visit::Swept {
+            self.counters.found_by_sweep += 1;
+        }
+        let Some(term) = self.terminus_mut(key) else {
+            return Served {
+                work,
+                requeue: false,
+            };
+        };
+        let more = term.has_more();
+        term.queued = more;
+        Served {
+            work,
+            requeue: more,
+        }
+    }
+
+    /// Terminus `t` of client `cid`, if both exist.
+    #[inline]
+    fn terminus_mut(&mut self, (cid, t): TerminusKey) -> Option<&mut TerminusState> {
+        self.clients.port_mut(cid)?.termini.get_mut(usize::from(t))
     }
 
     /// Publications and registrations for the registry node that found its link full
@@ -835,6 +914,9 @@ impl EngineState {
 /// Most turns a goodbye spends sending what its client queued
 /// ([`EngineState::drain_client`]): a full ring of multi-packet messages, with room.
 pub(crate) const DRAIN_TURNS: usize = 65_536;
+/// Turns without a hint after which a port's ready words are read on a share of the
+/// turns only ([`EngineState::take_ready_hints`]).
+pub(crate) const HINT_HOT_TURNS: u32 = 1024;
 
 /// A client wrote impossible indices into terminus `t`'s ring: it is no longer served.
 #[cold]

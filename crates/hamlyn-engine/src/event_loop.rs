@@ -10,6 +10,7 @@ use std::time::Duration;
 use hamlyn_shm::fdpass::{recv_with_fds, send_with_fds, FdPassError};
 use hamlyn_shm::memory::RingMemory;
 use hamlyn_shm::port::header;
+use hamlyn_shm::ready;
 use hamlyn_shm::sync::{AtomicBool, Ordering};
 use hamlyn_shm::wake::{self, EventFd, EVENTFD_ARMED};
 use hamlyn_wire::control::{Reply, Request, MAX_CONTROL_MSG};
@@ -316,7 +317,7 @@ impl Engine {
                 idle = 0;
                 continue;
             }
-            if self.arm_doorbells() {
+            if self.arm_doorbells(true) {
                 idle = 0;
                 continue;
             }
@@ -357,8 +358,11 @@ impl Engine {
             self.stalled_drivers += 1;
             self.ignore_drivers = true;
         }
-        // Whoever rang may be a cold terminus: look at every one next turn.
-        self.state.look_at_all = true;
+        // Whoever rang announced its terminus in its port's ready words, cold port or
+        // not: read every port's next turn. (A client that sets no hints is found by
+        // the sweep while the engine spins before its next sleep, and by the thorough
+        // look of `arm_doorbells` before it.)
+        self.state.read_all_hints = true;
         self.woke = true;
     }
 
@@ -395,7 +399,7 @@ impl Engine {
         }
         // Arm-and-recheck (`wake::arm_eventfd`): a push either is seen here (ring now) or
         // sees the armed doorbell (and rings, or drives a turn itself).
-        let work = self.arm_doorbells();
+        let work = self.arm_doorbells(false);
         self.doorbells_armed = true;
         // The engine thread's sleep for the drivers ends as an idle one (not a stall).
         self.gone_for_driver = false;
@@ -446,7 +450,8 @@ impl Engine {
             // pushes need not ring. Their rings so far wake it once, harmlessly.
             self.doorbells_armed = false;
             self.clear_doorbell_flags();
-            self.state.look_at_all = true;
+            // Pushes meanwhile announced themselves in their ports' ready words.
+            self.state.read_all_hints = true;
         }
         self.driven_turns = self.driven_turns.wrapping_add(1);
         self.driven_since_served = true;
@@ -461,8 +466,13 @@ impl Engine {
     }
 
     /// Asks every client to ring the doorbell on its next push; true if work is already
-    /// there (then the engine must not sleep).
-    fn arm_doorbells(&mut self) -> bool {
+    /// there (then the engine must not sleep). The re-check after arming reads each
+    /// port's ready words and the termini known to have work (in a ready queue); when
+    /// `thorough` (the engine thread's own idle sleep, after its spin) every terminus's
+    /// ring too, so that a client that sets no ready hints is not left asleep either.
+    /// The light check is the one a leaving waiting thread makes (`hand_back`), many
+    /// times a second: its cost does not grow with the termini a port has open.
+    fn arm_doorbells(&mut self, thorough: bool) -> bool {
         let mut work = false;
         for client in self.state.clients.iter_mut() {
             let Some(port) = client.port.as_mut() else {
@@ -474,7 +484,18 @@ impl Engine {
             };
             let held = Clients::is_held(port);
             let termini = &mut port.termini;
-            work |= wake::arm_eventfd(word, || termini.iter_mut().any(|t| t.has_work(held)));
+            work |= wake::arm_eventfd(word, || {
+                let hinted = (0..termini.len().div_ceil(64).min(ready::READY_WORDS)).any(|i| {
+                    region.atomic_u64(header::READY + i * 8).is_some_and(|w| {
+                        // Relaxed: ordered after the arming by F1 in `arm_eventfd`.
+                        w.load(Ordering::Relaxed) != 0
+                    })
+                });
+                hinted
+                    || termini
+                        .iter_mut()
+                        .any(|t| (thorough || t.queued) && t.has_work(held))
+            });
         }
         work
     }

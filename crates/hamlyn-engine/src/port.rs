@@ -49,6 +49,11 @@ pub(crate) struct TerminusState {
     /// Its next request waits for tokens until then (not work until then: the engine may
     /// sleep, at most until the earliest such instant).
     pub(crate) throttled_until: Option<Instant>,
+    /// Its priority level in the scheduler (`sched::level_of`), once open.
+    pub(crate) level: usize,
+    /// It is in its level's ready queue (`sched`): announced by the client's hint, or
+    /// it had more work after its last visit.
+    pub(crate) queued: bool,
 }
 
 /// A client's port, engine side.
@@ -73,6 +78,12 @@ pub(crate) struct Port {
     /// Per queue: notifications lost to a full queue and not yet reported to its owner
     /// by an `Overflow` notification (`clients.rs`).
     pub(crate) lost: Vec<u64>,
+    /// Turns in a row its ready words held no hint: past `HINT_HOT_TURNS` they are read
+    /// on a share of the turns only (`EngineState::take_ready_hints`).
+    pub(crate) hint_idle: u32,
+    /// The highest priority level (the smallest number) of its open termini
+    /// (`sched::PRIORITY_LEVELS` while none is open).
+    pub(crate) top_level: usize,
 }
 
 impl TerminusState {
@@ -100,7 +111,55 @@ impl TerminusState {
     }
 }
 
+impl TerminusState {
+    /// Whether it is to stay in its ready queue after a visit: a request in flight, or
+    /// more requests in its (intact) ring — the cached producer index, or one load.
+    #[inline]
+    pub(crate) fn has_more(&mut self) -> bool {
+        if self.current.is_some() {
+            return true;
+        }
+        !self.broken
+            && self
+                .ring
+                .as_mut()
+                .is_some_and(|r| matches!(r.has_next(), Ok(true)))
+    }
+}
+
 impl Port {
+    /// Takes the hints in the port's ready words ([`hamlyn_shm::ready::take`]) and calls
+    /// `ready` with each open terminus they name that is not queued yet (marking it
+    /// queued). Whether any word held a hint.
+    pub(crate) fn take_ready_hints(&mut self, mut ready: impl FnMut(u16, usize)) -> bool {
+        let n = self.termini.len();
+        let words = n.div_ceil(64).min(hamlyn_shm::ready::READY_WORDS);
+        let mut any = false;
+        for i in 0..words {
+            let Some(word) = self
+                .region
+                .atomic_u64(hamlyn_shm::port::header::READY + i * 8)
+            else {
+                continue;
+            };
+            let mut bits = hamlyn_shm::ready::take(word);
+            any |= bits != 0;
+            // The client's memory: bits past its termini are ignored.
+            while bits != 0 {
+                let b = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let t = i * 64 + b;
+                if let Some(term) = self.termini.get_mut(t) {
+                    if !term.queued && term.ring.is_some() {
+                        term.queued = true;
+                        ready(t as u16, term.level);
+                    }
+                }
+            }
+        }
+        any
+    }
+
     /// Publishes that terminus `t` finished one more request.
     pub(crate) fn finish(&mut self, t: usize) {
         let Some(term) = self.termini.get_mut(t) else {

@@ -1,40 +1,85 @@
 //! Terminus scheduling: strict priority between levels, round robin within a level,
 //! one packet per terminus per turn (seed 000 §2.3, seed 002 priorities).
 //!
-//! The scheduler knows termini only by an opaque key; the engine asks it for the order in
-//! which to visit termini this turn and tells it which ones had work.
+//! The scheduler knows termini only by an opaque key; the engine tells it which termini
+//! have work and asks it for the order in which to visit them this turn.
 //!
-//! **Cold termini.** Looking at a terminus costs a read of its ring's index in the
-//! client's shared memory (a page of its own per port: with hundreds of ports, mostly TLB
-//! and cache misses). A terminus that has had no work for [`HOT_TURNS`] turns is *cold*
-//! and is looked at only every [`COLD_STRIDE`]-th turn (staggered, so each turn looks at
-//! a 1/`COLD_STRIDE` share of them); one that has work is hot again at once. A turn's
-//! cost then grows with the busy termini, not with every terminus that exists, and a
-//! cold terminus's first request waits at most `COLD_STRIDE` turns. After the engine
-//! slept, its first turn looks at every terminus ([`Scheduler::due`]'s `all`): a doorbell
-//! is not left waiting. Only termini of the lowest priority level in use go cold: a
-//! terminus of a higher level is looked at on every turn, since a lower level may be
-//! served only once every higher terminus is known idle (strict priority, never
-//! inverted by a cold high-priority terminus).
+//! **Ready termini.** Looking at a terminus costs a read of its ring's index in the
+//! client's shared memory (a cache line of its own; with hundreds of ports, mostly TLB
+//! and cache misses), and a request waits for the walk to reach it. So a turn visits
+//! only the termini known to have work: those a client announced by its ready hint
+//! since the last turn ([`hamlyn_shm::ready`], taken by the engine and passed to
+//! [`Scheduler::mark_ready`]) and those that still had work after their last visit (a
+//! ring with more requests, a message in the middle). Each level keeps them in a queue
+//! in the order they became ready: a visited terminus with more work goes to the back,
+//! which is round robin among the busy termini of a level. A turn's cost grows with
+//! the termini that have work, not with those that exist (seed 003 Figure 6: the round
+//! trip does not grow with the logical channels).
+//!
+//! **The sweep.** Hints are the client's to set, so they are never the only way to be
+//! served: every turn also looks at [`SWEEP_PER_LEVEL`] more termini of every level, in
+//! turn, so a terminus whose client set no hint (an older or careless client) waits at
+//! most `n / SWEEP_PER_LEVEL` turns for a level of `n` termini, and a turn's sweep costs
+//! the same however many termini exist. (Such a client also loses strict priority
+//! among its own termini: a lower one the sweep finds may go before a higher one it has
+//! not reached yet.) Termini throttled by their rate or held by a full error ring stay
+//! in their ready queue while their rings hold requests. When a rate changes, the next
+//! turn looks at every terminus (`all`).
+//!
+//! **Strict priority.** The levels are visited from the highest priority down; a lower
+//! level is visited only if no terminus of a higher level had work this turn (its ready
+//! queue and sweep share are kept for the next turn).
+
+use std::collections::VecDeque;
 
 /// Opaque terminus key: (client id, terminus index).
 pub(crate) type TerminusKey = (u32, u16);
 
 /// Priority levels: 0 is served first.
 pub(crate) const PRIORITY_LEVELS: usize = 4;
-/// Turns without work after which a terminus is cold.
-pub(crate) const HOT_TURNS: u32 = 1024;
-/// A cold terminus is looked at every this many turns.
-pub(crate) const COLD_STRIDE: u64 = 16;
+/// Termini of each level the sweep looks at per turn: a level of `n` termini is swept
+/// whole every `n / SWEEP_PER_LEVEL` turns (rounded up), hinted or not.
+pub(crate) const SWEEP_PER_LEVEL: usize = 2;
+/// A port whose ready words stay empty is read on one turn in this many
+/// (`EngineState::take_ready_hints`).
+pub(crate) const COLD_PORT_STRIDE: u64 = 16;
 
-/// Round robin within priority levels.
+/// How a terminus came to be visited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Visit {
+    /// From its level's ready queue (it was announced, or had more work last time).
+    Ready,
+    /// By the sweep (its share of this turn, or every terminus after a sleep): it may
+    /// be in the ready queue already, in which case the queue's visit serves it.
+    Swept,
+}
+
+/// What a visit found: whether the terminus had work (sent or refused a packet), and
+/// whether it is to be (or stays) in its level's ready queue.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Served {
+    /// It had work this visit.
+    pub(crate) work: bool,
+    /// Put it at the back of its level's ready queue (it has more work, and is not
+    /// queued already; the engine keeps that flag with the terminus).
+    pub(crate) requeue: bool,
+}
+
+/// Round robin within priority levels, over the termini that have work.
 #[derive(Debug, Default)]
 pub(crate) struct Scheduler {
+    /// Every terminus, by level (for the sweep).
     levels: [Vec<TerminusKey>; PRIORITY_LEVELS],
-    /// Consecutive turns each terminus had no work, by its place in `levels`.
-    idle: [Vec<u32>; PRIORITY_LEVELS],
-    /// Where the next turn starts in each level (rotates so no terminus is always first).
-    cursor: [usize; PRIORITY_LEVELS],
+    /// Termini with work, by level, in the order they are served.
+    ready: [VecDeque<TerminusKey>; PRIORITY_LEVELS],
+    /// Where each level's sweep goes on next turn (a place in `levels`).
+    sweep_at: [usize; PRIORITY_LEVELS],
+}
+
+/// The level of a priority (clamped to the lowest level).
+#[inline]
+pub(crate) fn level_of(priority: u8) -> usize {
+    usize::from(priority).min(PRIORITY_LEVELS - 1)
 }
 
 impl Scheduler {
@@ -46,10 +91,9 @@ impl Scheduler {
     /// Adds a terminus at `priority` (clamped to the lowest level).
     pub(crate) fn add(&mut self, key: TerminusKey, priority: u8) {
         self.remove(key);
-        let level = usize::from(priority).min(PRIORITY_LEVELS - 1);
-        self.levels[level].push(key);
-        // A new terminus is hot: its first requests are usually on their way.
-        self.idle[level].push(0);
+        if let Some(keys) = self.levels.get_mut(level_of(priority)) {
+            keys.push(key);
+        }
     }
 
     /// Removes a terminus.
@@ -62,20 +106,13 @@ impl Scheduler {
         self.remove_where(|k| k.0 == client);
     }
 
-    /// Removes the termini `gone` says, with their idle counts.
+    /// Removes the termini `gone` says, from the sweep and the ready queues.
     fn remove_where(&mut self, gone: impl Fn(TerminusKey) -> bool) {
-        for (keys, idle) in self.levels.iter_mut().zip(self.idle.iter_mut()) {
-            let mut i = 0;
-            while i < keys.len() {
-                if gone(keys[i]) {
-                    keys.remove(i);
-                    if i < idle.len() {
-                        idle.remove(i);
-                    }
-                } else {
-                    i += 1;
-                }
-            }
+        for keys in &mut self.levels {
+            keys.retain(|&k| !gone(k));
+        }
+        for q in &mut self.ready {
+            q.retain(|&k| !gone(k));
         }
     }
 
@@ -85,47 +122,79 @@ impl Scheduler {
         self.levels.iter().map(Vec::len).sum()
     }
 
-    /// One turn (number `turn`): visits the levels from highest priority down; within a
-    /// level, every terminus that is due ([`Scheduler::due`]; `all` after a sleep) once,
-    /// in rotating order, calling `serve` (which sends at most one packet and says whether
-    /// the terminus had work). A lower level is visited only if no terminus of a higher
-    /// level had work. Returns whether anything had work. This is the engine's own walk.
-    /// `serve` is also told whether the terminus is above the lowest level in use (its
-    /// single-packet messages are express: `Fabric::send_express`).
+    /// Termini in ready queues.
+    #[cfg(test)]
+    pub(crate) fn ready_len(&self) -> usize {
+        self.ready.iter().map(VecDeque::len).sum()
+    }
+
+    /// Puts a terminus that has work at the back of `level`'s ready queue. The engine
+    /// calls it once per terminus until a visit says it is done (it keeps a "queued"
+    /// flag with the terminus), so a queue holds each terminus at most once.
+    #[inline]
+    pub(crate) fn mark_ready(&mut self, key: TerminusKey, level: usize) {
+        if let Some(q) = self.ready.get_mut(level) {
+            q.push_back(key);
+        }
+    }
+
+    /// One turn: visits the levels from highest priority down; within a level, the
+    /// termini of its ready queue (in order, each once), then its sweep share (every
+    /// terminus when `all`), calling `serve`, which sends at most one packet. A
+    /// lower level is visited only if no terminus of a higher level had work. Returns
+    /// whether anything had work. This is the engine's own walk. `serve` is also told
+    /// whether the terminus is above the lowest level in use (its single-packet messages
+    /// are express: `Fabric::send_express`).
     pub(crate) fn turn(
         &mut self,
-        turn: u64,
         all: bool,
-        mut serve: impl FnMut(TerminusKey, bool) -> bool,
+        mut serve: impl FnMut(TerminusKey, bool, Visit) -> Served,
     ) -> bool {
         let mut busy = false;
-        // Strict priority: a lower level is served only once every terminus above it is
-        // known to be idle, so above the lowest level in use no terminus is left cold
-        // (looking at it is what proves it idle). The cold saving applies to the lowest
-        // level in use, which is every terminus when all share one priority.
-        let lowest = (0..PRIORITY_LEVELS)
-            .rev()
-            .find(|&l| self.level_len(l) > 0)
-            .unwrap_or(0);
+        let lowest = self.lowest_level();
         for level in 0..PRIORITY_LEVELS {
-            let n = self.level_len(level);
-            if n == 0 {
+            let express = level < lowest;
+            let Some(q) = self.ready.get_mut(level) else {
                 continue;
-            }
-            for i in 0..n {
-                let Some(place) = self.place(level, i) else {
-                    continue;
+            };
+            // Those queued before this turn; a terminus put back goes behind them.
+            for _ in 0..q.len() {
+                let Some(key) = q.pop_front() else {
+                    break;
                 };
-                if level == lowest && !self.due(level, place, turn, all) {
-                    continue;
+                let s = serve(key, express, Visit::Ready);
+                if s.requeue {
+                    q.push_back(key);
                 }
-                if let Some(key) = self.at(level, place) {
-                    let had_work = serve(key, level < lowest);
-                    self.record(level, place, had_work);
-                    busy |= had_work;
+                busy |= s.work;
+            }
+            let Some(keys) = self.levels.get(level) else {
+                continue;
+            };
+            let n = keys.len();
+            // The sweep: every terminus after a sleep, else the next SWEEP_PER_LEVEL
+            // from where the last turn's sweep of this level stopped.
+            let (start, count) = if all {
+                (0, n)
+            } else {
+                (self.sweep_at[level], n.min(SWEEP_PER_LEVEL))
+            };
+            for i in 0..count {
+                let mut p = start + i;
+                if p >= n {
+                    p -= n;
+                }
+                if let Some(&key) = keys.get(p) {
+                    let s = serve(key, express, Visit::Swept);
+                    if s.requeue {
+                        q.push_back(key);
+                    }
+                    busy |= s.work;
                 }
             }
-            self.rotate(level);
+            if n > 0 {
+                self.sweep_at[level] = (start + count) % n;
+            }
             if busy {
                 break;
             }
@@ -133,209 +202,243 @@ impl Scheduler {
         busy
     }
 
+    /// The lowest priority level in use (0 when there are no termini).
+    #[inline]
+    pub(crate) fn lowest_level(&self) -> usize {
+        (0..PRIORITY_LEVELS)
+            .rev()
+            .find(|&l| self.level_len(l) > 0)
+            .unwrap_or(0)
+    }
+
     /// Termini at priority `level` (0 for a level that does not exist).
     #[inline]
     pub(crate) fn level_len(&self, level: usize) -> usize {
         self.levels.get(level).map_or(0, Vec::len)
     }
-
-    /// The `i`-th terminus of `level` in this turn's order (which starts at the level's
-    /// cursor and wraps around).
-    #[cfg(test)]
-    pub(crate) fn nth(&self, level: usize, i: usize) -> Option<TerminusKey> {
-        self.at(level, self.place(level, i)?)
-    }
-
-    /// The terminus at `place` of `level` (a place from [`Scheduler::place`]).
-    #[inline]
-    pub(crate) fn at(&self, level: usize, place: usize) -> Option<TerminusKey> {
-        self.levels.get(level)?.get(place).copied()
-    }
-
-    /// Where the `i`-th terminus of `level` in this turn's order sits in the level.
-    #[inline]
-    pub(crate) fn place(&self, level: usize, i: usize) -> Option<usize> {
-        let n = self.levels.get(level)?.len();
-        if i >= n {
-            return None;
-        }
-        let at = self.start(level, n) + i;
-        Some(if at >= n { at - n } else { at })
-    }
-
-    /// Whether the terminus at `place` of `level` is to be looked at on turn `turn`: when
-    /// it is hot, when `all` (the first turn after a sleep), or on its share of the cold
-    /// turns.
-    #[inline]
-    pub(crate) fn due(&self, level: usize, place: usize, turn: u64, all: bool) -> bool {
-        let idle = self
-            .idle
-            .get(level)
-            .and_then(|v| v.get(place))
-            .copied()
-            .unwrap_or(0);
-        all || idle < HOT_TURNS || (turn.wrapping_add(place as u64)) % COLD_STRIDE == 0
-    }
-
-    /// Records whether the terminus at `place` of `level` had work when looked at.
-    #[inline]
-    pub(crate) fn record(&mut self, level: usize, place: usize, busy: bool) {
-        if let Some(idle) = self.idle.get_mut(level).and_then(|v| v.get_mut(place)) {
-            *idle = if busy { 0 } else { idle.saturating_add(1) };
-        }
-    }
-
-    /// Moves the start of `level`'s order on by one, so no terminus is always first.
-    #[inline]
-    pub(crate) fn rotate(&mut self, level: usize) {
-        let n = self.level_len(level);
-        if n == 0 {
-            return;
-        }
-        let next = self.start(level, n) + 1;
-        if let Some(c) = self.cursor.get_mut(level) {
-            *c = if next == n { 0 } else { next };
-        }
-    }
-
-    /// Where `level`'s order starts (its cursor, kept below `n` as termini come and go);
-    /// `n` is not 0.
-    #[inline]
-    fn start(&self, level: usize, n: usize) -> usize {
-        let c = self.cursor.get(level).copied().unwrap_or(0);
-        if c < n {
-            c
-        } else {
-            c % n.max(1)
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::{HashMap, HashSet};
+
     use super::*;
+
+    /// What the engine keeps per terminus, for the scheduler's tests: requests waiting
+    /// and the "queued" flag, with the engine's rules for a visit
+    /// (`EngineState::visit`).
+    #[derive(Default)]
+    struct World {
+        work: HashMap<TerminusKey, u32>,
+        queued: HashSet<TerminusKey>,
+        /// Every visit this turn.
+        visits: Vec<TerminusKey>,
+        /// The visits this turn that took a request.
+        sent: Vec<TerminusKey>,
+    }
+
+    impl World {
+        /// A client pushes `n` requests and sets its hint; the engine takes the hint.
+        fn push(&mut self, s: &mut Scheduler, key: TerminusKey, level: usize, n: u32) {
+            *self.work.entry(key).or_default() += n;
+            if self.queued.insert(key) {
+                s.mark_ready(key, level);
+            }
+        }
+
+        /// Requests pushed without a hint (a client that does not set them).
+        fn push_silently(&mut self, key: TerminusKey, n: u32) {
+            *self.work.entry(key).or_default() += n;
+        }
+
+        fn serve(&mut self, key: TerminusKey, visit: Visit) -> Served {
+            if visit == Visit::Swept && self.queued.contains(&key) {
+                return Served::default();
+            }
+            self.visits.push(key);
+            let w = self.work.entry(key).or_default();
+            let had = *w > 0;
+            if had {
+                *w -= 1;
+                self.sent.push(key);
+            }
+            let more = *w > 0;
+            match visit {
+                Visit::Ready => {
+                    if !more {
+                        self.queued.remove(&key);
+                    }
+                }
+                Visit::Swept => {
+                    if more {
+                        self.queued.insert(key);
+                    }
+                }
+            }
+            Served {
+                work: had,
+                requeue: more,
+            }
+        }
+
+        fn turn(&mut self, s: &mut Scheduler, _turn: u64) -> bool {
+            self.visits.clear();
+            self.sent.clear();
+            s.turn(false, |k, _, v| self.serve(k, v))
+        }
+    }
 
     #[test]
     fn round_robin_is_fair_within_a_level() {
         let mut s = Scheduler::new();
+        let mut w = World::default();
         for t in 0..3 {
             s.add((1, t), 0);
+            w.push(&mut s, (1, t), 0, 100);
         }
         let mut served = [0u32; 3];
-        for turn in 0..300 {
-            s.turn(turn, false, |k, _| {
+        for turn in 0..100 {
+            w.turn(&mut s, turn);
+            let mut seen = w.sent.clone();
+            seen.sort();
+            seen.dedup();
+            assert_eq!(
+                seen.len(),
+                w.sent.len(),
+                "one request per terminus per turn"
+            );
+            for k in &w.sent {
                 served[usize::from(k.1)] += 1;
-                true
-            });
+            }
         }
-        assert_eq!(served, [300, 300, 300]);
-        let mut first = Vec::new();
-        for turn in 300..303 {
-            let mut seen = None;
-            s.turn(turn, false, |k, _| {
-                seen.get_or_insert(k);
-                true
-            });
-            first.extend(seen);
-        }
-        first.sort();
-        first.dedup();
-        assert_eq!(first.len(), 3, "the first terminus served rotates");
+        assert_eq!(served, [100, 100, 100]);
+        assert_eq!(s.ready_len(), 0, "all done: nothing left queued");
+        assert!(w.queued.is_empty());
     }
 
+    /// A turn visits the termini with work and its sweep share, not every terminus: the
+    /// cost of a turn does not grow with idle termini.
     #[test]
-    fn an_idle_terminus_turns_cold_and_hot_again() {
+    fn a_turn_visits_ready_termini_and_its_sweep_share_only() {
         let mut s = Scheduler::new();
-        s.add((1, 0), 0);
-        s.add((2, 0), 0);
-        let place = |s: &Scheduler, key: TerminusKey| {
-            (0..2)
-                .find(|&i| s.nth(0, i) == Some(key))
-                .and_then(|i| s.place(0, i))
-                .expect("scheduled")
-        };
-        let p = place(&s, (1, 0));
-        for turn in 0..u64::from(HOT_TURNS) {
-            assert!(s.due(0, p, turn, false), "hot while it idled {turn} turns");
-            s.record(0, p, false);
+        let mut w = World::default();
+        for t in 0..64 {
+            s.add((1, t), 0);
         }
-        // Cold now: looked at on one turn in COLD_STRIDE, and on every turn after a sleep.
-        let due: Vec<u64> = (0..2 * COLD_STRIDE)
-            .filter(|&t| s.due(0, p, t, false))
-            .collect();
-        assert_eq!(due.len(), 2, "{due:?}");
-        assert!((0..2 * COLD_STRIDE).all(|t| s.due(0, p, t, true)));
-        // The other terminus, never idle, is untouched.
-        let q = place(&s, (2, 0));
-        assert!((0..2 * COLD_STRIDE).all(|t| s.due(0, q, t, false)));
-        // Work makes it hot at once.
-        s.record(0, p, true);
-        assert!((0..2 * COLD_STRIDE).all(|t| s.due(0, p, t, false)));
-        // Removing a terminus keeps the counts with their termini.
-        for _ in 0..HOT_TURNS {
-            s.record(0, q, false);
+        for turn in 0..64u64 {
+            let t = (turn * 7 % 64) as u16;
+            w.push(&mut s, (1, t), 0, 1);
+            assert!(
+                w.turn(&mut s, turn),
+                "the pushed request is served this turn"
+            );
+            assert!(w.visits.contains(&(1, t)));
+            assert_eq!(w.work[&(1, t)], 0);
+            assert!(w.visits.len() <= 1 + SWEEP_PER_LEVEL, "{:?}", w.visits);
         }
-        s.remove((1, 0));
-        let q = place(&s, (2, 0));
-        assert_eq!(
-            (0..COLD_STRIDE).filter(|&t| s.due(0, q, t, false)).count(),
-            1
-        );
+        // With no work anywhere, 64 / SWEEP_PER_LEVEL turns look at every terminus
+        // exactly once.
+        let mut swept = Vec::new();
+        for turn in 100..100 + (64 / SWEEP_PER_LEVEL) as u64 {
+            assert!(!w.turn(&mut s, turn));
+            swept.extend(w.visits.iter().copied());
+        }
+        swept.sort();
+        assert_eq!(swept, (0..64).map(|t| (1, t)).collect::<Vec<_>>());
+        // After a sleep, every terminus.
+        w.visits.clear();
+        s.turn(true, |k, _, v| w.serve(k, v));
+        assert_eq!(w.visits.len(), 64);
     }
 
-    /// A high-priority terminus that went cold is still served before a busy lower one
-    /// (a cold terminus is skipped only at the lowest level in use).
+    /// A client that never sets a hint is still served: within n / SWEEP_PER_LEVEL turns
+    /// for its first request, and then every turn while it has more (queued by the
+    /// sweep).
     #[test]
-    fn a_cold_high_priority_terminus_is_never_overtaken() {
+    fn a_terminus_without_hints_is_served_by_the_sweep() {
         let mut s = Scheduler::new();
+        let mut w = World::default();
+        for t in 0..40 {
+            s.add((1, t), 0);
+        }
+        w.push_silently((1, 33), 5);
+        let mut first = None;
+        for turn in 0..40u64.div_ceil(SWEEP_PER_LEVEL as u64) {
+            if w.turn(&mut s, turn) {
+                first = Some(turn);
+                break;
+            }
+        }
+        let first = first.expect("served within 40 / SWEEP_PER_LEVEL turns");
+        for turn in first + 1..first + 5 {
+            assert!(w.turn(&mut s, turn), "turn {turn}: queued by the sweep");
+        }
+        assert_eq!(w.work[&(1, 33)], 0);
+        assert!(!w.turn(&mut s, first + 5));
+        assert!(w.queued.is_empty());
+    }
+
+    /// A high-priority terminus with work is served before a busy lower one on every
+    /// turn, however long it idled before.
+    #[test]
+    fn a_high_priority_terminus_is_never_overtaken() {
+        let mut s = Scheduler::new();
+        let mut w = World::default();
         s.add((1, 0), 0);
         s.add((2, 0), 1);
         s.add((3, 0), 2);
-        // The top level goes cold while level 1 stays busy (hot).
-        for turn in 0..u64::from(HOT_TURNS) + 1 {
-            s.turn(turn, false, |k, _| k.0 == 2);
+        w.push(&mut s, (2, 0), 1, 10_000);
+        for turn in 0..2000 {
+            w.turn(&mut s, turn);
+            assert_eq!(w.sent.iter().filter(|k| k.0 == 2).count(), 1);
         }
-        // Now level 0 gets work too: on every later turn (not only its cold share of
-        // them), the highest level with work is the one served.
-        for turn in 2001..2001 + 2 * COLD_STRIDE {
-            let mut served = Vec::new();
-            s.turn(turn, false, |k, _| {
-                let work = k.0 <= 2;
-                if work {
-                    served.push(k.0);
-                }
-                work
-            });
-            assert_eq!(served, [1], "turn {turn}: only the top level, cold or not");
+        w.push(&mut s, (1, 0), 0, 32);
+        for turn in 2000..2032 {
+            w.turn(&mut s, turn);
+            let served: Vec<u32> = w.sent.iter().filter(|k| k.0 != 3).map(|k| k.0).collect();
+            assert_eq!(served, [1], "turn {turn}: only the top level");
         }
+        // Then level 1 again, its queue kept meanwhile.
+        w.turn(&mut s, 3000);
+        assert!(w.visits.contains(&(2, 0)));
     }
 
     #[test]
     fn lower_priority_waits_while_higher_has_work() {
         let mut s = Scheduler::new();
+        let mut w = World::default();
         s.add((1, 0), 0);
         s.add((2, 0), 3);
-        let mut high_work = 5;
+        w.push(&mut s, (1, 0), 0, 5);
+        w.push(&mut s, (2, 0), 3, 100);
         let mut low_served = 0;
         for turn in 0..10 {
-            s.turn(turn, false, |k, _| {
-                if k.0 == 1 {
-                    if high_work > 0 {
-                        high_work -= 1;
-                        return true;
-                    }
-                    return false;
-                }
-                low_served += 1;
-                true
-            });
+            w.turn(&mut s, turn);
+            low_served += w.sent.iter().filter(|k| k.0 == 2).count();
         }
-        assert_eq!(high_work, 0);
+        assert_eq!(w.work[&(1, 0)], 0);
         assert_eq!(
             low_served, 5,
             "served only in the 5 turns where priority 0 was idle"
         );
         s.remove_client(1);
-        assert_eq!(s.len(), 1);
+        s.remove_client(2);
+        assert_eq!(s.len(), 0);
+        assert_eq!(s.ready_len(), 0, "removed from the ready queues too");
+    }
+
+    #[test]
+    fn termini_above_the_lowest_level_are_express() {
+        let mut s = Scheduler::new();
+        s.add((1, 0), 0);
+        s.add((1, 1), 2);
+        s.mark_ready((1, 0), 0);
+        let mut seen = Vec::new();
+        s.turn(true, |k, express, _| {
+            seen.push((k, express));
+            Served::default()
+        });
+        assert!(seen.contains(&((1, 0), true)));
+        assert!(seen.contains(&((1, 1), false)));
     }
 }

@@ -15,6 +15,8 @@
 //! - [`notifq`]: the multi-producer notification queue of 32-byte entries.
 //! - [`endpoint`]: a receive endpoint's receiver side: posting buffers, taking arrivals,
 //!   reading and resetting the discard counter.
+//! - [`ready`]: the ready hints a client sets for the termini it pushed to, so the
+//!   engine looks at those instead of every ring.
 //! - [`wake`]: spin-then-sleep on a shared futex without lost wakeups, and the port's
 //!   eventfd for event loops.
 //! - [`drive`]: progress by the waiting thread: the ownership word that decides who runs
@@ -47,6 +49,7 @@ pub mod keys;
 pub mod memory;
 pub mod notifq;
 pub mod port;
+pub mod ready;
 #[cfg(not(loom))]
 pub mod region;
 pub mod spsc;

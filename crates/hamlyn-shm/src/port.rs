@@ -7,7 +7,9 @@
 //!
 //! ```text
 //! 0       header line (engine writes once): magic, version, geometry, total length
-//! 64      engine doorbell wake word (engine arms, clients clear; see `wake`)
+//! 64      engine doorbell wake word (engine arms, clients clear; see `wake`), and at
+//!         +8 the ready words: one bit per terminus, set by the client that pushed to
+//!         it, taken by the engine (`ready`)
 //! 128     completion lines: one per terminus, a u64 "requests finished" count, engine-written,
 //!         and at +8 the line's wake word (u32; clients waiting on the count set it)
 //! ...     terminus rings: SPSC, 256-byte `SendRequest` entries, client → engine
@@ -38,8 +40,9 @@ use crate::spsc::SpscLayout;
 
 /// First eight bytes of a port.
 pub const PORT_MAGIC: u64 = u64::from_le_bytes(*b"HMPORT01");
-/// Port layout version (2: notification queues in their own file).
-pub const PORT_VERSION: u32 = 2;
+/// Port layout version (2: notification queues in their own file; 3: ready words
+/// beside the doorbell, up to 256 termini).
+pub const PORT_VERSION: u32 = 3;
 /// Alignment of each notification queue in the queue file: the x86-64 page, so that a
 /// direct sender's mapping of one queue covers no other. (On machines with larger pages
 /// the mapping also covers neighbouring queues; the queue file's descriptor opens them
@@ -49,8 +52,9 @@ pub const QUEUE_ALIGN: usize = 4096;
 pub const TERMINUS_ENTRY: usize = hamlyn_wire::request::REQUEST_LEN;
 /// Bytes of an error-completion entry (`hamlyn_wire::request::COMPLETION_LEN`).
 pub const COMPLETION_ENTRY: usize = 16;
-/// Most termini a port may have.
-pub const MAX_TERMINI: u16 = 64;
+/// Most termini a port may have (request ids carry a terminus in 8 bits; the ready
+/// words have a bit for each).
+pub const MAX_TERMINI: u16 = 256;
 /// Most notification queues a port may have.
 pub const MAX_QUEUES: u16 = 64;
 
@@ -74,16 +78,23 @@ pub mod header {
     pub const TOTAL: usize = 32;
     /// u64 length of the queue file.
     pub const QUEUE_TOTAL: usize = 40;
-    /// The engine doorbell wake word (u32), on its own line.
+    /// The engine doorbell wake word (u32), on a line shared only with the ready words.
     pub const DOORBELL: usize = 64;
+    /// The ready words ([`crate::ready::READY_WORDS`] u64s): on the doorbell's line,
+    /// which a client pushing a request reads anyway.
+    pub const READY: usize = 72;
     /// First terminus completion line.
     pub const COMPLETIONS: usize = 128;
 }
 
+// The ready words fit the doorbell's line, and have a bit for every terminus.
+const _: () = assert!(header::READY + crate::ready::READY_WORDS * 8 <= header::COMPLETIONS);
+const _: () = assert!(MAX_TERMINI as usize <= crate::ready::READY_WORDS * 64);
+
 /// A port's geometry: how many termini and queues, and their capacities.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PortGeometry {
-    /// Termini (1..=64).
+    /// Termini (1..=256).
     pub termini: u16,
     /// Notification queues (1..=64).
     pub queues: u16,
@@ -145,6 +156,15 @@ impl PortLayout {
             queues,
             total: at.next_multiple_of(4096),
             queue_total: qat,
+        })
+    }
+
+    /// Offset of the ready word that holds terminus `t`'s bit, and the bit
+    /// ([`crate::ready`]).
+    pub fn ready_word(&self, t: u16) -> Option<(usize, u64)> {
+        (t < self.geometry.termini).then(|| {
+            let (i, bit) = crate::ready::word_and_bit(t);
+            (header::READY + i * 8, bit)
         })
     }
 

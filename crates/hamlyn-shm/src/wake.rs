@@ -273,9 +273,24 @@ fn yield_cpu() {
 /// consumer is awake.
 #[inline]
 pub fn wake_after_publish(word: &AtomicU32, eventfd: Option<&EventFd>) -> bool {
+    publish_fence();
+    wake_after_fence(word, eventfd)
+}
+
+/// Producer side: the SeqCst fence F2 that follows a publication, for a producer that
+/// has more than one thing to look at after it (the doorbell, and the port's ready hints,
+/// [`crate::ready`]) and issues it once, then calls [`wake_after_fence`] or
+/// [`asleep_after_fence`].
+#[inline]
+pub fn publish_fence() {
     // F2: pairs with the SeqCst fence F1 in `wait_until` (and in `arm_eventfd`): either
-    // the consumer's re-check sees what we published, or we see its flag below.
+    // the consumer's re-check sees what we published, or we see its flag after this.
     fence(Ordering::SeqCst);
+}
+
+/// [`wake_after_publish`] for a producer that issued F2 ([`publish_fence`]) itself.
+#[inline]
+pub fn wake_after_fence(word: &AtomicU32, eventfd: Option<&EventFd>) -> bool {
     // R2. Relaxed: ordered by F2.
     let w = word.load(Ordering::Relaxed);
     if w & (SLEEPING | EVENTFD_ARMED) == 0 {
@@ -292,9 +307,13 @@ pub fn wake_after_publish(word: &AtomicU32, eventfd: Option<&EventFd>) -> bool {
 /// [`wake_after_publish`], which wakes the consumer.
 #[inline]
 pub fn asleep_after_publish(word: &AtomicU32) -> bool {
-    // F2: pairs with the SeqCst fence F1 in `wait_until` and in `arm_eventfd`, as in
-    // `wake_after_publish`.
-    fence(Ordering::SeqCst);
+    publish_fence();
+    asleep_after_fence(word)
+}
+
+/// [`asleep_after_publish`] for a producer that issued F2 ([`publish_fence`]) itself.
+#[inline]
+pub fn asleep_after_fence(word: &AtomicU32) -> bool {
     // R2. Relaxed: ordered by F2.
     word.load(Ordering::Relaxed) & (SLEEPING | EVENTFD_ARMED) != 0
 }

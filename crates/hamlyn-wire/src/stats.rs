@@ -197,6 +197,10 @@ counters! {
         /// unsent when the engine stopped sending them (it spends a bounded number of
         /// turns on them; the rest goes with the client).
         drains_cut,
+        /// Requests the engine found by its sweep of the termini rather than by the
+        /// client's ready hint (`hamlyn_shm::ready`): a client that sets no hints, or a
+        /// push that came between a turn's look at the hints and its sweep.
+        found_by_sweep,
     }
 }
 

@@ -34,7 +34,7 @@ pub const SOCKET_ENV: &str = "HAMLYN_SOCKET";
 /// How a [`Node`] asks for its port.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeOptions {
-    /// Termini in the port (1..=64): how many [`Terminus`] handles can exist at once.
+    /// Termini in the port (1..=256): how many [`Terminus`] handles can exist at once.
     pub termini: u16,
     /// Notification queues in the port (1..=64).
     pub queues: u16,
@@ -239,16 +239,27 @@ impl Shared {
     /// turn that takes the request in here ([`hamlyn_engine::Driver::nudge`]), so the
     /// engine's thread need not wake (the hand-back that follows rings it only if work
     /// is left). Never a system call while the engine is awake or driven.
+    ///
+    /// `ready`: the port's ready word for the terminus pushed to and its bit, set here
+    /// (on the doorbell's cache line, which the look at the doorbell reads anyway) so
+    /// the engine looks at that terminus next turn instead of finding it in a walk of
+    /// every ring ([`hamlyn_shm::ready`]).
     #[inline]
-    pub(crate) fn after_push(&self, word: &AtomicU32) {
+    pub(crate) fn after_push(&self, word: &AtomicU32, ready: Option<(&AtomicU64, u64)>) {
+        if let Some((w, bit)) = ready {
+            hamlyn_shm::ready::announce(w, bit);
+        }
+        // F2 (`wake::publish_fence`): orders the push and the hint before the read of the
+        // doorbell below; pairs with F1 (the engine arming it before a sleep).
+        hamlyn_shm::wake::publish_fence();
         match &self.driver {
             Some(driver) => {
-                if hamlyn_shm::wake::asleep_after_publish(word) && !driver.nudge() {
-                    hamlyn_shm::wake::wake_after_publish(word, Some(&self.doorbell));
+                if hamlyn_shm::wake::asleep_after_fence(word) && !driver.nudge() {
+                    hamlyn_shm::wake::wake_after_fence(word, Some(&self.doorbell));
                 }
             }
             None => {
-                hamlyn_shm::wake::wake_after_publish(word, Some(&self.doorbell));
+                hamlyn_shm::wake::wake_after_fence(word, Some(&self.doorbell));
             }
         }
     }
@@ -376,7 +387,7 @@ impl Node {
         engine: Option<EngineGuard>,
     ) -> Result<Node, Error> {
         if options.termini == 0 || options.termini > MAX_TERMINI {
-            return Err(Error::InvalidArgument("termini must be in 1..=64"));
+            return Err(Error::InvalidArgument("termini must be in 1..=256"));
         }
         if options.queues == 0 || options.queues > MAX_QUEUES {
             return Err(Error::InvalidArgument("queues must be in 1..=64"));

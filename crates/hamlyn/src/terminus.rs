@@ -136,6 +136,9 @@ pub struct Terminus {
     entries_in_use: VecDeque<EntryInUse>,
     /// Where [`crate::MetaIndex::Auto`]'s next multi-packet message starts looking.
     auto_next: u32,
+    /// The offset of the port's ready word with this terminus's bit, and the bit
+    /// ([`hamlyn_shm::ready`]).
+    ready: (usize, u64),
 }
 
 impl std::fmt::Debug for Terminus {
@@ -157,6 +160,10 @@ impl Terminus {
             .get(usize::from(index))
             .ok_or(Error::NoTerminus(shared.layout.geometry.termini))?;
         let ring = spsc::Producer::attach(shared.port.clone(), layout)?;
+        let ready = shared
+            .layout
+            .ready_word(index)
+            .ok_or(Error::NoTerminus(shared.layout.geometry.termini))?;
         // Relaxed: our own producer index, left by an earlier handle of this terminus.
         let next = shared
             .port
@@ -170,6 +177,7 @@ impl Terminus {
             pending: VecDeque::new(),
             entries_in_use: VecDeque::new(),
             auto_next: 0,
+            ready,
         })
     }
 
@@ -342,7 +350,9 @@ impl Terminus {
             Err(_) => return Err(SendError::Corrupt),
         }
         if let Ok(word) = self.shared.port.atomic_u32(header::DOORBELL) {
-            self.shared.after_push(word);
+            let ready = self.shared.port.atomic_u64(self.ready.0).ok();
+            self.shared
+                .after_push(word, ready.map(|w| (w, self.ready.1)));
         }
         let pos = self.next;
         self.next += 1;

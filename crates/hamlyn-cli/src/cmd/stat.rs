@@ -126,6 +126,10 @@ pub fn render(s: &Stats) -> String {
         ("clients detached", e.clients_detached),
         ("clients lost", e.clients_lost),
         ("goodbyes with requests left unsent", e.drains_cut),
+        (
+            "requests found by the sweep, not a ready hint",
+            e.found_by_sweep,
+        ),
         ("direct slots opened", e.direct_opens),
         ("direct opens refused", e.direct_refusals),
         ("quota refusals", e.quota_refusals),

@@ -152,15 +152,21 @@ impl RawClient {
     /// Pushes a request; returns its position, or Err if the ring is full.
     pub fn push(&mut self, t: usize, req: SendRequest) -> Result<u64, spsc::PushError> {
         let pos = self.push_quiet(t, req)?;
-        wake::wake_after_publish(
+        // As the library does (`Shared::after_push`): the terminus's ready hint, F2, the
+        // doorbell.
+        let (off, bit) = self.layout.ready_word(t as u16).unwrap();
+        hamlyn_shm::ready::announce(self.port.atomic_u64(off).unwrap(), bit);
+        wake::publish_fence();
+        wake::wake_after_fence(
             self.port.atomic_u32(header::DOORBELL).unwrap(),
             Some(&self.doorbell),
         );
         Ok(pos)
     }
 
-    /// Pushes a request without ringing the doorbell (an engine asleep does not see it
-    /// until it looks); returns its position.
+    /// Pushes a request without ringing the doorbell or setting the terminus's ready
+    /// hint (an engine asleep does not see it until it looks, an awake one finds it by
+    /// its sweep); returns its position.
     pub fn push_quiet(&mut self, t: usize, mut req: SendRequest) -> Result<u64, spsc::PushError> {
         let pos = self.pushed[t];
         req.seq = pos as u32;
