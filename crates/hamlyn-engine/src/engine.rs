@@ -197,7 +197,14 @@ impl EngineState {
                 requeue: false,
             };
         };
-        let more = term.has_more();
+        // A swept terminus that had no work has an empty ring, unless its rate holds it
+        // (then it waits in the queue for its tokens) or a refused request waits for
+        // room for its error: no second look at the ring for the common case.
+        let more = if work || visit == Visit::Ready || term.throttled_until.is_some() {
+            term.has_more()
+        } else {
+            term.current.is_some()
+        };
         term.queued = more;
         Served {
             work,

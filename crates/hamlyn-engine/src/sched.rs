@@ -17,10 +17,11 @@
 //! trip does not grow with the logical channels).
 //!
 //! **The sweep.** Hints are the client's to set, so they are never the only way to be
-//! served: every turn also looks at [`SWEEP_PER_LEVEL`] more termini of every level, in
-//! turn, so a terminus whose client set no hint (an older or careless client) waits at
-//! most `n / SWEEP_PER_LEVEL` turns for a level of `n` termini, and a turn's sweep costs
-//! the same however many termini exist. (Such a client also loses strict priority
+//! served: every [`SWEEP_EVERY`]-th turn also looks at [`SWEEP_PER_LEVEL`] more termini
+//! of every level, in turn, so a terminus whose client set no hint (an older or careless
+//! client) waits at most `SWEEP_EVERY * n / SWEEP_PER_LEVEL` turns for a level of `n`
+//! termini, and the sweep costs an idle turn a quarter of a terminus visit however many
+//! termini exist. (Such a client also loses strict priority
 //! among its own termini: a lower one the sweep finds may go before a higher one it has
 //! not reached yet.) Termini throttled by their rate or held by a full error ring stay
 //! in their ready queue while their rings hold requests. When a rate changes, the next
@@ -37,9 +38,11 @@ pub(crate) type TerminusKey = (u32, u16);
 
 /// Priority levels: 0 is served first.
 pub(crate) const PRIORITY_LEVELS: usize = 4;
-/// Termini of each level the sweep looks at per turn: a level of `n` termini is swept
-/// whole every `n / SWEEP_PER_LEVEL` turns (rounded up), hinted or not.
+/// Termini of each level the sweep looks at on a sweeping turn: a level of `n` termini
+/// is swept whole every `SWEEP_EVERY * n / SWEEP_PER_LEVEL` turns (rounded up).
 pub(crate) const SWEEP_PER_LEVEL: usize = 2;
+/// The sweep runs on one turn in this many.
+pub(crate) const SWEEP_EVERY: u64 = 8;
 /// A port whose ready words stay empty is read on one turn in this many
 /// (`EngineState::take_ready_hints`).
 pub(crate) const COLD_PORT_STRIDE: u64 = 16;
@@ -72,8 +75,10 @@ pub(crate) struct Scheduler {
     levels: [Vec<TerminusKey>; PRIORITY_LEVELS],
     /// Termini with work, by level, in the order they are served.
     ready: [VecDeque<TerminusKey>; PRIORITY_LEVELS],
-    /// Where each level's sweep goes on next turn (a place in `levels`).
+    /// Where each level's sweep goes on next (a place in `levels`).
     sweep_at: [usize; PRIORITY_LEVELS],
+    /// Turns taken (the sweep runs on every `SWEEP_EVERY`-th).
+    turns: u64,
 }
 
 /// The level of a priority (clamped to the lowest level).
@@ -152,6 +157,8 @@ impl Scheduler {
     ) -> bool {
         let mut busy = false;
         let lowest = self.lowest_level();
+        self.turns = self.turns.wrapping_add(1);
+        let sweeping = all || self.turns % SWEEP_EVERY == 0;
         for level in 0..PRIORITY_LEVELS {
             let express = level < lowest;
             let Some(q) = self.ready.get_mut(level) else {
@@ -172,12 +179,14 @@ impl Scheduler {
                 continue;
             };
             let n = keys.len();
-            // The sweep: every terminus after a sleep, else the next SWEEP_PER_LEVEL
-            // from where the last turn's sweep of this level stopped.
+            // The sweep: every terminus after a sleep, else on a sweeping turn the next
+            // SWEEP_PER_LEVEL from where the last sweep of this level stopped.
             let (start, count) = if all {
                 (0, n)
-            } else {
+            } else if sweeping {
                 (self.sweep_at[level], n.min(SWEEP_PER_LEVEL))
+            } else {
+                (0, 0)
             };
             for i in 0..count {
                 let mut p = start + i;
@@ -192,7 +201,7 @@ impl Scheduler {
                     busy |= s.work;
                 }
             }
-            if n > 0 {
+            if n > 0 && count > 0 {
                 self.sweep_at[level] = (start + count) % n;
             }
             if busy {
@@ -336,10 +345,10 @@ mod tests {
             assert_eq!(w.work[&(1, t)], 0);
             assert!(w.visits.len() <= 1 + SWEEP_PER_LEVEL, "{:?}", w.visits);
         }
-        // With no work anywhere, 64 / SWEEP_PER_LEVEL turns look at every terminus
-        // exactly once.
+        // With no work anywhere, SWEEP_EVERY * 64 / SWEEP_PER_LEVEL turns look at every
+        // terminus exactly once.
         let mut swept = Vec::new();
-        for turn in 100..100 + (64 / SWEEP_PER_LEVEL) as u64 {
+        for turn in 100..100 + SWEEP_EVERY * (64 / SWEEP_PER_LEVEL) as u64 {
             assert!(!w.turn(&mut s, turn));
             swept.extend(w.visits.iter().copied());
         }
@@ -351,9 +360,9 @@ mod tests {
         assert_eq!(w.visits.len(), 64);
     }
 
-    /// A client that never sets a hint is still served: within n / SWEEP_PER_LEVEL turns
-    /// for its first request, and then every turn while it has more (queued by the
-    /// sweep).
+    /// A client that never sets a hint is still served: within
+    /// SWEEP_EVERY * n / SWEEP_PER_LEVEL turns for its first request, and then every turn
+    /// while it has more (queued by the sweep).
     #[test]
     fn a_terminus_without_hints_is_served_by_the_sweep() {
         let mut s = Scheduler::new();
@@ -363,13 +372,13 @@ mod tests {
         }
         w.push_silently((1, 33), 5);
         let mut first = None;
-        for turn in 0..40u64.div_ceil(SWEEP_PER_LEVEL as u64) {
+        for turn in 0..SWEEP_EVERY * 40u64.div_ceil(SWEEP_PER_LEVEL as u64) {
             if w.turn(&mut s, turn) {
                 first = Some(turn);
                 break;
             }
         }
-        let first = first.expect("served within 40 / SWEEP_PER_LEVEL turns");
+        let first = first.expect("served within SWEEP_EVERY * 40 / SWEEP_PER_LEVEL turns");
         for turn in first + 1..first + 5 {
             assert!(w.turn(&mut s, turn), "turn {turn}: queued by the sweep");
         }
