@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use hamlyn_engine::{EngineConfig, EngineHandle};
 
-const PROGRAMS: [&str; 9] = [
+const PROGRAMS: [&str; 10] = [
     "errors",
     "pingpong",
     "group",
@@ -26,6 +26,7 @@ const PROGRAMS: [&str; 9] = [
     "rpc",
     "job",
     "rats",
+    "rats_remote",
 ];
 
 /// Longest a C program may run (valgrind is slow); a hung one is killed and fails.
@@ -429,6 +430,24 @@ fn rats_protocols_between_two_c_processes() {
         run(call, &format!("rats call ({mode:?})"));
         let status = finish(server, "rats serve");
         assert!(status.success(), "rats serve ({mode:?}): {status}");
+    }
+}
+
+/// Rats remote write and remote read from C (issue 10) across two processes: reads of
+/// 0 B to 2 MiB, blocking and asynchronous, byte-exact; plain, scattered and gathered
+/// writes of 0 B to 1 MiB + 5 that the server finds in its slot byte for byte (and
+/// nothing else changed); seeds of the wrong protocol, reads too long or past the slot,
+/// a write outside the slot: each its code.
+#[test]
+fn rats_remote_write_and_read_between_two_c_processes() {
+    for mode in modes() {
+        let d = daemon();
+        let (server, seeds) = start_reading(program(mode, &d, "rats_remote", &["serve"]), 2);
+        let mut call = program(mode, &d, "rats_remote", &["call"]);
+        call.env("HAMLYN_SEEDS", seeds.join("\n"));
+        run(call, &format!("rats_remote call ({mode:?})"));
+        let status = finish(server, "rats_remote serve");
+        assert!(status.success(), "rats_remote serve ({mode:?}): {status}");
     }
 }
 
