@@ -35,6 +35,7 @@ mod job;
 mod node;
 mod queue;
 mod rats;
+mod rats_remote;
 mod rpc;
 mod slot;
 mod terminus;
@@ -249,6 +250,10 @@ fn _hamlyn(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<rats::PyRatsStreamSender>()?;
     m.add_class::<rats::PyRatsSimpleDatagram>()?;
     m.add_class::<rats::PyRatsSimpleClient>()?;
+    m.add_class::<rats_remote::PyRatsRemoteWriteServer>()?;
+    m.add_class::<rats_remote::PyRatsRemoteWriteClient>()?;
+    m.add_class::<rats_remote::PyRatsRemoteReadServer>()?;
+    m.add_class::<rats_remote::PyRatsRemoteReadClient>()?;
     m.add_function(wrap_pyfunction!(ticket::seed_from_tickets, m)?)?;
     m.add_function(wrap_pyfunction!(ticket::tickets_from_seed, m)?)?;
     m.add_function(wrap_pyfunction!(bench::bench_pong, m)?)?;

@@ -29,8 +29,10 @@ the protocol level, Rats: ``Rats`` (a manager), tagged writes (``RatsTaggedServe
 ``RatsTaggedClient``), datagrams under credit (``RatsDatagramReceiver``,
 ``RatsDatagram``, ``RatsDatagramSender``), streams (``RatsStreamReceiver``,
 ``RatsStreamSender``), simple datagrams with reply seeds (``RatsSimpleDatagram``,
-``RatsSimpleClient``) and request/response (``RatsRequestServer``, ``RatsRequest``,
-``RatsRequestClient``), seeds as text.
+``RatsSimpleClient``), request/response (``RatsRequestServer``, ``RatsRequest``,
+``RatsRequestClient``), remote write (``RatsRemoteWriteServer``,
+``RatsRemoteWriteClient``: plain, scatter, gather) and remote read
+(``RatsRemoteReadServer``, ``RatsRemoteReadClient``: blocking or polled), seeds as text.
 Errors are
 subclasses of ``HamlynError`` (``hamlyn._errors``).
 """
@@ -100,6 +102,10 @@ from ._hamlyn import (
     RatsDatagram,
     RatsDatagramReceiver,
     RatsDatagramSender,
+    RatsRemoteReadClient,
+    RatsRemoteReadServer,
+    RatsRemoteWriteClient,
+    RatsRemoteWriteServer,
     RatsRequest,
     RatsRequestClient,
     RatsRequestServer,
@@ -147,6 +153,10 @@ __all__ = [
     "RatsDatagram",
     "RatsDatagramReceiver",
     "RatsDatagramSender",
+    "RatsRemoteReadClient",
+    "RatsRemoteReadServer",
+    "RatsRemoteWriteClient",
+    "RatsRemoteWriteServer",
     "RatsRequest",
     "RatsRequestClient",
     "RatsRequestServer",
