@@ -37,6 +37,7 @@ mod queue;
 mod rats;
 mod rats_remote;
 mod rpc;
+mod rpc_ref;
 mod slot;
 mod terminus;
 mod ticket;
@@ -236,6 +237,8 @@ fn _hamlyn(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<rpc::PyRpcServer>()?;
     m.add_class::<rpc::PyRpcClient>()?;
     m.add_class::<rpc::PyRpcCall>()?;
+    m.add_class::<rpc_ref::PyRpcContext>()?;
+    m.add_class::<rpc_ref::PyRpcSegment>()?;
     m.add_class::<job::PyJob>()?;
     m.add_class::<rats::PyRats>()?;
     m.add_class::<rats::PyRatsTaggedServer>()?;

@@ -25,6 +25,12 @@ and in environment variables. Every wait is bounded: a lost peer fails, never ha
     peer.py rpc-serve NAME    serves RPC service NAME (echo, upper, sum, fails, hold,
                               stop); prints "serving", then, once stopped, its counters
                               as JSON. 'hold' answers only after a line on stdin.
+    peer.py rpc-ref-serve NAME  serves RPC service NAME with procedures by reference:
+                              'reverse' (args: offset, length as two u64) reads that
+                              much of the caller's segment and writes it reversed just
+                              after, returning the segment's length and the CRC-32 of
+                              what it read; 'stop'. Prints "serving", then, once
+                              stopped, its counters as JSON.
     peer.py rats-tag-write    writes "tag N" with tag N (N = 1..$HAMLYN_COUNT) at offset
                               64 * N to the tagged server $HAMLYN_SEED names
     peer.py rats-datagrams N  sends N datagrams "datagram I" (oob: I as one byte) to the
@@ -269,6 +275,28 @@ def main() -> None:
             if not stopped:
                 fail("not stopped within 120 s")
             # The stop call's reply goes out with the next turn: serve a little more.
+            server.serve(timeout=0.2)
+            print(json.dumps(server.counters()), flush=True)
+    elif role == "rpc-ref-serve":
+        import json
+        import zlib
+
+        stopped = []
+
+        def reverse(args, ctx):
+            off, n = struct.unpack("<QQ", args)
+            data = ctx.read(off, n)
+            ctx.write(off + n, data[::-1])
+            return struct.pack("<QI", ctx.segment_len, zlib.crc32(data))
+
+        procedures = {"reverse": reverse, "stop": lambda args: stopped.append(True)}
+        with hamlyn.Node.connect_default() as node, hamlyn.RpcServer(
+            node, sys.argv[2], procedures
+        ) as server:
+            print("serving", flush=True)
+            server.serve(until=lambda: bool(stopped), timeout=120)
+            if not stopped:
+                fail("not stopped within 120 s")
             server.serve(timeout=0.2)
             print(json.dumps(server.counters()), flush=True)
     elif role == "rats-tag-write":

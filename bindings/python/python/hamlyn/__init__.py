@@ -23,7 +23,8 @@ mapped here), ``Send`` and ``Status``, ``Queue`` (poll, wait, event_fd,
 ``EndpointGroup`` (receive-any, a blocking receive); GRIM's active messages:
 ``AmEndpoint`` (Python handlers registered by name, short / bulk / memory messages,
 replies), ``AmCall``, ``AmMemoryRegion``, ``AmMemoryTarget``; RPC over remote memory:
-``RpcServer`` (Python procedures, bytes in and out), ``RpcClient``, ``RpcCall``; and
+``RpcServer`` (Python procedures, bytes in and out), ``RpcClient``, ``RpcCall``, calls by
+reference (``RpcSegment``, a procedure's ``RpcContext``); and
 ``Job`` (rank, size, barrier, all-gather under ``hamlyn run``, Slurm, PMI, Open MPI);
 the protocol level, Rats: ``Rats`` (a manager), tagged writes (``RatsTaggedServer``,
 ``RatsTaggedClient``), datagrams under credit (``RatsDatagramReceiver``,
@@ -120,6 +121,8 @@ from ._hamlyn import (
     RPC_MAX_RESULT,
     RpcCall,
     RpcClient,
+    RpcContext,
+    RpcSegment,
     RpcServer,
     EndpointGroup,
     EndpointMessage,
@@ -171,6 +174,8 @@ __all__ = [
     "RPC_MAX_RESULT",
     "RpcCall",
     "RpcClient",
+    "RpcContext",
+    "RpcSegment",
     "RpcServer",
     "EndpointGroup",
     "EndpointMessage",
