@@ -119,3 +119,5 @@ def test_a_context_is_only_valid_while_its_procedure_runs(engine):
     assert not t.is_alive()
     assert len(seen) == 2, seen
     assert "named no segment" in seen[0] and "call is over" in seen[1], seen
+    with pytest.raises(hamlyn.WrongThreadError):
+        kept[1].write(0, b"x")  # only ever on the serving thread
