@@ -40,6 +40,17 @@ pub(crate) fn closed(message: &str) -> PyErr {
     raise("ClosedError", message.to_owned())
 }
 
+/// `StateError`: a call out of turn.
+pub(crate) fn state(message: String) -> PyErr {
+    raise("StateError", message)
+}
+
+/// A remote read or write of an RPC caller's segment that failed (outside it, or the
+/// caller is gone): `RejectedError`.
+pub(crate) fn segment(message: String) -> PyErr {
+    raise("RejectedError", message)
+}
+
 /// `InvalidArgumentError` (a `ValueError`).
 pub(crate) fn invalid(message: String) -> PyErr {
     raise("InvalidArgumentError", message)

@@ -1,12 +1,15 @@
 //! The protocol level, Rats (crate hamlyn-rats, issue 10), from Python: `hamlyn.Rats`
 //! (a protocol manager on a node), tagged remote writes (`RatsTaggedServer`,
 //! `RatsTaggedClient`) and request/response (`RatsRequestServer`, `RatsRequest`,
-//! `RatsRequestClient`). Seeds travel as text. A manager and the protocol instances made
-//! from it share an `Rc`: they are one thread's ([`ThreadBound`]), as in Rust.
+//! `RatsRequestClient`); remote write and remote read are in `rats_remote`. Seeds travel
+//! as text. A manager and the protocol instances made from it share an `Rc`: they are
+//! one thread's ([`ThreadBound`]), as in Rust.
 
 use std::time::{Duration, Instant};
 
 use hamlyn_rats::datagram::{Datagram, DatagramReceiver, DatagramSender};
+use hamlyn_rats::remote_read::{RemoteReadClient, RemoteReadServer};
+use hamlyn_rats::remote_write::{RemoteWriteClient, RemoteWriteServer};
 use hamlyn_rats::request_response::{Request, RequestClient, RequestServer};
 use hamlyn_rats::simple_datagram::{SimpleClient, SimpleDatagram};
 use hamlyn_rats::stream::{StreamReceiver, StreamSender, View, WriteStatus};
@@ -17,6 +20,10 @@ use pyo3::types::PyBytes;
 
 use crate::errors::rats_check;
 use crate::node::PyNode;
+use crate::rats_remote::{
+    PyRatsRemoteReadClient, PyRatsRemoteReadServer, PyRatsRemoteWriteClient,
+    PyRatsRemoteWriteServer,
+};
 use crate::terminus::PySend;
 use crate::ticket::{seed_from_text, seed_to_text, with_bytes};
 use crate::{unblocked, Life, ThreadBound};
@@ -188,6 +195,50 @@ impl PyRats {
         Ok(PyRatsSimpleClient {
             life: self.life.clone(),
             client: ThreadBound::new(c),
+        })
+    }
+
+    /// A remote-write server over `length` bytes of message space: writers
+    /// (`remote_write_client(seed)`) fill it without telling it.
+    fn remote_write_server(&self, length: u64) -> PyResult<PyRatsRemoteWriteServer> {
+        let s = rats_check(RemoteWriteServer::new(self.mgr()?, length))?;
+        Ok(PyRatsRemoteWriteServer {
+            life: self.life.clone(),
+            server: ThreadBound::new(s),
+        })
+    }
+
+    /// The writer of the remote-write server seed text `seed` names (`BadSeedError`
+    /// for another protocol's seed).
+    fn remote_write_client(&self, seed: &str) -> PyResult<PyRatsRemoteWriteClient> {
+        let seed = seed_from_text(seed)?;
+        let c = rats_check(RemoteWriteClient::from_seed(self.mgr()?, &seed))?;
+        Ok(PyRatsRemoteWriteClient {
+            life: self.life.clone(),
+            client: ThreadBound::new(c),
+        })
+    }
+
+    /// A remote-read server: `length` bytes of message space that readers
+    /// (`remote_read_client(seed, max_len)`) may read, not write.
+    fn remote_read_server(&self, length: u64) -> PyResult<PyRatsRemoteReadServer> {
+        let s = rats_check(RemoteReadServer::new(self.mgr()?, length))?;
+        Ok(PyRatsRemoteReadServer {
+            life: self.life.clone(),
+            server: ThreadBound::new(s),
+            length,
+        })
+    }
+
+    /// The reader of the remote-read server seed text `seed` names, reading at most
+    /// `max_len` bytes at a time (`BadSeedError` for another protocol's seed).
+    fn remote_read_client(&self, seed: &str, max_len: u64) -> PyResult<PyRatsRemoteReadClient> {
+        let seed = seed_from_text(seed)?;
+        let c = rats_check(RemoteReadClient::from_seed(self.mgr()?, &seed, max_len))?;
+        Ok(PyRatsRemoteReadClient {
+            life: self.life.clone(),
+            client: ThreadBound::new(c),
+            max_len,
         })
     }
 

@@ -1,6 +1,8 @@
 //! `hamlyn.RpcServer` and `hamlyn.RpcClient` (RPC over remote memory, crate hamlyn-rpc,
 //! seed 004 §3.1): Python procedures (bytes in, bytes out) registered by name and
-//! served; calls by name, several outstanding (`start`, `finish`), with timeouts.
+//! served; calls by name, several outstanding (`start`, `finish`), with timeouts; calls
+//! by reference (a segment of the client's memory the procedure reads and writes) with
+//! `rpc_ref`.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -10,20 +12,27 @@ use hamlyn_rpc::{Call, Procedure, RpcClient, RpcError, RpcServer};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyMapping};
 
+use crate::area::PyArea;
 use crate::errors::{self, rpc_check};
 use crate::node::PyNode;
-use crate::ticket::with_bytes;
+use crate::rpc_ref::{takes_context, PyRpcContext, PyRpcSegment};
+use crate::ticket::{with_bytes, PyTicket};
 use crate::Life;
 
-/// A Python callable as a procedure: called with the arguments as `bytes`, it returns a
-/// bytes-like result (None: empty). An exception it raises is the call's error at the
-/// client (`ProcedureError`, with the exception's text); the server keeps serving.
-fn procedure(f: Py<PyAny>) -> Procedure {
-    Box::new(move |args, _ctx| {
+/// A Python callable as a procedure: called with the arguments as `bytes` (and, if it
+/// takes two arguments, the call's `RpcContext`: `rpc_ref`), it returns a bytes-like
+/// result (None: empty). An exception it raises is the call's error at the client
+/// (`ProcedureError`, with the exception's text); the server keeps serving.
+fn procedure(f: Py<PyAny>, with_ctx: bool) -> Procedure {
+    Box::new(move |args, ctx| {
         Python::with_gil(|py| {
-            let out = f
-                .call1(py, (PyBytes::new(py, args),))
-                .map_err(|e| e.to_string())?;
+            let args = PyBytes::new(py, args);
+            let out = if with_ctx {
+                PyRpcContext::run(py, &f, args, ctx)
+            } else {
+                f.call1(py, (args,))
+            }
+            .map_err(|e| e.to_string())?;
             let out = out.bind(py);
             if out.is_none() {
                 return Ok(Vec::new());
@@ -91,7 +100,10 @@ impl PyRpcServer {
         }
         let procs = procedures
             .into_iter()
-            .map(|(name, f)| (name, procedure(f)))
+            .map(|(name, f)| {
+                let with_ctx = takes_context(py, f.bind(py));
+                (name, procedure(f, with_ctx))
+            })
             .collect();
         let s = py.allow_threads(|| RpcServer::publish(n, service, procs));
         Ok(PyRpcServer {
@@ -352,6 +364,53 @@ impl PyRpcClient {
             .take()
             .ok_or_else(|| errors::invalid("the call was finished already".to_owned()))?;
         let out = self.with_unlocked(py, |client| client.finish(c))?;
+        Ok(PyBytes::new(py, &out))
+    }
+
+    /// Makes `area` (an area of this client's node) a segment that calls by reference
+    /// name: the server may read and write all of it while such a call runs.
+    fn segment(&self, py: Python<'_>, area: &PyArea) -> PyResult<PyRpcSegment> {
+        let a = area.get(py)?;
+        let length = a.len();
+        let seg = self.with_unlocked(py, |c| c.segment(&a))?;
+        Ok(PyRpcSegment {
+            segment: Mutex::new(Some(seg)),
+            length,
+        })
+    }
+
+    /// Calls `procedure` by reference: with `args`, and `segment` (from `segment()`),
+    /// which the procedure may read and write (its `RpcContext`) while it runs. Returns
+    /// its result once every write into the segment has landed.
+    fn call_by_ref<'py>(
+        &self,
+        py: Python<'py>,
+        procedure: &str,
+        args: &Bound<'py, PyAny>,
+        segment: &PyRpcSegment,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let args = with_bytes(args, |b| Ok(b.to_vec()))?;
+        let g = crate::lock(py, &segment.segment)?;
+        let seg = g
+            .as_ref()
+            .ok_or_else(|| errors::closed("the segment is closed"))?;
+        let out = self.with_unlocked(py, |c| c.call_by_ref(procedure, &args, seg))?;
+        Ok(PyBytes::new(py, &out))
+    }
+
+    /// A call by reference naming any `ticket` as the segment (what a server refuses is
+    /// tested with it; `call_by_ref` is the call a program makes). Does not wait for
+    /// segment writes to land.
+    fn call_by_ticket<'py>(
+        &self,
+        py: Python<'py>,
+        procedure: &str,
+        args: &Bound<'py, PyAny>,
+        ticket: &PyTicket,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let args = with_bytes(args, |b| Ok(b.to_vec()))?;
+        let t = ticket.ticket;
+        let out = self.with_unlocked(py, |c| c.call_by_ticket(procedure, &args, &t))?;
         Ok(PyBytes::new(py, &out))
     }
 

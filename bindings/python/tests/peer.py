@@ -25,6 +25,12 @@ and in environment variables. Every wait is bounded: a lost peer fails, never ha
     peer.py rpc-serve NAME    serves RPC service NAME (echo, upper, sum, fails, hold,
                               stop); prints "serving", then, once stopped, its counters
                               as JSON. 'hold' answers only after a line on stdin.
+    peer.py rpc-ref-serve NAME  serves RPC service NAME with procedures by reference:
+                              'reverse' (args: offset, length as two u64) reads that
+                              much of the caller's segment and writes it reversed just
+                              after, returning the segment's length and the CRC-32 of
+                              what it read; 'stop'. Prints "serving", then, once
+                              stopped, its counters as JSON.
     peer.py rats-tag-write    writes "tag N" with tag N (N = 1..$HAMLYN_COUNT) at offset
                               64 * N to the tagged server $HAMLYN_SEED names
     peer.py rats-datagrams N  sends N datagrams "datagram I" (oob: I as one byte) to the
@@ -36,6 +42,12 @@ and in environment variables. Every wait is bounded: a lost peer fails, never ha
                               oob doubled
     peer.py rats-respond N    a request/response server: prints its seed, answers N
                               requests with their bytes upper-cased, prints "answered N"
+    peer.py rats-remote-read-serve  a remote-read server of RATS_READ_SLOT bytes of
+                              rats_pattern(0, ...): prints its seed, waits for a line on
+                              stdin
+    peer.py rats-remote-write  writes rats_remote_writes() (plain, scattered, gathered)
+                              into the remote-write server $HAMLYN_SEED names; waits for
+                              every send; prints "written"
 """
 
 import os
@@ -47,6 +59,39 @@ import hamlyn
 WAIT = 30.0
 TAG_HELLO, TAG_PING, TAG_BYE = 1, 2, 3
 HELLO = 1024  # where the hello lands: the pings' words are at 0
+
+
+MIB = 1 << 20
+RATS_READ_SLOT = 2 * MIB + 64
+RATS_WRITE_SLOT = 3 * MIB
+RATS_GATHER_AT = 2 * MIB + 4096 + MIB // 2 + 8192
+
+
+def rats_pattern(k: int, n: int) -> bytes:
+    """`n` bytes of pattern `k`: a period of 251 (prime), so a shifted copy differs."""
+    period = bytes((i * 7 + k * 13 + 1) % 251 for i in range(251))
+    return (period * (n // 251 + 1))[:n]
+
+
+def rats_remote_writes():
+    """What `rats-remote-write` writes: plain writes as (offset, data), scattered pieces
+    as (offset, data), and gathered pieces with the offset they land at; sizes 0 B to
+    1 MiB + 5, bytes-like objects of several kinds."""
+    plain = [(0, b""), (RATS_WRITE_SLOT, b""), (0, b"\xa5"), (16, rats_pattern(1, 4099)),
+             (8192, bytearray(rats_pattern(2, MIB + 5)))]
+    scatter = [(2 * MIB, b"scatter-a"), (2 * MIB + 100, bytearray(rats_pattern(3, 1000))),
+               (2 * MIB + 7, b""), (2 * MIB + 5000, memoryview(rats_pattern(4, MIB // 2)))]
+    gather = [b"gather-", b"", bytearray(rats_pattern(5, 3000)), memoryview(b"-end")]
+    return plain, scatter, (RATS_GATHER_AT, gather)
+
+
+def rats_remote_slot() -> bytes:
+    """The remote-write server's slot once every write of `rats_remote_writes` landed."""
+    slot = bytearray(RATS_WRITE_SLOT)
+    plain, scatter, (at, gather) = rats_remote_writes()
+    for off, data in plain + scatter + [(at, b"".join(bytes(g) for g in gather))]:
+        slot[off: off + len(data)] = data
+    return bytes(slot)
 
 
 def fail(why: str) -> None:
@@ -232,6 +277,28 @@ def main() -> None:
             # The stop call's reply goes out with the next turn: serve a little more.
             server.serve(timeout=0.2)
             print(json.dumps(server.counters()), flush=True)
+    elif role == "rpc-ref-serve":
+        import json
+        import zlib
+
+        stopped = []
+
+        def reverse(args, ctx):
+            off, n = struct.unpack("<QQ", args)
+            data = ctx.read(off, n)
+            ctx.write(off + n, data[::-1])
+            return struct.pack("<QI", ctx.segment_len, zlib.crc32(data))
+
+        procedures = {"reverse": reverse, "stop": lambda args: stopped.append(True)}
+        with hamlyn.Node.connect_default() as node, hamlyn.RpcServer(
+            node, sys.argv[2], procedures
+        ) as server:
+            print("serving", flush=True)
+            server.serve(until=lambda: bool(stopped), timeout=120)
+            if not stopped:
+                fail("not stopped within 120 s")
+            server.serve(timeout=0.2)
+            print(json.dumps(server.counters()), flush=True)
     elif role == "rats-tag-write":
         with hamlyn.Node.connect_default() as node:
             client = hamlyn.Rats(node).tagged_client(os.environ["HAMLYN_SEED"])
@@ -272,6 +339,24 @@ def main() -> None:
                     fail(f"no request within {WAIT} s")
                 server.reply(r, r.data.upper()).result(timeout=WAIT)
             print(f"answered {count}", flush=True)
+    elif role == "rats-remote-read-serve":
+        with hamlyn.Node.connect_default() as node:
+            server = hamlyn.Rats(node).remote_read_server(RATS_READ_SLOT)
+            server.write(0, rats_pattern(0, RATS_READ_SLOT))
+            print(server.seed, flush=True)
+            sys.stdin.readline()  # until the test is done reading
+    elif role == "rats-remote-write":
+        with hamlyn.Node.connect_default() as node:
+            client = hamlyn.Rats(node).remote_write_client(os.environ["HAMLYN_SEED"])
+            plain, scatter, (at, gather) = rats_remote_writes()
+            sends = [client.write(off, data) for off, data in plain]
+            sends += client.write_scatter(scatter)
+            sends.append(client.write_gather(at, gather))
+            for s in sends:
+                status = s.wait(timeout=WAIT)
+                if not status.sent:
+                    fail(f"a write ended {status!r}")
+            print("written", flush=True)
     else:
         fail(f"unknown role {role}")
 

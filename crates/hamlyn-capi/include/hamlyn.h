@@ -95,6 +95,9 @@
 // `hamlyn_notification.meta_index` of a fast-mode message (no metadata entry).
 #define HAMLYN_NO_META_INDEX UINT32_MAX
 
+// The most pieces one scatter or gather call takes.
+#define HAMLYN_RATS_MAX_PIECES 1024
+
 // Most argument bytes one call carries.
 #define HAMLYN_RPC_MAX_ARGS 4080
 
@@ -417,6 +420,19 @@ typedef struct hamlyn_rats_datagram_receiver hamlyn_rats_datagram_receiver;
 // The sending side of datagrams, made from a receiver's seed.
 typedef struct hamlyn_rats_datagram_sender hamlyn_rats_datagram_sender;
 
+// The reading side of a remote read, made from a server's seed, with a reply buffer of
+// its own; one read in flight at a time.
+typedef struct hamlyn_rats_remote_read_client hamlyn_rats_remote_read_client;
+
+// The side of a remote read that is read: a slot others may read.
+typedef struct hamlyn_rats_remote_read_server hamlyn_rats_remote_read_server;
+
+// The writing side of a remote write, made from a server's seed.
+typedef struct hamlyn_rats_remote_write_client hamlyn_rats_remote_write_client;
+
+// The side of a remote write that is written: a slot others write without notifying it.
+typedef struct hamlyn_rats_remote_write_server hamlyn_rats_remote_write_server;
+
 // A request/response client, made from a server's seed or its registry name.
 typedef struct hamlyn_rats_request_client hamlyn_rats_request_client;
 
@@ -580,7 +596,7 @@ typedef struct hamlyn_endpoint_message {
 // How a node's port is made (`hamlyn_node_embedded_with`, `hamlyn_node_connect_with`).
 // All zeros is valid: every zero field takes the library's default.
 typedef struct hamlyn_node_options {
-  // Termini in the port (1..=64; 0: 4): how many `hamlyn_terminus` may exist at once.
+  // Termini in the port (1..=256; 0: 4): how many `hamlyn_terminus` may exist at once.
   uint16_t termini;
   // Notification queues in the port (1..=64; 0: 4).
   uint16_t queues;
@@ -692,6 +708,26 @@ typedef struct hamlyn_rats_request {
   // The client's sequence number.
   uint32_t seq;
 } hamlyn_rats_request;
+
+// One piece of a scattered remote write (`hamlyn_rats_remote_write_scatter`): `len`
+// bytes at `data`, written at `offset` of the server's slot.
+typedef struct hamlyn_rats_scatter_piece {
+  // Where the piece lands in the server's slot.
+  uint64_t offset;
+  // Its bytes (may be NULL when `len` is 0).
+  const uint8_t *data;
+  // How many.
+  size_t len;
+} hamlyn_rats_scatter_piece;
+
+// One piece of a gathered remote write (`hamlyn_rats_remote_write_gather`): `len`
+// bytes at `data`.
+typedef struct hamlyn_rats_gather_piece {
+  // Its bytes (may be NULL when `len` is 0).
+  const uint8_t *data;
+  // How many.
+  size_t len;
+} hamlyn_rats_gather_piece;
 
 // A procedure written in C: runs inside `hamlyn_rpc_server_serve` on the thread that
 // called it. `args` holds the call's `args_len` argument bytes (valid during the call);
@@ -2137,6 +2173,227 @@ hamlyn_result hamlyn_rats_stream_flush(const struct hamlyn_rats_stream_sender *s
 //
 // `sender` is NULL or live.
 hamlyn_result hamlyn_rats_stream_close(const struct hamlyn_rats_stream_sender *sender);
+
+// Frees the instance (NULL: nothing).
+//
+// # Safety
+//
+// `h` is NULL or live, not used after, and no call on it is running.
+void hamlyn_rats_remote_write_server_free(struct hamlyn_rats_remote_write_server *h);
+
+// Frees the instance (NULL: nothing). Writes already made go on.
+//
+// # Safety
+//
+// `h` is NULL or live, not used after, and no call on it is running.
+void hamlyn_rats_remote_write_client_free(struct hamlyn_rats_remote_write_client *h);
+
+// Frees the instance (NULL: nothing).
+//
+// # Safety
+//
+// `h` is NULL or live, not used after, and no call on it is running.
+void hamlyn_rats_remote_read_server_free(struct hamlyn_rats_remote_read_server *h);
+
+// Frees the instance (NULL: nothing).
+//
+// # Safety
+//
+// `h` is NULL or live, not used after, and no call on it is running.
+void hamlyn_rats_remote_read_client_free(struct hamlyn_rats_remote_read_client *h);
+
+// A remote-write server over `len` bytes of message space.
+//
+// # Safety
+//
+// `rats` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_rats_remote_write_server_new(const struct hamlyn_rats *rats,
+                                                  uint64_t len,
+                                                  struct hamlyn_rats_remote_write_server **out);
+
+// The server's seed text (what a client is made from), as
+// `hamlyn_rats_tagged_server_seed`.
+//
+// # Safety
+//
+// `server` is NULL or live; `buf` is NULL or writable for `cap` bytes; `out_needed` is
+// NULL or writable.
+hamlyn_result hamlyn_rats_remote_write_server_seed(const struct hamlyn_rats_remote_write_server *server,
+                                                   char *buf,
+                                                   size_t cap,
+                                                   size_t *out_needed);
+
+// Copies `len` bytes at `offset` of the server's slot into `buf` (what clients wrote;
+// nothing says when they did: the client's send handle, or a message of another
+// protocol, does). `HAMLYN_RESULT_OUT_OF_RANGE` past the slot's end.
+//
+// # Safety
+//
+// `server` is NULL or live; `buf` is writable for `len` bytes.
+hamlyn_result hamlyn_rats_remote_write_server_read(const struct hamlyn_rats_remote_write_server *server,
+                                                   uint64_t offset,
+                                                   uint8_t *buf,
+                                                   size_t len);
+
+// A remote-write client of the server whose seed text is `seed_text`
+// (`HAMLYN_RESULT_BAD_SEED` for another protocol's seed, or text that is no seed).
+//
+// # Safety
+//
+// `rats` is NULL or live; `seed_text` is NULL or NUL-terminated; `out` is NULL or
+// writable.
+hamlyn_result hamlyn_rats_remote_write_client_new(const struct hamlyn_rats *rats,
+                                                  const char *seed_text,
+                                                  struct hamlyn_rats_remote_write_client **out);
+
+// Bytes of the server's slot the client may write, into `*out_len`.
+//
+// # Safety
+//
+// `client` is NULL or live; `out_len` is NULL or writable.
+hamlyn_result hamlyn_rats_remote_write_client_len(const struct hamlyn_rats_remote_write_client *client,
+                                                  uint64_t *out_len);
+
+// Writes the `len` bytes at `data` (copied before this returns) at `offset` of the
+// server's slot; the server is not notified. `*out` (if `out` is not NULL) is the
+// send's handle. A write outside the slot is `HAMLYN_RESULT_BAD_TICKET` (nothing sent).
+//
+// # Safety
+//
+// `client` is NULL or live; `data` is readable for `len` bytes; `out` is NULL or
+// writable.
+hamlyn_result hamlyn_rats_remote_write(const struct hamlyn_rats_remote_write_client *client,
+                                       uint64_t offset,
+                                       const uint8_t *data,
+                                       size_t len,
+                                       struct hamlyn_send **out);
+
+// Scatter: each of the `count` pieces (at most `HAMLYN_RATS_MAX_PIECES`) is written at
+// its own offset of the server's slot (copied before this returns), one send each, in
+// no promised order. `out_sends` (if not NULL) is an array of `count` handles, filled
+// in the pieces' order. On an error no handle is given, but pieces before the one that
+// failed may have been sent.
+//
+// # Safety
+//
+// `client` is NULL or live; `pieces` is readable for `count` pieces, each readable for
+// its `len` bytes; `out_sends` is NULL or writable for `count` handles.
+hamlyn_result hamlyn_rats_remote_write_scatter(const struct hamlyn_rats_remote_write_client *client,
+                                               const struct hamlyn_rats_scatter_piece *pieces,
+                                               size_t count,
+                                               struct hamlyn_send **out_sends);
+
+// Gather: the `count` pieces (at most `HAMLYN_RATS_MAX_PIECES`), in order, land
+// contiguously at `offset` of the server's slot as one message. They are gathered into
+// the manager's message space (one copy, as every C write: C's memory is not message
+// space) before this returns. `*out` (if not NULL) is the send's handle.
+//
+// # Safety
+//
+// `client` is NULL or live; `pieces` is readable for `count` pieces, each readable for
+// its `len` bytes; `out` is NULL or writable.
+hamlyn_result hamlyn_rats_remote_write_gather(const struct hamlyn_rats_remote_write_client *client,
+                                              uint64_t offset,
+                                              const struct hamlyn_rats_gather_piece *pieces,
+                                              size_t count,
+                                              struct hamlyn_send **out);
+
+// A remote-read server: `len` bytes of message space that clients may read (not write).
+//
+// # Safety
+//
+// `rats` is NULL or live; `out` is NULL or writable.
+hamlyn_result hamlyn_rats_remote_read_server_new(const struct hamlyn_rats *rats,
+                                                 uint64_t len,
+                                                 struct hamlyn_rats_remote_read_server **out);
+
+// The server's seed text (what a reader is made from), as
+// `hamlyn_rats_tagged_server_seed`.
+//
+// # Safety
+//
+// `server` is NULL or live; `buf` is NULL or writable for `cap` bytes; `out_needed` is
+// NULL or writable.
+hamlyn_result hamlyn_rats_remote_read_server_seed(const struct hamlyn_rats_remote_read_server *server,
+                                                  char *buf,
+                                                  size_t cap,
+                                                  size_t *out_needed);
+
+// Writes the `len` bytes at `data` at `offset` of the server's slot: what readers will
+// see. `HAMLYN_RESULT_OUT_OF_RANGE` past the `len` it was made with.
+//
+// # Safety
+//
+// `server` is NULL or live; `data` is readable for `len` bytes.
+hamlyn_result hamlyn_rats_remote_read_server_write(const struct hamlyn_rats_remote_read_server *server,
+                                                   uint64_t offset,
+                                                   const uint8_t *data,
+                                                   size_t len);
+
+// A reader of the server whose seed text is `seed_text`, reading at most `max_len`
+// bytes at a time (its reply buffer). `HAMLYN_RESULT_BAD_SEED` for another protocol's
+// seed, or text that is no seed.
+//
+// # Safety
+//
+// `rats` is NULL or live; `seed_text` is NULL or NUL-terminated; `out` is NULL or
+// writable.
+hamlyn_result hamlyn_rats_remote_read_client_new(const struct hamlyn_rats *rats,
+                                                 const char *seed_text,
+                                                 uint64_t max_len,
+                                                 struct hamlyn_rats_remote_read_client **out);
+
+// Reads `len` bytes at `offset` of the server's slot into `buf`, waiting up to
+// `timeout_ms` (negative: without end) for the answer. `HAMLYN_RESULT_TOO_LONG` past the
+// client's `max_len`; `HAMLYN_RESULT_OUTSIDE_TICKET` past the server's slot, another
+// refusal code (`HAMLYN_RESULT_REJECTED`, ...) if the server's side refused it; `HAMLYN_RESULT_TIMEOUT` when no answer came (the read
+// is then still in flight: `hamlyn_rats_remote_read_ready` and `_take` get it);
+// `HAMLYN_RESULT_STATE` while another read is in flight or not taken.
+//
+// # Safety
+//
+// `client` is NULL or live; `buf` is writable for `len` bytes.
+hamlyn_result hamlyn_rats_remote_read(const struct hamlyn_rats_remote_read_client *client,
+                                      uint64_t offset,
+                                      size_t len,
+                                      int64_t timeout_ms,
+                                      uint8_t *buf);
+
+// Starts reading `len` bytes at `offset` of the server's slot and returns at once;
+// `hamlyn_rats_remote_read_ready` says when the answer is there, `_take` collects it.
+// `HAMLYN_RESULT_STATE` while another read is in flight or not taken;
+// `HAMLYN_RESULT_TOO_LONG` past the client's `max_len`.
+//
+// # Safety
+//
+// `client` is NULL or live.
+hamlyn_result hamlyn_rats_remote_read_start(const struct hamlyn_rats_remote_read_client *client,
+                                            uint64_t offset,
+                                            uint64_t len);
+
+// Whether the started read has its answer, into `*out_ready` (1 or 0); never blocks.
+// A refusal is its code (`HAMLYN_RESULT_OUTSIDE_TICKET`, ...; the read is over);
+// `HAMLYN_RESULT_STATE` if no read was started.
+//
+// # Safety
+//
+// `client` is NULL or live; `out_ready` is NULL or writable.
+hamlyn_result hamlyn_rats_remote_read_ready(const struct hamlyn_rats_remote_read_client *client,
+                                            uint32_t *out_ready);
+
+// The answer of the started read, once ready, into `buf` (capacity `cap`); `*out_len`
+// is its length (also written with `HAMLYN_RESULT_BUFFER_TOO_SMALL`: the answer is kept
+// for a larger buffer). The read is then over. `HAMLYN_RESULT_STATE` if no answer is
+// there yet.
+//
+// # Safety
+//
+// `client` is NULL or live; `buf` is NULL or writable for `cap` bytes; `out_len` is
+// NULL or writable.
+hamlyn_result hamlyn_rats_remote_read_take(const struct hamlyn_rats_remote_read_client *client,
+                                           uint8_t *buf,
+                                           size_t cap,
+                                           size_t *out_len);
 
 // Publishes a server of the `count` procedures at `procedures` as `service` on `node`'s
 // engine (names and functions copied; each `user` stays the caller's). Names must be

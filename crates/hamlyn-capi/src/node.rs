@@ -71,7 +71,7 @@ pub unsafe extern "C" fn hamlyn_node_connect(
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct hamlyn_node_options {
-    /// Termini in the port (1..=64; 0: 4): how many `hamlyn_terminus` may exist at once.
+    /// Termini in the port (1..=256; 0: 4): how many `hamlyn_terminus` may exist at once.
     pub termini: u16,
     /// Notification queues in the port (1..=64; 0: 4).
     pub queues: u16,

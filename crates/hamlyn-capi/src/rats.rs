@@ -1,6 +1,7 @@
 //! The protocol level (hamlyn-rats) from C: a manager (`hamlyn_rats`) and the protocol
 //! instances made from it, one handle type per side: tagged write, datagram, simple
-//! datagram with reply seeds, request/response and stream. Seeds travel as text.
+//! datagram with reply seeds, request/response and stream; remote write and remote read
+//! in [`remote`]. Seeds travel as text.
 //!
 //! Rats is single-threaded (every instance shares its manager through `Rc`): the
 //! manager and all its instances live in one `Inner` behind one lock, shared by their
@@ -13,12 +14,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ::hamlyn_rats::datagram::{Datagram, DatagramReceiver, DatagramSender};
+use ::hamlyn_rats::remote_read::{RemoteReadClient, RemoteReadServer};
+use ::hamlyn_rats::remote_write::{RemoteWriteClient, RemoteWriteServer};
 use ::hamlyn_rats::request_response::{Request, RequestClient, RequestServer};
 use ::hamlyn_rats::simple_datagram::{SimpleClient, SimpleDatagram};
 use ::hamlyn_rats::stream::{StreamReceiver, StreamSender, View};
 use ::hamlyn_rats::tagged::{TaggedClient, TaggedServer};
 use ::hamlyn_rats::Manager;
 use hamlyn::Node;
+
+mod remote;
+pub use remote::*;
 
 use crate::{
     free_box, guard, hamlyn_node, hamlyn_result, hamlyn_send, handle, non_null, put, text,
@@ -37,6 +43,12 @@ enum Inst {
     RequestClient(RequestClient),
     StreamReceiver(StreamReceiver, Option<View>),
     StreamSender(StreamSender),
+    RemoteWriteServer(RemoteWriteServer),
+    RemoteWriteClient(RemoteWriteClient),
+    /// The reader and an answer taken but not handed out (C's buffer was too small).
+    RemoteReadClient(RemoteReadClient, Option<Vec<u8>>),
+    /// The server and the bytes it was made with.
+    RemoteReadServer(RemoteReadServer, u64),
 }
 
 /// The manager, its instances and its connection. Fields drop in order: the instances

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use hamlyn_engine::{EngineConfig, EngineHandle};
 
-const PROGRAMS: [&str; 9] = [
+const PROGRAMS: [&str; 11] = [
     "errors",
     "pingpong",
     "group",
@@ -26,6 +26,8 @@ const PROGRAMS: [&str; 9] = [
     "rpc",
     "job",
     "rats",
+    "rats_remote",
+    "rpc_kill",
 ];
 
 /// Longest a C program may run (valgrind is slow); a hung one is killed and fails.
@@ -429,6 +431,117 @@ fn rats_protocols_between_two_c_processes() {
         run(call, &format!("rats call ({mode:?})"));
         let status = finish(server, "rats serve");
         assert!(status.success(), "rats serve ({mode:?}): {status}");
+    }
+}
+
+/// Rats remote write and remote read from C (issue 10) across two processes: reads of
+/// 0 B to 2 MiB, blocking and asynchronous, byte-exact; plain, scattered and gathered
+/// writes of 0 B to 1 MiB + 5 that the server finds in its slot byte for byte (and
+/// nothing else changed); seeds of the wrong protocol, reads too long or past the slot,
+/// a write outside the slot: each its code.
+#[test]
+fn rats_remote_write_and_read_between_two_c_processes() {
+    for mode in modes() {
+        let d = daemon();
+        let (server, seeds) = start_reading(program(mode, &d, "rats_remote", &["serve"]), 2);
+        let mut call = program(mode, &d, "rats_remote", &["call"]);
+        call.env("HAMLYN_SEEDS", seeds.join("\n"));
+        run(call, &format!("rats_remote call ({mode:?})"));
+        let status = finish(server, "rats_remote serve");
+        assert!(status.success(), "rats_remote serve ({mode:?}): {status}");
+    }
+}
+
+/// A program whose stdout is read line by line as it goes (what `start_reading` reads
+/// all at once).
+struct Lines {
+    child: Child,
+    out: BufReader<std::process::ChildStdout>,
+}
+
+impl Lines {
+    fn start(mut cmd: Command) -> Lines {
+        let mut child = cmd.stdout(Stdio::piped()).spawn().expect("spawn");
+        let out = BufReader::new(child.stdout.take().expect("stdout"));
+        Lines { child, out }
+    }
+
+    /// The next line; bounded: the program exits (closing stdout) if it fails first.
+    fn expect(&mut self, want: &str) {
+        let mut line = String::new();
+        let n = self.out.read_line(&mut line).expect("read a line");
+        assert!(n > 0, "the program ended before printing {want:?}");
+        assert_eq!(line.trim(), want);
+    }
+
+    /// Kills the program by its pid and reaps it.
+    fn kill(mut self) {
+        self.child.kill().expect("kill by pid");
+        let _ = self.child.wait();
+    }
+
+    /// Waits (bounded) for the program to succeed, printing what it prints meanwhile.
+    fn finish(mut self, what: &str) {
+        std::thread::spawn(move || {
+            let mut rest = String::new();
+            while self.out.read_line(&mut rest).is_ok_and(|n| n > 0) {
+                print!("{rest}");
+                rest.clear();
+            }
+        });
+        let status = finish(self.child, what);
+        assert!(status.success(), "{what}: {status}");
+    }
+}
+
+/// Issue 13 from C: an RPC server process killed (by its pid) while its procedure runs;
+/// the C client's call ends with `HAMLYN_RESULT_PEER_GONE` within its timeout (not
+/// `HAMLYN_RESULT_TIMEOUT`, not a hang), and so does its next call.
+#[test]
+fn a_c_client_sees_a_server_killed_mid_call_as_gone() {
+    for mode in modes() {
+        let d = daemon();
+        let service = format!("capi-rpc-kill-{}-{mode:?}", std::process::id());
+        let mut serve = program(mode, &d, "rpc_kill", &["serve-hang"]);
+        serve.env("HAMLYN_SERVICE", &service);
+        let mut server = Lines::start(serve);
+        server.expect("ready");
+        let mut call = program(mode, &d, "rpc_kill", &["call-hang"]);
+        call.env("HAMLYN_SERVICE", &service);
+        let client = call.stdout(Stdio::inherit()).spawn().expect("spawn");
+        server.expect("running");
+        server.kill();
+        let status = finish(client, "rpc_kill call-hang");
+        assert!(status.success(), "rpc_kill call-hang ({mode:?}): {status}");
+    }
+}
+
+/// Issue 13 from C: an RPC client process killed (by its pid) while the server runs its
+/// call; the C server frees its frames: its counters say so (one client freed, none
+/// connected) and the engine's slot count (`hamlyn_node_stats`, what `hamlyn stat`
+/// shows) is back to what it was before the client came.
+#[test]
+fn a_c_server_frees_the_frames_of_a_client_killed_mid_call() {
+    for mode in modes() {
+        let d = daemon();
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("rpc-kill-{mode:?}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let release = dir.join("release");
+        let service = format!("capi-rpc-frees-{}-{mode:?}", std::process::id());
+        let mut serve = program(mode, &d, "rpc_kill", &["serve-frees"]);
+        serve
+            .env("HAMLYN_SERVICE", &service)
+            .env("HAMLYN_RELEASE_FILE", &release);
+        let mut server = Lines::start(serve);
+        server.expect("ready");
+        let mut call = program(mode, &d, "rpc_kill", &["call-slow"]);
+        call.env("HAMLYN_SERVICE", &service);
+        let client = Lines::start(call);
+        server.expect("running");
+        client.kill();
+        std::fs::write(&release, b"go").expect("release file");
+        server.finish(&format!("rpc_kill serve-frees ({mode:?})"));
     }
 }
 

@@ -128,7 +128,9 @@ impl Ctx<'_> {
             let span = [io.scratch.span(0, chunk.len() as u64)];
             // Each write notifies the caller, tagged with the call: the reply says how
             // many to count before the segment is whole (a reply may overtake them).
-            self.writes = self
+            // Only writes that went out count: one refused never notifies the caller,
+            // which would otherwise wait for it until its timeout.
+            let more = self
                 .writes
                 .checked_add(1)
                 .ok_or_else(|| "more than 65,535 segment writes in one call".to_owned())?;
@@ -140,7 +142,7 @@ impl Ctx<'_> {
                 .send(&seg, &opts, Data::Gather(&span))
                 .map_err(|e| format!("segment write: {e}"))?;
             match h.wait(Some(SEGMENT_WAIT)) {
-                SendStatus::Sent => {}
+                SendStatus::Sent => self.writes = more,
                 s => return Err(format!("segment write: {s:?}")),
             }
         }

@@ -79,6 +79,14 @@ impl Served {
                         Ok(sum.to_le_bytes().to_vec())
                     }) as _,
                 ));
+                procs.push((
+                    "write_at".to_string(),
+                    Box::new(|args: &[u8], ctx: &mut Ctx<'_>| {
+                        let at = u64::from_le_bytes(args.try_into().map_err(|_| "8 bytes")?);
+                        ctx.write(at, b"written!")?;
+                        Ok(Vec::new())
+                    }) as _,
+                ));
                 if let (Some(gate), Some(running)) = (gate, running) {
                     procs.push((
                         "slow".to_string(),
@@ -118,7 +126,7 @@ fn calls_typed_and_bytes_many_outstanding_failures_and_refusals() {
         RpcClient::connect(Node::connect(engine.socket_path()).unwrap(), "calc", WAIT).unwrap();
     assert_eq!(
         client.procedures(),
-        ["add", "echo", "fail", "sum_and_double"]
+        ["add", "echo", "fail", "sum_and_double", "write_at"]
     );
     let sum: u64 = client
         .call_typed(
@@ -421,6 +429,19 @@ fn call_by_reference_reads_and_writes_the_callers_segment() {
         matches!(&err, RpcError::Procedure(m) if m.contains("segment read")),
         "{err}"
     );
+    // A write past the segment's end: refused, and the call ends with the procedure's
+    // error (not a `Timeout` waiting for a segment write that never comes).
+    let err = client
+        .call_by_ref("write_at", &(WORDS * 8 - 4).to_le_bytes(), &segment)
+        .unwrap_err();
+    assert!(
+        matches!(&err, RpcError::Procedure(m) if m.contains("segment write")),
+        "{err}"
+    );
+    client
+        .call_by_ref("write_at", &8u64.to_le_bytes(), &segment)
+        .unwrap();
+    assert_eq!(area.read_vec(8, 8).unwrap(), b"written!");
     // A call without a segment, to a procedure that wants one.
     let err = client.call("sum_and_double", b"").unwrap_err();
     assert!(

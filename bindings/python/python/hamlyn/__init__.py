@@ -23,14 +23,17 @@ mapped here), ``Send`` and ``Status``, ``Queue`` (poll, wait, event_fd,
 ``EndpointGroup`` (receive-any, a blocking receive); GRIM's active messages:
 ``AmEndpoint`` (Python handlers registered by name, short / bulk / memory messages,
 replies), ``AmCall``, ``AmMemoryRegion``, ``AmMemoryTarget``; RPC over remote memory:
-``RpcServer`` (Python procedures, bytes in and out), ``RpcClient``, ``RpcCall``; and
+``RpcServer`` (Python procedures, bytes in and out), ``RpcClient``, ``RpcCall``, calls by
+reference (``RpcSegment``, a procedure's ``RpcContext``); and
 ``Job`` (rank, size, barrier, all-gather under ``hamlyn run``, Slurm, PMI, Open MPI);
 the protocol level, Rats: ``Rats`` (a manager), tagged writes (``RatsTaggedServer``,
 ``RatsTaggedClient``), datagrams under credit (``RatsDatagramReceiver``,
 ``RatsDatagram``, ``RatsDatagramSender``), streams (``RatsStreamReceiver``,
 ``RatsStreamSender``), simple datagrams with reply seeds (``RatsSimpleDatagram``,
-``RatsSimpleClient``) and request/response (``RatsRequestServer``, ``RatsRequest``,
-``RatsRequestClient``), seeds as text.
+``RatsSimpleClient``), request/response (``RatsRequestServer``, ``RatsRequest``,
+``RatsRequestClient``), remote write (``RatsRemoteWriteServer``,
+``RatsRemoteWriteClient``: plain, scatter, gather) and remote read
+(``RatsRemoteReadServer``, ``RatsRemoteReadClient``: blocking or polled), seeds as text.
 Errors are
 subclasses of ``HamlynError`` (``hamlyn._errors``).
 """
@@ -100,6 +103,10 @@ from ._hamlyn import (
     RatsDatagram,
     RatsDatagramReceiver,
     RatsDatagramSender,
+    RatsRemoteReadClient,
+    RatsRemoteReadServer,
+    RatsRemoteWriteClient,
+    RatsRemoteWriteServer,
     RatsRequest,
     RatsRequestClient,
     RatsRequestServer,
@@ -114,6 +121,8 @@ from ._hamlyn import (
     RPC_MAX_RESULT,
     RpcCall,
     RpcClient,
+    RpcContext,
+    RpcSegment,
     RpcServer,
     EndpointGroup,
     EndpointMessage,
@@ -147,6 +156,10 @@ __all__ = [
     "RatsDatagram",
     "RatsDatagramReceiver",
     "RatsDatagramSender",
+    "RatsRemoteReadClient",
+    "RatsRemoteReadServer",
+    "RatsRemoteWriteClient",
+    "RatsRemoteWriteServer",
     "RatsRequest",
     "RatsRequestClient",
     "RatsRequestServer",
@@ -161,6 +174,8 @@ __all__ = [
     "RPC_MAX_RESULT",
     "RpcCall",
     "RpcClient",
+    "RpcContext",
+    "RpcSegment",
     "RpcServer",
     "EndpointGroup",
     "EndpointMessage",

@@ -475,6 +475,54 @@ static hamlyn_rats_tagged_server *rats_errors(hamlyn_node *node, hamlyn_rats **o
     EXPECT(hamlyn_rats_stream_read(sr, 0, 0, b, sizeof b, NULL, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
     hamlyn_rats_stream_receiver_free(sr);
 
+    /* Remote write and remote read: NULL arguments, each other's seed, reads out of
+     * turn. */
+    hamlyn_rats_remote_write_server *rws = NULL;
+    hamlyn_rats_remote_write_client *rwc = NULL;
+    hamlyn_rats_remote_read_server *rrs = NULL;
+    hamlyn_rats_remote_read_client *rrc = NULL;
+    EXPECT(hamlyn_rats_remote_write_server_new(NULL, 64, &rws), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rats_remote_write_server_new(rats, 64, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rats_remote_read_server_new(rats, 64, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    ASSERT(rws == NULL);
+    OK(hamlyn_rats_remote_write_server_new(rats, 64, &rws));
+    OK(hamlyn_rats_remote_read_server_new(rats, 64, &rrs));
+    char *wseed = malloc(HAMLYN_SEED_TEXT_MAX), *rseed = malloc(HAMLYN_SEED_TEXT_MAX);
+    ASSERT(wseed != NULL && rseed != NULL);
+    OK(hamlyn_rats_remote_write_server_seed(rws, wseed, HAMLYN_SEED_TEXT_MAX, NULL));
+    OK(hamlyn_rats_remote_read_server_seed(rrs, rseed, HAMLYN_SEED_TEXT_MAX, NULL));
+    EXPECT(hamlyn_rats_remote_write_client_new(rats, NULL, &rwc), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rats_remote_write_client_new(rats, rseed, &rwc), HAMLYN_RESULT_BAD_SEED);
+    EXPECT(hamlyn_rats_remote_read_client_new(rats, wseed, 64, &rrc), HAMLYN_RESULT_BAD_SEED);
+    ASSERT(rwc == NULL && rrc == NULL);
+    OK(hamlyn_rats_remote_write_client_new(rats, wseed, &rwc));
+    OK(hamlyn_rats_remote_read_client_new(rats, rseed, 64, &rrc));
+    EXPECT(hamlyn_rats_remote_write(rwc, 0, NULL, 1, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rats_remote_write_client_len(rwc, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rats_remote_write_gather(rwc, 0, NULL, 1, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rats_remote_write_server_read(rws, 0, NULL, 1), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rats_remote_write_server_read(rws, 60, b, 8), HAMLYN_RESULT_OUT_OF_RANGE);
+    EXPECT(hamlyn_rats_remote_read_server_write(rrs, 0, NULL, 1), HAMLYN_RESULT_NULL_ARGUMENT);
+    uint32_t ready = 7;
+    size_t got = 7;
+    EXPECT(hamlyn_rats_remote_read_ready(rrc, &ready), HAMLYN_RESULT_STATE);
+    EXPECT(hamlyn_rats_remote_read_ready(rrc, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_rats_remote_read_take(rrc, b, sizeof b, &got), HAMLYN_RESULT_STATE);
+    EXPECT(hamlyn_rats_remote_read_take(rrc, b, sizeof b, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    ASSERT(ready == 7 && got == 7);
+    uint8_t past[65];
+    EXPECT(hamlyn_rats_remote_read(rrc, 0, sizeof past, WAIT_MS, past), HAMLYN_RESULT_TOO_LONG);
+    hamlyn_rats_remote_read_client_free(rrc);
+    hamlyn_rats_remote_read_server_free(rrs);
+    hamlyn_rats_remote_write_client_free(rwc);
+    hamlyn_rats_remote_write_server_free(rws);
+    free(wseed);
+    free(rseed);
+
+    hamlyn_rats_remote_write_server_free(NULL);
+    hamlyn_rats_remote_write_client_free(NULL);
+    hamlyn_rats_remote_read_server_free(NULL);
+    hamlyn_rats_remote_read_client_free(NULL);
     hamlyn_rats_tagged_server_free(NULL);
     hamlyn_rats_tagged_client_free(NULL);
     hamlyn_rats_datagram_receiver_free(NULL);
