@@ -264,7 +264,7 @@ fn expected_layer_rows() -> Vec<(String, String, String, u64)> {
         for size in [4096, 16384, 65536] {
             add("am", mode, "bulk_bandwidth", size);
         }
-        for _ in [1, 2, 4, 8, 16, 32, 64] {
+        for _ in [1, 2, 4, 8, 16, 32, 64, 128, 256] {
             add("am", mode, "channels_rtt", 32);
         }
     }
@@ -366,7 +366,10 @@ fn bench_layers_measure_active_messages_endpoints_rats_and_rpc() {
         seen.push((layer, mode, op, size));
     }
     assert_eq!(seen, expected_layer_rows());
-    assert_eq!(channels, [1, 2, 4, 8, 16, 32, 64, 1, 2, 4, 8, 16, 32, 64]);
+    assert_eq!(
+        channels,
+        [1, 2, 4, 8, 16, 32, 64, 128, 256, 1, 2, 4, 8, 16, 32, 64, 128, 256]
+    );
     assert_eq!(rpc_outstanding, [1, 2, 4, 8, 16, 32, 1, 2, 4, 8, 16, 32]);
     let goals: Vec<&str> = v
         .get("targets")
