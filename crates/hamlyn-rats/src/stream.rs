@@ -11,8 +11,10 @@
 //! Small writes are coalesced into one message ([`WriteStatus::Copied`]) until
 //! [`StreamSender::flush`] or a large write; large writes go as they are. A message is
 //! `[data][record ends: u32 each]`; its metadata (52 bytes): version, flags (bit 0: end of
-//! stream), sequence number (u32), stream position (u64), number of record ends (u16) and
-//! the sender's credit ticket (compact). A credit is a one-packet message whose word is
+//! stream; bit 2: a probe, [`batches_credit`]; bit 3: the data's end is a record end, not
+//! written in the table — so a message of one whole record is its bytes alone, as large
+//! as they are and aligned as they are), sequence number (u32), stream position (u64),
+//! number of record ends in the table (u16) and the sender's credit ticket (compact). A credit is a one-packet message whose word is
 //! `released messages (24 bits) << 40 | released position (40 bits)`, both taken modulo
 //! and rebuilt against what the sender sent.
 //!
@@ -44,6 +46,8 @@ const HELLO: u8 = 2;
 /// Flag of a sender's empty message asking for the credit the receiver holds back
 /// ([`batches_credit`]): it is out of room and its last credit is behind.
 const PROBE: u8 = 4;
+/// Flag: the message's data ends a record (that end is not in the table).
+const ENDS_RECORD: u8 = 8;
 /// Parameters of a seed made by a sender created first.
 const SENDER_FIRST: &[u8] = b"S";
 const POS_BITS: u32 = 40;
@@ -101,6 +105,8 @@ pub struct StreamMessage {
     pub eos: bool,
     /// The sender asks for the credit held back (an empty message).
     pub probe: bool,
+    /// Its data's end is a record end (besides those in its table).
+    pub ends_record: bool,
 }
 
 /// In-order delivery of messages that arrive in any order within a window of `window`
@@ -548,10 +554,14 @@ impl StreamReceiver {
     fn read_table(&self, m: &StreamMessage) -> Option<Vec<u32>> {
         let mut raw = vec![0u8; usize::from(m.records) * 4];
         self.ep.read(m.offset + m.data_len, &mut raw).ok()?;
-        let ends: Vec<u32> = raw
+        let mut ends: Vec<u32> = raw
             .chunks_exact(4)
             .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect();
+        if m.ends_record {
+            // The data is at most half the ring, which is at most 4 GiB (u32 offsets).
+            ends.push(u32::try_from(m.data_len).ok()?);
+        }
         let increasing = ends.windows(2).all(|w| w[0] < w[1]);
         let inside = ends.last().is_none_or(|&e| u64::from(e) <= m.data_len);
         (increasing && inside).then_some(ends)
@@ -579,7 +589,7 @@ pub fn parse_meta(meta: &[u8]) -> Result<(StreamMessage, Ticket), RatsError> {
         return Err(RatsError::Forged("version"));
     }
     let flags = r.u8()?;
-    if flags & !(EOS | PROBE) != 0 {
+    if flags & !(EOS | PROBE | ENDS_RECORD) != 0 {
         return Err(RatsError::Forged("unknown flags"));
     }
     let seq = r.u32()?;
@@ -595,6 +605,7 @@ pub fn parse_meta(meta: &[u8]) -> Result<(StreamMessage, Ticket), RatsError> {
             records,
             eos: flags & EOS != 0,
             probe: flags & PROBE != 0,
+            ends_record: flags & ENDS_RECORD != 0,
         },
         credit,
     ))
@@ -892,6 +903,11 @@ impl StreamSender {
         eos: bool,
     ) -> Result<SendHandle, RatsError> {
         let ring_ticket = self.wait_connected()?;
+        // A record end at the data's end goes as a flag, not in the table.
+        let (ends, ends_record) = match ends.split_last() {
+            Some((&last, rest)) if last as usize == len => (rest, true),
+            _ => (ends, false),
+        };
         for (i, e) in ends.iter().enumerate() {
             buf.write((len + 4 * i) as u64, &e.to_le_bytes())?;
         }
@@ -904,7 +920,8 @@ impl StreamSender {
         };
         self.wait_for_room(at + total)?;
         let mut meta = MetaWriter::new();
-        meta.put(&[VERSION, if eos { EOS } else { 0 }])?
+        let flags = if eos { EOS } else { 0 } | if ends_record { ENDS_RECORD } else { 0 };
+        meta.put(&[VERSION, flags])?
             .put(&self.seq.to_le_bytes())?
             .put(&at.to_le_bytes())?
             .put(&(ends.len() as u16).to_le_bytes())?
@@ -1099,6 +1116,11 @@ mod tests {
         assert!(parse_meta(&m).is_err(), "no credit ticket");
         m.extend_from_slice(&[0; COMPACT_TICKET_LEN]);
         let (s, _) = parse_meta(&m).unwrap();
-        assert!(s.eos);
+        assert!(s.eos && !s.probe && !s.ends_record);
+        m[1] = PROBE | ENDS_RECORD;
+        let (s, _) = parse_meta(&m).unwrap();
+        assert!(!s.eos && s.probe && s.ends_record);
+        m[1] = 16;
+        assert!(parse_meta(&m).is_err(), "an unknown flag");
     }
 }
