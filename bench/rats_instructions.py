@@ -13,7 +13,12 @@ Each side is the inclusive cost of one function of the example (never inlined), 
 by N: lib_send / lib_receive (Terminus::send, NotifyQueue::poll), rats_write /
 rats_get_tag (TaggedClient::write, TaggedServer::get_tag), dgram_send / dgram_receive
 (SimpleClient::send with a reply seed, SimpleDatagram::ready). The engine's share is
-not counted: it is the same message through the same engine in every phase.
+not counted: it is the same message through the same engine in every phase. But a
+sending thread that finds the embedded engine asleep runs the engine's turn itself,
+inside Terminus::send, and those turns differ by a few dozen instructions from phase to
+phase (timing): so a send side is the library phase's Terminus::send plus what the
+side's function costs outside its own Terminus::send call (when it makes exactly one
+per message; otherwise its inclusive count as it is).
 """
 
 import json
@@ -44,6 +49,19 @@ def side(incl, name, n):
     return ir / n
 
 
+TERMINUS_SEND = r"^hamlyn::terminus::Terminus::send$"
+
+
+def send_side(incl, name, n, lib_terminus_send):
+    """A send side with the library phase's Terminus::send in place of its own."""
+    s = side(incl, name, n)
+    calls, ir = find(incl, TERMINUS_SEND)
+    if calls != n:
+        print(f"note: {name}: {calls} Terminus::send calls, not {n}; counted as it is", file=sys.stderr)
+        return s
+    return s - ir / n + lib_terminus_send
+
+
 def main():
     args = sys.argv[1:]
     json_path = None
@@ -56,11 +74,16 @@ def main():
     lib = parse(prefix + ".2")
     tagged = parse(prefix + ".3")
     dgram = parse(prefix + ".4")
+    lib_calls, lib_ts = find(lib, TERMINUS_SEND)
+    lib_ts = lib_ts / max(lib_calls, 1)
     rows = {
         "library_tagged": (side(lib, "lib_send", n), side(lib, "lib_receive", n)),
-        "rats_tagged_write": (side(tagged, "rats_write", n), side(tagged, "rats_get_tag", n)),
+        "rats_tagged_write": (
+            send_side(tagged, "rats_write", n, lib_ts),
+            side(tagged, "rats_get_tag", n),
+        ),
         "rats_simple_datagram_reply_seed": (
-            side(dgram, "dgram_send", n),
+            send_side(dgram, "dgram_send", n, lib_ts),
             side(dgram, "dgram_receive", n),
         ),
     }

@@ -16,8 +16,9 @@
 //!
 //! Each side of each phase is a function of its own here (`lib_send`, `lib_receive`,
 //! `rats_write`, `rats_get_tag`, `dgram_send`, `dgram_receive`), never inlined, so that
-//! callgrind's inclusive count of it divided by N is that side's cost per message; the
-//! handles are dropped outside them, alike in every phase.
+//! callgrind's inclusive count of it divided by N is that side's cost per message; each
+//! returns what its call returns, as it is (errors are turned into the harness's own
+//! outside them), and the handles are dropped outside them, alike in every phase.
 //!
 //! Usage: `rats16 [N]` (default 10000 messages per phase).
 
@@ -25,11 +26,12 @@ use std::error::Error;
 use std::io::Write;
 
 use hamlyn::{
-    Data, Node, NodeOptions, Notification, NotifyQueue, SendHandle, SendOptions, Terminus, Ticket,
+    Data, Node, NodeOptions, Notification, NotifyQueue, SendError, SendHandle, SendOptions,
+    Terminus, Ticket,
 };
 use hamlyn_rats::simple_datagram::{ReplySeed, SimpleClient, SimpleDatagram, SimpleMessage};
 use hamlyn_rats::tagged::{TagArrival, TaggedClient, TaggedServer};
-use hamlyn_rats::Manager;
+use hamlyn_rats::{Manager, RatsError};
 
 /// Messages sent down each phase's path before the phases start.
 const WARMUP: u64 = 2000;
@@ -45,12 +47,12 @@ pub extern "C" fn rats16_mark(phase: u32) {
 }
 
 #[inline(never)]
-fn lib_send(t: &mut Terminus, to: &Ticket, i: u64) -> Result<SendHandle, Box<dyn Error>> {
-    Ok(t.send(
+fn lib_send(t: &mut Terminus, to: &Ticket, i: u64) -> Result<SendHandle, SendError> {
+    t.send(
         to,
         &SendOptions::new().tag(i).entry(0),
         Data::Inline(&PAYLOAD),
-    )?)
+    )
 }
 
 #[inline(never)]
@@ -59,23 +61,23 @@ fn lib_receive(q: &mut NotifyQueue) -> Option<Notification> {
 }
 
 #[inline(never)]
-fn rats_write(c: &TaggedClient, i: u32) -> Result<SendHandle, Box<dyn Error>> {
-    Ok(c.write(0, &PAYLOAD, i)?)
+fn rats_write(c: &TaggedClient, i: u32) -> Result<SendHandle, RatsError> {
+    c.write(0, &PAYLOAD, i)
 }
 
 #[inline(never)]
-fn rats_get_tag(s: &TaggedServer) -> Result<Option<TagArrival>, Box<dyn Error>> {
-    Ok(s.get_tag()?)
+fn rats_get_tag(s: &TaggedServer) -> Result<Option<TagArrival>, RatsError> {
+    s.get_tag()
 }
 
 #[inline(never)]
-fn dgram_send(c: &SimpleClient, reply: &ReplySeed) -> Result<SendHandle, Box<dyn Error>> {
-    Ok(c.send(&PAYLOAD, Some(reply), b"")?)
+fn dgram_send(c: &SimpleClient, reply: &ReplySeed) -> Result<SendHandle, RatsError> {
+    c.send(&PAYLOAD, Some(reply), b"")
 }
 
 #[inline(never)]
-fn dgram_receive(r: &mut SimpleDatagram) -> Result<Option<SimpleMessage>, Box<dyn Error>> {
-    Ok(r.ready()?)
+fn dgram_receive(r: &mut SimpleDatagram) -> Result<Option<SimpleMessage>, RatsError> {
+    r.ready()
 }
 
 fn spin(h: &SendHandle) {

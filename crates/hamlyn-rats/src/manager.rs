@@ -94,6 +94,9 @@ struct InstanceState {
     /// It never reads arrivals (a slot without notifications): PeerDown news is not
     /// kept for it.
     quiet: bool,
+    /// Its first slot routed by slot id (in [`Inner::slot_owner`] too): what the fast
+    /// path of [`Inner::take_where`] compares a notification without a cookie with.
+    home_slot: Option<u32>,
 }
 
 #[derive(Debug)]
@@ -109,8 +112,9 @@ struct Inner {
     instances: Vec<Option<InstanceState>>,
     free_ids: Vec<u32>,
     ready: VecDeque<u32>,
-    /// Fast slots (no entries, so no cookie) by slot id.
-    fast_owner: HashMap<u32, u32>,
+    /// Owners of the slots routed by slot id, not by cookie: fast slots (no entries,
+    /// so no cookie) and endpoints made with [`EndpointSpec::by_slot`].
+    slot_owner: HashMap<u32, u32, BuildSlotHasher>,
     /// Copies of callers' bytes until their sends are done.
     staged: VecDeque<(SendHandle, Block)>,
     lost_unreported: u64,
@@ -120,6 +124,30 @@ struct Inner {
     /// [`MAX_DIRECT_TARGETS`].
     direct: Option<HashMap<Ticket, Option<DirectTarget>>>,
 }
+
+/// Hashes slot ids for [`Inner::slot_owner`], on the receive fast path: one multiply
+/// (Fibonacci hashing) instead of SipHash's hundred-odd instructions. The keys are this
+/// manager's own slots; a notification's slot id only looks one up.
+#[derive(Clone, Copy, Debug, Default)]
+struct SlotHasher(u64);
+
+impl std::hash::Hasher for SlotHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (self.0 ^ u64::from(n)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type BuildSlotHasher = std::hash::BuildHasherDefault<SlotHasher>;
 
 /// Most tickets a manager keeps a direct mapping (or the knowledge that there is none)
 /// for; past it, the cache starts again.
@@ -162,7 +190,7 @@ impl Manager {
             instances: Vec::new(),
             free_ids: Vec::new(),
             ready: VecDeque::new(),
-            fast_owner: HashMap::new(),
+            slot_owner: HashMap::default(),
             staged: VecDeque::new(),
             lost_unreported: 0,
             stats: RatsStats::default(),
@@ -178,6 +206,7 @@ impl Manager {
         })
     }
 
+    #[inline]
     fn inner(&self) -> RefMut<'_, Inner> {
         self.shared.inner.borrow_mut()
     }
@@ -244,7 +273,7 @@ impl Manager {
                 inner.free_ids.push(id.0);
             }
         }
-        inner.fast_owner.retain(|_, owner| *owner != id.0);
+        inner.slot_owner.retain(|_, owner| *owner != id.0);
     }
 
     /// Counts an arrival that broke its protocol (the caller dropped it).
@@ -367,10 +396,13 @@ impl Manager {
         };
         {
             let mut inner = self.inner();
-            if meta.is_some() {
+            if meta.is_some() && !spec.by_slot {
                 inner.queue.read_entries_of(&slot)?;
             } else {
-                inner.fast_owner.insert(slot.id().0, owner.0);
+                inner.slot_owner.insert(slot.id().0, owner.0);
+                if let Some(Some(s)) = inner.instances.get_mut(owner.0 as usize) {
+                    s.home_slot.get_or_insert(slot.id().0);
+                }
             }
         }
         Ok(Endpoint {
@@ -415,13 +447,23 @@ impl Manager {
         }
     }
 
-    /// The next arrival of instance `id`, if one waits (takes what the queue has first).
+    /// The next arrival of instance `id`, if one waits: the oldest in its inbox, else the
+    /// first of its own the queue holds ([`Inner::take_where`]).
+    #[inline]
     pub(crate) fn take(&self, id: InstanceId) -> Option<Notification> {
-        let mut inner = self.inner();
-        if inner.inbox(id).is_none_or(|b| b.is_empty()) {
-            inner.pump();
-        }
-        inner.inbox(id)?.pop_front()
+        self.inner().take_where(id, |_| true)
+    }
+
+    /// The next arrival of instance `id`, as [`Manager::take`], handed to `f` where it
+    /// lies (not copied out first): what `f` makes of it. `f` runs while the manager
+    /// is borrowed, so it must not call the manager.
+    #[inline]
+    pub(crate) fn take_map<R>(
+        &self,
+        id: InstanceId,
+        f: impl FnOnce(&Notification) -> R,
+    ) -> Option<R> {
+        self.inner().take_map(id, f)
     }
 
     /// Waits until `id` has an arrival `want` accepts, up to `deadline`; takes it.
@@ -434,12 +476,11 @@ impl Manager {
         let mut inner = self.inner();
         inner.report_lost()?;
         loop {
-            inner.pump();
-            let inbox = inner
-                .inbox(id)
-                .ok_or(RatsError::State("instance is gone"))?;
-            if let Some(i) = inbox.iter().position(&mut want) {
-                return Ok(inbox.remove(i));
+            if inner.inbox(id).is_none() {
+                return Err(RatsError::State("instance is gone"));
+            }
+            if let Some(n) = inner.take_where(id, &mut want) {
+                return Ok(Some(n));
             }
             if !inner.wait_one(deadline)? {
                 return Ok(None);
@@ -480,6 +521,7 @@ impl Manager {
     }
 
     /// Queues one message; a full terminus is waited out (bounded), never dropped.
+    #[inline]
     pub(crate) fn send(
         &self,
         ticket: &Ticket,
@@ -492,6 +534,7 @@ impl Manager {
 
     /// Queues `bytes` as one message: inline if they fit a terminus entry, else copied
     /// into message space that is freed when the send is done.
+    #[inline]
     pub(crate) fn send_bytes(
         &self,
         ticket: &Ticket,
@@ -501,6 +544,17 @@ impl Manager {
         if bytes.len() <= MAX_INLINE {
             return self.send(ticket, opts, Data::Inline(bytes));
         }
+        self.send_copied(ticket, opts, bytes)
+    }
+
+    /// [`Manager::send_bytes`] of bytes too long to go inline: copied into message space.
+    #[inline(never)]
+    fn send_copied(
+        &self,
+        ticket: &Ticket,
+        opts: &SendOptions<'_>,
+        bytes: &[u8],
+    ) -> Result<SendHandle, RatsError> {
         let block = self.alloc_block(bytes.len() as u64)?;
         if let Err(e) = self.shared.area.write(block.offset, bytes) {
             self.free_block(block);
@@ -551,6 +605,119 @@ impl Inner {
             .map(|s| &mut s.inbox)
     }
 
+    /// The instance a notification for one slot belongs to: its entry's cookie (ours:
+    /// instance id + 1; the engine never writes it), or a fast slot's owner.
+    #[inline]
+    fn owner(&self, n: &Notification) -> Option<u32> {
+        match n.cookie {
+            Some(c) if c > 0 && c <= u64::from(u32::MAX) => Some((c - 1) as u32),
+            _ => self.slot_owner.get(&n.slot.0).copied(),
+        }
+    }
+
+    /// The oldest arrival of `id` that `want` accepts: from its inbox, or else from the
+    /// queue, polled until one of `id`'s that `want` accepts comes up. That one is
+    /// handed over at once, without passing through the inbox and the ready list; every
+    /// other notification polled on the way is dispatched as [`Inner::dispatch`] does,
+    /// and what is behind ours stays queued for later. O(1) per notification, as
+    /// dispatch; `id`'s order is kept (its inbox holds only what came before the
+    /// queue's head, and is looked at first).
+    ///
+    /// The fast path — an empty inbox and `id`'s own notification at the head of the
+    /// queue — is one poll and one compare (the cookie with `id`, or the slot with its
+    /// home slot): what a protocol taking its next arrival costs beyond the library's
+    /// poll.
+    #[inline]
+    fn take_where(
+        &mut self,
+        id: InstanceId,
+        mut want: impl FnMut(&Notification) -> bool,
+    ) -> Option<Notification> {
+        let state = self.instances.get(id.0 as usize)?.as_ref()?;
+        if !state.inbox.is_empty() {
+            return self.take_slow(id, None, want);
+        }
+        let home = state.home_slot;
+        let n = self.queue.poll()?;
+        let mine = match n.cookie {
+            Some(c) => c == u64::from(id.0) + 1,
+            None => home == Some(n.slot.0),
+        };
+        let for_one = !matches!(
+            n.kind,
+            NotificationKind::Overflow | NotificationKind::PeerDown
+        );
+        if mine && for_one && want(&n) {
+            self.stats.arrivals += 1;
+            return Some(n);
+        }
+        self.take_slow(id, Some(n), want)
+    }
+
+    /// [`Inner::take_where`] with any arrival wanted, handed to `f` where it lies.
+    #[inline]
+    fn take_map<R>(&mut self, id: InstanceId, f: impl FnOnce(&Notification) -> R) -> Option<R> {
+        let state = self.instances.get(id.0 as usize)?.as_ref()?;
+        if !state.inbox.is_empty() {
+            return self.take_slow(id, None, |_| true).map(|n| f(&n));
+        }
+        let home = state.home_slot;
+        // Looked at where the poll left it, not moved out first.
+        let polled = self.queue.poll();
+        let n = polled.as_ref()?;
+        let mine = match n.cookie {
+            Some(c) => c == u64::from(id.0) + 1,
+            None => home == Some(n.slot.0),
+        };
+        if mine
+            && !matches!(
+                n.kind,
+                NotificationKind::Overflow | NotificationKind::PeerDown
+            )
+        {
+            self.stats.arrivals += 1;
+            return Some(f(n));
+        }
+        self.take_slow(id, polled, |_| true).map(|n| f(&n))
+    }
+
+    /// [`Inner::take_where`] past its fast path: `id`'s inbox first (if `first` is
+    /// `None`), then `first` (polled already) and the rest of the queue, each
+    /// notification dispatched until one of `id`'s that `want` accepts comes up.
+    #[cold]
+    #[inline(never)]
+    fn take_slow(
+        &mut self,
+        id: InstanceId,
+        mut first: Option<Notification>,
+        mut want: impl FnMut(&Notification) -> bool,
+    ) -> Option<Notification> {
+        if first.is_none() {
+            let inbox = &mut self.instances.get_mut(id.0 as usize)?.as_mut()?.inbox;
+            if let Some(i) = inbox.iter().position(&mut want) {
+                return inbox.remove(i);
+            }
+        }
+        while let Some(n) = first.take().or_else(|| self.queue.poll()) {
+            let for_one = !matches!(
+                n.kind,
+                NotificationKind::Overflow | NotificationKind::PeerDown
+            );
+            if for_one && self.owner(&n) == Some(id.0) && want(&n) {
+                self.stats.arrivals += 1;
+                return Some(n);
+            }
+            if self.dispatch(n).is_some_and(|to| to == id) || !for_one {
+                // Now in `id`'s inbox (the only thing there it wants, if anything).
+                let inbox = &mut self.instances.get_mut(id.0 as usize)?.as_mut()?.inbox;
+                if let Some(i) = inbox.iter().position(&mut want) {
+                    return inbox.remove(i);
+                }
+            }
+        }
+        None
+    }
+
     fn deliver(&mut self, id: u32, n: Notification) -> Option<InstanceId> {
         match self.instances.get_mut(id as usize).and_then(Option::as_mut) {
             Some(s) => {
@@ -593,11 +760,7 @@ impl Inner {
             }
             _ => {
                 // The cookie is ours (the engine never writes it): instance id + 1.
-                let owner = match n.cookie {
-                    Some(c) if c > 0 && c <= u64::from(u32::MAX) => Some((c - 1) as u32),
-                    _ => self.fast_owner.get(&n.slot.0).copied(),
-                };
-                match owner {
+                match self.owner(&n) {
                     Some(id) => self.deliver(id, n),
                     None => {
                         self.stats.unroutable += 1;
@@ -682,7 +845,29 @@ impl Inner {
         }
     }
 
+    /// Queues one message through the selected terminus (or direct). The common case —
+    /// nothing staged to free, no direct mapping, the terminus takes it — is a few
+    /// compares around [`Terminus::send`]; the rest is [`Inner::send_slow`].
+    #[inline]
     fn send(
+        &mut self,
+        node: &Node,
+        ticket: &Ticket,
+        opts: &SendOptions<'_>,
+        data: Data<'_>,
+    ) -> Result<SendHandle, RatsError> {
+        if self.current == 0 && self.direct.is_none() && self.staged.is_empty() {
+            match self.terminus.send(ticket, opts, data) {
+                Err(SendError::Full) | Err(SendError::EntriesBusy) => {}
+                other => return Ok(other?),
+            }
+        }
+        self.send_slow(node, ticket, opts, data)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn send_slow(
         &mut self,
         node: &Node,
         ticket: &Ticket,
@@ -731,6 +916,11 @@ pub struct EndpointSpec {
     pub perms: SlotPerms,
     /// Whether its messages are reported on the manager's queue.
     pub notify: bool,
+    /// Its arrivals are routed to its instance by slot id, and the queue does not read
+    /// its entries (a notification then carries no cookie and no first offset): for a
+    /// protocol that needs neither, this saves the entry reads on every poll (the
+    /// tagged write's one-packet messages carry their offset in the tag).
+    pub by_slot: bool,
 }
 
 impl Default for EndpointSpec {
@@ -739,6 +929,7 @@ impl Default for EndpointSpec {
             mode: SlotMode::Normal,
             perms: SlotPerms::default(),
             notify: true,
+            by_slot: false,
         }
     }
 }
@@ -848,7 +1039,13 @@ impl Drop for Endpoint {
             // taken for that one's.
             inner.pump();
             inner.queue.forget_entries_of(id);
-            inner.fast_owner.remove(&id.0);
+            if let Some(owner) = inner.slot_owner.remove(&id.0) {
+                if let Some(Some(s)) = inner.instances.get_mut(owner as usize) {
+                    if s.home_slot == Some(id.0) {
+                        s.home_slot = None;
+                    }
+                }
+            }
         }
         let mut inner = self.mgr.inner();
         let _ = inner.space.free(self.block);

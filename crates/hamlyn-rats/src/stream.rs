@@ -11,8 +11,10 @@
 //! Small writes are coalesced into one message ([`WriteStatus::Copied`]) until
 //! [`StreamSender::flush`] or a large write; large writes go as they are. A message is
 //! `[data][record ends: u32 each]`; its metadata (52 bytes): version, flags (bit 0: end of
-//! stream), sequence number (u32), stream position (u64), number of record ends (u16) and
-//! the sender's credit ticket (compact). A credit is a one-packet message whose word is
+//! stream; bit 2: a probe, [`batches_credit`]; bit 3: the data's end is a record end, not
+//! written in the table — so a message of one whole record is its bytes alone, as large
+//! as they are and aligned as they are), sequence number (u32), stream position (u64),
+//! number of record ends in the table (u16) and the sender's credit ticket (compact). A credit is a one-packet message whose word is
 //! `released messages (24 bits) << 40 | released position (40 bits)`, both taken modulo
 //! and rebuilt against what the sender sent.
 //!
@@ -41,6 +43,11 @@ pub const COALESCE_BYTES: usize = 32 * 1024;
 const EOS: u8 = 1;
 /// Flag of the receiver's first message to a sender created first: where its ring is.
 const HELLO: u8 = 2;
+/// Flag of a sender's empty message asking for the credit the receiver holds back
+/// ([`batches_credit`]): it is out of room and its last credit is behind.
+const PROBE: u8 = 4;
+/// Flag: the message's data ends a record (that end is not in the table).
+const ENDS_RECORD: u8 = 8;
 /// Parameters of a seed made by a sender created first.
 const SENDER_FIRST: &[u8] = b"S";
 const POS_BITS: u32 = 40;
@@ -48,6 +55,14 @@ const POS_MASK: u64 = (1 << POS_BITS) - 1;
 const SEQ_MASK: u64 = (1 << 24) - 1;
 /// How often a side that waits on its peer checks that the peer is still there.
 pub const PROBE_EVERY: Duration = Duration::from_millis(100);
+
+/// Whether a stream of `entries` entries returns credit in batches: the receiver sends a
+/// credit once a quarter of the ring or of the entries is released uncredited (or the
+/// sender asks, [`PROBE`]), and the sender keeps one entry back for asking. With fewer
+/// than 8 entries every release is credited at once and no entry is kept back.
+pub fn batches_credit(entries: u32) -> bool {
+    entries >= 8
+}
 
 /// Whether a send's failure means the peer (its process, engine or node) is gone.
 fn peer_is_gone(h: &SendHandle) -> bool {
@@ -88,6 +103,10 @@ pub struct StreamMessage {
     pub records: u16,
     /// It ends the stream.
     pub eos: bool,
+    /// The sender asks for the credit held back (an empty message).
+    pub probe: bool,
+    /// Its data's end is a record end (besides those in its table).
+    pub ends_record: bool,
 }
 
 /// In-order delivery of messages that arrive in any order within a window of `window`
@@ -177,6 +196,12 @@ pub struct StreamReceiver {
     expected_pos: u64,
     released_pos: u64,
     released_seq: u32,
+    /// What the last credit sent said (released position and count).
+    credited_pos: u64,
+    credited_seq: u32,
+    /// The sequence number of the last probe delivered, while it is not released: until
+    /// then every release is credited at once (the sender is out of room).
+    urgent: Option<u32>,
     eos: bool,
     peer_gone: bool,
     /// The last liveness probe (the current credit, sent again while idle).
@@ -214,6 +239,9 @@ impl StreamReceiver {
             expected_pos: 0,
             released_pos: 0,
             released_seq: 0,
+            credited_pos: 0,
+            credited_seq: 0,
+            urgent: None,
             eos: false,
             peer_gone: false,
             probe: None,
@@ -231,10 +259,47 @@ impl StreamReceiver {
         let Some(credit) = self.credit else {
             return Ok(());
         };
+        // What is released, credited or not: a credit held back goes now too.
+        self.probe = Some(self.send_credit(&credit)?);
+        Ok(())
+    }
+
+    /// Sends the credit of what is released now and remembers it as sent.
+    fn send_credit(&mut self, credit: &Ticket) -> Result<SendHandle, RatsError> {
         let word =
             (u64::from(self.released_seq) & SEQ_MASK) << POS_BITS | (self.released_pos & POS_MASK);
         let opts = SendOptions::new().tag(word).entry(0);
-        self.probe = Some(self.mgr.send(&credit, &opts, Data::Inline(&[]))?);
+        let h = self.mgr.send(credit, &opts, Data::Inline(&[]))?;
+        self.credited_pos = self.released_pos;
+        self.credited_seq = self.released_seq;
+        if let Some(p) = self.urgent {
+            // Released (and now credited) once the count has passed it.
+            if seq_after(self.released_seq, p) {
+                self.urgent = None;
+            }
+        }
+        Ok(h)
+    }
+
+    /// Sends a credit if what is released and not yet credited is worth one: a quarter
+    /// of the ring or of the entries (or any of it, without batching, or while the
+    /// sender asks for it).
+    fn credit_if_due(&mut self) -> Result<(), RatsError> {
+        let bytes = self.released_pos - self.credited_pos;
+        let msgs = self.released_seq.wrapping_sub(self.credited_seq);
+        if bytes == 0 && msgs == 0 {
+            return Ok(());
+        }
+        let due = !batches_credit(self.entries)
+            || self.urgent.is_some()
+            || bytes >= self.ring / 4
+            || msgs >= self.entries / 4;
+        let Some(credit) = self.credit else {
+            return Ok(());
+        };
+        if due {
+            self.send_credit(&credit)?;
+        }
         Ok(())
     }
 
@@ -327,13 +392,7 @@ impl StreamReceiver {
             return Ok(());
         }
         self.released_pos = pos;
-        let Some(credit) = self.credit else {
-            return Ok(());
-        };
-        let word = (u64::from(self.released_seq) & SEQ_MASK) << POS_BITS | (pos & POS_MASK);
-        let opts = SendOptions::new().tag(word).entry(0);
-        self.mgr.send(&credit, &opts, Data::Inline(&[]))?;
-        Ok(())
+        self.credit_if_due()
     }
 
     fn read(&mut self, timeout: Option<Duration>, record: bool) -> Result<Option<View>, RatsError> {
@@ -381,32 +440,39 @@ impl StreamReceiver {
             let slice = Instant::now() + PROBE_EVERY;
             let until = deadline.map_or(slice, |d| d.min(slice));
             match self.mgr.wait(self.id, Some(until))? {
-                Some(n) => self.arrived(&n),
+                Some(n) => self.arrived(&n)?,
                 None if deadline.is_some_and(|d| Instant::now() >= d) => return Ok(None),
                 None => self.probe_sender()?,
             }
         }
     }
 
-    fn arrived(&mut self, n: &Notification) {
+    fn arrived(&mut self, n: &Notification) -> Result<(), RatsError> {
         if n.kind == NotificationKind::PeerDown {
             if self.sender_node.is_none_or(|s| s == n.src_node) {
                 self.peer_gone = true;
             }
-            return;
+            return Ok(());
         }
         if n.kind != NotificationKind::Message {
-            return;
+            return Ok(());
         }
         match self.parse(n) {
             Ok(m) => {
                 if self.reorder.accept(m.seq, m).is_err() {
                     self.count_forged();
                 }
-                self.deliver_in_order();
+                if self.deliver_in_order() {
+                    // The sender is out of room: what is released goes back now (an
+                    // empty message at the front is released with it), and so does
+                    // every release until the probe itself is.
+                    self.release_to(self.released_pos)?;
+                    self.credit_if_due()?;
+                }
             }
             Err(_) => self.count_forged(),
         }
+        Ok(())
     }
 
     fn count_forged(&mut self) {
@@ -447,8 +513,10 @@ impl StreamReceiver {
         })
     }
 
-    /// Hands out what is next in order, checking its place in the stream.
-    fn deliver_in_order(&mut self) {
+    /// Hands out what is next in order, checking its place in the stream; whether a
+    /// probe was among it.
+    fn deliver_in_order(&mut self) -> bool {
+        let mut probed = false;
         while let Some(m) = self.reorder.pop() {
             // Its position: where the last one ended, or the next ring start if it did
             // not fit before the end.
@@ -468,6 +536,10 @@ impl StreamReceiver {
             if m.eos {
                 self.eos = true;
             }
+            if m.probe {
+                self.urgent = Some(m.seq);
+                probed = true;
+            }
             self.tables.insert(m.seq, table);
             self.delivered.push_back(Delivered {
                 msg: m,
@@ -476,15 +548,20 @@ impl StreamReceiver {
                 space_end: m.pos + total,
             });
         }
+        probed
     }
 
     fn read_table(&self, m: &StreamMessage) -> Option<Vec<u32>> {
         let mut raw = vec![0u8; usize::from(m.records) * 4];
         self.ep.read(m.offset + m.data_len, &mut raw).ok()?;
-        let ends: Vec<u32> = raw
+        let mut ends: Vec<u32> = raw
             .chunks_exact(4)
             .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect();
+        if m.ends_record {
+            // The data is at most half the ring, which is at most 4 GiB (u32 offsets).
+            ends.push(u32::try_from(m.data_len).ok()?);
+        }
         let increasing = ends.windows(2).all(|w| w[0] < w[1]);
         let inside = ends.last().is_none_or(|&e| u64::from(e) <= m.data_len);
         (increasing && inside).then_some(ends)
@@ -497,6 +574,12 @@ impl Drop for StreamReceiver {
     }
 }
 
+/// Whether sequence number `a` is past `b` (within half the number space).
+fn seq_after(a: u32, b: u32) -> bool {
+    let d = a.wrapping_sub(b);
+    d != 0 && d < 1 << 31
+}
+
 /// Parses a stream message's metadata: the message (offset and length not yet known)
 /// and the sender's credit ticket. Whatever a peer wrote, a value or
 /// [`RatsError::Forged`] (fuzzed).
@@ -506,7 +589,7 @@ pub fn parse_meta(meta: &[u8]) -> Result<(StreamMessage, Ticket), RatsError> {
         return Err(RatsError::Forged("version"));
     }
     let flags = r.u8()?;
-    if flags & !EOS != 0 {
+    if flags & !(EOS | PROBE | ENDS_RECORD) != 0 {
         return Err(RatsError::Forged("unknown flags"));
     }
     let seq = r.u32()?;
@@ -521,6 +604,8 @@ pub fn parse_meta(meta: &[u8]) -> Result<(StreamMessage, Ticket), RatsError> {
             data_len: 0,
             records,
             eos: flags & EOS != 0,
+            probe: flags & PROBE != 0,
+            ends_record: flags & ENDS_RECORD != 0,
         },
         credit,
     ))
@@ -551,6 +636,9 @@ pub struct StreamSender {
     peer_gone: bool,
     /// The last message sent (refused if the receiver is gone).
     last: Option<SendHandle>,
+    /// The sequence number of the last probe ([`PROBE`]) and how many were sent.
+    probe_seq: Option<u32>,
+    probes: u64,
     forged: u64,
 }
 
@@ -599,6 +687,8 @@ impl StreamSender {
             closed: false,
             peer_gone: false,
             last: None,
+            probe_seq: None,
+            probes: 0,
             forged: 0,
         })
     }
@@ -635,6 +725,8 @@ impl StreamSender {
             closed: false,
             peer_gone: false,
             last: None,
+            probe_seq: None,
+            probes: 0,
             forged: 0,
         })
     }
@@ -811,6 +903,11 @@ impl StreamSender {
         eos: bool,
     ) -> Result<SendHandle, RatsError> {
         let ring_ticket = self.wait_connected()?;
+        // A record end at the data's end goes as a flag, not in the table.
+        let (ends, ends_record) = match ends.split_last() {
+            Some((&last, rest)) if last as usize == len => (rest, true),
+            _ => (ends, false),
+        };
         for (i, e) in ends.iter().enumerate() {
             buf.write((len + 4 * i) as u64, &e.to_le_bytes())?;
         }
@@ -823,7 +920,8 @@ impl StreamSender {
         };
         self.wait_for_room(at + total)?;
         let mut meta = MetaWriter::new();
-        meta.put(&[VERSION, if eos { EOS } else { 0 }])?
+        let flags = if eos { EOS } else { 0 } | if ends_record { ENDS_RECORD } else { 0 };
+        meta.put(&[VERSION, flags])?
             .put(&self.seq.to_le_bytes())?
             .put(&at.to_le_bytes())?
             .put(&(ends.len() as u16).to_le_bytes())?
@@ -852,13 +950,18 @@ impl StreamSender {
                 self.credit_arrived(&n);
             }
             let bytes_ok = end - self.released_pos <= self.ring;
-            let entries_ok = self.seq.wrapping_sub(self.released_seq) < self.entries;
+            // With batched credit, one entry stays free for a probe (and a probe out
+            // takes that one, not one of the others).
+            let kept = u32::from(batches_credit(self.entries));
+            let out = self.seq.wrapping_sub(self.released_seq) - u32::from(self.probe_out());
+            let entries_ok = out < self.entries - kept;
             if bytes_ok && entries_ok {
                 return Ok(());
             }
             if self.peer_gone || self.last.as_ref().is_some_and(peer_is_gone) {
                 return Err(RatsError::PeerGone);
             }
+            self.probe_if_needed()?;
             let slice = Instant::now() + PROBE_EVERY;
             let until = deadline.map_or(slice, |d| d.min(slice));
             match self.mgr.wait(self.id, Some(until))? {
@@ -869,6 +972,49 @@ impl StreamSender {
                 None => {}
             }
         }
+    }
+
+    /// Out of room with batched credit: asks the receiver for the credit it holds back
+    /// with an empty message (the entry kept for it), unless everything sent is
+    /// credited (then nothing is held back) or the last probe is not credited yet.
+    fn probe_if_needed(&mut self) -> Result<(), RatsError> {
+        let Some(ring_ticket) = self.ring_ticket else {
+            return Ok(());
+        };
+        let all_credited = self.released_pos == self.pos && self.released_seq == self.seq;
+        let asked = self.probe_out();
+        let room = self.seq.wrapping_sub(self.released_seq) < self.entries;
+        if !batches_credit(self.entries) || all_credited || asked || !room {
+            return Ok(());
+        }
+        let mut meta = MetaWriter::new();
+        meta.put(&[VERSION, PROBE])?
+            .put(&self.seq.to_le_bytes())?
+            .put(&self.pos.to_le_bytes())?
+            .put(&0u16.to_le_bytes())?
+            .put(&self.credit_ticket)?;
+        let opts = SendOptions::new()
+            .offset(self.pos % self.ring)
+            .meta(meta.bytes())
+            .entry(self.seq % self.entries);
+        let h = self.mgr.send(&ring_ticket, &opts, Data::Inline(&[]))?;
+        self.last = Some(h);
+        self.probe_seq = Some(self.seq);
+        self.seq = self.seq.wrapping_add(1);
+        self.probes += 1;
+        Ok(())
+    }
+
+    /// Whether the last probe is not credited back yet.
+    fn probe_out(&self) -> bool {
+        self.probe_seq
+            .is_some_and(|p| !seq_after(self.released_seq, p))
+    }
+
+    /// Probes sent: times the sender ran out of room while the receiver held credit
+    /// back ([`batches_credit`]).
+    pub fn probes(&self) -> u64 {
+        self.probes
     }
 
     fn credit_arrived(&mut self, n: &Notification) {
@@ -970,6 +1116,11 @@ mod tests {
         assert!(parse_meta(&m).is_err(), "no credit ticket");
         m.extend_from_slice(&[0; COMPACT_TICKET_LEN]);
         let (s, _) = parse_meta(&m).unwrap();
-        assert!(s.eos);
+        assert!(s.eos && !s.probe && !s.ends_record);
+        m[1] = PROBE | ENDS_RECORD;
+        let (s, _) = parse_meta(&m).unwrap();
+        assert!(!s.eos && s.probe && s.ends_record);
+        m[1] = 16;
+        assert!(parse_meta(&m).is_err(), "an unknown flag");
     }
 }

@@ -14,7 +14,7 @@
 
 use std::time::{Duration, Instant};
 
-use hamlyn::{NodeId, NotificationKind, Seed, SendHandle, SendOptions, Ticket};
+use hamlyn::{NodeId, NotificationKind, Seed, SendHandle, SendOptions, SlotId, Ticket};
 
 use crate::error::RatsError;
 use crate::manager::{Buffer, Endpoint, EndpointSpec, InstanceId, Manager};
@@ -42,6 +42,9 @@ pub struct TaggedServer {
     mgr: Manager,
     id: InstanceId,
     ep: Endpoint,
+    /// The endpoint's slot and its bytes, kept here for the check of every arrival.
+    slot: SlotId,
+    len: u64,
 }
 
 impl TaggedServer {
@@ -51,17 +54,30 @@ impl TaggedServer {
             return Err(RatsError::InvalidArgument("a tagged slot is at most 4 GiB"));
         }
         let id = mgr.register();
-        match mgr.endpoint(id, len, 1, EndpointSpec::default()) {
-            Ok(ep) => Ok(TaggedServer {
-                mgr: mgr.clone(),
-                id,
-                ep,
-            }),
+        // Routed by slot: the tag carries the offset, so the entry's cookie and first
+        // offset need not be read on every poll.
+        let spec = EndpointSpec {
+            by_slot: true,
+            ..EndpointSpec::default()
+        };
+        let ep = match mgr.endpoint(id, len, 1, spec) {
+            Ok(ep) => ep,
             Err(e) => {
                 mgr.unregister(id);
-                Err(e)
+                return Err(e);
             }
-        }
+        };
+        let Some(slot) = ep.slot().map(hamlyn::Slot::id) else {
+            mgr.unregister(id);
+            return Err(RatsError::State("endpoint closed"));
+        };
+        Ok(TaggedServer {
+            mgr: mgr.clone(),
+            id,
+            len: ep.len(),
+            ep,
+            slot,
+        })
     }
 
     /// The instance's number in its manager.
@@ -86,13 +102,13 @@ impl TaggedServer {
     }
 
     /// The next arrival, any tag, if one is there (never blocks).
+    #[inline]
     pub fn get_tag(&self) -> Result<Option<TagArrival>, RatsError> {
         loop {
-            let Some(n) = self.mgr.take(self.id) else {
-                return Ok(None);
-            };
-            if let Some(a) = self.check(&n) {
-                return Ok(Some(a));
+            match self.mgr.take_map(self.id, |n| self.judge(n)) {
+                None => return Ok(None),
+                Some(Ok(a)) => return Ok(Some(a)),
+                Some(Err(skip)) => self.skipped(skip),
             }
         }
     }
@@ -144,25 +160,54 @@ impl TaggedServer {
     }
 
     /// An arrival as the protocol allows it, or `None` (counted as forged or skipped).
+    #[inline]
     fn check(&self, n: &hamlyn::Notification) -> Option<TagArrival> {
+        match self.judge(n) {
+            Ok(a) => Some(a),
+            Err(skip) => {
+                self.skipped(skip);
+                None
+            }
+        }
+    }
+
+    /// An arrival as the protocol allows it, or why it is skipped (without counting:
+    /// this runs while the manager is borrowed).
+    #[inline]
+    fn judge(&self, n: &hamlyn::Notification) -> Result<TagArrival, Skip> {
         if n.kind != NotificationKind::Message {
             // Peer-down news: a tagged server keeps no per-peer state.
-            return None;
+            return Err(Skip::News);
         }
-        let ok_slot = self.ep.slot().is_some_and(|s| s.id() == n.slot);
         let offset = n.word >> 32;
         let len = u64::from(n.len);
-        if !ok_slot || len > MAX_TAGGED || self.ep.check(offset, len).is_err() {
-            self.mgr.count_forged();
-            return None;
+        // The offset is at most 2^32 - 1 and len at most MAX_TAGGED: no overflow.
+        if n.slot != self.slot || len > MAX_TAGGED || offset + len > self.len {
+            return Err(Skip::Forged);
         }
-        Some(TagArrival {
+        Ok(TagArrival {
             tag: n.word as u32,
             offset,
             len,
             src: n.src_node,
         })
     }
+
+    #[cold]
+    fn skipped(&self, skip: Skip) {
+        if skip == Skip::Forged {
+            self.mgr.count_forged();
+        }
+    }
+}
+
+/// Why an arrival is not handed out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Skip {
+    /// Not a message (peer-down news).
+    News,
+    /// It broke the protocol (counted).
+    Forged,
 }
 
 impl Drop for TaggedServer {
@@ -191,6 +236,7 @@ impl TaggedClient {
 
     /// Writes `bytes` at `offset` of the server's slot with `tag` (copied if longer than
     /// a terminus entry holds).
+    #[inline]
     pub fn write(&self, offset: u64, bytes: &[u8], tag: u32) -> Result<SendHandle, RatsError> {
         check_len(bytes.len() as u64)?;
         self.mgr
@@ -221,6 +267,7 @@ impl TaggedClient {
     }
 }
 
+#[inline]
 fn opts(offset: u64, tag: u32) -> Result<SendOptions<'static>, RatsError> {
     let at = u32::try_from(offset).map_err(|_| RatsError::InvalidArgument("offset over 4 GiB"))?;
     Ok(SendOptions::new()
@@ -229,6 +276,7 @@ fn opts(offset: u64, tag: u32) -> Result<SendOptions<'static>, RatsError> {
         .entry(0))
 }
 
+#[inline]
 fn check_len(len: u64) -> Result<(), RatsError> {
     if len > MAX_TAGGED {
         return Err(RatsError::TooLong {

@@ -444,3 +444,79 @@ fn an_arrival_for_a_dropped_instance_does_not_reach_its_successor() {
     assert_eq!(new.to_vec(&m).unwrap(), pattern(2, 50));
     assert_eq!(m.oob(), b"new");
 }
+
+/// Taking one instance's next arrival hands over the queue's head at once when it is
+/// that instance's (the fast path), and otherwise dispatches what is in front of it to
+/// the instances it belongs to: every instance still gets all of its arrivals, each
+/// once, in order, whether routed by cookie (a simple datagram) or by slot (a tagged
+/// server).
+#[test]
+fn taking_one_instances_arrival_leaves_the_others_theirs_in_order() {
+    let (_node, ma, mb) = pair();
+    let s1 = TaggedServer::new(&ma, 4096).unwrap();
+    let s2 = TaggedServer::new(&ma, 4096).unwrap();
+    let mut dg = SimpleDatagram::new(&ma, 4096).unwrap();
+    let c1 = TaggedClient::from_seed(&mb, &s1.make_seed().unwrap()).unwrap();
+    let c2 = TaggedClient::from_seed(&mb, &s2.make_seed().unwrap()).unwrap();
+    let cd = SimpleClient::from_seed(&mb, &dg.make_seed().unwrap()).unwrap();
+    // Queued in this order (each send done before the next): s1 1, s2 2, dg, s1 3,
+    // s2 4, s1 5.
+    let sends: [&dyn Fn() -> hamlyn::SendHandle; 6] = [
+        &|| c1.write(0, b"a", 1).unwrap(),
+        &|| c2.write(8, b"bb", 2).unwrap(),
+        &|| cd.send(&pattern(3, 40), None, b"d").unwrap(),
+        &|| c1.write(16, b"ccc", 3).unwrap(),
+        &|| c2.write(24, b"dddd", 4).unwrap(),
+        &|| c1.write(32, b"eeeee", 5).unwrap(),
+    ];
+    for send in sends {
+        assert!(!send().wait(WAIT).is_failed());
+    }
+    let tag = |s: &TaggedServer| s.get_tag().unwrap().map(|a| (a.tag, a.offset, a.len));
+    // s2 first: s1's arrival in front of it goes to s1's inbox.
+    assert_eq!(tag(&s2), Some((2, 8, 2)));
+    assert_eq!(tag(&s1), Some((1, 0, 1)));
+    // The datagram in front of s1's next goes to the datagram's inbox.
+    assert_eq!(tag(&s1), Some((3, 16, 3)));
+    assert_eq!(tag(&s2), Some((4, 24, 4)));
+    assert_eq!(tag(&s2), None);
+    let m = dg
+        .ready()
+        .unwrap()
+        .expect("the datagram, dispatched on the way");
+    assert_eq!(dg.to_vec(&m).unwrap(), pattern(3, 40));
+    assert_eq!(tag(&s1), Some((5, 32, 5)));
+    assert_eq!(tag(&s1), None);
+    assert!(dg.ready().unwrap().is_none());
+    assert_eq!(ma.next_ready(), None, "nothing left for anyone");
+    let stats = ma.stats();
+    assert_eq!((stats.arrivals, stats.unroutable, stats.forged), (6, 0, 0));
+}
+
+/// A tagged server's slot is routed by its id, not by an entry's cookie: an arrival
+/// still queued when it is dropped is dispatched then (unroutable), never taken by a
+/// server made after it.
+#[test]
+fn an_arrival_for_a_dropped_tagged_server_does_not_reach_its_successor() {
+    let (_node, ma, mb) = pair();
+    let old = TaggedServer::new(&ma, 4096).unwrap();
+    let to_old = TaggedClient::from_seed(&mb, &old.make_seed().unwrap()).unwrap();
+    assert!(!to_old.write(0, b"old", 7).unwrap().wait(WAIT).is_failed());
+    let before = ma.stats().unroutable;
+    drop(old);
+    assert_eq!(ma.stats().unroutable, before + 1);
+    let new = TaggedServer::new(&ma, 4096).unwrap();
+    assert!(new.get_tag().unwrap().is_none());
+    assert!(new
+        .wait_tag(Some(Duration::from_millis(200)))
+        .unwrap()
+        .is_none());
+    let to_new = TaggedClient::from_seed(&mb, &new.make_seed().unwrap()).unwrap();
+    to_new.write(4, b"new", 8).unwrap();
+    let a = new
+        .wait_tag(WAIT)
+        .unwrap()
+        .expect("the new server's arrival");
+    assert_eq!((a.tag, a.offset, a.len), (8, 4, 3));
+    assert_eq!(new.read_arrival(&a).unwrap(), b"new");
+}

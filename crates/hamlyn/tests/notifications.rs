@@ -73,3 +73,55 @@ fn a_multi_packet_message_is_reported_whole_with_its_first_offset_and_entry_cook
     let n = q.wait(WAIT).expect("wait").expect("notified");
     assert_eq!((n.len, n.offset, n.cookie), (1, None, None));
 }
+
+/// A queue reading the entries of some slots and not of others (more slots than its
+/// 64-bit filter has bits, so ids share bits) gives the cookie of exactly the slots it
+/// reads, before and after it forgets some of them.
+#[test]
+fn cookies_come_with_exactly_the_slots_whose_entries_the_queue_reads() {
+    let node = Node::embedded().expect("engine");
+    let inbox = node.area(80 * 64).expect("area");
+    let meta = node.meta_area(80).expect("meta");
+    let mut slots = Vec::new();
+    for i in 0..80u32 {
+        let m = hamlyn::MetaArea::new(meta.area(), meta.base() + u64::from(i) * 128, 1)
+            .expect("one entry");
+        m.set_cookie(0, 1000 + u64::from(i)).expect("cookie");
+        let slot = node
+            .slot(&inbox)
+            .range(u64::from(i) * 64..u64::from(i + 1) * 64)
+            .meta(&m)
+            .queue(0)
+            .create()
+            .expect("slot");
+        slots.push(slot);
+    }
+    let mut q = node.queue(0).expect("queue");
+    let mut t = node.terminus(0).expect("terminus");
+    // Every even slot; then the first few of them are forgotten, while slots 64 places
+    // on (sharing their bits, slot ids being handed out in order) are still read.
+    let reads = |i: usize, forgot: bool| i % 2 == 0 && !(forgot && i < 16);
+    for (i, slot) in slots.iter().enumerate() {
+        if reads(i, false) {
+            q.read_entries_of(slot).expect("the slot has entries");
+        }
+    }
+    for forgot in [false, true] {
+        if forgot {
+            for (i, slot) in slots.iter().enumerate() {
+                if reads(i, false) && !reads(i, true) {
+                    q.forget_entries_of(slot.id());
+                }
+            }
+        }
+        for (i, slot) in slots.iter().enumerate() {
+            let ticket = slot.ticket_all().expect("ticket");
+            t.send(&ticket, &SendOptions::new().entry(0), Data::Inline(b"x"))
+                .expect("send");
+            let n = q.wait(WAIT).expect("wait").expect("notified");
+            assert_eq!(n.slot, slot.id());
+            let want = reads(i, forgot).then_some(1000 + i as u64);
+            assert_eq!(n.cookie, want, "slot {i} (forgot some: {forgot})");
+        }
+    }
+}
