@@ -326,9 +326,12 @@ impl EngineState {
             Ok((port, fds)) => {
                 let port_len = port.region.len() as u64;
                 let (node, incarnation) = (self.delivery.iface.node().0, self.incarnation);
+                let (region, n) = (port.region.clone(), port.termini.len());
                 if let Some(c) = self.clients.get_mut(cid) {
                     c.pid = pid;
                     c.port = Some(port);
+                    self.hint_ports
+                        .add(cid, region, n, crate::sched::PRIORITY_LEVELS);
                 }
                 self.counters.attaches += 1;
                 tracing::info!(client = cid, pid, termini, queues, "client attached");
@@ -405,8 +408,6 @@ impl EngineState {
                 eventfd,
                 late: Default::default(),
                 lost,
-                hint_idle: 0,
-                top_level: crate::sched::PRIORITY_LEVELS,
             },
             fds,
         ))
@@ -809,7 +810,8 @@ impl EngineState {
             Err(e) => return err(ControlErrorCode::Exhausted, e.to_string()),
         }
         term.level = crate::sched::level_of(priority);
-        port.top_level = port.top_level.min(term.level);
+        let level = term.level;
+        self.hint_ports.opened(cid, level);
         self.sched.add((cid, index), priority);
         ok(Reply::Ok)
     }

@@ -22,11 +22,12 @@ use crate::clients::{request_id, request_origin, Clients};
 use crate::config::EngineConfig;
 use crate::counters::EngineCounters;
 use crate::deliver::Delivery;
+use crate::hint_ports::HintPorts;
 use crate::one_sided::Replies;
 use crate::port::{InFlight, Port, TerminusState};
 use crate::registry::{Place, Registry};
 use crate::remote::Remote;
-use crate::sched::{Scheduler, Served, TerminusKey, Visit, COLD_PORT_STRIDE};
+use crate::sched::{Scheduler, Served, TerminusKey, Visit};
 use crate::source::{Piece, Source};
 use hamlyn_shm::sync::AtomicBool;
 
@@ -45,6 +46,8 @@ pub(crate) struct EngineState {
     pub(crate) sched: Box<Scheduler>,
     /// An empty scheduler that stands in for `sched` during the walk.
     sched_stand_in: Option<Box<Scheduler>>,
+    /// The ports whose ready words a turn reads.
+    pub(crate) hint_ports: HintPorts,
     /// Turns taken (the scheduler staggers cold termini by it).
     turns: u64,
     /// The terminus being served is above the lowest priority level in use: its
@@ -91,6 +94,7 @@ impl EngineState {
             clients: Clients::default(),
             sched: Box::new(Scheduler::new()),
             sched_stand_in: Some(Box::new(Scheduler::new())),
+            hint_ports: HintPorts::default(),
             turns: 0,
             look_at_all: false,
             read_all_hints: false,
@@ -147,37 +151,17 @@ impl EngineState {
         busy
     }
 
-    /// Takes every port's ready hints ([`hamlyn_shm::ready`]) into the scheduler's ready
-    /// queues. A port whose words held no hint for [`HINT_HOT_TURNS`] turns and whose
-    /// termini are all at the lowest level in use is read on one turn in
-    /// [`COLD_PORT_STRIDE`] only (staggered by client), as its termini are swept: with
-    /// hundreds of idle ports a turn still reads a share of their lines, not all. A port
-    /// with a terminus above the lowest level is read on every turn, so that no terminus
-    /// of a lower level is served while a higher one's announced work waits unread
-    /// (strict priority).
+    /// Takes the ready hints ([`hamlyn_shm::ready`]) of the hot ports and of a share of
+    /// the cold ones (every port when `all`: `hint_ports`) into the scheduler's ready
+    /// queues.
     fn take_ready_hints(&mut self, all: bool) {
-        let turn = self.turns;
         let lowest = self.sched.lowest_level();
-        let sched = &mut self.sched;
-        for client in self.clients.iter_mut() {
-            let cid = client.id;
-            let Some(port) = client.port.as_mut() else {
-                continue;
-            };
-            if !all
-                && port.hint_idle >= HINT_HOT_TURNS
-                && port.top_level >= lowest
-                && turn.wrapping_add(u64::from(cid)) % COLD_PORT_STRIDE != 0
-            {
-                continue;
+        let (clients, sched) = (&mut self.clients, &mut self.sched);
+        self.hint_ports.take(all, lowest, |cid, word, bits| {
+            if let Some(port) = clients.port_mut(cid) {
+                port.mark_hinted(word, bits, |t, level| sched.mark_ready((cid, t), level));
             }
-            let any = port.take_ready_hints(|t, level| sched.mark_ready((cid, t), level));
-            port.hint_idle = if any {
-                0
-            } else {
-                port.hint_idle.saturating_add(1)
-            };
-        }
+        });
     }
 
     /// A visit of the scheduler's walk: serves the terminus (one packet at most) and
@@ -921,9 +905,6 @@ impl EngineState {
 /// Most turns a goodbye spends sending what its client queued
 /// ([`EngineState::drain_client`]): a full ring of multi-packet messages, with room.
 pub(crate) const DRAIN_TURNS: usize = 65_536;
-/// Turns without a hint after which a port's ready words are read on a share of the
-/// turns only ([`EngineState::take_ready_hints`]).
-pub(crate) const HINT_HOT_TURNS: u32 = 1024;
 
 /// A client wrote impossible indices into terminus `t`'s ring: it is no longer served.
 #[cold]

@@ -692,6 +692,7 @@ impl Engine {
             self.state.client_gone(port);
         }
         self.state.sched.remove_client(cid);
+        self.state.hint_ports.remove(cid);
         let areas = self.state.delivery.areas.remove_owner(cid);
         if client.port.is_some() {
             if client.detached {

@@ -42,6 +42,7 @@ mod error;
 mod event_loop;
 mod fabric_rx;
 mod handle;
+mod hint_ports;
 mod hosted;
 mod one_sided;
 mod port;

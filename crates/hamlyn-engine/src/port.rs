@@ -78,12 +78,6 @@ pub(crate) struct Port {
     /// Per queue: notifications lost to a full queue and not yet reported to its owner
     /// by an `Overflow` notification (`clients.rs`).
     pub(crate) lost: Vec<u64>,
-    /// Turns in a row its ready words held no hint: past `HINT_HOT_TURNS` they are read
-    /// on a share of the turns only (`EngineState::take_ready_hints`).
-    pub(crate) hint_idle: u32,
-    /// The highest priority level (the smallest number) of its open termini
-    /// (`sched::PRIORITY_LEVELS` while none is open).
-    pub(crate) top_level: usize,
 }
 
 impl TerminusState {
@@ -128,36 +122,27 @@ impl TerminusState {
 }
 
 impl Port {
-    /// Takes the hints in the port's ready words ([`hamlyn_shm::ready::take`]) and calls
-    /// `ready` with each open terminus they name that is not queued yet (marking it
-    /// queued). Whether any word held a hint.
-    pub(crate) fn take_ready_hints(&mut self, mut ready: impl FnMut(u16, usize)) -> bool {
-        let n = self.termini.len();
-        let words = n.div_ceil(64).min(hamlyn_shm::ready::READY_WORDS);
-        let mut any = false;
-        for i in 0..words {
-            let Some(word) = self
-                .region
-                .atomic_u64(hamlyn_shm::port::header::READY + i * 8)
-            else {
-                continue;
-            };
-            let mut bits = hamlyn_shm::ready::take(word);
-            any |= bits != 0;
-            // The client's memory: bits past its termini are ignored.
-            while bits != 0 {
-                let b = bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                let t = i * 64 + b;
-                if let Some(term) = self.termini.get_mut(t) {
-                    if !term.queued && term.ring.is_some() {
-                        term.queued = true;
-                        ready(t as u16, term.level);
-                    }
+    /// Marks the open termini that `bits` (ready word `word`, taken by
+    /// `HintPorts::take`) names and that are not queued yet as queued, calling `ready`
+    /// with each one's index and level. Bits past the port's termini are ignored (the
+    /// words are the client's memory).
+    pub(crate) fn mark_hinted(
+        &mut self,
+        word: usize,
+        mut bits: u64,
+        mut ready: impl FnMut(u16, usize),
+    ) {
+        while bits != 0 {
+            let b = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            let t = word * 64 + b;
+            if let Some(term) = self.termini.get_mut(t) {
+                if !term.queued && term.ring.is_some() {
+                    term.queued = true;
+                    ready(t as u16, term.level);
                 }
             }
         }
-        any
     }
 
     /// Publishes that terminus `t` finished one more request.

@@ -43,9 +43,6 @@ pub(crate) const PRIORITY_LEVELS: usize = 4;
 pub(crate) const SWEEP_PER_LEVEL: usize = 2;
 /// The sweep runs on one turn in this many.
 pub(crate) const SWEEP_EVERY: u64 = 8;
-/// A port whose ready words stay empty is read on one turn in this many
-/// (`EngineState::take_ready_hints`).
-pub(crate) const COLD_PORT_STRIDE: u64 = 16;
 
 /// How a terminus came to be visited.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
