@@ -23,6 +23,7 @@ use crate::clients::Clients;
 use crate::config::EngineConfig;
 use crate::engine::EngineState;
 use crate::error::EngineError;
+use crate::port::Port;
 use crate::remote::Remote;
 use hamlyn_fabric::Fabric;
 
@@ -473,29 +474,46 @@ impl Engine {
     /// The light check is the one a leaving waiting thread makes (`hand_back`), many
     /// times a second: its cost does not grow with the termini a port has open.
     fn arm_doorbells(&mut self, thorough: bool) -> bool {
+        // Batched arm-and-recheck (`wake::set_eventfd_armed`): every doorbell armed, one
+        // fence F1, then each port looked at. One fence and no reference count touched
+        // per port: a waiting thread hands back once per message, and with hundreds of
+        // ports a fence each was most of a message's cost.
+        for client in self.state.clients.iter() {
+            if let Some(word) = client
+                .port
+                .as_ref()
+                .and_then(|p| p.region.atomic_u32(header::DOORBELL))
+            {
+                wake::set_eventfd_armed(word);
+            }
+        }
+        wake::armed_fence();
         let mut work = false;
         for client in self.state.clients.iter_mut() {
             let Some(port) = client.port.as_mut() else {
                 continue;
             };
-            let region = port.region.clone();
+            let held = Clients::is_held(port);
+            let Port {
+                region, termini, ..
+            } = port;
             let Some(word) = region.atomic_u32(header::DOORBELL) else {
                 continue;
             };
-            let held = Clients::is_held(port);
-            let termini = &mut port.termini;
-            work |= wake::arm_eventfd(word, || {
-                let hinted = (0..termini.len().div_ceil(64).min(ready::READY_WORDS)).any(|i| {
-                    region.atomic_u64(header::READY + i * 8).is_some_and(|w| {
-                        // Relaxed: ordered after the arming by F1 in `arm_eventfd`.
-                        w.load(Ordering::Relaxed) != 0
-                    })
-                });
-                hinted
-                    || termini
-                        .iter_mut()
-                        .any(|t| (thorough || t.queued) && t.has_work(held))
+            let hinted = (0..termini.len().div_ceil(64).min(ready::READY_WORDS)).any(|i| {
+                region.atomic_u64(header::READY + i * 8).is_some_and(|w| {
+                    // Relaxed: ordered after the arming by F1 (`armed_fence`).
+                    w.load(Ordering::Relaxed) != 0
+                })
             });
+            let has = hinted
+                || termini
+                    .iter_mut()
+                    .any(|t| (thorough || t.queued) && t.has_work(held));
+            if has {
+                wake::withdraw_eventfd_armed(word);
+                work = true;
+            }
         }
         work
     }

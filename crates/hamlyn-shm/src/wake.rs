@@ -348,6 +348,30 @@ fn wake_slow(word: &AtomicU32, seen: u32, eventfd: Option<&EventFd>) -> bool {
     syscall
 }
 
+/// Consumer side, event-loop mode, for many words at once: [`arm_eventfd`] split so
+/// that one fence serves them all. Call [`set_eventfd_armed`] on every word, then
+/// [`armed_fence`] once (F1), then look at each word's producers' work, and for each
+/// word whose work is there, [`withdraw_eventfd_armed`]. Per word this is exactly
+/// `arm_eventfd`'s order (its flag set, F1, its re-check), with one fence instead of one
+/// per word: an engine arming hundreds of ports pays one.
+#[inline]
+pub fn set_eventfd_armed(word: &AtomicU32) {
+    word.fetch_or(EVENTFD_ARMED, Ordering::Relaxed);
+}
+
+/// F1 of the batched arming ([`set_eventfd_armed`]): pairs with the producers' F2
+/// (`publish_fence`).
+#[inline]
+pub fn armed_fence() {
+    fence(Ordering::SeqCst);
+}
+
+/// The batched arming found work for this word: its producers need not poke.
+#[inline]
+pub fn withdraw_eventfd_armed(word: &AtomicU32) {
+    word.fetch_and(!EVENTFD_ARMED, Ordering::Relaxed);
+}
+
 /// Consumer side, event-loop mode: asks producers to poke the port's eventfd on their
 /// next publication. Returns `true` if `ready()` already holds (consume before going back
 /// to the event loop; the flag is withdrawn so producers skip the poke).
@@ -737,6 +761,41 @@ mod loom_tests {
             });
             assert!(matches!(out, Ok(WaitOutcome::Ready { .. })));
             t.join().expect("producer");
+        });
+    }
+
+    /// The batched arming of two words with one fence: for each word, the consumer's
+    /// re-check after the fence sees its producer's item, or the producer sees the
+    /// word armed after its F2 (and would poke).
+    #[test]
+    fn loom_batched_arming_loses_no_push() {
+        crate::loom_model(|| {
+            let words = Arc::new([AtomicU32::new(0), AtomicU32::new(0)]);
+            let items = Arc::new([AtomicU32::new(0), AtomicU32::new(0)]);
+            let mut ts = Vec::new();
+            for i in 0..2 {
+                let (w, it) = (words.clone(), items.clone());
+                ts.push(loom::thread::spawn(move || {
+                    // Release: pairs with the consumer's Acquire re-check.
+                    it[i].store(1, Ordering::Release);
+                    publish_fence();
+                    // Relaxed: ordered by F2.
+                    w[i].load(Ordering::Relaxed) & EVENTFD_ARMED != 0
+                }));
+            }
+            for w in words.iter() {
+                set_eventfd_armed(w);
+            }
+            armed_fence();
+            // Acquire: pairs with the producers' Release stores.
+            let seen: Vec<bool> = items
+                .iter()
+                .map(|it| it.load(Ordering::Acquire) == 1)
+                .collect();
+            for (i, t) in ts.into_iter().enumerate() {
+                let pokes = t.join().expect("producer");
+                assert!(seen[i] || pokes, "push {i} neither seen nor poked");
+            }
         });
     }
 
