@@ -110,6 +110,22 @@ impl Held {
     }
 }
 
+/// Frees a protocol handle: its instance leaves the manager (under the manager's lock),
+/// then the handle's box. Each handle's `_free` is written out for cbindgen (which does
+/// not expand macros) and calls this.
+///
+/// # Safety
+///
+/// `h` is NULL or live, not used after, and no call on it is running.
+unsafe fn free_instance<T>(h: *mut T, held: impl FnOnce(&T) -> &Held) {
+    // SAFETY: the caller's contract.
+    if let Ok(x) = unsafe { handle(h.cast_const()) } {
+        held(x).drop_instance();
+    }
+    // SAFETY: the caller's contract.
+    unsafe { free_box(h) }
+}
+
 // One handle type per protocol side, each written out (cbindgen does not expand macros).
 /// The receiving side of tagged writes: a slot others write with tags.
 pub struct hamlyn_rats_tagged_server {
@@ -124,11 +140,7 @@ pub struct hamlyn_rats_tagged_server {
 #[no_mangle]
 pub unsafe extern "C" fn hamlyn_rats_tagged_server_free(h: *mut hamlyn_rats_tagged_server) {
     // SAFETY: the function's contract.
-    if let Ok(x) = unsafe { handle(h.cast_const()) } {
-        x.held.drop_instance();
-    }
-    // SAFETY: the function's contract.
-    unsafe { free_box(h) }
+    unsafe { free_instance(h, |x| &x.held) }
 }
 
 /// The writing side of tagged writes, made from a tagged server's seed.
@@ -144,11 +156,7 @@ pub struct hamlyn_rats_tagged_client {
 #[no_mangle]
 pub unsafe extern "C" fn hamlyn_rats_tagged_client_free(h: *mut hamlyn_rats_tagged_client) {
     // SAFETY: the function's contract.
-    if let Ok(x) = unsafe { handle(h.cast_const()) } {
-        x.held.drop_instance();
-    }
-    // SAFETY: the function's contract.
-    unsafe { free_box(h) }
+    unsafe { free_instance(h, |x| &x.held) }
 }
 
 /// The receiving side of datagrams: buffers granted to senders as credits.
@@ -164,11 +172,7 @@ pub struct hamlyn_rats_datagram_receiver {
 #[no_mangle]
 pub unsafe extern "C" fn hamlyn_rats_datagram_receiver_free(h: *mut hamlyn_rats_datagram_receiver) {
     // SAFETY: the function's contract.
-    if let Ok(x) = unsafe { handle(h.cast_const()) } {
-        x.held.drop_instance();
-    }
-    // SAFETY: the function's contract.
-    unsafe { free_box(h) }
+    unsafe { free_instance(h, |x| &x.held) }
 }
 
 /// The sending side of datagrams, made from a receiver's seed.
@@ -184,11 +188,7 @@ pub struct hamlyn_rats_datagram_sender {
 #[no_mangle]
 pub unsafe extern "C" fn hamlyn_rats_datagram_sender_free(h: *mut hamlyn_rats_datagram_sender) {
     // SAFETY: the function's contract.
-    if let Ok(x) = unsafe { handle(h.cast_const()) } {
-        x.held.drop_instance();
-    }
-    // SAFETY: the function's contract.
-    unsafe { free_box(h) }
+    unsafe { free_instance(h, |x| &x.held) }
 }
 
 /// A simple datagram instance: one receive buffer; its messages may carry a reply
@@ -205,11 +205,7 @@ pub struct hamlyn_rats_simple {
 #[no_mangle]
 pub unsafe extern "C" fn hamlyn_rats_simple_free(h: *mut hamlyn_rats_simple) {
     // SAFETY: the function's contract.
-    if let Ok(x) = unsafe { handle(h.cast_const()) } {
-        x.held.drop_instance();
-    }
-    // SAFETY: the function's contract.
-    unsafe { free_box(h) }
+    unsafe { free_instance(h, |x| &x.held) }
 }
 
 /// The sending side of simple datagrams, made from an instance's seed.
@@ -225,11 +221,7 @@ pub struct hamlyn_rats_simple_client {
 #[no_mangle]
 pub unsafe extern "C" fn hamlyn_rats_simple_client_free(h: *mut hamlyn_rats_simple_client) {
     // SAFETY: the function's contract.
-    if let Ok(x) = unsafe { handle(h.cast_const()) } {
-        x.held.drop_instance();
-    }
-    // SAFETY: the function's contract.
-    unsafe { free_box(h) }
+    unsafe { free_instance(h, |x| &x.held) }
 }
 
 /// A request/response server: one request at a time, answered, then released.
@@ -245,11 +237,7 @@ pub struct hamlyn_rats_request_server {
 #[no_mangle]
 pub unsafe extern "C" fn hamlyn_rats_request_server_free(h: *mut hamlyn_rats_request_server) {
     // SAFETY: the function's contract.
-    if let Ok(x) = unsafe { handle(h.cast_const()) } {
-        x.held.drop_instance();
-    }
-    // SAFETY: the function's contract.
-    unsafe { free_box(h) }
+    unsafe { free_instance(h, |x| &x.held) }
 }
 
 /// A request/response client, made from a server's seed or its registry name.
@@ -265,11 +253,7 @@ pub struct hamlyn_rats_request_client {
 #[no_mangle]
 pub unsafe extern "C" fn hamlyn_rats_request_client_free(h: *mut hamlyn_rats_request_client) {
     // SAFETY: the function's contract.
-    if let Ok(x) = unsafe { handle(h.cast_const()) } {
-        x.held.drop_instance();
-    }
-    // SAFETY: the function's contract.
-    unsafe { free_box(h) }
+    unsafe { free_instance(h, |x| &x.held) }
 }
 
 /// The receiving side of a stream (made first: its seed makes the sender).
@@ -285,11 +269,7 @@ pub struct hamlyn_rats_stream_receiver {
 #[no_mangle]
 pub unsafe extern "C" fn hamlyn_rats_stream_receiver_free(h: *mut hamlyn_rats_stream_receiver) {
     // SAFETY: the function's contract.
-    if let Ok(x) = unsafe { handle(h.cast_const()) } {
-        x.held.drop_instance();
-    }
-    // SAFETY: the function's contract.
-    unsafe { free_box(h) }
+    unsafe { free_instance(h, |x| &x.held) }
 }
 
 /// The sending side of a stream, made from the receiver's seed.
@@ -305,11 +285,7 @@ pub struct hamlyn_rats_stream_sender {
 #[no_mangle]
 pub unsafe extern "C" fn hamlyn_rats_stream_sender_free(h: *mut hamlyn_rats_stream_sender) {
     // SAFETY: the function's contract.
-    if let Ok(x) = unsafe { handle(h.cast_const()) } {
-        x.held.drop_instance();
-    }
-    // SAFETY: the function's contract.
-    unsafe { free_box(h) }
+    unsafe { free_instance(h, |x| &x.held) }
 }
 
 /// A tagged write that arrived (`hamlyn_rats_tagged_get_tag`).

@@ -500,7 +500,7 @@ impl Engine {
             let Some(word) = region.atomic_u32(header::DOORBELL) else {
                 continue;
             };
-            let hinted = (0..termini.len().div_ceil(64).min(ready::READY_WORDS)).any(|i| {
+            let hinted = (0..ready::words_for(termini.len())).any(|i| {
                 region.atomic_u64(header::READY + i * 8).is_some_and(|w| {
                     // Relaxed: ordered after the arming by F1 (`armed_fence`).
                     w.load(Ordering::Relaxed) != 0

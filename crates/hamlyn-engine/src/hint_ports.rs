@@ -84,7 +84,7 @@ impl HintPorts {
         self.hot.push(HintPort {
             cid,
             region,
-            words: termini.div_ceil(64).min(ready::READY_WORDS),
+            words: ready::words_for(termini),
             idle: 0,
             top_level: none_open,
         });
@@ -173,6 +173,7 @@ mod tests {
     fn hint(r: &ShmRegion, t: u16) {
         let (i, bit) = ready::word_and_bit(t);
         let w = r.atomic_u64(header::READY + i * 8).expect("word");
+        // Release: as `ready::announce`, pairs with the Acquire swap in `ready::take`.
         w.fetch_or(bit, Ordering::Release);
     }
 

@@ -30,6 +30,13 @@ use crate::sync::{AtomicU64, Ordering};
 /// Ready words in a port: one bit per terminus, [`crate::port::MAX_TERMINI`] bits.
 pub const READY_WORDS: usize = 4;
 
+/// Ready words a port of `termini` termini uses (one per 64 termini, at most
+/// [`READY_WORDS`]).
+#[inline]
+pub fn words_for(termini: usize) -> usize {
+    termini.div_ceil(64).min(READY_WORDS)
+}
+
 /// The word and bit of terminus `t`.
 #[inline]
 pub fn word_and_bit(t: u16) -> (usize, u64) {

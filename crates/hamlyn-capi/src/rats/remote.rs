@@ -8,10 +8,8 @@ use std::ffi::c_char;
 use ::hamlyn_rats::remote_read::{RemoteReadClient, RemoteReadServer};
 use ::hamlyn_rats::remote_write::{RemoteWriteClient, RemoteWriteServer};
 
-use super::{make, out_bytes, seed_in, seed_out, send_out, wrong, Held, Inst};
-use crate::{
-    free_box, guard, hamlyn_rats, hamlyn_result, hamlyn_send, handle, non_null, put, Life,
-};
+use super::{free_instance, make, out_bytes, seed_in, seed_out, send_out, wrong, Held, Inst};
+use crate::{guard, hamlyn_rats, hamlyn_result, hamlyn_send, handle, non_null, put, Life};
 
 /// The side of a remote write that is written: a slot others write without notifying it.
 pub struct hamlyn_rats_remote_write_server {
@@ -28,11 +26,7 @@ pub unsafe extern "C" fn hamlyn_rats_remote_write_server_free(
     h: *mut hamlyn_rats_remote_write_server,
 ) {
     // SAFETY: the function's contract.
-    if let Ok(x) = unsafe { handle(h.cast_const()) } {
-        x.held.drop_instance();
-    }
-    // SAFETY: the function's contract.
-    unsafe { free_box(h) }
+    unsafe { free_instance(h, |x| &x.held) }
 }
 
 /// The writing side of a remote write, made from a server's seed.
@@ -50,11 +44,7 @@ pub unsafe extern "C" fn hamlyn_rats_remote_write_client_free(
     h: *mut hamlyn_rats_remote_write_client,
 ) {
     // SAFETY: the function's contract.
-    if let Ok(x) = unsafe { handle(h.cast_const()) } {
-        x.held.drop_instance();
-    }
-    // SAFETY: the function's contract.
-    unsafe { free_box(h) }
+    unsafe { free_instance(h, |x| &x.held) }
 }
 
 /// The side of a remote read that is read: a slot others may read.
@@ -72,11 +62,7 @@ pub unsafe extern "C" fn hamlyn_rats_remote_read_server_free(
     h: *mut hamlyn_rats_remote_read_server,
 ) {
     // SAFETY: the function's contract.
-    if let Ok(x) = unsafe { handle(h.cast_const()) } {
-        x.held.drop_instance();
-    }
-    // SAFETY: the function's contract.
-    unsafe { free_box(h) }
+    unsafe { free_instance(h, |x| &x.held) }
 }
 
 /// The reading side of a remote read, made from a server's seed, with a reply buffer of
@@ -95,11 +81,7 @@ pub unsafe extern "C" fn hamlyn_rats_remote_read_client_free(
     h: *mut hamlyn_rats_remote_read_client,
 ) {
     // SAFETY: the function's contract.
-    if let Ok(x) = unsafe { handle(h.cast_const()) } {
-        x.held.drop_instance();
-    }
-    // SAFETY: the function's contract.
-    unsafe { free_box(h) }
+    unsafe { free_instance(h, |x| &x.held) }
 }
 
 /// One piece of a scattered remote write (`hamlyn_rats_remote_write_scatter`): `len`
