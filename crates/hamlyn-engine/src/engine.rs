@@ -22,7 +22,7 @@ use crate::clients::{request_id, request_origin, Clients};
 use crate::config::EngineConfig;
 use crate::counters::EngineCounters;
 use crate::deliver::Delivery;
-use crate::hint_ports::HintPorts;
+use crate::hint_ports::{ColdLook, HintPorts};
 use crate::one_sided::Replies;
 use crate::port::{InFlight, Port, TerminusState};
 use crate::registry::{Place, Registry};
@@ -115,8 +115,9 @@ impl EngineState {
         Instant(self.origin.elapsed().as_nanos() as u64)
     }
 
-    /// One scheduling turn over the termini with work; whether any had work.
-    pub(crate) fn turn(&mut self) -> bool {
+    /// One scheduling turn over the termini with work; whether any had work. `cold`:
+    /// how many cold ports' ready words it reads (`hint_ports`).
+    pub(crate) fn turn(&mut self, cold: ColdLook) -> bool {
         // The termini clients announced since the last turn join their ready queues;
         // the sweep looks at a share of all termini (`sched`), every one on the first
         // turn after a sleep. The scheduler is moved out for the walk so that `serve`
@@ -125,7 +126,7 @@ impl EngineState {
         let all = std::mem::take(&mut self.look_at_all);
         self.turns = self.turns.wrapping_add(1);
         let all_hints = std::mem::take(&mut self.read_all_hints) || all;
-        self.take_ready_hints(all_hints);
+        self.take_ready_hints(all_hints, cold);
         let Some(stand_in) = self.sched_stand_in.take() else {
             return false;
         };
@@ -154,14 +155,15 @@ impl EngineState {
     /// Takes the ready hints ([`hamlyn_shm::ready`]) of the hot ports and of a share of
     /// the cold ones (every port when `all`: `hint_ports`) into the scheduler's ready
     /// queues.
-    fn take_ready_hints(&mut self, all: bool) {
+    fn take_ready_hints(&mut self, all: bool, cold: ColdLook) {
         let lowest = self.sched.lowest_level();
         let (clients, sched) = (&mut self.clients, &mut self.sched);
-        self.hint_ports.take(all, lowest, |cid, word, bits| {
-            if let Some(port) = clients.port_mut(cid) {
-                port.mark_hinted(word, bits, |t, level| sched.mark_ready((cid, t), level));
-            }
-        });
+        self.counters.ports_gone_cold +=
+            self.hint_ports.take(all, cold, lowest, |cid, word, bits| {
+                if let Some(port) = clients.port_mut(cid) {
+                    port.mark_hinted(word, bits, |t, level| sched.mark_ready((cid, t), level));
+                }
+            });
     }
 
     /// A visit of the scheduler's walk: serves the terminus (one packet at most) and

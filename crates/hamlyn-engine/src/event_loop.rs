@@ -23,6 +23,7 @@ use crate::clients::Clients;
 use crate::config::EngineConfig;
 use crate::engine::EngineState;
 use crate::error::EngineError;
+use crate::hint_ports::ColdLook;
 use crate::port::Port;
 use crate::remote::Remote;
 use hamlyn_fabric::Fabric;
@@ -269,7 +270,7 @@ impl Engine {
                 self.resumed += 1;
             }
             turns = turns.wrapping_add(1);
-            let mut busy = self.state.turn();
+            let mut busy = self.state.turn(ColdLook::Share);
             // Polling the fabric is a system call: every turn while there is traffic,
             // every FABRIC_IDLE_EVERY-th turn while spinning idle.
             if self.state.remote.is_some() && idle % FABRIC_IDLE_EVERY == 0 {
@@ -430,9 +431,11 @@ impl Engine {
     }
 
     /// A turn run by a thread that pushed a request and found the engine asleep
-    /// (`Driver::nudge`): as a waiter's, counted apart.
-    pub(crate) fn sender_turn(&mut self) -> bool {
+    /// (`Driver::nudge`): as a waiter's, counted apart. `cold`: its port was cold
+    /// (`hamlyn_shm::ready::COLD`), so the turn reads every port's ready words.
+    pub(crate) fn sender_turn(&mut self, cold: bool) -> bool {
         self.sender_turns = self.sender_turns.wrapping_add(1);
+        self.state.read_all_hints |= cold;
         self.turn_for_waiter()
     }
 
@@ -448,15 +451,16 @@ impl Engine {
         }
         if self.doorbells_armed {
             // The engine thread sleeps (it need not wake while we drive): clients'
-            // pushes need not ring. Their rings so far wake it once, harmlessly.
+            // pushes need not ring. Their rings so far wake it once, harmlessly. Pushes
+            // meanwhile announced themselves in their ports' ready words: a hot port's
+            // are read on every turn, and a cold port's push rang (`ready::COLD`),
+            // which makes the engine's thread read every port's (`after_sleep`).
             self.doorbells_armed = false;
             self.clear_doorbell_flags();
-            // Pushes meanwhile announced themselves in their ports' ready words.
-            self.state.read_all_hints = true;
         }
         self.driven_turns = self.driven_turns.wrapping_add(1);
         self.driven_since_served = true;
-        let mut busy = self.state.turn();
+        let mut busy = self.state.turn(ColdLook::Backstop);
         if self.state.remote.is_some()
             && (self.driven_busy || self.driven_turns % u64::from(FABRIC_IDLE_EVERY) == 0)
         {
@@ -467,17 +471,24 @@ impl Engine {
     }
 
     /// Asks every client to ring the doorbell on its next push; true if work is already
-    /// there (then the engine must not sleep). The re-check after arming reads each
-    /// port's ready words and the termini known to have work (in a ready queue); when
-    /// `thorough` (the engine thread's own idle sleep, after its spin) every terminus's
-    /// ring too, so that a client that sets no ready hints is not left asleep either.
-    /// The light check is the one a leaving waiting thread makes (`hand_back`), many
-    /// times a second: its cost does not grow with the termini a port has open.
+    /// there (then the engine must not sleep). Batched arm-and-recheck
+    /// (`wake::set_eventfd_armed`): the doorbells armed, one fence F1 for all, then the
+    /// looks. No reference count is touched per port: a waiting thread hands back once
+    /// per message.
+    ///
+    /// Light (`thorough` false: a leaving waiting thread, `hand_back`, many times a
+    /// second): the hot ports only (`hint_ports`), their ready words, and the termini
+    /// known to have work (the scheduler's ready queues). Cold ports' doorbells are
+    /// armed already ([`hamlyn_shm::ready::COLD`]), so the cost follows the ports in use,
+    /// not those attached.
+    ///
+    /// `thorough` (the engine thread's own idle sleep, after its spin): every port armed
+    /// and looked at, its words and every terminus's ring, so that a client that sets
+    /// no ready hints is not left asleep either.
     fn arm_doorbells(&mut self, thorough: bool) -> bool {
-        // Batched arm-and-recheck (`wake::set_eventfd_armed`): every doorbell armed, one
-        // fence F1, then each port looked at. One fence and no reference count touched
-        // per port: a waiting thread hands back once per message, and with hundreds of
-        // ports a fence each was most of a message's cost.
+        if !thorough {
+            return self.arm_hot_doorbells();
+        }
         for client in self.state.clients.iter() {
             if let Some(word) = client
                 .port
@@ -506,16 +517,53 @@ impl Engine {
                     w.load(Ordering::Relaxed) != 0
                 })
             });
-            let has = hinted
-                || termini
-                    .iter_mut()
-                    .any(|t| (thorough || t.queued) && t.has_work(held));
-            if has {
+            if hinted || termini.iter_mut().any(|t| t.has_work(held)) {
                 wake::withdraw_eventfd_armed(word);
                 work = true;
             }
         }
+        if work {
+            // The port may be cold: its words are read by the next turn.
+            self.state.read_all_hints = true;
+        }
         work
+    }
+
+    /// [`Self::arm_doorbells`], light: the hot ports and the queued termini.
+    fn arm_hot_doorbells(&mut self) -> bool {
+        for (bell, _) in self.state.hint_ports.hot_bells() {
+            wake::set_eventfd_armed(bell);
+        }
+        wake::armed_fence();
+        let mut work = false;
+        for (bell, port) in self.state.hint_ports.hot_bells() {
+            // After F1 (`armed_fence`).
+            if port.hinted() {
+                wake::withdraw_eventfd_armed(bell);
+                work = true;
+            }
+        }
+        if work {
+            return true;
+        }
+        let state = &mut self.state;
+        let (sched, clients) = (&state.sched, &mut state.clients);
+        for (cid, t) in sched.ready_keys() {
+            let Some(port) = clients.port_mut(cid) else {
+                continue;
+            };
+            let held = Clients::is_held(port);
+            if port
+                .termini
+                .get_mut(usize::from(t))
+                .is_some_and(|t| t.has_work(held))
+            {
+                // Its port may be cold (a long message in the middle): every doorbell
+                // armed so far stays armed; the engine stays awake.
+                return true;
+            }
+        }
+        false
     }
 
     fn disarm_doorbells(&mut self) {
@@ -524,18 +572,13 @@ impl Engine {
         self.doorbells_armed = false;
     }
 
-    /// Clients need not ring the doorbell (no system call: what they rang already is
-    /// drained after the engine thread's next sleep).
+    /// Clients of hot ports need not ring the doorbell (no system call: what they rang
+    /// already is drained after the engine thread's next sleep). Cold ports' doorbells
+    /// stay armed ([`hamlyn_shm::ready::COLD`]).
     fn clear_doorbell_flags(&mut self) {
-        for client in self.state.clients.iter() {
-            if let Some(word) = client
-                .port
-                .as_ref()
-                .and_then(|p| p.region.atomic_u32(header::DOORBELL))
-            {
-                // Relaxed: only saves clients a needless eventfd write while we are awake.
-                word.fetch_and(!EVENTFD_ARMED, Ordering::Relaxed);
-            }
+        for (bell, _) in self.state.hint_ports.hot_bells() {
+            // Relaxed: only saves clients a needless eventfd write while we are awake.
+            bell.fetch_and(!EVENTFD_ARMED, Ordering::Relaxed);
         }
     }
 
@@ -553,6 +596,8 @@ impl Engine {
                 LISTENER => self.accept(),
                 DOORBELL => {
                     let _ = self.state.doorbell.drain();
+                    // A cold port's push rings (`ready::COLD`): read every port's words.
+                    self.state.read_all_hints = true;
                 }
                 // The fabric is polled on every turn; waking is all this is for.
                 FABRIC => {}

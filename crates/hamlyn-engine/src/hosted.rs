@@ -134,12 +134,14 @@ impl Driver {
     /// thread is rung after all). `false` if it could not: the engine is gone, or
     /// another thread holds it — perhaps a driver's hand-back that armed the doorbells
     /// and will not look again — so the caller rings as usual (checked by the loom model
-    /// `loom_a_push_is_never_stranded` in `hamlyn_shm::drive`).
-    pub fn nudge(&self) -> bool {
+    /// `loom_a_push_is_never_stranded` in `hamlyn_shm::drive`). `cold`: the port pushed
+    /// to was cold (`hamlyn_shm::ready::cold_after_fence`): the engine reads its ready
+    /// words only now and then, so this turn reads every port's.
+    pub fn nudge(&self, cold: bool) -> bool {
         let Some(mut driving) = self.drive() else {
             return false;
         };
-        driving.try_run(Engine::sender_turn).is_some()
+        driving.try_run(|e| e.sender_turn(cold)).is_some()
     }
 }
 

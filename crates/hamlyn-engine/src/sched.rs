@@ -124,6 +124,11 @@ impl Scheduler {
         self.levels.iter().map(Vec::len).sum()
     }
 
+    /// The termini in ready queues (known to have work), every level.
+    pub(crate) fn ready_keys(&self) -> impl Iterator<Item = TerminusKey> + '_ {
+        self.ready.iter().flatten().copied()
+    }
+
     /// Termini in ready queues.
     #[cfg(test)]
     pub(crate) fn ready_len(&self) -> usize {

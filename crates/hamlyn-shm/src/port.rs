@@ -78,7 +78,8 @@ pub mod header {
     pub const TOTAL: usize = 32;
     /// u64 length of the queue file.
     pub const QUEUE_TOTAL: usize = 40;
-    /// The engine doorbell wake word (u32), on a line shared only with the ready words.
+    /// The engine doorbell wake word (u32: `wake::EVENTFD_ARMED`, `ready::COLD`), on a
+    /// line shared only with the ready words.
     pub const DOORBELL: usize = 64;
     /// The ready words ([`crate::ready::READY_WORDS`] u64s): on the doorbell's line,
     /// which a client pushing a request reads anyway.

@@ -24,8 +24,31 @@
 //! of the doorbell after F2 sees the arming and rings. The bit is set on every push,
 //! found set or not: skipping the write when the bit looks set would need a fence
 //! before that look as well. The loom models below check these cases.
+//!
+//! **Cold ports.** An engine with hundreds of ports, most of them idle, should not pay
+//! for the idle ones on every turn, nor on every arming of the doorbells before it
+//! sleeps or hands itself back to its thread (once per message when a waiting thread
+//! drives it). So a port idle for long enough goes *cold* ([`go_cold`]): the engine
+//! sets [`COLD`] with the doorbell's `EVENTFD_ARMED` in one read-modify-write, issues
+//! F1 and looks at the port's ready words once more (a push before the arming is seen
+//! then, and the port stays hot). From then on the engine reads its words only now and
+//! then and leaves its doorbell armed while it is awake: a push on a cold port rings
+//! the engine's eventfd (one system call, the first push after an idle spell), or, in
+//! the process that hosts the engine, runs a turn itself (`hamlyn_engine::Driver::nudge`)
+//! that it tells to read every port's words ([`cold_after_fence`]), where a push on a
+//! hot port runs one that reads the hot ports'. The ring, or that turn, makes the
+//! engine read every port's words, and the port is hot again ([`go_hot`]). Either the client's F2 comes first in
+//! the fences' order, and the engine's look after F1 sees the hint (the port stays
+//! hot), or F1 does, and the client's look at the doorbell after F2 sees both bits
+//! (loom model `loom_a_push_on_a_cold_port_rings`; it fails without F1).
 
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{fence, AtomicU32, AtomicU64, Ordering};
+use crate::wake::EVENTFD_ARMED;
+
+/// Doorbell-word bit (beside [`crate::wake`]'s): the port is cold, its doorbell armed
+/// while the engine is awake; a push that finds it armed rings, or runs a turn that
+/// reads every port's ready words.
+pub const COLD: u32 = 1 << 2;
 
 /// Ready words in a port: one bit per terminus, [`crate::port::MAX_TERMINI`] bits.
 pub const READY_WORDS: usize = 4;
@@ -64,6 +87,40 @@ pub fn take(word: &AtomicU64) -> u64 {
     }
     // Acquire: pairs with the Release `fetch_or` in `announce`.
     word.swap(0, Ordering::Acquire)
+}
+
+/// Engine side, on a turn (its doorbells otherwise not armed): the port whose doorbell
+/// word is `bell` goes cold. Sets [`COLD`] and `EVENTFD_ARMED` (one write), issues F1,
+/// then asks `hinted` whether the port's ready words hold a bit: if they do, a push
+/// may have missed the arming, so both bits are withdrawn and the port stays hot
+/// (`false`).
+pub fn go_cold(bell: &AtomicU32, hinted: impl FnOnce() -> bool) -> bool {
+    bell.fetch_or(COLD | EVENTFD_ARMED, Ordering::Relaxed);
+    // F1: pairs with the client's F2 (`wake::publish_fence`): either `hinted` below sees
+    // the bit it set before F2, or its look at the doorbell after F2 sees the arming.
+    fence(Ordering::SeqCst);
+    if hinted() {
+        go_hot(bell);
+        return false;
+    }
+    true
+}
+
+/// Engine side, on a turn: a cold port is hot again (its words are read every turn):
+/// its clients need not ring while the engine is awake.
+pub fn go_hot(bell: &AtomicU32) {
+    // Relaxed: only spares clients an eventfd write while the engine is awake; the
+    // engine arms the doorbell again (F1 and a re-check) before it sleeps.
+    bell.fetch_and(!(COLD | EVENTFD_ARMED), Ordering::Relaxed);
+}
+
+/// Client side, after F2 and a look at the doorbell that found it armed: whether the
+/// port is cold, so a turn the push runs itself must read every port's ready words (or
+/// the push rings, `wake::wake_after_fence`).
+#[inline]
+pub fn cold_after_fence(bell: &AtomicU32) -> bool {
+    // Relaxed: ordered by F2, as the look at the doorbell.
+    bell.load(Ordering::Relaxed) & COLD != 0
 }
 
 #[cfg(all(test, loom))]
@@ -129,6 +186,37 @@ mod loom_tests {
             let hinted = word.load(Ordering::Relaxed) != 0;
             let rings = client.join().expect("client");
             assert!(hinted || rings, "the engine sleeps on an unannounced push");
+        });
+    }
+
+    /// A port goes cold on an engine turn while its client pushes: either the port
+    /// stays hot (the engine's look after F1 saw the hint; a hot port's words are read
+    /// every turn), or the client, looking at the doorbell after F2, sees it armed *and*
+    /// cold, and rings or runs a turn that reads every port. A client that saw the
+    /// arming without `COLD` would run a turn of its own that need not read this port
+    /// (`Driver::nudge`): the push would wait for the engine's occasional look at cold
+    /// ports, and an engine going to sleep after that turn would not see it.
+    #[test]
+    fn loom_a_push_on_a_cold_port_rings() {
+        crate::loom_model(|| {
+            let word = Arc::new(AtomicU64::new(0));
+            let bell = Arc::new(AtomicU32::new(0));
+            let (w2, b2) = (word.clone(), bell.clone());
+            let client = loom::thread::spawn(move || {
+                announce(&w2, 1);
+                crate::wake::publish_fence();
+                let armed = crate::wake::asleep_after_fence(&b2);
+                // (armed, told cold: rings, or its turn reads every port)
+                (armed, armed && cold_after_fence(&b2))
+            });
+            // Relaxed: ordered by F1 inside `go_cold`.
+            let cold = go_cold(&bell, || word.load(Ordering::Relaxed) != 0);
+            let (armed, rings) = client.join().expect("client");
+            assert!(!cold || rings, "cold port, push not rung (armed: {armed})");
+            // A port that stayed hot was left unarmed: its clients need not ring.
+            if !cold {
+                assert_eq!(bell.load(Ordering::Relaxed) & (COLD | EVENTFD_ARMED), 0);
+            }
         });
     }
 }

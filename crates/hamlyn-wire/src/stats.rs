@@ -201,6 +201,10 @@ counters! {
         /// client's ready hint (`hamlyn_shm::ready`): a client that sets no hints, or a
         /// push that came between a turn's look at the hints and its sweep.
         found_by_sweep,
+        /// Times a port idle for a while went cold (`hamlyn_shm::ready::COLD`): its
+        /// ready words read now and then only, its doorbell left armed, so its next
+        /// push rings (or its own turn reads every port).
+        ports_gone_cold,
     }
 }
 

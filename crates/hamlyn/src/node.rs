@@ -254,7 +254,11 @@ impl Shared {
         hamlyn_shm::wake::publish_fence();
         match &self.driver {
             Some(driver) => {
-                if hamlyn_shm::wake::asleep_after_fence(word) && !driver.nudge() {
+                // A cold port's words are read now and then only: the nudge's turn is
+                // told to read every port's (`hamlyn_shm::ready::COLD`).
+                if hamlyn_shm::wake::asleep_after_fence(word)
+                    && !driver.nudge(hamlyn_shm::ready::cold_after_fence(word))
+                {
                     hamlyn_shm::wake::wake_after_fence(word, Some(&self.doorbell));
                 }
             }

@@ -227,6 +227,70 @@ fn a_push_that_finds_the_engine_asleep_runs_its_own_turn() {
     assert!(nudged, "a push ran its own turn: {:?}", stats(&engine));
 }
 
+/// Ports idle while another port is busy go cold (`hamlyn_shm::ready::COLD`: their
+/// ready words read now and then only, their doorbells left armed, so a hand-back costs
+/// the hot ports alone). The next push on each still gets through: from a host thread
+/// that finds the engine asleep and then does not wait (its own turn is told to read
+/// every port: nobody else would drive), and from another process (it rings). The
+/// engine sleeps up to a minute, longer than the waits here, so a push it did not see
+/// would fail the test rather than wait for a timer. Bounded: a push that finds the
+/// engine's thread awake is tried again.
+#[test]
+fn a_port_gone_cold_is_served_at_its_next_push() {
+    let engine = EngineHandle::start(EngineConfig {
+        driven: true,
+        max_sleep: Duration::from_secs(60),
+        ..EngineConfig::embedded()
+    })
+    .expect("engine");
+    let busy = Node::connect(engine.socket_path()).expect("connect");
+    let idle = Node::connect(engine.socket_path()).expect("connect");
+    let mut child = Proc::spawn("child_receiver", engine.socket_path());
+    let child_ticket = ticket_from_text(&child.expect("ticket", WAIT)).expect("ticket");
+    let inbox = busy.area(64).expect("area");
+    let (_meta, slot) = slot_on(&busy, &inbox, 0);
+    let ticket = slot.ticket_all().expect("ticket");
+    let mut q = busy.queue(0).expect("queue");
+    let mut bt = busy.terminus(0).expect("terminus");
+    let mut it = idle.terminus(0).expect("terminus");
+    let gone_cold = || busy.stats().expect("stats").engine.ports_gone_cold;
+    let mut nudged = false;
+    for attempt in 0..50u64 {
+        // 2,048 messages of the busy port: at least as many engine turns, so the idle
+        // port (and the child's) went 1,024 turns without a hint: cold.
+        let before = gone_cold();
+        for round in 0..2048u64 {
+            bt.send(
+                &ticket,
+                &SendOptions::new().tag(round),
+                hamlyn::Data::Inline(&round.to_le_bytes()),
+            )
+            .expect("send");
+            let n = q.wait(Some(WAIT)).expect("wait").expect("arrives");
+            assert_eq!(n.word, round);
+        }
+        assert!(gone_cold() > before, "the idle port went cold");
+        let sender_turns = stats(&engine).turns_by_senders;
+        // Time for the engine's thread to finish its spin and sleep.
+        std::thread::sleep(Duration::from_millis(20));
+        // Pushed, not waited for: only the push's own turn (or a ring) takes it in.
+        let data = pattern_at(attempt, 0, 64);
+        let _h = send_bytes(&idle, &mut it, &child_ticket, &SendOptions::new(), &data);
+        child.tell("expect", format!("{attempt} 64"));
+        assert_eq!(child.expect("got", WAIT), "true");
+        if stats(&engine).turns_by_senders > sender_turns {
+            nudged = true;
+            break;
+        }
+    }
+    assert!(nudged, "a push on a cold port ran its own turn");
+    // The child's port, idle since its ticket, is cold: its push rings the engine.
+    std::thread::sleep(Duration::from_millis(20));
+    child.tell("self", "5 4096");
+    assert_eq!(child.expect("got", WAIT), "true");
+    child.finish();
+}
+
 /// An engine that never sleeps (busy-poll) holds itself while it serves: a waiting
 /// thread gets turns only because the engine's thread lets go for it, and the engine's
 /// thread serves again after (a child's messages arrive with no host thread waiting).

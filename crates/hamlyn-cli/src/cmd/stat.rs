@@ -130,6 +130,7 @@ pub fn render(s: &Stats) -> String {
             "requests found by the sweep, not a ready hint",
             e.found_by_sweep,
         ),
+        ("idle ports gone cold", e.ports_gone_cold),
         ("direct slots opened", e.direct_opens),
         ("direct opens refused", e.direct_refusals),
         ("quota refusals", e.quota_refusals),
