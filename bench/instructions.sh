@@ -20,7 +20,7 @@ trap 'rm -rf "$tmp"' EXIT
 valgrind --tool=callgrind --dump-before=path8_mark \
     --callgrind-out-file="$tmp/path8.cg" target/release/examples/path8 "$n" \
     >"$tmp/path8.out" 2>"$tmp/valgrind.log"
-python3 crates/hamlyn/examples/path8_table.py "$n" "$tmp/path8.cg" 1 --json "$out"
+python3 crates/hamlyn/examples/path8_table.py "$n" "$tmp/path8.cg" --json "$out"
 valgrind --tool=callgrind --dump-before=rats16_mark \
     --callgrind-out-file="$tmp/rats16.cg" target/release/examples/rats16 "$n" \
     >"$tmp/rats16.out" 2>"$tmp/valgrind-rats.log"

@@ -3,28 +3,34 @@
 //! docs/PERFORMANCE.md, "Where the time goes (8-byte messages)", has the commands and
 //! what they measured.
 //!
-//! An embedded engine busy-polls on its own thread. A receiver node has three slots
-//! reporting to one notification queue: a normal slot with metadata entries, a fast slot,
-//! and a normal slot opened for direct deposits (`danger_direct`). A sender node in the
-//! same process sends tagged 8-byte inline messages with notification, one at a time:
+//! An embedded engine is driven by the waiting thread (the default for a host): its own
+//! thread sleeps, and the sending thread runs the engine's turns. A receiver node has
+//! three slots reporting to one notification queue: a normal slot with metadata
+//! entries, a fast slot, and a normal slot opened for direct deposits
+//! (`danger_direct`). A sender node in the same process sends tagged 8-byte inline
+//! messages with notification, one at a time:
 //!
-//! - `normal` / `fast` (mediated): `Terminus::send`, spin until the completion word says
-//!   the engine finished the request (`SendHandle::is_done`, which the engine advances on
-//!   the turn after it posted the notification), then one `NotifyQueue::poll`, which
-//!   must return the message;
+//! - `normal` / `fast` (mediated): `Terminus::send`, whose push finds the engine asleep
+//!   and runs its turns (`Driver::nudge`: the turn that takes, delivers, notifies and
+//!   completes, then the hand-back's), then `SendHandle::wait` (done already), then
+//!   one `NotifyQueue::poll`, which must return the message;
 //! - `direct`: `DirectTarget::send` (deposit, count and notify in this thread), then one
-//!   `NotifyQueue::poll`.
+//!   `NotifyQueue::poll`;
+//! - `tcp`: from a sender on a second engine A to a receiver on a third engine B, joined
+//!   by the TCP fabric over loopback (one rail, links secured): `Terminus::send` (A's
+//!   turn writes the packet), a wait on B's queue (B's turns read, deliver, notify), then
+//!   `SendHandle::wait` (A's turns until B's acknowledgement).
 //!
 //! So `Terminus::send`, `DirectTarget::send` and `NotifyQueue::poll` are each called
 //! exactly once per message, and their inclusive instruction counts divided by the
-//! message count are the send side and the receive side. The engine's share is its
-//! thread's instructions minus its idle turns (see the docs).
+//! message count are the send side and the receive side; the engine's share is its
+//! turns' (`Engine::turn_for_waiter`), all run inside the send.
 //!
 //! Phases are separated by calls to `path8_mark`, which callgrind can dump before
 //! (`--dump-before=path8_mark`) and which writes one line to standard error (a `write`
-//! that marks the phase in an strace log): `idle` (the engine spins, nobody sends, for
-//! `IDLE_MS`), then `normal`, `fast`, `direct` (N messages each, after a warm-up of
-//! `WARMUP` each), then `end`.
+//! that marks the phase in an strace log): `idle` (this thread runs N engine turns that
+//! find nothing: the cost of an idle turn), then `normal`, `fast`, `direct` (N messages
+//! each, after a warm-up of `WARMUP` each), `tcp`, then `end`.
 //!
 //! Usage: `path8 [N]` (default 10000 messages per path).
 
@@ -37,13 +43,13 @@ use hamlyn::{
     Data, DirectTarget, Node, NodeOptions, NotificationKind, NotifyQueue, SendOptions, Terminus,
     Ticket,
 };
-use hamlyn_engine::{EngineConfig, EngineHandle};
+use hamlyn_engine::{Driver, EngineConfig, EngineHandle};
+use hamlyn_fabric::tcp::{tcp_cluster, TcpConfig};
 use hamlyn_shm::sync::{AtomicU64, Ordering};
+use hamlyn_wire::NodeId;
 
 /// Messages sent down each path before its phase starts.
 const WARMUP: u64 = 2000;
-/// How long the idle phase lets the engine spin with nothing to do.
-const IDLE_MS: u64 = 200;
 
 /// Counts allocations (and reallocations) of every thread, engine included.
 struct Counting;
@@ -107,6 +113,90 @@ enum Path {
     Direct,
 }
 
+/// The TCP path: a sender on engine A, a receiver on engine B, the engines joined by the
+/// TCP fabric over loopback (one rail, links secured as every node's), both driven by
+/// this thread.
+struct TcpRig {
+    terminus: Terminus,
+    queue: NotifyQueue,
+    ticket: Ticket,
+    /// The receiver's slot and its areas, then the nodes, then the engines (dropped in
+    /// that order).
+    _slot: (hamlyn::Slot, hamlyn::MetaArea, hamlyn::Area),
+    _nodes: [Node; 2],
+    _engines: [EngineHandle; 2],
+}
+
+impl TcpRig {
+    /// Sends message `i` from A to B: the push runs A's turn (which writes it to the
+    /// socket), the receive waits on B's queue (running B's turns: read, deliver,
+    /// notify), then the send handle's wait runs A's turns until B's acknowledgement.
+    #[inline(never)]
+    fn one(&mut self, i: u64) -> Result<(), Box<dyn Error>> {
+        let payload = i.to_le_bytes();
+        let opts = SendOptions::new().tag(i).entry(0);
+        let handle = self
+            .terminus
+            .send(&self.ticket, &opts, Data::Inline(&payload))?;
+        let n = receive_tcp(&mut self.queue)
+            .ok_or_else(|| format!("no notification over TCP; the send: {:?}", handle.status()))?;
+        if n.kind != NotificationKind::Message || n.word != i || n.len != 8 {
+            return Err(format!("unexpected notification {n:?} for message {i} over TCP").into());
+        }
+        if handle.wait(Some(Duration::from_secs(60))) != hamlyn::Status::Sent {
+            return Err(format!("message {i} over TCP not sent").into());
+        }
+        Ok(())
+    }
+
+    /// Two driven engines joined by TCP, a sender node on the first, a receiver node
+    /// with a normal slot on the second; returned once the link is up.
+    fn start() -> Result<TcpRig, Box<dyn Error>> {
+        let mut tcp = TcpConfig::new(NodeId(0), "127.0.0.1:0".parse()?);
+        tcp.rails = 1;
+        // The engines' incarnation is the fabric's: tickets name it.
+        tcp.incarnation = 1;
+        let mut fabrics = tcp_cluster(2, &tcp)?;
+        let fb = fabrics.pop().ok_or("no fabric")?;
+        let fa = fabrics.pop().ok_or("no fabric")?;
+        let start = |node: u32, f: hamlyn_fabric::tcp::TcpFabric| {
+            let cfg = EngineConfig {
+                node,
+                incarnation: 1,
+                ..driven_config()
+            };
+            EngineHandle::start_with_fabric(cfg, Some(Box::new(f)))
+        };
+        let (ea, eb) = (start(0, fa)?, start(1, fb)?);
+        let options = NodeOptions {
+            termini: 1,
+            queues: 1,
+            ..NodeOptions::default()
+        };
+        let sender = Node::connect_with(ea.socket_path(), options.clone())?;
+        let receiver = Node::connect_with(eb.socket_path(), options)?;
+        let inbox = receiver.area(4096)?;
+        let meta = receiver.meta_area(4)?;
+        let slot = receiver.slot(&inbox).meta(&meta).queue(0).create()?;
+        let ticket = slot.ticket_all()?;
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !sender.stats()?.peer(1).is_some_and(|p| p.up) {
+            if std::time::Instant::now() > deadline {
+                return Err("the TCP link between the engines never came up".into());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(TcpRig {
+            terminus: sender.terminus(0)?,
+            queue: receiver.queue(0)?,
+            ticket,
+            _slot: (slot, meta, inbox),
+            _nodes: [sender, receiver],
+            _engines: [ea, eb],
+        })
+    }
+}
+
 /// Everything one run needs.
 struct Rig {
     terminus: Terminus,
@@ -136,11 +226,11 @@ impl Rig {
                     ),
                 };
                 let handle = self.terminus.send(ticket, &opts, Data::Inline(&payload))?;
-                // No yield and no sleep: a system call here would be the harness's, not
-                // the path's (valgrind, which runs one thread at a time, switches
-                // threads after a time slice anyway).
-                while !handle.is_done() {
-                    std::hint::spin_loop();
+                // The push found the engine asleep and ran its turns itself (`nudge`);
+                // a wait would drive more if the request were not done (it never is
+                // here: `path8_table.py` checks the turns per message).
+                if handle.wait(Some(Duration::from_secs(60))) != hamlyn::Status::Sent {
+                    return Err(format!("message {i} on {path:?} not sent").into());
                 }
                 (kind, ticket.slot)
             }
@@ -165,11 +255,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         Some(a) => a.parse()?,
         None => 10_000,
     };
-    let cfg = EngineConfig {
-        busy_poll: true,
-        ..EngineConfig::embedded()
-    };
-    let engine = EngineHandle::start(cfg)?;
+    let engine = EngineHandle::start(driven_config())?;
     let options = NodeOptions {
         termini: 1,
         queues: 1,
@@ -208,17 +294,31 @@ fn main() -> Result<(), Box<dyn Error>> {
         direct: sender.open_direct(&direct.ticket_all()?)?,
     };
 
+    let mut tcp = TcpRig::start()?;
     let paths = [Path::Normal, Path::Fast, Path::Direct];
     for path in paths {
         for i in 0..WARMUP {
             rig.one(path, i)?;
         }
     }
+    for i in 0..WARMUP {
+        tcp.one(i)?;
+    }
     let mut report = Vec::new();
+    // The idle phase: N turns that find nothing, run by this thread.
+    let driver = Driver::for_socket(engine.socket_path()).ok_or("the engine is not drivable")?;
     path8_mark(0);
     let before = allocs();
-    std::thread::sleep(Duration::from_millis(IDLE_MS));
-    report.push(format!("idle: {} allocations", allocs() - before));
+    {
+        let mut driving = driver.drive().ok_or("the engine is gone")?;
+        for _ in 0..n {
+            std::hint::black_box(driving.turn());
+        }
+    }
+    report.push(format!(
+        "idle: {n} turns, {} allocations",
+        allocs() - before
+    ));
     for (k, path) in paths.into_iter().enumerate() {
         path8_mark(k as u32 + 1);
         let before = allocs();
@@ -232,10 +332,40 @@ fn main() -> Result<(), Box<dyn Error>> {
         ));
     }
     path8_mark(4);
+    let before = allocs();
+    for i in 0..n {
+        tcp.one(WARMUP + i)?;
+    }
+    let a = allocs() - before;
+    report.push(format!(
+        "Tcp: {n} messages, {a} allocations ({:.4} per message)",
+        a as f64 / n as f64
+    ));
+    path8_mark(5);
     for line in report {
         println!("{line}");
     }
     Ok(())
+}
+
+/// Progress by the waiting thread, as a host runs by default: the engine's thread
+/// sleeps (for a minute at most: no timer wakes it during a phase), and the sending
+/// thread's push runs the turns that take, deliver and complete each message
+/// (`Driver::nudge`). So every engine turn of a message phase is one of this thread's,
+/// with no idle spin between messages.
+fn driven_config() -> EngineConfig {
+    EngineConfig {
+        driven: true,
+        max_sleep: Duration::from_secs(60),
+        ..EngineConfig::embedded()
+    }
+}
+
+/// The receive side over TCP: a wait on the receiving node's queue, which runs its
+/// engine's turns (reading the socket) until the message is there.
+#[inline(never)]
+fn receive_tcp(queue: &mut hamlyn::NotifyQueue) -> Option<hamlyn::Notification> {
+    queue.wait(Some(Duration::from_secs(60))).ok().flatten()
 }
 
 /// The receive side, kept a function of its own so that callgrind counts it even where

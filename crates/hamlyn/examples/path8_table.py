@@ -1,32 +1,38 @@
 #!/usr/bin/env python3
 """Per-message instruction counts from a callgrind run of the `path8` example.
 
-Usage: path8_table.py N PREFIX [BUSY] [--json FILE]
+Usage: path8_table.py N PREFIX [--json FILE]
   N       messages per path (the argument given to path8)
   PREFIX  the callgrind output file given with --callgrind-out-file (PREFIX.2 is the idle
-          phase, PREFIX.3 normal, PREFIX.4 fast, PREFIX.5 direct)
-  BUSY    busy engine turns per message (default 1, see below)
+          phase, PREFIX.3 normal, PREFIX.4 fast, PREFIX.5 direct, PREFIX.6 tcp)
   --json FILE  also write the table as JSON to FILE (`bench/instructions.sh` keeps it in
           docs/perf/instructions.json)
 
-For every phase it takes, from the call records, the inclusive cost and the call count of
-each function named below (the sum over all of its callers; none of them is recursive):
+The engine is driven by the waiting thread (the default for a host): its own thread
+sleeps, and path8's thread runs every turn of a mediated message inside its push
+(`Driver::nudge`). For every phase the script takes, from the call records, the
+inclusive cost and the call count of each function named below (the sum over all of its
+callers; none of them is recursive):
 
-- send side: `Terminus::send` plus dropping the `SendHandle` it returns (mediated),
-  `DirectTarget::send` (direct: the whole path, deposit, count and notify);
-- receive side: `NotifyQueue::poll` (called once per message, when the message is there);
-- engine: the instructions of the engine's turns (`EngineState::turn`, everything the
-  engine does with a request: take it from the ring, check, deposit, count, notify,
-  complete) minus its idle turns. A turn that finds no work costs the same every time;
-  that cost is measured in the idle phase (the engine spinning, nobody sending) as
-  turn instructions / turns, and every turn of a message phase beyond the busy ones is
-  charged at that rate and subtracted. BUSY is the number of busy turns per message
-  (2 for engines that finish a request on the turn after its last packet, 1 since they
-  finish it on the same turn). The run loop around the turns (`Engine::run`: stop flag,
-  idle counting) is printed separately as "loop", from the same subtraction over the
-  whole engine thread (`Engine::serve`), less its looks at the control sockets (`Engine::poll_io`, an
-  `epoll_wait` every 256 turns, whose rate differs a little between phases); it is
-  about 0 when the loop does nothing per message.
+- idle turn: `EngineState::turn` in the idle phase (N turns that find nothing);
+- send side (library): `Terminus::send` plus dropping the `SendHandle`, less the turns it
+  ran (`Driver::nudge`); `DirectTarget::send` for direct (the whole path: deposit, count,
+  notify);
+- engine: every `EngineState::turn` of the phase (mediated: the turn that takes,
+  delivers, notifies and completes, and the hand-back's turn that finds nothing);
+- hand-off: `Driver::nudge` less its turns (the ownership word, the hand-back's arming
+  of the doorbells);
+- receive side: `NotifyQueue::poll` (called once per message, when it is there).
+
+TCP (a sender on engine A, a receiver on engine B, loopback, links secured) is not one
+thread's deterministic path: this thread runs A's turns in its push, B's in its wait for
+the notification and A's again in its wait for B's acknowledgement, with idle turns and
+polls of the sockets while a packet is in the kernel, and the engines' own threads wake
+for the sockets too. So its row gives the deterministic parts, one call per message
+each: the send side as above; A's work for the message (`EngineState::first_packet`:
+the request decoded to a sealed packet written to the socket); B's (`Rx::pump`: the
+socket read, the packet opened and checked, deposited, notified); and, as a figure that
+varies from run to run, all this thread ran per message (`TcpRig::one`).
 """
 
 import re
@@ -75,16 +81,38 @@ def find(incl, pattern):
     return calls, cost
 
 
-RUN = r"^hamlyn_engine::event_loop::Engine::serve$"
 TURN = r"^hamlyn_engine::engine::EngineState::turn$"
-POLL_IO = r"^hamlyn_engine::event_loop::Engine::poll_io$"
+NUDGE = r"^hamlyn_engine::hosted::Driver::nudge$"
+SEND = r"^hamlyn::terminus::Terminus::send$"
+HANDLE_DROP = r"drop_in_place<hamlyn::terminus::SendHandle>$"
+POLL = r"^(hamlyn::queue::NotifyQueue::poll|path8::receive)$"
+SERVE = r"^hamlyn_engine::event_loop::Engine::serve$"
 
 
-def loop_ir(incl):
-    """The engine thread's instructions, less its looks at the control sockets."""
-    _, run = find(incl, RUN)
-    _, io = find(incl, POLL_IO)
-    return run - io
+def mediated(incl, n):
+    """(send side, engine, hand-off, receive side, turns per message)."""
+    _, send = find(incl, SEND)
+    _, drop = find(incl, HANDLE_DROP)
+    _, nudge = find(incl, NUDGE)
+    turns, turn_ir = find(incl, TURN)
+    calls, recv = find(incl, POLL)
+    if calls != n:
+        print(f"warning: NotifyQueue::poll called {calls} times, not {n}")
+    served, _ = find(incl, SERVE)
+    if served:
+        print(f"warning: the engine's own thread served {served} times in a message phase")
+    return ((send + drop - nudge) / n, turn_ir / n, (nudge - turn_ir) / n, recv / n, turns / n)
+
+
+def tcp(incl, n):
+    """(send side, A's work, B's work, this thread per message)."""
+    _, send = find(incl, SEND)
+    _, drop = find(incl, HANDLE_DROP)
+    _, nudge = find(incl, NUDGE)
+    _, a = find(incl, r"^hamlyn_engine::engine::EngineState::first_packet$")
+    calls, b = find(incl, r"^hamlyn_fabric::tcp::conn::Rx::pump$")
+    _, whole = find(incl, r"path8::TcpRig::one$")
+    return ((send + drop - nudge) / n, a / n, b / n, whole / n, calls / n)
 
 
 def main():
@@ -96,71 +124,63 @@ def main():
         del args[i : i + 2]
     n = int(args[0])
     prefix = args[1]
-    busy = int(args[2]) if len(args) > 2 else 1
     idle = parse(prefix + ".2")
     idle_turns, idle_turn_ir = find(idle, TURN)
-    idle_run = loop_ir(idle)
     per_turn = idle_turn_ir / idle_turns
-    per_loop = idle_run / idle_turns
-    print(
-        f"idle phase: {idle_turns} turns, {per_turn:.1f} instructions per idle turn, "
-        f"{per_loop:.1f} with the loop"
-    )
+    print(f"idle phase: {idle_turns} turns, {per_turn:.1f} instructions per idle turn")
     cols = {}
-    for part, path in ((3, "normal"), (4, "fast"), (5, "direct")):
-        incl = parse(f"{prefix}.{part}")
-        if path == "direct":
-            _, send = find(incl, r"^hamlyn::direct::DirectTarget::send$")
-            engine = loop = 0.0
-            turns = 0
-        else:
-            _, send = find(incl, r"^hamlyn::terminus::Terminus::send$")
-            _, drop = find(incl, r"drop_in_place<hamlyn::terminus::SendHandle>$")
-            send += drop
-            turns, turn_ir = find(incl, TURN)
-            run = loop_ir(incl)
-            idle_turns_here = turns - busy * n
-            engine = (turn_ir - idle_turns_here * per_turn) / n
-            loop = (run - idle_turns_here * per_loop) / n - engine
-        calls, recv = find(incl, r"^(hamlyn::queue::NotifyQueue::poll|path8::receive)$")
-        if calls != n:
-            print(f"warning: {path}: NotifyQueue::poll called {calls} times, not {n}")
-        cols[path] = (send / n, engine, recv / n, loop, turns)
-    print(f"{'per message':<14}" + "".join(f"{p:>10}" for p in cols))
-    rows = ("send side", "engine", "receive side")
+    for part, path in ((3, "normal"), (4, "fast")):
+        cols[path] = mediated(parse(f"{prefix}.{part}"), n)
+    direct = parse(f"{prefix}.5")
+    _, dsend = find(direct, r"^hamlyn::direct::DirectTarget::send$")
+    _, drecv = find(direct, POLL)
+    cols["direct"] = (dsend / n, 0.0, 0.0, drecv / n, 0.0)
+    print(f"{'per message':<22}" + "".join(f"{p:>10}" for p in cols))
+    rows = ("send side (library)", "engine turns", "hand-off", "receive side")
     for i, row in enumerate(rows):
-        print(f"{row:<14}" + "".join(f"{c[i]:>10.0f}" for c in cols.values()))
-    print(f"{'total':<14}" + "".join(f"{c[0] + c[1] + c[2]:>10.0f}" for c in cols.values()))
-    print(f"{'(loop)':<14}" + "".join(f"{c[3]:>10.0f}" for c in cols.values()))
-    print(f"{'engine turns':<14}" + "".join(f"{c[4]:>10}" for c in cols.values()))
+        print(f"{row:<22}" + "".join(f"{c[i]:>10.0f}" for c in cols.values()))
+    print(f"{'total':<22}" + "".join(f"{sum(c[:4]):>10.0f}" for c in cols.values()))
+    print(f"{'engine turns/message':<22}" + "".join(f"{c[4]:>10.2f}" for c in cols.values()))
+    t = tcp(parse(f"{prefix}.6"), n)
+    print(
+        f"tcp: send side {t[0]:.0f}; A's work (request to sealed packet on the socket) "
+        f"{t[1]:.0f}; B's work (socket to slot and notification) {t[2]:.0f}; "
+        f"this thread per message, varies from run to run: {t[3]:.0f}"
+    )
     if json_path:
-        write_json(json_path, n, per_turn, cols)
+        write_json(json_path, n, per_turn, cols, t)
 
 
-def write_json(path, n, per_turn, cols):
+def write_json(path, n, per_turn, cols, t):
     """The table as JSON: instructions per 8-byte message, by path and side."""
     import json
 
     names = {"normal": "mediated_normal_slot", "fast": "mediated_fast_slot", "direct": "direct"}
+    paths = {
+        names[p]: {
+            "send_side": round(c[0]),
+            "engine": round(c[1]),
+            "hand_off": round(c[2]),
+            "receive_side": round(c[3]),
+            "total": round(sum(c[:4])),
+            "engine_turns_per_message": round(c[4], 2),
+        }
+        for p, c in cols.items()
+    }
+    paths["tcp"] = {
+        "send_side": round(t[0]),
+        "sending_engine_work": round(t[1]),
+        "receiving_engine_work": round(t[2]),
+        "driving_thread_per_message_varies": round(t[3]),
+    }
     doc = {
-        "what": "instructions per 8-byte tagged message (callgrind, path8 example, "
-        "engine busy-polling); regenerate with bench/instructions.sh",
+        "what": "instructions per 8-byte tagged message (callgrind, path8 example, engine "
+        "driven by the waiting thread as a host runs by default); regenerate with "
+        "bench/instructions.sh; crates/hamlyn/examples/path8_table.py says what each "
+        "field counts",
         "messages_per_path": n,
         "idle_engine_turn": round(per_turn, 1),
-        "paths": {
-            names[p]: {
-                "send_side": round(c[0]),
-                # Not written while the subtraction of idle turns is unsound (see below).
-                "engine": None if p != "direct" else 0,
-                "receive_side": round(c[2]),
-                "total": round(c[0] + c[2]) if p == "direct" else None,
-            }
-            for p, c in cols.items()
-        },
-        "engine_note": "the engine column (busy turns less idle turns at the idle "
-        "phase's rate) is left out: under valgrind the message phases now run thousands "
-        "of idle turns per message, costing about 25 instructions more each than the "
-        "idle phase's, which swamps the ~1,500 of a message (issue 14 follow-up)",
+        "paths": paths,
     }
     with open(path, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=2)
