@@ -103,6 +103,11 @@ impl Clients {
     }
 
     /// The port of client `cid`, once attached.
+    pub(crate) fn port(&self, cid: u32) -> Option<&Port> {
+        self.table.get(cid as usize)?.as_ref()?.port.as_ref()
+    }
+
+    /// The port of client `cid`, once attached.
     pub(crate) fn port_mut(&mut self, cid: u32) -> Option<&mut Port> {
         self.table.get_mut(cid as usize)?.as_mut()?.port.as_mut()
     }

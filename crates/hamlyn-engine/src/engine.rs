@@ -348,15 +348,23 @@ impl EngineState {
 
     /// How long the engine may sleep before a rate-limited terminus has tokens again
     /// (`None`: none waits for tokens).
+    /// A terminus waiting for tokens has a request in its ring, so it stays in its ready
+    /// queue (`visit`): only the queued termini are looked at, not every terminus of
+    /// every port (a waiting thread's hand-back asks once per message).
     fn throttle_bound(&self) -> Option<std::time::Duration> {
-        let now = self.now();
-        self.clients
-            .iter()
-            .filter_map(|c| c.port.as_ref())
-            .flat_map(|p| p.termini.iter())
-            .filter_map(|t| t.throttled_until)
-            .min()
-            .map(|at| std::time::Duration::from_nanos(at.nanos_since(now)))
+        let clients = &self.clients;
+        let at = self
+            .sched
+            .ready_keys()
+            .filter_map(|(cid, t)| {
+                clients
+                    .port(cid)?
+                    .termini
+                    .get(usize::from(t))?
+                    .throttled_until
+            })
+            .min()?;
+        Some(std::time::Duration::from_nanos(at.nanos_since(self.now())))
     }
 
     /// Decodes and checks a request copied out of terminus `t`'s ring and segments it;

@@ -407,7 +407,13 @@ impl Engine {
         self.gone_for_driver = false;
         // A timer the drivers' turns set (a retransmission, a throttled terminus's
         // tokens) that comes before the engine thread's sleep ends: wake it to look.
-        work || std::time::Instant::now() + self.idle_sleep() < self.sleep_ends
+        // Without one the bound is `max_sleep`, which no sleep of that thread outlasts:
+        // no clock read.
+        if work {
+            return true;
+        }
+        let bound = self.idle_sleep();
+        bound < self.state.cfg.max_sleep && std::time::Instant::now() + bound < self.sleep_ends
     }
 
     /// What progress by the waiting thread did so far.
