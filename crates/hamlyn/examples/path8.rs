@@ -348,6 +348,25 @@ fn main() -> Result<(), Box<dyn Error>> {
         a as f64 / n as f64
     ));
     path8_mark(5);
+    // Who ran the TCP engines' turns: this thread, or their own threads, woken (by a
+    // socket, a timer) since they started.
+    for (name, e, node) in [
+        ("A", &tcp._engines[0], &tcp._nodes[0]),
+        ("B", &tcp._engines[1], &tcp._nodes[1]),
+    ] {
+        let driven = Driver::for_socket(e.socket_path())
+            .and_then(|d| d.stats())
+            .ok_or("a TCP engine is gone")?;
+        let st = node.stats()?;
+        report.push(format!(
+            "Tcp engine {name}: {} turns run by this thread ({} in its pushes), its own \
+             thread slept {} times ({} woken for nothing)",
+            driven.turns_by_waiters,
+            driven.turns_by_senders,
+            st.engine.sleeps,
+            st.engine.idle_wakes
+        ));
+    }
     for line in report {
         println!("{line}");
     }
