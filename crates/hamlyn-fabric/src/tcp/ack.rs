@@ -33,6 +33,9 @@ pub(crate) const MAX_UNACKED: usize = 4096;
 /// long before it hits the bound).
 pub(crate) const ACK_EVERY: u64 = 512;
 
+/// Headers a rail's queue keeps room for when it empties ([`Unacked::ack`]).
+const KEPT: usize = ACK_EVERY as usize;
+
 /// An acknowledgement that cannot be right.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -87,8 +90,12 @@ impl Unacked {
         let new = usize::try_from(new).unwrap_or(usize::MAX);
         self.waiting.drain(..new.min(self.waiting.len()));
         self.acked = count;
-        if self.waiting.is_empty() && self.waiting.capacity() > 64 {
-            self.waiting = VecDeque::new();
+        // What a burst made it hold goes back, down to what a steady sender keeps
+        // between two acknowledgements (one every ACK_EVERY packets, or every tick):
+        // freeing all of it made every acknowledgement cycle allocate again as the
+        // queue grew back (four to eight times per 512 packets of a plain ping-pong).
+        if self.waiting.is_empty() && self.waiting.capacity() > 2 * KEPT {
+            self.waiting.shrink_to(KEPT);
         }
         Ok(new)
     }
@@ -150,6 +157,34 @@ mod tests {
             seq: n as u32,
         };
         h
+    }
+
+    /// A steady sender's queue keeps its room from one acknowledgement to the next (no
+    /// allocation per cycle); what a burst made it hold goes back down to `KEPT`.
+    #[test]
+    fn an_empty_queue_keeps_room_for_a_steady_sender_and_gives_back_a_burst() {
+        let mut u = Unacked::default();
+        let mut sent = 0u64;
+        let mut cycle = |u: &mut Unacked, n: u64| {
+            for _ in 0..n {
+                u.sent(&header(sent));
+                sent += 1;
+            }
+            assert_eq!(u.ack(sent).unwrap(), n as usize);
+        };
+        cycle(&mut u, ACK_EVERY);
+        let room = u.waiting.capacity();
+        assert!(room >= KEPT);
+        for _ in 0..4 {
+            cycle(&mut u, ACK_EVERY);
+            assert_eq!(u.waiting.capacity(), room, "kept: no allocation per cycle");
+        }
+        cycle(&mut u, MAX_UNACKED as u64);
+        assert!(
+            u.waiting.capacity() <= 2 * KEPT,
+            "a burst's room given back"
+        );
+        assert!(u.waiting.capacity() >= KEPT);
     }
 
     #[test]
