@@ -6,8 +6,9 @@
 //! switches and system calls come from running it under `perf stat` or `strace -f -c`
 //! (docs/PERFORMANCE.md, "Rats (issue 10)").
 //!
-//! `cargo run --release -p hamlyn-bench --example rats_stream_counts [REPS] [MIB]`
-//! (defaults: 5 repetitions of 32 MiB each, as `--quick`).
+//! `cargo run --release -p hamlyn-bench --example rats_stream_counts [REPS] [MIB] [raw|stream]`
+//! (defaults: 5 repetitions of 32 MiB each, as `--quick`, of both; one side alone for
+//! `perf stat` of that side).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use hamlyn_engine::{DriveStats, Driver, EngineConfig, EngineHandle};
@@ -34,6 +35,14 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let reps: usize = args.next().map_or(5, |s| s.parse().expect("REPS"));
     let mib: u64 = args.next().map_or(32, |s| s.parse().expect("MIB"));
+    let only = args.next();
+    // `RECORDS=copied`: records copied in (`write_record`) instead of the bench's
+    // zero-copy ones.
+    let how = if std::env::var("RECORDS").is_ok_and(|v| v == "copied") {
+        hamlyn_bench::rats::StreamWrite::Records
+    } else {
+        hamlyn_bench::rats::StreamWrite::Buffers
+    };
     let total = mib << 20;
     let msgs = (total / 65_536) as f64;
     let engine = EngineHandle::start(EngineConfig::embedded()).expect("engine");
@@ -42,11 +51,14 @@ fn main() {
     for _ in 0..reps {
         let mut pair = [0.0; 2];
         for (i, kind) in ["raw", "stream"].into_iter().enumerate() {
+            if only.as_deref().is_some_and(|o| o != kind) {
+                continue;
+            }
             let (a, fa) = (drive_stats(&engine), minor_faults());
             pair[i] = if i == 0 {
                 hamlyn_bench::rats::raw_bandwidth(&socket, total).expect("raw sends")
             } else {
-                hamlyn_bench::rats::stream(&socket, 65_536, true, total).expect("stream")
+                hamlyn_bench::rats::stream(&socket, 65_536, how, total).expect("stream")
             };
             let (b, fb) = (drive_stats(&engine), minor_faults());
             let per = |x: u64, y: u64| (y - x) as f64 / msgs;
@@ -61,6 +73,10 @@ fn main() {
             );
         }
         ratios.push(pair[1] / pair[0]);
+    }
+    if only.is_some() {
+        engine.stop().expect("engine stops");
+        return;
     }
     let mut sorted = ratios.clone();
     sorted.sort_by(f64::total_cmp);

@@ -10,10 +10,13 @@
 //! - stream bandwidth in records of 64 B, 1 KiB and 64 KiB, and in 64 KiB byte writes,
 //!   beside the library's raw send bandwidth of 64 KiB messages (32 in flight), measured
 //!   in turns with the 64 KiB records (the goal's ratio); every bandwidth timed from the
-//!   sender's go, after its set-up. The stream's ring is the raw slot's receive space
-//!   and window ([`WINDOW_BYTES`], [`RAW_IN_FLIGHT`] entries), and both senders' source
-//!   bytes are written before the go: each side first-touches the same receive
-//!   memory while timed (docs/PERFORMANCE.md, "Rats (issue 10)").
+//!   sender's go, after its set-up. The 64 KiB records go from message space without a
+//!   copy (`write_buffer`, a large write "sent as it is"), as the raw sends do; the
+//!   smaller records and the bytes are copied in (`write_record`, `write_bytes`: the
+//!   64 KiB bytes row is the copying path beside the goal's). The stream's ring is the
+//!   raw slot's receive space and window ([`WINDOW_BYTES`], [`RAW_IN_FLIGHT`] entries),
+//!   and both senders' source memory is written before the go: each side first-touches
+//!   the same receive memory while timed (docs/PERFORMANCE.md, "Rats (issue 10)").
 //!
 //! Every round of a latency is timed; bandwidths are medians of the plan's repetitions.
 
@@ -274,11 +277,23 @@ fn request_response(socket: &Path, warmup: u64, iters: u64) -> Result<Latency, B
     first_cause(lat, joined)
 }
 
-/// Stream bandwidth, GB/s: `total` bytes in writes of `size`, as records or bytes,
-/// through a ring of the raw slot's size and entries. Timed from the sender's start
+/// How a stream row's sender writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamWrite {
+    /// Records copied into message space (`write_record`).
+    Records,
+    /// Records sent from message space as they lie, without a copy (`write_buffer`):
+    /// the path of the raw sends, which go from an area the sender wrote before.
+    Buffers,
+    /// Bytes copied into message space (`write_bytes`).
+    Bytes,
+}
+
+/// Stream bandwidth, GB/s: `total` bytes in writes of `size`, written `how`, through a
+/// ring of the raw slot's size and entries. Timed from the sender's start
 /// ([`start_timed`]): its connection, manager and seed handling are set-up, not
 /// bandwidth.
-pub fn stream(socket: &Path, size: usize, records: bool, total: u64) -> Result<f64, BenchError> {
+pub fn stream(socket: &Path, size: usize, how: StreamWrite, total: u64) -> Result<f64, BenchError> {
     let node = attach(socket)?;
     let m = Manager::new(&node)?;
     let mut rx = StreamReceiver::new(&m, WINDOW_BYTES, RAW_IN_FLIGHT)?;
@@ -289,17 +304,24 @@ pub fn stream(socket: &Path, size: usize, records: bool, total: u64) -> Result<f
         let mb = Manager::new(&b)?;
         let mut s = StreamSender::from_seed(&mb, &seed)?;
         let chunk = vec![0x5Au8; size];
-        // The message space the writes copy into, written before the go as the raw
-        // sender's source is: freed, it is where the manager places the next buffers
-        // (the lowest free offsets), so their first touch is set-up, not bandwidth.
+        // The message space the writes copy into (or send from), written before the go
+        // as the raw sender's source is: freed, it is where the manager places the next
+        // buffers (the lowest free offsets), so their first touch is set-up, not
+        // bandwidth.
         mb.alloc(WINDOW_BYTES)?
             .write(0, &vec![0x5Au8; WINDOW_BYTES as usize])?;
         wait_for_go(tx, &go)?;
         for _ in 0..count {
-            if records {
-                s.write_record(&chunk)?;
-            } else {
-                s.write_bytes(&chunk)?;
+            match how {
+                StreamWrite::Records => {
+                    s.write_record(&chunk)?;
+                }
+                StreamWrite::Buffers => {
+                    s.write_buffer(mb.alloc(size as u64)?, size as u64, true)?;
+                }
+                StreamWrite::Bytes => {
+                    s.write_bytes(&chunk)?;
+                }
             }
         }
         s.close()?.wait(Some(WAIT));
@@ -458,7 +480,7 @@ pub fn measure(
         let (mut raw, mut records) = (Vec::with_capacity(plan.reps), Vec::new());
         for _ in 0..plan.reps {
             raw.push(raw_bandwidth(socket, total)?);
-            records.push(stream(socket, BIG, true, total)?);
+            records.push(stream(socket, BIG, StreamWrite::Buffers, total)?);
         }
         Ok((median(&raw).unwrap_or(0.0), median(&records).unwrap_or(0.0)))
     })()
@@ -475,13 +497,13 @@ pub fn measure(
         let bytes = if size < 4096 { total / 16 } else { total }.max(1 << 20);
         let g = medians(
             format!("mediated: Rats stream, records of {}", size_name(size)),
-            &|| stream(socket, size, true, bytes),
+            &|| stream(socket, size, StreamWrite::Records, bytes),
         )?;
         rows.push(row(LayerOp::RatsStreamRecords, size).bandwidth(g));
     }
     let g = medians(
         "mediated: Rats stream, bytes in 64 KiB writes".into(),
-        &|| stream(socket, BIG, false, total),
+        &|| stream(socket, BIG, StreamWrite::Bytes, total),
     )?;
     rows.push(row(LayerOp::RatsStreamBytes, BIG).bandwidth(g));
     Ok(rows)
