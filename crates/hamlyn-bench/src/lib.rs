@@ -53,7 +53,10 @@ mod pin;
 mod plan;
 mod plot;
 mod progress;
-mod rats;
+// Public (hidden) for `examples/rats_stream_counts`, which counts what the goal's two
+// bandwidths cost per message with the bench's own functions.
+#[doc(hidden)]
+pub mod rats;
 mod report;
 mod rpc;
 mod scaling;

@@ -10,7 +10,13 @@
 //! - stream bandwidth in records of 64 B, 1 KiB and 64 KiB, and in 64 KiB byte writes,
 //!   beside the library's raw send bandwidth of 64 KiB messages (32 in flight), measured
 //!   in turns with the 64 KiB records (the goal's ratio); every bandwidth timed from the
-//!   sender's go, after its set-up.
+//!   sender's go, after its set-up. The 64 KiB records go from message space without a
+//!   copy (`write_buffer`, a large write "sent as it is"), as the raw sends do; the
+//!   smaller records and the bytes are copied in (`write_record`, `write_bytes`: the
+//!   64 KiB bytes row is the copying path beside the goal's). The stream's ring is the
+//!   raw slot's receive space and window ([`WINDOW_BYTES`], [`RAW_IN_FLIGHT`] entries),
+//!   and both senders' source memory is written before the go: each side first-touches
+//!   the same receive memory while timed (docs/PERFORMANCE.md, "Rats (issue 10)").
 //!
 //! Every round of a latency is timed; bandwidths are medians of the plan's repetitions.
 
@@ -39,8 +45,12 @@ pub const SMALL: usize = 16;
 pub const RECORD_SIZES: [usize; 3] = [64, 1024, 64 * 1024];
 /// Size of the byte writes, and of the raw sends they are held against.
 const BIG: usize = 64 * 1024;
-/// Messages the raw sender keeps in flight.
+/// Messages the raw sender keeps in flight, and the stream's metadata entries.
 const RAW_IN_FLIGHT: u32 = 32;
+/// The raw slot's receive space, and the stream's ring: the two receivers' memory, fresh
+/// in every repetition, is the same size (a ring 4× larger cost the stream 4× the page
+/// faults of its first pass, and 4× the cache footprint).
+const WINDOW_BYTES: u64 = BIG as u64 * RAW_IN_FLIGHT as u64;
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -267,13 +277,26 @@ fn request_response(socket: &Path, warmup: u64, iters: u64) -> Result<Latency, B
     first_cause(lat, joined)
 }
 
-/// Stream bandwidth, GB/s: `total` bytes in writes of `size`, as records or bytes.
-/// Timed from the sender's start ([`start_timed`]): its connection, manager and seed
-/// handling are set-up, not bandwidth.
-fn stream(socket: &Path, size: usize, records: bool, total: u64) -> Result<f64, BenchError> {
+/// How a stream row's sender writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamWrite {
+    /// Records copied into message space (`write_record`).
+    Records,
+    /// Records sent from message space as they lie, without a copy (`write_buffer`):
+    /// the path of the raw sends, which go from an area the sender wrote before.
+    Buffers,
+    /// Bytes copied into message space (`write_bytes`).
+    Bytes,
+}
+
+/// Stream bandwidth, GB/s: `total` bytes in writes of `size`, written `how`, through a
+/// ring of the raw slot's size and entries. Timed from the sender's start
+/// ([`start_timed`]): its connection, manager and seed handling are set-up, not
+/// bandwidth.
+pub fn stream(socket: &Path, size: usize, how: StreamWrite, total: u64) -> Result<f64, BenchError> {
     let node = attach(socket)?;
     let m = Manager::new(&node)?;
-    let mut rx = StreamReceiver::new(&m, 8 << 20, 64)?;
+    let mut rx = StreamReceiver::new(&m, WINDOW_BYTES, RAW_IN_FLIGHT)?;
     let seed = rx.make_seed()?;
     let count = (total / size as u64).max(1);
     let (go_tx, go) = mpsc::channel();
@@ -281,12 +304,24 @@ fn stream(socket: &Path, size: usize, records: bool, total: u64) -> Result<f64, 
         let mb = Manager::new(&b)?;
         let mut s = StreamSender::from_seed(&mb, &seed)?;
         let chunk = vec![0x5Au8; size];
+        // The message space the writes copy into (or send from), written before the go
+        // as the raw sender's source is: freed, it is where the manager places the next
+        // buffers (the lowest free offsets), so their first touch is set-up, not
+        // bandwidth.
+        mb.alloc(WINDOW_BYTES)?
+            .write(0, &vec![0x5Au8; WINDOW_BYTES as usize])?;
         wait_for_go(tx, &go)?;
         for _ in 0..count {
-            if records {
-                s.write_record(&chunk)?;
-            } else {
-                s.write_bytes(&chunk)?;
+            match how {
+                StreamWrite::Records => {
+                    s.write_record(&chunk)?;
+                }
+                StreamWrite::Buffers => {
+                    s.write_buffer(mb.alloc(size as u64)?, size as u64, true)?;
+                }
+                StreamWrite::Bytes => {
+                    s.write_bytes(&chunk)?;
+                }
             }
         }
         s.close()?.wait(Some(WAIT));
@@ -320,12 +355,13 @@ fn stream(socket: &Path, size: usize, records: bool, total: u64) -> Result<f64, 
 }
 
 /// The library's raw send bandwidth of 64 KiB messages on the same path, GB/s: the
-/// receiver counts notifications; the sender keeps [`RAW_IN_FLIGHT`] in flight. Timed
-/// from the sender's start, as [`stream`].
-fn raw_bandwidth(socket: &Path, total: u64) -> Result<f64, BenchError> {
+/// receiver counts notifications; the sender keeps [`RAW_IN_FLIGHT`] in flight from
+/// source bytes it wrote at set-up (as the stream's sender wrote its record). Timed from
+/// the sender's start, as [`stream`].
+pub fn raw_bandwidth(socket: &Path, total: u64) -> Result<f64, BenchError> {
     let msg = BIG as u64;
     let node = attach(socket)?;
-    let area = node.area(msg * u64::from(RAW_IN_FLIGHT))?;
+    let area = node.area(WINDOW_BYTES)?;
     let meta = node.meta_area(RAW_IN_FLIGHT)?;
     let slot = node.slot(&area).meta(&meta).queue(0).create()?;
     let ticket = slot.ticket_all()?;
@@ -333,7 +369,10 @@ fn raw_bandwidth(socket: &Path, total: u64) -> Result<f64, BenchError> {
     let mut q = node.queue(0)?;
     let (go_tx, go) = mpsc::channel();
     let (sender, ()) = helper(socket, move |b, tx| {
-        let src = b.area(msg * u64::from(RAW_IN_FLIGHT))?;
+        let src = b.area(WINDOW_BYTES)?;
+        // Written before the go, as the stream's record is: the first touch of the
+        // source's pages is set-up, not bandwidth (it only ever made raw slower).
+        src.write(0, &vec![0x5Au8; WINDOW_BYTES as usize])?;
         let mut t = b.terminus(0)?;
         wait_for_go(tx, &go)?;
         let mut handles = VecDeque::new();
@@ -417,8 +456,7 @@ pub fn measure(
         rows.push(row(op, SMALL).latency(lat.p50_us, lat.p99_us));
         progress.done();
     }
-    // Bytes per bandwidth repetition: a quarter of the plan's (Rats streams run through a
-    // ring of 8 MiB), at least 4 MiB.
+    // Bytes per bandwidth repetition: a quarter of the plan's, at least 4 MiB.
     let total = (plan.bw_bytes / 4).max(4 << 20);
     let medians = |step: String, f: &dyn Fn() -> Result<f64, BenchError>| {
         progress.start(step.clone());
@@ -442,7 +480,7 @@ pub fn measure(
         let (mut raw, mut records) = (Vec::with_capacity(plan.reps), Vec::new());
         for _ in 0..plan.reps {
             raw.push(raw_bandwidth(socket, total)?);
-            records.push(stream(socket, BIG, true, total)?);
+            records.push(stream(socket, BIG, StreamWrite::Buffers, total)?);
         }
         Ok((median(&raw).unwrap_or(0.0), median(&records).unwrap_or(0.0)))
     })()
@@ -459,13 +497,13 @@ pub fn measure(
         let bytes = if size < 4096 { total / 16 } else { total }.max(1 << 20);
         let g = medians(
             format!("mediated: Rats stream, records of {}", size_name(size)),
-            &|| stream(socket, size, true, bytes),
+            &|| stream(socket, size, StreamWrite::Records, bytes),
         )?;
         rows.push(row(LayerOp::RatsStreamRecords, size).bandwidth(g));
     }
     let g = medians(
         "mediated: Rats stream, bytes in 64 KiB writes".into(),
-        &|| stream(socket, BIG, false, total),
+        &|| stream(socket, BIG, StreamWrite::Bytes, total),
     )?;
     rows.push(row(LayerOp::RatsStreamBytes, BIG).bandwidth(g));
     Ok(rows)

@@ -830,20 +830,19 @@ impl StreamSender {
             return Ok(WriteStatus::Copied);
         }
         self.flush()?;
-        let ends = if record {
-            vec![bytes.len() as u32]
-        } else {
-            Vec::new()
-        };
-        let buf = self.mgr.alloc(bytes.len() as u64 + 4)?;
+        // A record's end at the data's end goes as a flag ([`ENDS_RECORD`]): the
+        // message is the bytes alone.
+        let end = [bytes.len() as u32];
+        let ends: &[u32] = if record { &end } else { &[] };
+        let buf = self.mgr.alloc(bytes.len() as u64)?;
         buf.write(0, bytes)?;
-        let h = self.send_message(buf, bytes.len(), &ends, false)?;
+        let h = self.send_message(buf, bytes.len(), ends, false)?;
         Ok(WriteStatus::Sent(h))
     }
 
     /// Sends the first `len` bytes of `buf` (message space of this sender's manager) as
-    /// they are, without a copy, as a record if `record` (then `buf` needs 4 bytes past
-    /// `len` for the record's end); what was coalesced before goes first.
+    /// they are, without a copy, as a record if `record` (its end goes as a flag, so
+    /// `buf` needs no room past `len`); what was coalesced before goes first.
     pub fn write_buffer(
         &mut self,
         buf: Buffer,
@@ -854,11 +853,8 @@ impl StreamSender {
             return Err(RatsError::State("stream closed"));
         }
         self.wait_connected()?;
-        let need = len + if record { 4 } else { 0 };
-        if need > buf.len() {
-            return Err(RatsError::InvalidArgument(
-                "the buffer has no room for the record end",
-            ));
+        if len > buf.len() {
+            return Err(RatsError::InvalidArgument("longer than the buffer"));
         }
         if len > self.max_write() {
             return Err(RatsError::TooLong {
@@ -867,8 +863,9 @@ impl StreamSender {
             });
         }
         self.flush()?;
-        let ends = if record { vec![len as u32] } else { Vec::new() };
-        self.send_message(buf, len as usize, &ends, false)
+        let end = [len as u32];
+        let ends: &[u32] = if record { &end } else { &[] };
+        self.send_message(buf, len as usize, ends, false)
     }
 
     /// Sends what was coalesced (if anything); its handle.
