@@ -89,12 +89,12 @@ impl EngineState {
     ) -> EngineState {
         EngineState {
             delivery: Delivery::new(NodeId(cfg.node)),
+            hint_ports: HintPorts::new(cfg.busy_poll),
             cfg,
             incarnation,
             clients: Clients::default(),
             sched: Box::new(Scheduler::new()),
             sched_stand_in: Some(Box::new(Scheduler::new())),
-            hint_ports: HintPorts::default(),
             turns: 0,
             look_at_all: false,
             read_all_hints: false,
@@ -119,8 +119,8 @@ impl EngineState {
     /// how many cold ports' ready words it reads (`hint_ports`).
     pub(crate) fn turn(&mut self, cold: ColdLook) -> bool {
         // The termini clients announced since the last turn join their ready queues;
-        // the sweep looks at a share of all termini (`sched`), every one on the first
-        // turn after a sleep. The scheduler is moved out for the walk so that `serve`
+        // the sweep looks at a share of all termini (`sched`), every one after a rate
+        // changed (`look_at_all`). The scheduler is moved out for the walk so that `serve`
         // may borrow the whole state (a stand-in is swapped in: two pointers move, no
         // copy of its lists).
         let all = std::mem::take(&mut self.look_at_all);

@@ -524,7 +524,13 @@ impl Engine {
                 })
             });
             if hinted || termini.iter_mut().any(|t| t.has_work(held)) {
-                wake::withdraw_eventfd_armed(word);
+                // A cold port's doorbell stays armed (`ready::COLD`): the turns that
+                // follow may find no hint on it (work without one), and a cold port
+                // unarmed would neither ring nor be read every turn.
+                // Relaxed: the engine's own bit, read back.
+                if word.load(Ordering::Relaxed) & ready::COLD == 0 {
+                    wake::withdraw_eventfd_armed(word);
+                }
                 work = true;
             }
         }

@@ -1,21 +1,23 @@
 //! Which ports' ready words ([`hamlyn_shm::ready`]) the engine reads on a turn, and
-//! which ports' doorbells it arms and clears when it hands itself back or serves again.
+//! which ports' doorbells a waiting thread's hand-back arms and a turn clears.
 //!
 //! A port whose client pushed lately is *hot*: its words are read on every turn, and
-//! its doorbell is armed before the engine sleeps or a waiting thread hands it back,
-//! and cleared when it serves again. One whose words stayed empty for
-//! [`HINT_HOT_TURNS`] turns, and whose termini are all at the lowest priority level in
-//! use, goes *cold* ([`ready::go_cold`]): its doorbell stays armed, with
-//! [`ready::COLD`], until it is hot again, so its client's next push rings the engine's
-//! eventfd, and the ring makes the next turn read every port's words (`Engine`'s
-//! `read_all_hints`). A turn otherwise reads one cold port's words, in turn, a backstop
-//! only. The two kinds are kept in two compact lists, so neither a turn nor an arming
-//! costs anything per idle port: 256 idle ports cost one line read a turn, and a
-//! hand-back arms and re-checks the hot ports alone (issue 14: with every port armed
-//! and cleared on each hand-back, one hop through the engine took 7.2 µs beside 256
-//! idle ports, 0.53 µs beside one).
+//! its doorbell is armed when a waiting thread hands the engine back and cleared when
+//! a turn runs again. One whose words stayed empty for [`HINT_HOT_TURNS`] turns and
+//! [`COLD_AFTER`], and whose termini are all at the lowest priority level in use, goes
+//! *cold* ([`ready::go_cold`]): its doorbell stays armed, with [`ready::COLD`], until it
+//! is hot again, so its client's next push rings the engine's eventfd (or, from the
+//! hosting process, runs a turn told to read every port), and the ring makes the next
+//! turn read every port's words (`Engine`'s `read_all_hints`). Otherwise a turn reads
+//! a share of the cold ports ([`ColdLook`]), a backstop. The two kinds are kept in two
+//! compact lists, so neither a turn nor a hand-back's arming walks the idle ports (the
+//! engine thread's own idle sleep still looks at every port, once per sleep): 256 idle
+//! ports cost a few line reads a turn, and a hand-back arms and re-checks the hot ports
+//! alone (issue 14: with every port armed and cleared on each hand-back, one hop
+//! through the engine took 7.2 µs beside 256 idle ports, 0.53 µs beside one).
 //! A port with a terminus above the lowest level in use is never cold: no lower level
-//! may be served while a higher terminus's announced work waits unread.
+//! may be served while a higher terminus's announced work waits unread. A busy-polling
+//! engine's ports never go cold.
 
 use std::sync::Arc;
 
@@ -24,9 +26,17 @@ use hamlyn_shm::port::header;
 use hamlyn_shm::ready;
 use hamlyn_shm::region::ShmRegion;
 use hamlyn_shm::sync::{AtomicU32, Ordering};
+use std::time::Instant;
 
-/// Turns without a hint after which a port may turn cold.
+/// Turns without a hint after which a port may turn cold (and [`COLD_AFTER`]).
 pub(crate) const HINT_HOT_TURNS: u32 = 1024;
+/// Time without a hint after which a port may turn cold (and [`HINT_HOT_TURNS`]): a
+/// cold port's next push rings, so a port that sends every few hundred microseconds
+/// must not go cold between two messages while the engine spins idle (1,024 idle turns
+/// pass in about 50 µs).
+pub(crate) const COLD_AFTER: std::time::Duration = std::time::Duration::from_millis(2);
+/// The hint ports' clock is read once in this many turns.
+const CLOCK_EVERY_TURNS: u64 = 64;
 /// The engine's thread reads a cold port's words at least once in this many turns.
 pub(crate) const COLD_PORT_STRIDE: usize = 16;
 /// A waiting thread's turns read one cold port's words on every this many-th turn.
@@ -58,6 +68,8 @@ pub(crate) struct HintPort {
     idle: u32,
     /// The highest priority level (smallest number) of its open termini.
     top_level: usize,
+    /// When it last had a hint (the hint ports' coarse clock).
+    last_hint: Instant,
 }
 
 impl HintPort {
@@ -116,14 +128,37 @@ impl HintPort {
 }
 
 /// The ports whose ready words the engine reads, hot and cold.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct HintPorts {
     hot: Vec<HintPort>,
     cold: Vec<HintPort>,
     /// Where the next share of the cold list starts.
     cursor: usize,
-    /// Turns taken (for [`ColdLook::Backstop`]).
+    /// Turns taken (for [`ColdLook::Backstop`] and the clock).
     turns: u64,
+    /// Now, read every [`CLOCK_EVERY_TURNS`] turns.
+    clock: Instant,
+    /// The lowest priority level in use at the last turn: when it drops (a larger
+    /// number), cold ports above the new one turn hot at once.
+    lowest: usize,
+    /// Ports never go cold (a busy-polling engine never arms a doorbell: an armed cold
+    /// port would make its client ring on every push).
+    never_cold: bool,
+}
+
+impl HintPorts {
+    /// No ports; `never_cold` for a busy-polling engine.
+    pub(crate) fn new(never_cold: bool) -> HintPorts {
+        HintPorts {
+            hot: Vec::new(),
+            cold: Vec::new(),
+            cursor: 0,
+            turns: 0,
+            clock: Instant::now(),
+            lowest: 0,
+            never_cold,
+        }
+    }
 }
 
 impl HintPorts {
@@ -143,6 +178,7 @@ impl HintPorts {
             words: ready::words_for(termini),
             idle: 0,
             top_level: none_open,
+            last_hint: self.clock,
         });
     }
 
@@ -162,6 +198,17 @@ impl HintPorts {
         if let Some(p) = self.hot.iter_mut().find(|p| p.cid == cid) {
             p.top_level = p.top_level.min(level);
             p.idle = 0;
+        }
+    }
+
+    /// Every port's last hint moved back by [`COLD_AFTER`] (tests: turns pass in
+    /// microseconds there).
+    #[cfg(test)]
+    pub(crate) fn backdate(&mut self) {
+        for p in self.hot.iter_mut().chain(self.cold.iter_mut()) {
+            if let Some(t) = p.last_hint.checked_sub(COLD_AFTER) {
+                p.last_hint = t;
+            }
         }
     }
 
@@ -191,13 +238,27 @@ impl HintPorts {
         mut found: impl FnMut(u32, usize, u64),
     ) -> u64 {
         let mut gone_cold = 0;
+        self.turns = self.turns.wrapping_add(1);
+        if self.turns % CLOCK_EVERY_TURNS == 0 {
+            self.clock = Instant::now();
+        }
+        // The lowest level in use dropped: cold ports now above it are hot at once
+        // (strict priority: none of their announced work may wait behind the new level).
+        let all = all || lowest > self.lowest;
+        self.lowest = lowest;
+        let (clock, never_cold) = (self.clock, self.never_cold);
         let mut i = 0;
         while i < self.hot.len() {
             let Some(p) = self.hot.get_mut(i) else {
                 break;
             };
             let any = p.take(&mut found);
-            if !any && p.idle >= HINT_HOT_TURNS && p.top_level >= lowest {
+            if any {
+                p.last_hint = clock;
+            }
+            let idle = p.idle >= HINT_HOT_TURNS
+                && clock.saturating_duration_since(p.last_hint) >= COLD_AFTER;
+            if !any && !never_cold && idle && p.top_level >= lowest {
                 if p.go_cold() {
                     let p = self.hot.swap_remove(i);
                     self.cold.push(p);
@@ -209,9 +270,29 @@ impl HintPorts {
             }
             i += 1;
         }
-        self.turns = self.turns.wrapping_add(1);
+        if all {
+            // Every cold port, by index from the start: a port turned hot is replaced by
+            // the last one (`swap_remove`), which is still to be read. (From the cursor,
+            // wrapping, a replacement could be a port read already and a port skipped:
+            // a push on it, announced and rung, left unseen.)
+            let mut i = 0;
+            while i < self.cold.len() {
+                let Some(p) = self.cold.get_mut(i) else {
+                    break;
+                };
+                if p.take(&mut found) || p.top_level < lowest {
+                    p.go_hot();
+                    p.last_hint = clock;
+                    let p = self.cold.swap_remove(i);
+                    self.hot.push(p);
+                } else {
+                    i += 1;
+                }
+            }
+            self.cursor = 0;
+            return gone_cold;
+        }
         let share = match look {
-            _ if all => self.cold.len(),
             ColdLook::Share => self.cold.len().div_ceil(COLD_PORT_STRIDE),
             ColdLook::Backstop => usize::from(self.turns % COLD_BACKSTOP_EVERY == 0),
         };
@@ -228,6 +309,7 @@ impl HintPorts {
             let any = p.take(&mut found);
             if any || p.top_level < lowest {
                 p.go_hot();
+                p.last_hint = clock;
                 let p = self.cold.swap_remove(self.cursor);
                 self.hot.push(p);
             } else {
@@ -265,12 +347,13 @@ mod tests {
     /// cleared) and is always found, within COLD_PORT_STRIDE turns.
     #[test]
     fn idle_ports_go_cold_and_come_back_at_their_first_hint() {
-        let mut h = HintPorts::default();
+        let mut h = HintPorts::new(false);
         let regions: Vec<_> = (0..64).map(|_| port()).collect();
         for (cid, r) in regions.iter().enumerate() {
             h.add(cid as u32, r.clone(), 256, 0);
             h.opened(cid as u32, 0);
         }
+        h.backdate();
         let mut gone = 0;
         for _ in 0..HINT_HOT_TURNS {
             assert_eq!(bell(&regions[5]), 0, "hot: not armed");
@@ -310,16 +393,84 @@ mod tests {
         assert_eq!(h.len().0 + h.len().1, 62);
     }
 
+    /// Cold ports `n` (none hinted), the cursor left at `cursor` by Share reads.
+    fn all_cold(n: usize, cursor: usize) -> (HintPorts, Vec<Arc<ShmRegion>>) {
+        let mut h = HintPorts::new(false);
+        let regions: Vec<_> = (0..n).map(|_| port()).collect();
+        for (cid, r) in regions.iter().enumerate() {
+            h.add(cid as u32, r.clone(), 1, 0);
+            h.opened(cid as u32, 0);
+        }
+        h.backdate();
+        for _ in 0..HINT_HOT_TURNS {
+            h.take(false, ColdLook::Backstop, 0, |_, _, _| {});
+        }
+        assert_eq!(h.len(), (0, n));
+        h.cursor = cursor;
+        (h, regions)
+    }
+
+    /// A read of every cold port (after a ring) finds every hint, whatever the cursor
+    /// and however many ports turn hot on the way (the review's case: from cursor 2
+    /// of [A, B, X] with hints on A and B, a wrapping read skipped B).
+    #[test]
+    fn a_read_of_every_cold_port_misses_none() {
+        for n in 1..6usize {
+            for cursor in 0..n {
+                for hinted in 1u32..(1 << n) {
+                    let (mut h, regions) = all_cold(n, cursor);
+                    for (i, r) in regions.iter().enumerate() {
+                        if hinted & (1 << i) != 0 {
+                            hint(r, 0);
+                        }
+                    }
+                    let mut got = Vec::new();
+                    h.take(true, ColdLook::Backstop, 0, |cid, _, _| got.push(cid));
+                    got.sort_unstable();
+                    let want: Vec<u32> = (0..n as u32).filter(|i| hinted & (1 << i) != 0).collect();
+                    assert_eq!(got, want, "{n} ports, cursor {cursor}");
+                    assert_eq!(h.len().0, want.len(), "hot again");
+                }
+            }
+        }
+    }
+
+    /// A lower level comes into use: cold ports above it turn hot on that turn (strict
+    /// priority), without waiting for their share.
+    #[test]
+    fn cold_ports_above_a_new_lowest_level_turn_hot_at_once() {
+        let (mut h, _regions) = all_cold(8, 0);
+        h.take(false, ColdLook::Backstop, 1, |_, _, _| {});
+        assert_eq!(h.len(), (8, 0));
+    }
+
+    /// A busy-polling engine's ports never go cold (it arms no doorbell; an armed cold
+    /// port would have its client ring on every push).
+    #[test]
+    fn a_busy_polling_engines_ports_stay_hot() {
+        let mut h = HintPorts::new(true);
+        let r = port();
+        h.add(1, r.clone(), 1, 0);
+        h.opened(1, 0);
+        h.backdate();
+        for _ in 0..2 * HINT_HOT_TURNS {
+            h.take(false, ColdLook::Share, 0, |_, _, _| {});
+        }
+        assert_eq!(h.len(), (1, 0));
+        assert_eq!(bell(&r), 0);
+    }
+
     /// A waiting thread's turns read one cold port on every COLD_BACKSTOP_EVERY-th
     /// turn only: a cold port's push rings, or asks its own turn to read every port.
     #[test]
     fn a_waiters_turn_reads_cold_ports_as_a_backstop_only() {
-        let mut h = HintPorts::default();
+        let mut h = HintPorts::new(false);
         let regions: Vec<_> = (0..32).map(|_| port()).collect();
         for (cid, r) in regions.iter().enumerate() {
             h.add(cid as u32, r.clone(), 1, 0);
             h.opened(cid as u32, 0);
         }
+        h.backdate();
         for _ in 0..HINT_HOT_TURNS {
             h.take(false, ColdLook::Backstop, 0, |_, _, _| {});
         }
@@ -340,7 +491,7 @@ mod tests {
     /// A hint that comes as a port is about to go cold keeps it hot, unarmed.
     #[test]
     fn a_hint_at_the_arming_keeps_the_port_hot() {
-        let mut h = HintPorts::default();
+        let mut h = HintPorts::new(false);
         let r = port();
         h.add(1, r.clone(), 1, 0);
         h.opened(1, 0);
@@ -359,11 +510,12 @@ mod tests {
     /// A port with a terminus above the lowest level in use stays hot.
     #[test]
     fn a_port_above_the_lowest_level_never_goes_cold() {
-        let mut h = HintPorts::default();
+        let mut h = HintPorts::new(false);
         h.add(1, port(), 4, 3);
         h.opened(1, 0);
         h.add(2, port(), 4, 3);
         h.opened(2, 2);
+        h.backdate();
         for _ in 0..2 * HINT_HOT_TURNS {
             h.take(false, ColdLook::Share, 2, |_, _, _| {});
         }

@@ -89,7 +89,7 @@ pub fn take(word: &AtomicU64) -> u64 {
     word.swap(0, Ordering::Acquire)
 }
 
-/// Engine side, on a turn (its doorbells otherwise not armed): the port whose doorbell
+/// Engine side, on a turn (the port hot: its doorbell not armed): the port whose doorbell
 /// word is `bell` goes cold. Sets [`COLD`] and `EVENTFD_ARMED` (one write), issues F1,
 /// then asks `hinted` whether the port's ready words hold a bit: if they do, a push
 /// may have missed the arming, so both bits are withdrawn and the port stays hot
