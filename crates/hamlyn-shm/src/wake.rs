@@ -151,25 +151,35 @@ pub fn wait_until(
 /// waiting (issue 14, tails): the rule of KVM's halt polling. A waiter spins
 /// [`AdaptiveSpin::polls`] polls, then sleeps; after a sleep the budget
 ///
-/// - **doubles** (up to `max`) if the work came so soon that a spin of `max` polls
-///   would have caught it: arrivals come at that rate, and a sleep costs a wake-up
-///   (tens of microseconds on a busy machine) that spinning would have saved;
-/// - **halves** (down to `min`) if not even that would have — the waiter slept long
-///   anyway — so a waiter that waits long spins `min` polls, then sleeps.
+/// - **doubles** (up to what lasts `reach` at the pace of the spin) if the work came
+///   within `reach` of the wait's start: arrivals come at that rate, and a sleep costs
+///   a wake-up (tens of microseconds, on an idle virtual machine as on a busy one) that
+///   spinning would have saved;
+/// - **halves** (down to `min`) if it came later — the waiter slept long anyway — so a
+///   waiter that waits long spins `min` polls, then sleeps.
 ///
 /// A wait that finds its work while spinning leaves the budget as it is.
+///
+/// The reach is a time, not a number of polls: a poll's pace differs by an order of
+/// magnitude between machines (a `pause` is 10 cycles on some, 140 on others), and what
+/// a spin must outlast is the peer's wake-up, a time. With a cap in polls (8 × 200), a
+/// machine polling at 10 ns reached 16 µs, short of the 28 µs an idle vCPU takes to
+/// wake: two waiters in a ping-pong each slept every time, because the other one had.
 ///
 /// And, as KVM stops polling when another task wants the CPU: a spin that took more
 /// than [`PREEMPTED_PACE`] times as long per poll as the fastest spin seen was
 /// descheduled — the CPU is wanted by others — and halves the budget whatever came
-/// after. On a machine with more runnable threads than cores, spinning only burns the
+/// after; so does a yield of the spin beyond its floor that lasted
+/// [`YIELD_CONTENDED`] (it gave the CPU to another thread), which also ends the spin. On a machine with more runnable threads than cores, spinning only burns the
 /// time slice the thread that is to send needs (measured: a grown budget made an 8 B
 /// ping-pong's median 10x slower under a load of 10 on 2 cores).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AdaptiveSpin {
     polls: u32,
     min: u32,
-    max: u32,
+    /// How long after a wait's start work may come for the budget to grow (zero: the
+    /// budget stays at `min`).
+    reach: Duration,
     /// The fastest pace seen, in nanoseconds per poll (`u32::MAX`: none yet).
     fastest: u32,
 }
@@ -178,12 +188,13 @@ pub struct AdaptiveSpin {
 pub const PREEMPTED_PACE: u32 = 4;
 
 impl AdaptiveSpin {
-    /// A budget of `min` polls that may grow to `max` (`max <= min`: fixed at `min`).
-    pub fn new(min: u32, max: u32) -> AdaptiveSpin {
+    /// A budget of `min` polls that may grow while work comes within `reach` of a
+    /// wait's start (`Duration::ZERO`: fixed at `min`).
+    pub fn new(min: u32, reach: Duration) -> AdaptiveSpin {
         AdaptiveSpin {
             polls: min,
             min,
-            max: max.max(min),
+            reach,
             fastest: u32::MAX,
         }
     }
@@ -191,6 +202,16 @@ impl AdaptiveSpin {
     /// Polls to spin before the next sleep.
     pub fn polls(&self) -> u32 {
         self.polls
+    }
+
+    /// How long a wait may spin in all before it sleeps (see [`wait_until_adaptive`]).
+    pub fn reach(&self) -> Duration {
+        self.reach
+    }
+
+    /// A yield of the spin gave the CPU to another thread: halves the budget.
+    fn contended(&mut self) {
+        self.polls = (self.polls / 2).max(self.min);
     }
 
     /// A wait spun `polls` polls tight for `spun` (the pace), found nothing, and then
@@ -202,10 +223,12 @@ impl AdaptiveSpin {
             .max(1);
         self.fastest = self.fastest.min(pace);
         let preempted = pace > self.fastest.saturating_mul(PREEMPTED_PACE);
-        // What a spin of `max` polls would have lasted, at this spin's pace.
-        let reach = per_poll.saturating_mul(self.max);
-        self.polls = if !preempted && spun.saturating_add(asleep) <= reach {
-            self.polls.saturating_mul(2).min(self.max)
+        // The most polls that last `reach` at this spin's pace.
+        let cap = u32::try_from(self.reach.as_nanos() / u128::from(pace))
+            .unwrap_or(u32::MAX)
+            .max(self.min);
+        self.polls = if !preempted && spun.saturating_add(asleep) <= self.reach {
+            self.polls.saturating_mul(2).min(cap)
         } else {
             (self.polls / 2).max(self.min)
         };
@@ -237,12 +260,28 @@ pub fn wait_until_adaptive(
         spin_loop();
     }
     let spun = start.elapsed();
+    let mut contended = false;
     for i in 0..polls - tight {
         if ready() {
+            if contended {
+                spin.contended();
+            }
             return Ok(WaitOutcome::Ready { woken: 0 });
         }
         if i % YIELD_EVERY == YIELD_EVERY - 1 {
+            let before = Instant::now();
             yield_cpu();
+            let after = Instant::now();
+            // A yield that gave the CPU away for a while: other threads want this core
+            // (perhaps the one that is to send). Stop spinning: sleep, and spin less.
+            if after.saturating_duration_since(before) >= YIELD_CONTENDED {
+                contended = true;
+                break;
+            }
+            // Yields slow the pace: the spin ends at its reach, polls left or not.
+            if after.saturating_duration_since(start) >= spin.reach() {
+                break;
+            }
         } else {
             spin_loop();
         }
@@ -250,9 +289,18 @@ pub fn wait_until_adaptive(
     let extended = start.elapsed();
     let left = timeout.map(|t| t.saturating_sub(extended));
     let out = wait_until(word, 0, left, ready)?;
-    spin.after_sleep(tight, spun, start.elapsed().saturating_sub(spun));
+    if contended {
+        spin.contended();
+    } else {
+        spin.after_sleep(tight, spun, start.elapsed().saturating_sub(spun));
+    }
     Ok(out)
 }
+
+/// A yield of the CPU that lasted this long gave it to another thread: the core is
+/// wanted ([`wait_until_adaptive`]). On an idle core `sched_yield` returns in about a
+/// microsecond.
+pub const YIELD_CONTENDED: Duration = Duration::from_micros(20);
 
 /// Polls between two yields of the CPU in the part of an adaptive spin beyond its floor.
 const YIELD_EVERY: u32 = 32;
@@ -561,45 +609,58 @@ mod tests {
         assert_eq!(waiter.drain(), Ok(0));
     }
 
-    /// The adaptive budget's rule, fed durations (no clock): a wake that a longer spin
-    /// would have caught doubles it up to the cap; a long sleep halves it down to the
-    /// floor; a budget without room stays fixed.
+    /// The adaptive budget's rule, fed durations (no clock): a wake within the reach
+    /// doubles it up to what lasts the reach at the spin's pace; a long sleep halves
+    /// it down to the floor; a budget without reach stays fixed.
     #[test]
     fn the_spin_budget_grows_for_prompt_wakes_and_shrinks_for_long_sleeps() {
-        let mut a = AdaptiveSpin::new(100, 800);
+        // 50 ns a poll, a reach of 40 µs: at most 800 polls.
+        let mut a = AdaptiveSpin::new(100, Duration::from_micros(40));
         let per_poll = Duration::from_nanos(50);
         let spin = |a: &AdaptiveSpin| per_poll * a.polls();
-        // Woken 1 µs after the spin: a spin of 800 polls (40 µs) would have caught it.
+        // Woken 1 µs after the spin: within the reach.
         for want in [200, 400, 800] {
             let polls = a.polls();
             a.after_sleep(polls, spin(&a), Duration::from_micros(1));
             assert_eq!(a.polls(), want);
         }
-        // At the cap, a wake after the spin is one the cap does not reach: back down.
+        // At the cap, a wake after the spin is beyond the reach: back down.
         a.after_sleep(800, spin(&a), Duration::from_micros(1));
         assert_eq!(a.polls(), 400);
-        // Asleep 10 ms: no spin within the cap would have caught it.
+        // Asleep 10 ms: no spin within the reach would have caught it.
         for want in [200, 100, 100] {
             let polls = a.polls();
             a.after_sleep(polls, spin(&a), Duration::from_millis(10));
             assert_eq!(a.polls(), want);
         }
-        // Exactly what the cap reaches (5 µs spun + 35 µs asleep = 800 polls): grows;
-        // a microsecond more: does not.
+        // Exactly the reach (5 µs spun + 35 µs asleep): grows; a microsecond more:
+        // does not.
         a.after_sleep(100, spin(&a), Duration::from_micros(35));
         assert_eq!(a.polls(), 200);
         a.after_sleep(200, spin(&a), Duration::from_micros(31));
         assert_eq!(a.polls(), 100);
+        // The cap follows the pace: at 10 ns a poll the same reach is 4,000 polls (a
+        // cap in polls would have stopped short of the wake-up it is there to outlast).
+        let mut fast = AdaptiveSpin::new(100, Duration::from_micros(40));
+        for _ in 0..6 {
+            let polls = fast.polls();
+            fast.after_sleep(
+                polls,
+                Duration::from_nanos(10) * polls,
+                Duration::from_micros(1),
+            );
+        }
+        assert_eq!(fast.polls(), 4000);
         // A spin descheduled on the way (5x slower per poll than the fastest seen):
         // halves, however soon the wake came.
-        let mut b = AdaptiveSpin::new(100, 800);
+        let mut b = AdaptiveSpin::new(100, Duration::from_micros(40));
         b.after_sleep(100, spin(&b), Duration::from_micros(1));
         assert_eq!(b.polls(), 200);
         b.after_sleep(200, spin(&b) * 5, Duration::from_micros(1));
         assert_eq!(b.polls(), 100, "preempted while spinning");
-        let mut fixed = AdaptiveSpin::new(100, 10);
+        let mut fixed = AdaptiveSpin::new(100, Duration::ZERO);
         fixed.after_sleep(100, Duration::from_micros(5), Duration::ZERO);
-        assert_eq!(fixed.polls(), 100, "no room to grow");
+        assert_eq!(fixed.polls(), 100, "no reach to grow in");
     }
 
     /// A wait that times out with the adaptive budget reports it and leaves the budget at
@@ -607,7 +668,7 @@ mod tests {
     #[test]
     fn an_adaptive_wait_times_out_and_keeps_the_floor() {
         let word = AtomicU32::new(0);
-        let mut a = AdaptiveSpin::new(10, 20);
+        let mut a = AdaptiveSpin::new(10, Duration::from_micros(100));
         let out = wait_until_adaptive(&word, &mut a, Some(Duration::from_millis(20)), || false);
         assert_eq!(out, Ok(WaitOutcome::TimedOut));
         assert_eq!(a.polls(), 10);

@@ -89,7 +89,7 @@ pub use endpoint::{Buffer, Endpoint, EndpointBuilder, Received};
 pub use error::{Error, SendError};
 pub use group::{EndpointGroup, SharedGroup, DEFAULT_STARVATION_BOUND};
 pub use node::{default_socket_path, Node, NodeOptions, DEFAULT_SOCKET, SOCKET_ENV};
-pub use queue::{Notification, NotificationKind, NotifyQueue, ADAPTIVE_SPIN_ENV, SPIN_GROWTH};
+pub use queue::{Notification, NotificationKind, NotifyQueue, ADAPTIVE_SPIN_ENV, SPIN_REACH};
 pub use request::{Data, MetaIndex, SendOptions, BUDGET_PACKET_BYTES};
 pub use slot::{Slot, SlotBuilder};
 pub use terminus::{CompareSwapArgs, FetchAddArgs, ReadArgs, RequestRef, SendHandle, Terminus};

