@@ -348,10 +348,15 @@ impl Endpoint {
             if spins % 4096 == 0 && Instant::now() > deadline {
                 return Err(BenchError::Timeout(WAIT, "a polled write"));
             }
-            if via == Via::Mediated && spins > POLL_SPINS {
-                // Two processes polling and an engine on two cores: without giving the
-                // core up, the engine (which must carry the message) waits for a
-                // time slice, milliseconds.
+            // Through an engine this process hosts: the polling loop runs its turns
+            // (`Node::progress`, as a UCX loop calls `ucp_worker_progress`), so the
+            // engine's thread need not take a core for the message this loop waits for.
+            // Elsewhere, or when the turn found nothing for a while: two processes
+            // polling and an engine on two cores; without giving the core up, the
+            // engine (which must carry the message) waits for a time slice,
+            // milliseconds.
+            let progressed = via == Via::Mediated && self.node.progress();
+            if via == Via::Mediated && !progressed && spins > POLL_SPINS {
                 std::thread::yield_now();
             } else {
                 std::hint::spin_loop();

@@ -839,6 +839,25 @@ impl Node {
         }
     }
 
+    /// Runs one turn of the engine this process hosts, if it hosts the node's engine and
+    /// lets waiting threads drive it (progress by the waiting thread, issue 14): whether
+    /// the turn found work. For a thread that waits by polling memory itself (a write
+    /// polled on its data, a flag in an area) rather than through a queue or a handle,
+    /// whose waits drive the engine already: call it in the polling loop, as UCX users
+    /// call `ucp_worker_progress`, and the engine's thread need not be woken (nor take a
+    /// core) for what the loop waits for. `false` at once, with no system call, when
+    /// there is nothing to drive (a daemon, an engine of another process, or one started
+    /// with `driven` off), or when another thread runs the engine at that moment.
+    pub fn progress(&self) -> bool {
+        let Some(driver) = &self.shared.driver else {
+            return false;
+        };
+        driver
+            .drive()
+            .and_then(|mut driving| driving.try_turn())
+            .unwrap_or(false)
+    }
+
     /// The engine's statistics: its counters, ports, peers, fabric, registry and every
     /// slot, fetched page by page ([`hamlyn_wire::stats::fetch`]; a busy engine's pages
     /// are of slightly different moments).

@@ -227,6 +227,76 @@ fn a_push_that_finds_the_engine_asleep_runs_its_own_turn() {
     assert!(nudged, "a push ran its own turn: {:?}", stats(&engine));
 }
 
+/// `Node::progress`: a thread that waits by polling memory runs the hosted engine's
+/// turns itself (counted as a waiting thread's), and a polled write from a child arrives
+/// while it does; with an engine that waiting threads may not drive, it is a no-op.
+#[test]
+fn a_polling_thread_runs_the_engines_turns_with_progress() {
+    let engine = driven_engine();
+    let host = Node::connect(engine.socket_path()).expect("connect");
+    // A progress that finds the engine's thread serving runs nothing (that thread lets
+    // go on its next turn, seeing a driver): bounded, until 100 turns were this thread's.
+    let before = stats(&engine).turns_by_waiters;
+    let mut calls = 0u64;
+    while stats(&engine).turns_by_waiters < before + 100 {
+        for _ in 0..100 {
+            host.progress();
+        }
+        calls += 100;
+        assert!(calls < 1_000_000, "progress ran the engine's turns");
+    }
+    // A write from the child's terminus (no notification), polled for on its data.
+    let inbox = host.area(4096).expect("area");
+    let (_meta, slot) = slot_on(&host, &inbox, 0);
+    let ticket = slot.ticket_all().expect("ticket");
+    let mut child = Proc::spawn("child_writer", engine.socket_path());
+    child.tell("write", ticket_to_text(&ticket).expect("seed"));
+    let want = pattern_at(9, 0, 4096);
+    let mut polls = 0u64;
+    loop {
+        host.progress();
+        if inbox.read_vec(0, 4096).expect("read") == want {
+            break;
+        }
+        polls += 1;
+        assert!(polls < 10_000_000, "the polled write arrived");
+        std::thread::yield_now();
+    }
+    child.finish();
+    let undriven = EngineHandle::start(EngineConfig {
+        driven: false,
+        ..EngineConfig::embedded()
+    })
+    .expect("engine");
+    let other = Node::connect(undriven.socket_path()).expect("connect");
+    assert!(!other.progress(), "nothing to drive");
+}
+
+/// The child of `a_polling_thread_runs_the_engines_turns_with_progress`: on `write
+/// SEED`, writes 4,096 bytes of pattern 9 to that ticket without a notification.
+#[test]
+fn child_writer() {
+    let Some(mut env) = child_env("child_writer") else {
+        return;
+    };
+    let node = Node::connect(&env.socket).expect("connect");
+    let mut t = node.terminus(0).expect("terminus");
+    while let Some((cmd, args)) = env.next_command() {
+        if cmd == "write" {
+            let ticket = ticket_from_text(args.trim()).expect("ticket");
+            let data = pattern_at(9, 0, 4096);
+            let h = send_bytes(
+                &node,
+                &mut t,
+                &ticket,
+                &SendOptions::new().notify(false),
+                &data,
+            );
+            assert_eq!(h.wait(Some(WAIT)), Status::Sent);
+        }
+    }
+}
+
 /// Ports idle while another port is busy go cold (`hamlyn_shm::ready::COLD`: their
 /// ready words read now and then only, their doorbells left armed, so a hand-back costs
 /// the hot ports alone). The next push on each still gets through: from a host thread
