@@ -471,6 +471,15 @@ impl PyNode {
             .collect())
     }
 
+    /// Runs one turn of the engine this process hosts, if it may (an embedded engine that
+    /// waiting threads drive); whether the turn found work. For a loop that waits by
+    /// polling memory itself, as UCX users call `ucp_worker_progress`. False at once
+    /// when there is nothing to drive or another thread runs the engine.
+    fn progress(&self, py: Python<'_>) -> PyResult<bool> {
+        let node = self.get(py)?;
+        Ok(py.allow_threads(|| node.progress()))
+    }
+
     /// The engine's statistics, as a dict (what `hamlyn stat --json` shows): `node`,
     /// `incarnation`, `engine` (its counters), `interface`, `ports`, `peers`, `fabric`,
     /// `areas`, `registry`, `slots`.

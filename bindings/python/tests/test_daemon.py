@@ -71,6 +71,16 @@ def test_two_connections_to_a_daemon_exchange_a_message(daemon):
         assert area.read(0, 13) == b"to the daemon"
 
 
+def test_progress_has_nothing_to_drive_for_a_daemons_node(daemon, engine):
+    """`Node.progress()` runs a turn of an engine this process hosts: a daemon's node
+    has none to run (False every time), while the session's embedded engine is this
+    process's and may be driven."""
+    with hamlyn.Node.connect_default() as node:
+        assert not any(node.progress() for _ in range(100))
+    turns = [engine.progress() for _ in range(100)]
+    assert all(isinstance(t, bool) for t in turns)
+
+
 def test_a_daemon_that_stops_is_engine_gone(daemon):
     node = hamlyn.Node.connect_default()
     q = node.queue(0)

@@ -1558,6 +1558,17 @@ void hamlyn_node_free(struct hamlyn_node *node);
 // `node` is NULL or a live node; `out` is NULL or writable.
 hamlyn_result hamlyn_node_id(const struct hamlyn_node *node, uint32_t *out);
 
+// Runs one turn of the engine this process hosts, if it may (an embedded engine that
+// waiting threads drive): `*out` is 1 if the turn found work, else 0. For a thread that
+// waits by polling memory itself (a write polled on its data), as UCX users call
+// `ucp_worker_progress`. `*out` is 0 at once when there is nothing to drive (a
+// daemon's engine) or another thread runs the engine at that moment.
+//
+// # Safety
+//
+// `node` is NULL or a live node; `out` is NULL or writable.
+hamlyn_result hamlyn_node_progress(const struct hamlyn_node *node, uint8_t *out);
+
 // The port's event descriptor (`*out`), for poll/epoll: it becomes readable when a queue
 // armed with `hamlyn_queue_arm` gets an entry (and for good when the engine dies). It
 // belongs to the node: do not close it; it stays valid while the node or any handle

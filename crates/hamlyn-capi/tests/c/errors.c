@@ -576,6 +576,14 @@ int main(void) {
     seeds(ticket);
     multi_ticket_seeds(ticket);
     node_options(node);
+    /* Progress by a polling loop: callable any time; NULLs refused. */
+    uint8_t did = 2;
+    EXPECT(hamlyn_node_progress(NULL, &did), HAMLYN_RESULT_NULL_ARGUMENT);
+    EXPECT(hamlyn_node_progress(node, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
+    for (int i = 0; i < 100; i++) {
+        OK(hamlyn_node_progress(node, &did));
+        ASSERT(did == 0 || did == 1);
+    }
     hamlyn_am_region *am_region;
     hamlyn_am *am = am_errors(node, &am_region);
     hamlyn_job *job = rpc_job_errors(node);
