@@ -96,9 +96,10 @@ impl HintPort {
             .is_some_and(|b| ready::go_cold(b, || self.hinted()))
     }
 
-    /// Hot again: its doorbell cleared.
-    fn go_hot(&mut self) {
+    /// Hot again at `now` (as if it had just had a hint): its doorbell cleared.
+    fn go_hot(&mut self, now: Instant) {
         self.idle = 0;
+        self.last_hint = now;
         if let Some(b) = self.bell() {
             ready::go_hot(b);
         }
@@ -192,7 +193,7 @@ impl HintPorts {
     pub(crate) fn opened(&mut self, cid: u32, level: usize) {
         if let Some(i) = self.cold.iter().position(|p| p.cid == cid) {
             let mut p = self.cold.swap_remove(i);
-            p.go_hot();
+            p.go_hot(self.clock);
             self.hot.push(p);
         }
         if let Some(p) = self.hot.iter_mut().find(|p| p.cid == cid) {
@@ -277,15 +278,7 @@ impl HintPorts {
             // a push on it, announced and rung, left unseen.)
             let mut i = 0;
             while i < self.cold.len() {
-                let Some(p) = self.cold.get_mut(i) else {
-                    break;
-                };
-                if p.take(&mut found) || p.top_level < lowest {
-                    p.go_hot();
-                    p.last_hint = clock;
-                    let p = self.cold.swap_remove(i);
-                    self.hot.push(p);
-                } else {
+                if !self.look_at_cold(i, lowest, &mut found) {
                     i += 1;
                 }
             }
@@ -303,20 +296,31 @@ impl HintPorts {
             if self.cursor >= self.cold.len() {
                 self.cursor = 0;
             }
-            let Some(p) = self.cold.get_mut(self.cursor) else {
-                break;
-            };
-            let any = p.take(&mut found);
-            if any || p.top_level < lowest {
-                p.go_hot();
-                p.last_hint = clock;
-                let p = self.cold.swap_remove(self.cursor);
-                self.hot.push(p);
-            } else {
+            if !self.look_at_cold(self.cursor, lowest, &mut found) {
                 self.cursor += 1;
             }
         }
         gone_cold
+    }
+
+    /// Takes cold port `i`'s words; if it had hints (or is above `lowest`), it is hot
+    /// again and moves to the hot list, the last cold port taking its place (`true`).
+    fn look_at_cold(
+        &mut self,
+        i: usize,
+        lowest: usize,
+        found: &mut impl FnMut(u32, usize, u64),
+    ) -> bool {
+        let Some(p) = self.cold.get_mut(i) else {
+            return false;
+        };
+        if !(p.take(found) || p.top_level < lowest) {
+            return false;
+        }
+        p.go_hot(self.clock);
+        let p = self.cold.swap_remove(i);
+        self.hot.push(p);
+        true
     }
 }
 
@@ -464,17 +468,7 @@ mod tests {
     /// turn only: a cold port's push rings, or asks its own turn to read every port.
     #[test]
     fn a_waiters_turn_reads_cold_ports_as_a_backstop_only() {
-        let mut h = HintPorts::new(false);
-        let regions: Vec<_> = (0..32).map(|_| port()).collect();
-        for (cid, r) in regions.iter().enumerate() {
-            h.add(cid as u32, r.clone(), 1, 0);
-            h.opened(cid as u32, 0);
-        }
-        h.backdate();
-        for _ in 0..HINT_HOT_TURNS {
-            h.take(false, ColdLook::Backstop, 0, |_, _, _| {});
-        }
-        assert_eq!(h.len(), (0, 32));
+        let (mut h, regions) = all_cold(32, 0);
         for r in &regions {
             hint(r, 0);
         }

@@ -174,11 +174,7 @@ impl TcpRig {
             EngineHandle::start_with_fabric(cfg, Some(Box::new(f)))
         };
         let (ea, eb) = (start(0, fa)?, start(1, fb)?);
-        let options = NodeOptions {
-            termini: 1,
-            queues: 1,
-            ..NodeOptions::default()
-        };
+        let options = one_terminus_one_queue();
         let sender = Node::connect_with(ea.socket_path(), options.clone())?;
         let receiver = Node::connect_with(eb.socket_path(), options)?;
         let inbox = receiver.area(4096)?;
@@ -262,11 +258,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         None => 10_000,
     };
     let engine = EngineHandle::start(driven_config())?;
-    let options = NodeOptions {
-        termini: 1,
-        queues: 1,
-        ..NodeOptions::default()
-    };
+    let options = one_terminus_one_queue();
     let receiver = Node::connect_with(engine.socket_path(), options.clone())?;
     let sender = Node::connect_with(engine.socket_path(), options)?;
 
@@ -371,6 +363,15 @@ fn main() -> Result<(), Box<dyn Error>> {
         println!("{line}");
     }
     Ok(())
+}
+
+/// Every node here: one terminus, one notification queue.
+fn one_terminus_one_queue() -> NodeOptions {
+    NodeOptions {
+        termini: 1,
+        queues: 1,
+        ..NodeOptions::default()
+    }
 }
 
 /// Progress by the waiting thread, as a host runs by default: the engine's thread
