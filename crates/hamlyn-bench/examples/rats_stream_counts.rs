@@ -47,6 +47,8 @@ fn main() {
     let msgs = (total / 65_536) as f64;
     let engine = EngineHandle::start(EngineConfig::embedded()).expect("engine");
     let socket = engine.socket_path().to_path_buf();
+    let observer = hamlyn::Node::connect(&socket).expect("an observer attaches");
+    let counters = || observer.stats().expect("the engine's statistics").engine;
     let mut ratios = Vec::new();
     for _ in 0..reps {
         let mut pair = [0.0; 2];
@@ -54,22 +56,25 @@ fn main() {
             if only.as_deref().is_some_and(|o| o != kind) {
                 continue;
             }
-            let (a, fa) = (drive_stats(&engine), minor_faults());
+            let (a, fa, ca) = (drive_stats(&engine), minor_faults(), counters());
             pair[i] = if i == 0 {
                 hamlyn_bench::rats::raw_bandwidth(&socket, total).expect("raw sends")
             } else {
                 hamlyn_bench::rats::stream(&socket, 65_536, how, total).expect("stream")
             };
-            let (b, fb) = (drive_stats(&engine), minor_faults());
+            let (b, fb, cb) = (drive_stats(&engine), minor_faults(), counters());
             let per = |x: u64, y: u64| (y - x) as f64 / msgs;
             println!(
                 "{kind:6} {:6.2} GB/s | per message: page faults {:.2}, turns by waiting \
-                 threads {:.2} (of them by senders {:.2}), engine thread let go {:.3}",
+                 threads {:.2} (of them by senders {:.2}), engine thread let go {:.3}, \
+                 engine sleeps {:.2} (for nothing {:.2})",
                 pair[i],
                 per(fa, fb),
                 per(a.turns_by_waiters, b.turns_by_waiters),
                 per(a.turns_by_senders, b.turns_by_senders),
                 per(a.engine_thread_let_go, b.engine_thread_let_go),
+                per(ca.sleeps, cb.sleeps),
+                per(ca.idle_wakes, cb.idle_wakes),
             );
         }
         ratios.push(pair[1] / pair[0]);

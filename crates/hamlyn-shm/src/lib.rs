@@ -17,6 +17,8 @@
 //!   reading and resetting the discard counter.
 //! - [`ready`]: the ready hints a client sets for the termini it pushed to, so the
 //!   engine looks at those instead of every ring.
+//! - [`cpu_demand`]: whether more threads are runnable than this process has CPUs (an
+//!   adaptive spin's check before it spins beyond its floor).
 //! - [`wake`]: spin-then-sleep on a shared futex without lost wakeups, and the port's
 //!   eventfd for event loops.
 //! - [`drive`]: progress by the waiting thread: the ownership word that decides who runs
@@ -42,6 +44,7 @@
 #[cfg(not(loom))]
 pub mod area_mem;
 pub mod bytes;
+pub mod cpu_demand;
 pub mod drive;
 pub mod endpoint;
 pub mod fdpass;

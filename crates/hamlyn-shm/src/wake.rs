@@ -49,6 +49,7 @@ use std::time::{Duration, Instant};
 
 use rustix::io::Errno;
 
+use crate::cpu_demand;
 use crate::sync::{fence, spin_loop, AtomicU32, Ordering};
 
 /// Wake-word bit: the consumer is asleep (or about to be) on the futex.
@@ -166,7 +167,9 @@ pub fn wait_until(
 /// machine polling at 10 ns reached 16 µs, short of the 28 µs an idle vCPU takes to
 /// wake: two waiters in a ping-pong each slept every time, because the other one had.
 ///
-/// And, as KVM stops polling when another task wants the CPU: a spin that took more
+/// And, as KVM stops polling when another task wants the CPU: a spin about to go beyond
+/// its floor while more threads are runnable than this process has CPUs
+/// ([`crate::cpu_demand`]) sleeps instead and halves the budget; a spin that took more
 /// than [`PREEMPTED_PACE`] times as long per poll as the fastest spin seen was
 /// descheduled — the CPU is wanted by others — and halves the budget whatever came
 /// after; so does a yield of the spin beyond its floor that lasted
@@ -260,8 +263,11 @@ pub fn wait_until_adaptive(
         spin_loop();
     }
     let spun = start.elapsed();
-    let mut contended = false;
-    for i in 0..polls - tight {
+    // More runnable threads than CPUs: spinning on would keep one of them (perhaps the
+    // one that is to send) off a core. Sleep now, and spin less.
+    let mut contended = polls > tight && cpu_demand::oversubscribed() == Some(true);
+    let extend = if contended { 0 } else { polls - tight };
+    for i in 0..extend {
         if ready() {
             if contended {
                 spin.contended();
@@ -677,6 +683,37 @@ mod tests {
             0,
             "the sleeping flag is withdrawn"
         );
+    }
+
+    /// With more threads runnable than CPUs, a grown budget's wait does not spin beyond
+    /// its floor: it looks at its condition the floor's polls and a few times around the
+    /// sleep, never the hundreds of polls the growth would take (the first yield of the
+    /// growth, which could also end it, comes after 32 of them).
+    #[test]
+    fn an_oversubscribed_machine_gets_no_spin_beyond_the_floor() {
+        let crowd = crate::cpu_demand::Crowd::start();
+        let counted = crowd.counted();
+        let mut calls = 0u32;
+        let mut a = AdaptiveSpin::new(10, Duration::from_millis(10));
+        a.polls = 10_000;
+        let word = AtomicU32::new(0);
+        let out = counted.then(|| {
+            wait_until_adaptive(&word, &mut a, Some(Duration::from_millis(5)), || {
+                calls += 1;
+                false
+            })
+        });
+        drop(crowd);
+        let Some(out) = out else {
+            eprintln!("skipped: the runnable threads are not counted here (/proc/loadavg)");
+            return;
+        };
+        assert_eq!(out, Ok(WaitOutcome::TimedOut));
+        assert!(
+            calls < 10 + 32,
+            "the wait polled {calls} times: it spun beyond its floor of 10"
+        );
+        assert_eq!(a.polls(), 5_000, "a crowded machine halves the budget");
     }
 
     #[test]
