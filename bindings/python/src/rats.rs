@@ -854,6 +854,13 @@ impl PyRatsRequestServer {
         Ok(self.server.get()?.forged())
     }
 
+    /// Requests dropped because their bytes did not add up to the length they declared
+    /// (a late copy of an earlier request landed with them); their clients retransmit.
+    #[getter]
+    fn mixed(&self) -> PyResult<u64> {
+        Ok(self.server.get()?.mixed())
+    }
+
     /// The next request, waiting up to `timeout` seconds (None: forever) without the
     /// GIL; None at the timeout. `StateError` while the last one is not answered.
     #[pyo3(signature = (timeout=None))]

@@ -67,6 +67,8 @@ def test_request_response_between_threads_and_the_state_rule(engine):
                 except hamlyn.StateError:
                     seen.append("state")
                 s.reply(r, b"<" + r.data + b">").result(timeout=WAIT)
+                # Nothing dropped: no duplicate, forgery or mix of two requests.
+                seen.append((s.duplicates, s.forged, s.mixed))
         except BaseException as e:  # handed to the test
             seen.append(e)
             ready.set()
@@ -79,7 +81,7 @@ def test_request_response_between_threads_and_the_state_rule(engine):
         assert c.call(b"hi") == b"<hi>"
     t.join(WAIT)
     assert not t.is_alive()
-    assert seen == ["state"]
+    assert seen == ["state", (0, 0, 0)]
 
 
 def test_rats_objects_are_their_threads_own(node):

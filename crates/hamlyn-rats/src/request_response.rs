@@ -11,9 +11,18 @@
 //! (duplicates filtered). A server that is gone is an error within the client's
 //! timeout.
 //!
-//! Request metadata (57 bytes): version, client id (u64, random per client), sequence
-//! number (u32), timestamp (u64: microseconds since the client started; echoed in the
-//! reply), reply ticket (compact). Reply metadata: version, sequence number, timestamp.
+//! A retransmission sent while the first copy was still on its way (a large request on
+//! a loaded machine outlasts [`RETRANSMIT_AFTER`]) can land in the server's buffer
+//! together with the client's *next* request: the entry counts the packets of both
+//! into one completion, and their bytes overlap. So a request declares its length, and
+//! the server drops (and counts, [`RequestServer::mixed`]) one whose bytes do not add up
+//! to it; the client retransmits it.
+//!
+//! Request metadata (57 bytes, [`request_meta`]): version ([`REQUEST_VERSION`]),
+//! client id (u64, random per client), sequence number (u32), timestamp (u32:
+//! microseconds since the client started, wrapping; echoed in the reply), length (u32,
+//! the request's bytes modulo 2^32, as notifications count them), reply ticket
+//! (compact). Reply metadata: version, sequence number, timestamp (u64).
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hasher};
@@ -26,7 +35,8 @@ use hamlyn::{
 use crate::error::RatsError;
 use crate::manager::{Endpoint, EndpointSpec, InstanceId, Manager};
 use crate::protocol::{
-    check_seed, decode_compact, encode_compact, make_seed, MetaWriter, ProtocolId, Reader, VERSION,
+    check_seed, decode_compact, encode_compact, make_seed, MetaWriter, ProtocolId, Reader,
+    COMPACT_TICKET_LEN, VERSION,
 };
 
 /// Clients whose last sequence number the server remembers (the oldest is forgotten).
@@ -45,26 +55,74 @@ pub struct Request {
     pub client: u64,
     /// The client's sequence number.
     pub seq: u32,
-    /// The client's timestamp.
-    pub timestamp: u64,
+    /// The client's timestamp (µs since it started, wrapping).
+    pub timestamp: u32,
     reply: Ticket,
 }
 
-/// Parses a request's metadata: (client, seq, timestamp, reply ticket). Whatever a peer
-/// wrote, a value or [`RatsError::Forged`] (fuzzed).
-pub fn parse_request_meta(meta: &[u8]) -> Result<(u64, u32, u64, Ticket), RatsError> {
+/// The version byte of request metadata: 2 since requests declare their length (a
+/// server of version 1 counts a newer request as forged, and the reverse).
+pub const REQUEST_VERSION: u8 = 2;
+
+/// A request's metadata, as it travels (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequestMeta {
+    /// The client's id.
+    pub client: u64,
+    /// The client's sequence number.
+    pub seq: u32,
+    /// The client's timestamp (µs, wrapping).
+    pub timestamp: u32,
+    /// The request's bytes, modulo 2^32.
+    pub len: u32,
+    /// Where the reply goes.
+    pub reply: Ticket,
+}
+
+/// Encodes request metadata (57 bytes).
+pub fn request_meta(m: &RequestMeta) -> Result<Vec<u8>, RatsError> {
+    let meta = write_request_meta(m, &encode_compact(&m.reply)?)?;
+    Ok(meta.bytes().to_vec())
+}
+
+/// Request metadata with the reply ticket already encoded (`reply`; `m.reply` unread):
+/// a client encodes its reply ticket once.
+fn write_request_meta(
+    m: &RequestMeta,
+    reply: &[u8; COMPACT_TICKET_LEN],
+) -> Result<MetaWriter, RatsError> {
+    let mut meta = MetaWriter::new();
+    meta.put(&[REQUEST_VERSION])?
+        .put(&m.client.to_le_bytes())?
+        .put(&m.seq.to_le_bytes())?
+        .put(&m.timestamp.to_le_bytes())?
+        .put(&m.len.to_le_bytes())?
+        .put(reply)?;
+    Ok(meta)
+}
+
+/// Parses a request's metadata. Whatever a peer wrote, a value or
+/// [`RatsError::Forged`] (fuzzed).
+pub fn parse_request_meta(meta: &[u8]) -> Result<RequestMeta, RatsError> {
     let mut r = Reader::new(meta);
-    if r.u8()? != VERSION {
+    if r.u8()? != REQUEST_VERSION {
         return Err(RatsError::Forged("version"));
     }
     let client = r.u64()?;
     let seq = r.u32()?;
-    let ts = r.u64()?;
+    let timestamp = r.u32()?;
+    let len = r.u32()?;
     let reply = decode_compact(&mut r)?;
     if !r.rest().is_empty() {
         return Err(RatsError::Forged("trailing bytes"));
     }
-    Ok((client, seq, ts, reply))
+    Ok(RequestMeta {
+        client,
+        seq,
+        timestamp,
+        len,
+        reply,
+    })
 }
 
 /// The server.
@@ -79,6 +137,7 @@ pub struct RequestServer {
     busy: bool,
     duplicates: u64,
     forged: u64,
+    mixed: u64,
 }
 
 impl RequestServer {
@@ -109,6 +168,7 @@ impl RequestServer {
             busy: false,
             duplicates: 0,
             forged: 0,
+            mixed: 0,
         })
     }
 
@@ -137,6 +197,13 @@ impl RequestServer {
         self.forged
     }
 
+    /// Requests dropped because the bytes that arrived did not add up to the length
+    /// they declared: a late copy of an earlier request landed with them (module docs).
+    /// Their clients retransmit.
+    pub fn mixed(&self) -> u64 {
+        self.mixed
+    }
+
     /// The next request, waiting up to `timeout`. While one is held (not released) the
     /// buffer is busy and other requests are refused by the engine.
     pub fn recv(&mut self, timeout: Option<Duration>) -> Result<Option<Request>, RatsError> {
@@ -156,7 +223,8 @@ impl RequestServer {
                     self.busy = true;
                     return Ok(Some(r));
                 }
-                // A duplicate: dropped, the buffer taken again.
+                // A duplicate, or bytes of two requests: dropped, the buffer taken
+                // again.
                 Ok(None) => self.rearm()?,
                 Err(_) => {
                     self.forged += 1;
@@ -179,7 +247,7 @@ impl RequestServer {
         let mut meta = MetaWriter::new();
         meta.put(&[VERSION])?
             .put(&r.seq.to_le_bytes())?
-            .put(&r.timestamp.to_le_bytes())?;
+            .put(&u64::from(r.timestamp).to_le_bytes())?;
         let opts = SendOptions::new().meta(meta.bytes()).entry(0);
         self.mgr.send_bytes(&r.reply, &opts, bytes)
     }
@@ -195,13 +263,25 @@ impl RequestServer {
         Ok(m.arm(0)?)
     }
 
-    /// The request, `None` for a duplicate, or an error for forged metadata.
+    /// The request, `None` for a duplicate or for bytes of two requests, or an error for
+    /// forged metadata.
     fn parse(&mut self, n: &Notification) -> Result<Option<Request>, RatsError> {
         let offset = n.offset.ok_or(RatsError::Forged("no offset"))?;
         let len = u64::from(n.len);
         self.ep.check(offset, len)?;
         let entry = self.ep.meta().ok_or(RatsError::Forged("entry"))?.entry(0)?;
-        let (client, seq, timestamp, reply) = parse_request_meta(entry.metadata())?;
+        let RequestMeta {
+            client,
+            seq,
+            timestamp,
+            len: declared,
+            reply,
+        } = parse_request_meta(entry.metadata())?;
+        if declared != n.len {
+            // Not recorded as seen: the client's retransmission is this request whole.
+            self.mixed += 1;
+            return Ok(None);
+        }
         if let Some(&last) = self.seen.get(&client) {
             if seq.wrapping_sub(last).wrapping_sub(1) >= u32::MAX / 2 {
                 self.duplicates += 1;
@@ -251,7 +331,7 @@ pub struct RequestClient {
     id: InstanceId,
     server: Ticket,
     reply_ep: Endpoint,
-    reply_compact: [u8; 36],
+    reply_compact: [u8; COMPACT_TICKET_LEN],
     client: u64,
     seq: u32,
     started: Instant,
@@ -309,13 +389,16 @@ impl RequestClient {
         RequestClient::from_seed(mgr, &seed, max_reply)
     }
 
-    fn send_once(&self, bytes: &[u8], ts: u64) -> Result<hamlyn::SendHandle, RatsError> {
-        let mut meta = MetaWriter::new();
-        meta.put(&[VERSION])?
-            .put(&self.client.to_le_bytes())?
-            .put(&self.seq.to_le_bytes())?
-            .put(&ts.to_le_bytes())?
-            .put(&self.reply_compact)?;
+    fn send_once(&self, bytes: &[u8], ts: u32) -> Result<hamlyn::SendHandle, RatsError> {
+        let m = RequestMeta {
+            client: self.client,
+            seq: self.seq,
+            timestamp: ts,
+            // Modulo 2^32, as the server's notification counts it.
+            len: bytes.len() as u32,
+            reply: self.server,
+        };
+        let meta = write_request_meta(&m, &self.reply_compact)?;
         let opts = SendOptions::new().meta(meta.bytes()).entry(0);
         self.mgr.send_bytes(&self.server, &opts, bytes)
     }
@@ -330,7 +413,7 @@ impl RequestClient {
         self.seq = self.seq.wrapping_add(1);
         let deadline = Instant::now() + timeout;
         let mut wait = RETRANSMIT_AFTER;
-        let ts = self.started.elapsed().as_micros() as u64;
+        let ts = self.micros();
         let mut h = self.send_once(request, ts)?;
         loop {
             let slice = (Instant::now() + wait).min(deadline);
@@ -368,6 +451,12 @@ impl RequestClient {
         }
     }
 
+    /// Microseconds since the client started, wrapping at 2^32 (71 minutes): a round
+    /// trip is measured by wrapping subtraction.
+    fn micros(&self) -> u32 {
+        self.started.elapsed().as_micros() as u32
+    }
+
     /// Waits until `until` for the reply to the current sequence number.
     fn wait_reply(&mut self, until: Instant) -> Result<Option<Reply>, RatsError> {
         let Some(n) = self.mgr.wait(self.id, Some(until))? else {
@@ -392,11 +481,12 @@ impl RequestClient {
         match parsed {
             Ok((seq, ts)) if seq == self.seq && self.reply_ep.check(0, len).is_ok() => {
                 self.holding = true;
-                let now = self.started.elapsed().as_micros() as u64;
+                // The echo of a u32 timestamp: its low 32 bits, subtracted wrapping.
+                let since = self.micros().wrapping_sub(ts as u32);
                 Ok(Some(Reply {
                     len,
                     seq,
-                    round_trip: Duration::from_micros(now.saturating_sub(ts)),
+                    round_trip: Duration::from_micros(u64::from(since)),
                 }))
             }
             // A late reply to an earlier sequence number: dropped.

@@ -137,3 +137,53 @@ fn a_server_that_is_gone_is_an_error_within_the_timeout() {
     let e = c.call(b"anyone?", Duration::from_millis(200)).unwrap_err();
     assert!(matches!(e, RatsError::PeerGone | RatsError::Timeout), "{e}");
 }
+
+/// A late copy of an earlier request can land in the server's buffer together with the
+/// next one (the entry counts both into one completion, their bytes overlapping). A
+/// request declares its length, so bytes that do not add up to it are dropped, counted,
+/// and never recorded as seen: the client's own request, whole, is served after.
+#[test]
+fn bytes_that_do_not_add_up_to_the_declared_length_are_dropped_and_counted() {
+    use hamlyn::{Data, SendOptions};
+    use hamlyn_rats::request_response::{request_meta, RequestMeta};
+    let node = Node::embedded().unwrap();
+    let server_node = Node::connect(node.socket_path()).unwrap();
+    let m = Manager::new(&server_node).unwrap();
+    let mut s = RequestServer::new(&m, 4096).unwrap();
+    let seed = s.make_seed();
+    // What a mix of two requests looks like to the server: the metadata of one (client
+    // 7, sequence 1, 100 bytes declared) over 120 bytes that arrived.
+    let peer = Node::connect(node.socket_path()).unwrap();
+    let mut pt = peer.terminus(0).unwrap();
+    let meta = request_meta(&RequestMeta {
+        client: 7,
+        seq: 1,
+        timestamp: 0,
+        len: 100,
+        reply: seed.tickets[0],
+    })
+    .unwrap();
+    let h = pt
+        .send(
+            &seed.tickets[0],
+            &SendOptions::new().meta(&meta).entry(0),
+            Data::Inline(&[0xAB; 120]),
+        )
+        .unwrap();
+    assert!(!h.wait(WAIT).is_failed(), "the engine takes it");
+    assert!(s.recv(Some(Duration::from_millis(200))).unwrap().is_none());
+    assert_eq!((s.mixed(), s.forged(), s.duplicates()), (1, 0, 0));
+    // The buffer was taken again, and client 7's sequence number 1 is not spent.
+    let client = std::thread::spawn(move || {
+        let mc = Manager::new(&peer).unwrap();
+        let mut c = RequestClient::from_seed(&mc, &seed, 4096).unwrap();
+        call(&mut c, b"whole")
+    });
+    let r = s.recv(WAIT).unwrap().expect("the client's request");
+    assert_eq!(s.to_vec(&r).unwrap(), b"whole");
+    let reply: Vec<u8> = b"whole".iter().rev().copied().collect();
+    s.send_reply(&r, &reply).unwrap();
+    s.release().unwrap();
+    assert_eq!(client.join().unwrap(), b"elohw");
+    assert_eq!(s.mixed(), 1);
+}
