@@ -380,6 +380,16 @@ impl Session {
     }
 }
 
+/// The lists a timer tick fills (peers, a session's rails, the rails due a heartbeat,
+/// the acknowledgements due), kept between ticks ([`TcpFabric::timers`]).
+#[derive(Debug, Default)]
+struct TickScratch {
+    nodes: Vec<NodeId>,
+    rails: Vec<usize>,
+    beats: Vec<usize>,
+    acks: Vec<(usize, u64)>,
+}
+
 #[derive(Debug)]
 struct Peer {
     addr: Option<SocketAddr>,
@@ -453,6 +463,8 @@ pub struct TcpFabric {
     /// ([`PacketSink::on_unconfirmed`]) at the end of the poll.
     unconfirmed: VecDeque<(NodeId, Header)>,
     next_tick: Instant,
+    /// The timer tick's lists, kept between ticks so that a tick allocates nothing.
+    tick_scratch: TickScratch,
     polls: u64,
     rx_cursor: usize,
     /// Packets sent since the last poll.
@@ -561,6 +573,7 @@ impl TcpFabric {
             out: VecDeque::new(),
             unconfirmed: VecDeque::new(),
             next_tick: Instant(0),
+            tick_scratch: TickScratch::default(),
             polls: 0,
             rx_cursor: 0,
             sends_since_poll: 0,
@@ -1766,8 +1779,12 @@ impl TcpFabric {
         }
         self.next_tick = now.plus_nanos(self.timing.tick);
         let t = self.timing;
-        let nodes: Vec<NodeId> = self.peers.keys().copied().collect();
-        for node in nodes {
+        // Taken for the tick and put back after it: the lists keep their room.
+        let mut sc = std::mem::take(&mut self.tick_scratch);
+        sc.nodes.clear();
+        sc.nodes.extend(self.peers.keys().copied());
+        for k in 0..sc.nodes.len() {
+            let node = sc.nodes[k];
             let Some(peer) = self.peers.get_mut(&node) else {
                 continue;
             };
@@ -1808,10 +1825,11 @@ impl TcpFabric {
                 }
                 continue;
             }
-            let rails: Vec<usize> = session.conns().collect();
+            sc.rails.clear();
+            sc.rails.extend(session.conns());
             let mut dead = None;
-            let mut beats = Vec::new();
-            for &i in &rails {
+            sc.beats.clear();
+            for &i in &sc.rails {
                 let Some(conn) = self.conn(i) else {
                     continue;
                 };
@@ -1821,7 +1839,7 @@ impl TcpFabric {
                     break;
                 }
                 if conn.tx.is_empty() && now.nanos_since(conn.last_tx) >= t.heartbeat {
-                    beats.push(i);
+                    sc.beats.push(i);
                 }
             }
             if let Some(i) = dead {
@@ -1833,7 +1851,7 @@ impl TcpFabric {
                 );
                 continue;
             }
-            for &i in &beats {
+            for &i in &sc.beats {
                 // Idle: a link gives back what a very large frame made it hold.
                 if let Some(link) = self.conn_mut(i).and_then(|c| c.link.as_mut()) {
                     link.trim();
@@ -1841,15 +1859,19 @@ impl TcpFabric {
             }
             // Every tick acknowledges what arrived since the last acknowledgement, so a
             // sender learns within a tick which packets the peer has.
-            let acks: Vec<(usize, u64)> = rails
-                .into_iter()
-                .filter(|i| !beats.contains(i))
-                .filter_map(|i| Some((i, self.conn(i)?.received.ack_due(true)?)))
-                .collect();
-            for (i, n) in acks {
+            sc.acks.clear();
+            for &i in &sc.rails {
+                if sc.beats.contains(&i) {
+                    continue;
+                }
+                if let Some(n) = self.conn(i).and_then(|c| c.received.ack_due(true)) {
+                    sc.acks.push((i, n));
+                }
+            }
+            for &(i, n) in &sc.acks {
                 self.send_ack(i, node, n, now);
             }
-            for i in beats {
+            for &i in &sc.beats {
                 let acked = self.conn(i).map_or(0, |c| c.received.delivered());
                 let hb = heartbeat(self.config.node, node, self.config.incarnation, acked);
                 self.send_control(i, &hb, now);
@@ -1861,6 +1883,7 @@ impl TcpFabric {
                 }
             }
         }
+        self.tick_scratch = sc;
         // Accepted connections that never said HELLO (or never took a join reply).
         for i in 0..self.conns.len() {
             let expired = self.conn(i).is_some_and(|c| {
