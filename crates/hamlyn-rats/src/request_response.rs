@@ -81,22 +81,23 @@ pub struct RequestMeta {
 
 /// Encodes request metadata (57 bytes).
 pub fn request_meta(m: &RequestMeta) -> Result<Vec<u8>, RatsError> {
-    let meta = write_request_meta(m, &encode_compact(&m.reply)?)?;
+    let reply = encode_compact(&m.reply)?;
+    let meta = write_request_meta((m.client, m.seq, m.timestamp, m.len), &reply)?;
     Ok(meta.bytes().to_vec())
 }
 
-/// Request metadata with the reply ticket already encoded (`reply`; `m.reply` unread):
-/// a client encodes its reply ticket once.
+/// Request metadata of (client, sequence number, timestamp, length), with the reply
+/// ticket already encoded: a client encodes its reply ticket once.
 fn write_request_meta(
-    m: &RequestMeta,
+    (client, seq, timestamp, len): (u64, u32, u32, u32),
     reply: &[u8; COMPACT_TICKET_LEN],
 ) -> Result<MetaWriter, RatsError> {
     let mut meta = MetaWriter::new();
     meta.put(&[REQUEST_VERSION])?
-        .put(&m.client.to_le_bytes())?
-        .put(&m.seq.to_le_bytes())?
-        .put(&m.timestamp.to_le_bytes())?
-        .put(&m.len.to_le_bytes())?
+        .put(&client.to_le_bytes())?
+        .put(&seq.to_le_bytes())?
+        .put(&timestamp.to_le_bytes())?
+        .put(&len.to_le_bytes())?
         .put(reply)?;
     Ok(meta)
 }
@@ -390,15 +391,9 @@ impl RequestClient {
     }
 
     fn send_once(&self, bytes: &[u8], ts: u32) -> Result<hamlyn::SendHandle, RatsError> {
-        let m = RequestMeta {
-            client: self.client,
-            seq: self.seq,
-            timestamp: ts,
-            // Modulo 2^32, as the server's notification counts it.
-            len: bytes.len() as u32,
-            reply: self.server,
-        };
-        let meta = write_request_meta(&m, &self.reply_compact)?;
+        // The length modulo 2^32, as the server's notification counts it.
+        let fields = (self.client, self.seq, ts, bytes.len() as u32);
+        let meta = write_request_meta(fields, &self.reply_compact)?;
         let opts = SendOptions::new().meta(meta.bytes()).entry(0);
         self.mgr.send_bytes(&self.server, &opts, bytes)
     }
