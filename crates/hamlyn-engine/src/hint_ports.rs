@@ -448,14 +448,20 @@ mod tests {
         assert_eq!(h.len(), (8, 0));
     }
 
+    /// Hint ports (`never_cold` as given) with one port of one terminus, opened at level 0.
+    fn one_open_port(never_cold: bool) -> (HintPorts, Arc<ShmRegion>) {
+        let mut h = HintPorts::new(never_cold);
+        let r = port();
+        h.add(1, r.clone(), 1, 0);
+        h.opened(1, 0);
+        (h, r)
+    }
+
     /// A busy-polling engine's ports never go cold (it arms no doorbell; an armed cold
     /// port would have its client ring on every push).
     #[test]
     fn a_busy_polling_engines_ports_stay_hot() {
-        let mut h = HintPorts::new(true);
-        let r = port();
-        h.add(1, r.clone(), 1, 0);
-        h.opened(1, 0);
+        let (mut h, r) = one_open_port(true);
         h.backdate();
         for _ in 0..2 * HINT_HOT_TURNS {
             h.take(false, ColdLook::Share, 0, |_, _, _| {});
@@ -485,10 +491,7 @@ mod tests {
     /// A hint that comes as a port is about to go cold keeps it hot, unarmed.
     #[test]
     fn a_hint_at_the_arming_keeps_the_port_hot() {
-        let mut h = HintPorts::new(false);
-        let r = port();
-        h.add(1, r.clone(), 1, 0);
-        h.opened(1, 0);
+        let (mut h, r) = one_open_port(false);
         for _ in 0..HINT_HOT_TURNS - 1 {
             h.take(false, ColdLook::Share, 0, |_, _, _| {});
         }

@@ -171,11 +171,13 @@ fn slot_bit(slot: u32) -> u64 {
 /// here takes ~28 µs to wake, so a ping-pong's two wake-ups fit.
 pub const SPIN_REACH: Duration = Duration::from_micros(100);
 
-/// The environment variable that sets whether every queue's spin budget adapts: `1`
-/// on, `0` off (the budget is then fixed at [`crate::NodeOptions::spin`] polls).
+/// The environment variable that turns on the adaptive spin budget of every queue:
+/// `1`. Anything else, or unset (the default), leaves the budget fixed at
+/// [`crate::NodeOptions::spin`] polls (docs/PERFORMANCE.md, "Tails", says why it is
+/// off by default).
 pub const ADAPTIVE_SPIN_ENV: &str = "HAMLYN_ADAPTIVE_SPIN";
 
-/// A queue's spin budget: adaptive unless [`ADAPTIVE_SPIN_ENV`] says otherwise.
+/// A queue's spin budget: adaptive only if [`ADAPTIVE_SPIN_ENV`] is `1`.
 fn spin_policy(spin: u32) -> AdaptiveSpin {
     let adaptive = std::env::var_os(ADAPTIVE_SPIN_ENV).is_some_and(|v| v == "1");
     let reach = if adaptive { SPIN_REACH } else { Duration::ZERO };
