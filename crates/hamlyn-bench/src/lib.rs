@@ -78,7 +78,7 @@ use latency::{Exchange, PingPong};
 use plan::{median, Plan, BANDWIDTH_SIZES, LATENCY_SIZES, LOOPBACK_SIZES, RATE_SIZE};
 use progress::Progress;
 use report::{size_name, Floor, Mode, Op, Report, Row, TcpFloor};
-use tcp::{RawTcp, TcpEngines, TcpSetup, Wait};
+use tcp::{RawTcp, SplitTcpEngines, TcpEngines, TcpSetup, Wait};
 
 /// Competing termini of the fairness measurement.
 const FAIRNESS_TERMINI: usize = 4;
@@ -281,7 +281,8 @@ fn setup_text(
             .remote_mtu
             .map_or(String::new(), |m| format!(", remote MTU {m} B"));
         engines.push(format!(
-            "tcp: two engines (threads of this process) over TCP loopback, {} rail{}{mtu}, \
+            "tcp: two engines over TCP loopback, node 0 embedded in this process and node 1 \
+             in the peer's, {} rail{}{mtu}, \
              busy-poll {busy}, links authenticated and encrypted (tcp-plain: in clear)",
             setup.rails,
             if setup.rails == 1 { "" } else { "s" }
@@ -436,11 +437,15 @@ fn measure_layers(
             stopped?;
             continue;
         }
-        let engines = match &args.socket {
-            Some(s) => Engines::Daemon(s.clone()),
-            None => Engines::Local(EngineHandle::start(fresh_engine(engine))?),
+        let local = match &args.socket {
+            Some(_) => None,
+            None => Some(EngineHandle::start(fresh_engine(engine))?),
         };
-        let (socket, _) = engines.sockets();
+        let socket = match (&local, &args.socket) {
+            (Some(e), _) => e.socket_path().to_path_buf(),
+            (None, Some(s)) => s.clone(),
+            (None, None) => return Err(BenchError::Usage("no engine to measure the layers on")),
+        };
         let r = match layer {
             LayerChoice::Am => am::measure(mode, &socket, &socket, plan, progress),
             LayerChoice::Endpoints => flipc::measure(mode, &socket, plan, progress),
@@ -448,7 +453,7 @@ fn measure_layers(
             LayerChoice::Rpc => rpc::measure(mode, &socket, &socket, plan, progress),
             LayerChoice::Interface => Ok(Vec::new()),
         };
-        let stopped = engines.stop();
+        let stopped = local.map_or(Ok(()), EngineHandle::stop);
         rows.extend(r?);
         stopped?;
     }
@@ -735,8 +740,9 @@ enum Engines {
     Daemon(PathBuf),
     /// One engine thread in this process.
     Local(EngineHandle),
-    /// Two engine threads joined over TCP: the driver on node 0, the peer on node 1.
-    Tcp(TcpEngines),
+    /// Two engines joined over TCP: node 0 in this process (the driver's), node 1 in the
+    /// peer process.
+    Tcp(SplitTcpEngines),
 }
 
 impl Engines {
@@ -745,18 +751,16 @@ impl Engines {
         match self {
             Engines::Daemon(p) => (p.clone(), p.clone()),
             Engines::Local(e) => (e.socket_path().into(), e.socket_path().into()),
-            Engines::Tcp(t) => (
-                t.driver_side.socket_path().into(),
-                t.peer_side.socket_path().into(),
-            ),
+            Engines::Tcp(t) => (t.driver_side.socket_path().into(), t.peer_socket.clone()),
         }
     }
 
-    fn stop(self) -> Result<(), BenchError> {
+    /// Stops the engines this run started (the peer's too: it hosts node 1 over TCP).
+    fn stop(self, peer: &mut PeerProcess) -> Result<(), BenchError> {
         match self {
             Engines::Daemon(_) => Ok(()),
             Engines::Local(e) => Ok(e.stop()?),
-            Engines::Tcp(t) => t.stop(),
+            Engines::Tcp(t) => t.stop(peer),
         }
     }
 }
@@ -804,7 +808,7 @@ impl Attached {
         peer.expect("ok", ANSWER_WAIT)?;
         drop(self.ep);
         drop(self.to_peer);
-        self.engines.stop()
+        self.engines.stop(peer)
     }
 }
 
@@ -917,7 +921,7 @@ fn two_engines(
         peer.expect("ok", ANSWER_WAIT)?;
     }
     let setup = tcp_setup(args, engine, mode == Mode::TcpPlain);
-    let engines = Engines::Tcp(TcpEngines::start(engine, &setup, cpus)?);
+    let engines = Engines::Tcp(SplitTcpEngines::start(engine, &setup, cpus, peer)?);
     let mut at = Attached::new(engines, args, peer)?;
     let result = measure_mode(mode, plan, peer, &mut at, progress, out);
     if result.is_err() {

@@ -16,6 +16,8 @@
 //! | `tcp-pong SIZE ROUNDS WAIT` | echoes ROUNDS messages of SIZE bytes over that connection, reading with blocking calls (`block`) or spinning (`spin`) | `ok` |
 //! | `tcp-stream SIZE COUNT WAIT` | writes COUNT messages of SIZE bytes to it, blocking or spinning | `ok` |
 //! | `tcp-close` | closes it | `ok` |
+//! | `tcp-node ADDR SECRET RAILS BUSY MTU TURNS SPIN_US INTRA` | starts node 1's engine in this process over TCP, node 0 at ADDR ([`PeerNode`]) | `tcp-node ADDR SOCKET` (its fabric's address, its control socket) |
+//! | `tcp-node-stop` | stops that engine | `ok` |
 //! | `quit` (or end of input) | exits | — |
 //!
 //! Any failure is answered `error MESSAGE`, and the process exits with status 1.
@@ -31,7 +33,7 @@ use super::error::BenchError;
 use super::floor::FloorShm;
 use super::latency::{pong, Exchange, PingPong};
 use super::pin::pin_to;
-use super::tcp::{RawTcp, Wait};
+use super::tcp::{PeerNode, RawTcp, Wait};
 
 /// `hamlyn bench-peer` arguments.
 #[derive(Debug, Args)]
@@ -49,6 +51,8 @@ struct State {
     endpoint: Option<Endpoint>,
     driver: Option<Remote>,
     tcp: Option<RawTcp>,
+    /// Node 1's engine, when the driver asked this process to host it (`tcp-node`).
+    node: Option<hamlyn_engine::EngineHandle>,
 }
 
 /// What a command asks of the loop.
@@ -189,6 +193,24 @@ fn obey(
                 tcp.pong(size, count, wait)?;
             } else {
                 tcp.send_stream(size, count, wait)?;
+            }
+            say(out, "ok")?;
+        }
+        Some("tcp-node") => {
+            if state.node.is_some() {
+                return Err(BenchError::Peer("node 1 is running already".into()));
+            }
+            let spec = PeerNode::parse(words).ok_or_else(missing)?;
+            let (engine, addr) = spec.start()?;
+            let socket = engine.socket_path().display().to_string();
+            state.node = Some(engine);
+            say(out, &format!("tcp-node {addr} {socket}"))?;
+        }
+        Some("tcp-node-stop") => {
+            state.endpoint = None;
+            state.driver = None;
+            if let Some(engine) = state.node.take() {
+                engine.stop()?;
             }
             say(out, "ok")?;
         }

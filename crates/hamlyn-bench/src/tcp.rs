@@ -23,13 +23,14 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use hamlyn_engine::{EngineConfig, EngineHandle};
-use hamlyn_fabric::tcp::{tcp_cluster, TcpConfig};
+use hamlyn_fabric::tcp::{tcp_cluster, ClusterSecret, TcpConfig, TcpFabric};
 use hamlyn_wire::NodeId;
 
+use super::child::PeerProcess;
 use super::engine_stats::{observer, EngineStats};
 use super::error::BenchError;
 use super::latency::{timed_rounds, Latency};
@@ -76,15 +77,9 @@ impl TcpEngines {
     ) -> Result<TcpEngines, BenchError> {
         let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
         let mut cfg = TcpConfig::new(NodeId(0), loopback);
-        // Two engines of this process: a secret of their own, never the user's file.
-        if setup.danger_insecure {
-            cfg.danger_insecure = true;
-        } else {
-            cfg.secret = Some(
-                hamlyn_fabric::tcp::ClusterSecret::generate()
-                    .map_err(|e| BenchError::Fabric(e.to_string()))?,
-            );
-        }
+        let secret = setup.secret()?;
+        cfg.danger_insecure = secret.is_none();
+        cfg.secret = secret;
         cfg.rails = setup.rails;
         cfg.busy_poll = setup.busy_poll;
         cfg.incarnation = INCARNATION;
@@ -94,27 +89,15 @@ impl TcpEngines {
         let (Some(f0), Some(f1)) = (fabrics.next(), fabrics.next()) else {
             return Err(BenchError::Fabric("tcp_cluster made fewer than two".into()));
         };
-        let start = |node: u32, fabric| {
-            let mut c = super::fresh_engine(engine);
-            c.node = node;
-            c.incarnation = INCARNATION;
-            // One registry for the pair (the active-message layer's handler names).
-            c.registry = Some(0);
-            c.busy_poll = setup.busy_poll;
-            if let Some(mtu) = setup.remote_mtu {
-                c.remote_mtu = mtu;
-            }
-            EngineHandle::start_with_fabric(c, Some(Box::new(fabric)))
-        };
         // An engine thread inherits the affinity of the thread that starts it.
         if let Some((a, _)) = cpus {
             pin_to(a)?;
         }
-        let driver_side = start(0, f0)?;
+        let driver_side = start_node(engine, setup, 0, f0)?;
         if let Some((_, b)) = cpus {
             pin_to(b)?;
         }
-        let peer_side = start(1, f1);
+        let peer_side = start_node(engine, setup, 1, f1);
         if let Some((a, _)) = cpus {
             pin_to(a)?;
         }
@@ -142,6 +125,214 @@ impl TcpEngines {
         a?;
         b.unwrap_or_else(|_| Err(hamlyn_engine::EngineError::Shm("stopping panicked".into())))?;
         Ok(())
+    }
+}
+
+impl TcpSetup {
+    /// A fresh random secret for the two engines (never the user's file), or `None` for
+    /// links in clear.
+    fn secret(&self) -> Result<Option<ClusterSecret>, BenchError> {
+        if self.danger_insecure {
+            return Ok(None);
+        }
+        ClusterSecret::generate()
+            .map(Some)
+            .map_err(|e| BenchError::Fabric(e.to_string()))
+    }
+}
+
+/// The fabric of node `node` (its listener bound on an ephemeral loopback port), set up
+/// as `setup` says, with `secret` (`None`: in clear).
+fn node_fabric(
+    setup: &TcpSetup,
+    node: u32,
+    secret: Option<ClusterSecret>,
+) -> Result<TcpFabric, BenchError> {
+    let mut cfg = TcpConfig::new(NodeId(node), SocketAddr::from(([127, 0, 0, 1], 0)));
+    cfg.danger_insecure = secret.is_none();
+    cfg.secret = secret;
+    cfg.rails = setup.rails;
+    cfg.busy_poll = setup.busy_poll;
+    cfg.incarnation = INCARNATION;
+    TcpFabric::new(cfg).map_err(|e| BenchError::Fabric(e.to_string()))
+}
+
+/// Starts the engine of node `node` on `fabric`, set up as `engine` and `setup` say.
+fn start_node(
+    engine: &EngineConfig,
+    setup: &TcpSetup,
+    node: u32,
+    fabric: TcpFabric,
+) -> Result<EngineHandle, BenchError> {
+    let mut c = super::fresh_engine(engine);
+    c.node = node;
+    c.incarnation = INCARNATION;
+    // One registry for the pair (the active-message layer's handler names).
+    c.registry = Some(0);
+    c.busy_poll = setup.busy_poll;
+    if let Some(mtu) = setup.remote_mtu {
+        c.remote_mtu = mtu;
+    }
+    Ok(EngineHandle::start_with_fabric(c, Some(Box::new(fabric)))?)
+}
+
+/// Node 0 in the driver process and node 1 in the peer process, each engine embedded in
+/// the process that uses it, as an application on each of two machines would run them:
+/// a thread of each process that waits for its engine runs the engine's turns itself
+/// (progress by the waiting thread), so a ping-pong has one busy thread per node, as raw
+/// TCP has. (With both engines threads of the driver, the peer could drive neither, and
+/// engine 1's thread was woken for every arrival.)
+#[derive(Debug)]
+pub struct SplitTcpEngines {
+    /// Node 0, in this process (the driver attaches here).
+    pub driver_side: EngineHandle,
+    /// The control socket of node 1, in the peer process (the peer attaches there).
+    pub peer_socket: PathBuf,
+}
+
+impl SplitTcpEngines {
+    /// Binds node 0's fabric, has the peer start node 1 ([`PeerNode`]), starts node 0
+    /// and waits until each sees the other up. With `cpus` (A, B), engine 0 is pinned to
+    /// A (the peer process, and so its engine, was pinned to B), and the calling thread
+    /// is left on A.
+    pub fn start(
+        engine: &EngineConfig,
+        setup: &TcpSetup,
+        cpus: Option<(usize, usize)>,
+        peer: &mut PeerProcess,
+    ) -> Result<SplitTcpEngines, BenchError> {
+        let secret = setup.secret()?;
+        let mut f0 = node_fabric(setup, 0, secret.clone())?;
+        let spec = PeerNode {
+            setup: setup.clone(),
+            secret,
+            node0: f0.local_addr(),
+            spin_turns: engine.spin_turns,
+            spin: engine.spin,
+            intra_mtu: engine.intra_mtu,
+        };
+        peer.send(&spec.command())?;
+        let answer = peer.expect("tcp-node", super::ANSWER_WAIT)?;
+        let mut words = answer.splitn(2, ' ');
+        let bad = || BenchError::Peer(format!("bad answer to tcp-node: {answer}"));
+        let node1: SocketAddr = words.next().and_then(|w| w.parse().ok()).ok_or_else(bad)?;
+        let peer_socket = PathBuf::from(words.next().ok_or_else(bad)?);
+        f0.add_peer(NodeId(1), node1)
+            .map_err(|e| BenchError::Fabric(e.to_string()))?;
+        if let Some((a, _)) = cpus {
+            pin_to(a)?;
+        }
+        let driver_side = start_node(engine, setup, 0, f0)?;
+        let engines = SplitTcpEngines {
+            driver_side,
+            peer_socket,
+        };
+        wait_peer_up(engines.driver_side.socket_path(), 1)?;
+        wait_peer_up(&engines.peer_socket, 0)?;
+        Ok(engines)
+    }
+
+    /// Stops both engines at once: the peer's (`tcp-node-stop`) and this one.
+    pub fn stop(self, peer: &mut PeerProcess) -> Result<(), BenchError> {
+        peer.send("tcp-node-stop")?;
+        let a = self.driver_side.stop();
+        peer.expect("ok", super::ANSWER_WAIT)?;
+        Ok(a?)
+    }
+}
+
+/// What the peer process needs to host node 1 (`tcp-node`): the fabric's setup and
+/// secret, node 0's address, and the engine settings of the driver's command line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerNode {
+    /// Rails, busy-poll, remote MTU, in clear or not.
+    pub setup: TcpSetup,
+    /// The pair's secret (`None`: in clear).
+    pub secret: Option<ClusterSecret>,
+    /// Where node 0 listens.
+    pub node0: SocketAddr,
+    /// The engine's idle spin, in turns.
+    pub spin_turns: u32,
+    /// The engine's idle spin, in time (whole microseconds).
+    pub spin: Duration,
+    /// The engine's intra-node MTU.
+    pub intra_mtu: u64,
+}
+
+impl PeerNode {
+    /// The command line: `tcp-node ADDR SECRET RAILS BUSY MTU SPIN_TURNS SPIN_US INTRA`,
+    /// SECRET `insecure` for links in clear, MTU `-` for the engine's default.
+    pub fn command(&self) -> String {
+        let secret = self
+            .secret
+            .as_ref()
+            .map_or_else(|| "insecure".to_string(), ClusterSecret::to_hex);
+        let mtu = self
+            .setup
+            .remote_mtu
+            .map_or_else(|| "-".to_string(), |m| m.to_string());
+        format!(
+            "tcp-node {} {secret} {} {} {mtu} {} {} {}",
+            self.node0,
+            self.setup.rails,
+            u8::from(self.setup.busy_poll),
+            self.spin_turns,
+            self.spin.as_micros(),
+            self.intra_mtu
+        )
+    }
+
+    /// Parses the words after `tcp-node` (`None`: not one).
+    pub fn parse<'a>(mut words: impl Iterator<Item = &'a str>) -> Option<PeerNode> {
+        let node0 = words.next()?.parse().ok()?;
+        let secret = match words.next()? {
+            "insecure" => None,
+            hex => Some(ClusterSecret::parse(hex).ok()?),
+        };
+        let rails = words.next()?.parse().ok()?;
+        let busy_poll = match words.next()? {
+            "0" => false,
+            "1" => true,
+            _ => return None,
+        };
+        let remote_mtu = match words.next()? {
+            "-" => None,
+            m => Some(m.parse().ok()?),
+        };
+        let spin_turns = words.next()?.parse().ok()?;
+        let spin = Duration::from_micros(words.next()?.parse().ok()?);
+        let intra_mtu = words.next()?.parse().ok()?;
+        if words.next().is_some() {
+            return None;
+        }
+        Some(PeerNode {
+            setup: TcpSetup {
+                rails,
+                busy_poll,
+                remote_mtu,
+                danger_insecure: secret.is_none(),
+            },
+            secret,
+            node0,
+            spin_turns,
+            spin,
+            intra_mtu,
+        })
+    }
+
+    /// Peer: binds node 1's fabric, names node 0 to it and starts its engine in this
+    /// process; returns the engine and the fabric's address.
+    pub fn start(&self) -> Result<(EngineHandle, SocketAddr), BenchError> {
+        let mut f1 = node_fabric(&self.setup, 1, self.secret.clone())?;
+        f1.add_peer(NodeId(0), self.node0)
+            .map_err(|e| BenchError::Fabric(e.to_string()))?;
+        let addr = f1.local_addr();
+        let mut engine = EngineConfig::embedded();
+        engine.busy_poll = self.setup.busy_poll;
+        engine.spin_turns = self.spin_turns;
+        engine.spin = self.spin;
+        engine.intra_mtu = self.intra_mtu;
+        Ok((start_node(&engine, &self.setup, 1, f1)?, addr))
     }
 }
 
@@ -424,6 +615,48 @@ fn read_stamp(buf: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The peer's `tcp-node` command carries every setting through text and back.
+    #[test]
+    fn a_peer_node_command_parses_back_to_itself() {
+        let secret = ClusterSecret::generate().expect("random bytes");
+        for (secret, mtu) in [(Some(secret), Some(65_536)), (None, None)] {
+            let spec = PeerNode {
+                setup: TcpSetup {
+                    rails: 3,
+                    busy_poll: true,
+                    remote_mtu: mtu,
+                    danger_insecure: secret.is_none(),
+                },
+                secret,
+                node0: SocketAddr::from(([127, 0, 0, 1], 4321)),
+                spin_turns: 77,
+                spin: Duration::from_micros(250),
+                intra_mtu: 8192,
+            };
+            let line = spec.command();
+            let words = line.strip_prefix("tcp-node ").expect("the command word");
+            let back = PeerNode::parse(words.split_whitespace()).expect("parses");
+            assert_eq!(back.command(), line);
+            assert_eq!(back.setup, spec.setup);
+        }
+    }
+
+    /// A command missing a word, with one too many, or with a bad value is refused.
+    #[test]
+    fn a_bad_peer_node_command_is_refused() {
+        let good = "127.0.0.1:1 insecure 2 0 - 20000 1000 262144";
+        assert!(PeerNode::parse(good.split_whitespace()).is_some());
+        for bad in [
+            "127.0.0.1:1 insecure 2 0 - 20000 1000",
+            "127.0.0.1:1 insecure 2 0 - 20000 1000 262144 9",
+            "nowhere insecure 2 0 - 20000 1000 262144",
+            "127.0.0.1:1 notasecret 2 0 - 20000 1000 262144",
+            "127.0.0.1:1 insecure 2 yes - 20000 1000 262144",
+        ] {
+            assert!(PeerNode::parse(bad.split_whitespace()).is_none(), "{bad}");
+        }
+    }
 
     #[test]
     fn raw_ping_pong_and_stream_over_loopback() {

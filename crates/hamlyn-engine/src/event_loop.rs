@@ -35,7 +35,12 @@ const DOORBELL: Token = Token(1);
 const FABRIC: Token = Token(2);
 const FIRST_CLIENT: usize = 3;
 /// Idle turns between two polls of the fabric while spinning (0 turns while busy).
-pub(crate) const FABRIC_IDLE_EVERY: u32 = 32;
+const FABRIC_IDLE_EVERY: u32 = 32;
+/// A waiting thread's idle turns poll the fabric every this many: it stays for its whole
+/// budget when the engine has a fabric (`crate::hosted`), so a look every few turns
+/// sees an arrival within a fraction of a microsecond of its coming, at a system call
+/// per few turns.
+const FABRIC_DRIVEN_EVERY: u32 = 4;
 /// Longest sleep of the engine thread while a waiting thread drives: if the drivers ran
 /// no turn meanwhile, the engine thread serves anyway (the poller's granularity is a
 /// millisecond).
@@ -87,6 +92,22 @@ pub(crate) struct Engine {
     /// When the engine thread's current (or last) sleep ends at the latest: a hand-back
     /// that leaves it asleep wakes it if a timer set meanwhile comes sooner.
     sleep_ends: std::time::Instant,
+    /// The engine thread gives the engine up between the turns of its idle spin
+    /// ([`Step::Spin`]): set for an engine its application's threads may drive.
+    spin_unheld: bool,
+    /// Where an idle spin given up for a step ([`Step::Spin`]) resumes.
+    idle_spin: Option<IdleSpin>,
+}
+
+/// An idle spin between two calls of [`Engine::serve`] ([`Step::Spin`]).
+#[derive(Clone, Copy, Debug)]
+struct IdleSpin {
+    /// Idle turns so far.
+    idle: u32,
+    /// When the engine went idle.
+    since: std::time::Instant,
+    /// Turns since the serve began (for `IO_EVERY`).
+    turns: u32,
 }
 
 /// The poller the engine's thread sleeps in (the control socket, the clients' control
@@ -120,6 +141,13 @@ pub(crate) enum Step {
     /// Sleep in the poller at most this long (without holding the engine), then
     /// [`Engine::after_sleep`].
     Sleep(Duration),
+    /// One step of the idle spin is done: pause without holding the engine, then serve
+    /// again (the spin resumes where it was). Only for an engine that its application's
+    /// threads may drive ([`Engine::set_spin_unheld`]), and not busy-polling: a thread
+    /// that holds the engine
+    /// while it spins idle and is then preempted — two cores, four busy threads over
+    /// TCP — kept a waiting thread from running a single turn for whole time slices.
+    Spin,
 }
 
 impl Engine {
@@ -224,8 +252,16 @@ impl Engine {
             doorbells_armed: false,
             woke: false,
             sleep_ends: std::time::Instant::now(),
+            spin_unheld: false,
+            idle_spin: None,
         };
         Ok((engine, io))
+    }
+
+    /// Whether the engine thread gives the engine up between the turns of its idle spin
+    /// ([`Step::Spin`]): for an engine that its application's threads may drive.
+    pub(crate) fn set_spin_unheld(&mut self, unheld: bool) {
+        self.spin_unheld = unheld;
     }
 
     /// The doorbell, to wake the engine from another thread (e.g. after setting stop).
@@ -249,9 +285,10 @@ impl Engine {
         if self.doorbells_armed {
             self.disarm_doorbells();
         }
-        let mut idle: u32 = 0;
-        let mut idle_since = std::time::Instant::now();
-        let mut turns: u32 = 0;
+        let (mut idle, mut idle_since, mut turns) = match self.idle_spin.take() {
+            Some(s) => (s.idle, s.since, s.turns),
+            None => (0, std::time::Instant::now(), 0),
+        };
         // Acquire: pairs with the Release store of the stop flag in `EngineHandle::drop`
         // (or the daemon's signal handler).
         while !self.state.stop.load(StdOrdering::Acquire) {
@@ -308,6 +345,16 @@ impl Engine {
             if spinning {
                 if idle % IO_EVERY == 0 {
                     self.poll_io(io)?;
+                }
+                // A busy-polling engine owns its core: it holds itself through its spin
+                // and lets go only when a waiting thread asks (`driven`).
+                if self.spin_unheld && !busy_poll {
+                    self.idle_spin = Some(IdleSpin {
+                        idle,
+                        since: idle_since,
+                        turns,
+                    });
+                    return Ok(Step::Spin);
                 }
                 std::hint::spin_loop();
                 continue;
@@ -428,8 +475,8 @@ impl Engine {
     }
 
     /// One turn run by a waiting thread of this process instead of the engine's thread:
-    /// the termini and the fabric (every turn while busy, every [`FABRIC_IDLE_EVERY`]-th
-    /// while idle, as the engine thread's spin does). The control sockets stay with the
+    /// the termini and the fabric (every turn while busy, every [`FABRIC_DRIVEN_EVERY`]-th
+    /// while idle). The control sockets stay with the
     /// engine's thread, which sleeps in its poller meanwhile and wakes for them. Whether
     /// there was work. Nothing once the engine is stopping.
     pub(crate) fn driven_turn(&mut self) -> bool {
@@ -468,7 +515,7 @@ impl Engine {
         self.driven_since_served = true;
         let mut busy = self.state.turn(ColdLook::Backstop);
         if self.state.remote.is_some()
-            && (self.driven_busy || self.driven_turns % u64::from(FABRIC_IDLE_EVERY) == 0)
+            && (self.driven_busy || self.driven_turns % u64::from(FABRIC_DRIVEN_EVERY) == 0)
         {
             busy |= self.state.poll_fabric();
         }
@@ -790,5 +837,71 @@ impl Engine {
 impl Drop for Engine {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.state.cfg.socket);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An idle engine with a spin of `turns` turns (and a time bound far off), its
+    /// thread giving the engine up between idle turns or not.
+    fn idle_engine(turns: u32, unheld: bool) -> (Engine, Io) {
+        let cfg = EngineConfig {
+            spin_turns: turns,
+            spin: Duration::from_secs(60),
+            ..EngineConfig::embedded()
+        };
+        let (mut engine, io) = Engine::new(cfg, Arc::new(AtomicBool::new(false))).expect("engine");
+        engine.set_spin_unheld(unheld);
+        (engine, io)
+    }
+
+    /// A drivable engine's thread returns after each idle turn of its spin (so that it
+    /// does not hold the engine between them), and the spin resumes where it was: as
+    /// many idle turns in all before the sleep as an engine that holds itself throughout.
+    #[test]
+    fn an_unheld_spin_returns_between_idle_turns_and_resumes() {
+        let (mut engine, mut io) = idle_engine(5, true);
+        let mut spins = 0;
+        loop {
+            match engine.serve(&mut io, &|| false).expect("serve") {
+                Step::Spin => spins += 1,
+                Step::Sleep(_) => break,
+                Step::Stop => panic!("stopped"),
+            }
+            assert!(spins < 100, "the spin never ended");
+        }
+        // Idle turns 1-4 spin; the fifth reaches `spin_turns` and sleeps.
+        assert_eq!(spins, 4);
+        assert_eq!(engine.state.counters.sleeps, 1);
+    }
+
+    /// An engine nobody else drives (a daemon) spins within one serve and then sleeps.
+    #[test]
+    fn a_held_spin_runs_within_one_serve() {
+        let (mut engine, mut io) = idle_engine(5, false);
+        assert!(matches!(
+            engine.serve(&mut io, &|| false).expect("serve"),
+            Step::Sleep(_)
+        ));
+        assert_eq!(engine.state.counters.sleeps, 1);
+    }
+
+    /// A waiting thread that comes during an unheld spin is seen on the next serve: the
+    /// engine's thread lets go for it.
+    #[test]
+    fn a_driver_that_comes_during_an_unheld_spin_is_let_in() {
+        let (mut engine, mut io) = idle_engine(1000, true);
+        assert_eq!(engine.serve(&mut io, &|| false).expect("serve"), Step::Spin);
+        assert!(matches!(
+            engine.serve(&mut io, &|| true).expect("serve"),
+            Step::Sleep(_)
+        ));
+        assert_eq!(engine.let_go, 1);
+        assert_eq!(
+            engine.state.counters.sleeps, 0,
+            "a let-go, not an idle sleep"
+        );
     }
 }

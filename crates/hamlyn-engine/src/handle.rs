@@ -36,7 +36,8 @@ impl EngineHandle {
         let socket = cfg.socket.clone();
         let driven = cfg.driven;
         let stop = Arc::new(AtomicBool::new(false));
-        let (engine, mut io) = Engine::with_fabric(cfg, stop.clone(), fabric)?;
+        let (mut engine, mut io) = Engine::with_fabric(cfg, stop.clone(), fabric)?;
+        engine.set_spin_unheld(driven);
         let fd = rustix::io::fcntl_dupfd_cloexec(engine.doorbell(), 0)
             .map_err(|e| EngineError::io("dup", e))?;
         let doorbell = EventFd::from_fd(fd);

@@ -48,10 +48,14 @@ impl Hosted {
     pub(crate) fn new(engine: Engine) -> Result<Hosted, EngineError> {
         let fd = rustix::io::fcntl_dupfd_cloexec(engine.doorbell(), 0)
             .map_err(|e| EngineError::io("dup", e))?;
-        // With a fabric, arrivals are seen only when a turn polls it (every
-        // FABRIC_IDLE_EVERY-th idle turn): a waiter stays for two such polls.
+        // With a fabric, what a waiter waits for may be on its way from another node,
+        // and only a turn that polls the fabric sees it come: the waiter drives for its
+        // whole budget (`drive_until`'s turns). Leaving after a few idle turns handed
+        // every arrival to the engine's thread, asleep in its poller: a wake-up per
+        // message, 12-50 µs one-way over loopback against 5.5 µs when the waiters
+        // drive (docs/PERFORMANCE.md, "Over TCP, the waiting threads poll the sockets").
         let idle_limit = if engine.has_fabric() {
-            2 * crate::event_loop::FABRIC_IDLE_EVERY + 1
+            u32::MAX
         } else {
             IDLE_TURNS_BEFORE_LEAVE
         };
@@ -84,6 +88,9 @@ pub(crate) fn run_engine_thread(hosted: &Hosted, io: &mut Io) -> Result<(), Engi
         // engine thread sees the driver count on its next turn and lets go.
         match hosted.run(|engine| engine.serve(io, &|| hosted.driven()))? {
             Step::Stop => return Ok(()),
+            // Between two idle turns the engine is free: a waiting thread takes it at once,
+            // also while this thread is preempted.
+            Step::Spin => std::hint::spin_loop(),
             Step::Sleep(timeout) => {
                 io.wait(timeout)?;
                 hosted.run(|engine| engine.after_sleep(io));
