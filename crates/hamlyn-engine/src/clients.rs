@@ -35,6 +35,9 @@ pub(crate) struct Client {
     pub(crate) detached: bool,
     /// The user it runs as (`SO_PEERCRED`; `u32::MAX` if the kernel would not say).
     pub(crate) uid: u32,
+    /// It runs in the engine's own process (`SO_PEERCRED`'s pid): its waiting threads
+    /// can run the engine's turns themselves (`crate::hosted`).
+    pub(crate) in_process: bool,
     /// What it holds, against its quotas.
     pub(crate) usage: Usage,
     /// When it connected (a connection that does not attach in time is closed).
@@ -150,8 +153,15 @@ impl Clients {
         self.iter().filter(|c| c.uid == uid).count()
     }
 
-    /// Takes a new client of user `uid` on socket `sock` under the lowest free id.
-    pub(crate) fn insert(&mut self, sock: OwnedFd, uid: u32) -> u32 {
+    /// Whether a client runs in another process than the engine: one that cannot drive
+    /// the engine itself, so the engine's thread spins for it after work.
+    pub(crate) fn any_in_other_process(&self) -> bool {
+        self.iter().any(|c| !c.in_process)
+    }
+
+    /// Takes a new client of user `uid` on socket `sock` under the lowest free id;
+    /// `in_process`: it runs in the engine's own process.
+    pub(crate) fn insert(&mut self, sock: OwnedFd, uid: u32, in_process: bool) -> u32 {
         let id = match self.table.iter().position(Option::is_none) {
             Some(i) => i,
             None => {
@@ -166,6 +176,7 @@ impl Clients {
             port: None,
             detached: false,
             uid,
+            in_process,
             usage: Usage::default(),
             since: std::time::Instant::now(),
         });

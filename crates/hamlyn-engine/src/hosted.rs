@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 
 use hamlyn_shm::drive::Handoff;
+use hamlyn_shm::sync::{AtomicU32, Ordering};
 use hamlyn_shm::wake::EventFd;
 
 use crate::error::EngineError;
@@ -41,6 +42,63 @@ pub(crate) struct Hosted {
     /// Consecutive turns without work after which a waiting thread stops driving
     /// ([`Driving::idle_turns_before_leave`]).
     idle_limit: u32,
+    /// The fabric's wake-ups, which waiting threads take from the engine's thread while
+    /// they poll the fabric themselves (`None`: no fabric).
+    fabric: Option<FabricWatch>,
+}
+
+/// Who is woken when data comes from another node: the engine's thread (its poller
+/// watches the fabric's descriptor), or nobody while waiting threads drive — they poll
+/// the fabric in their turns, and a wake of the engine's thread for each arrival was a
+/// context switch per message that found nothing to do (the waiter had read it) and took
+/// a core from the two processes on a two-core machine.
+///
+/// The first waiting thread to come removes the descriptor from the engine thread's
+/// poller; the last to leave puts it back before it hands the engine back, so an arrival
+/// after that wakes the engine's thread (adding a descriptor that is readable already
+/// reports it at once: nothing that came meanwhile is missed). Each thread removes
+/// before it puts back, and the count's read-modify-writes order the last put-back after
+/// every removal, so the descriptor is never left out with nobody driving.
+#[derive(Debug)]
+struct FabricWatch {
+    /// The engine thread's poller.
+    registry: mio::Registry,
+    /// The fabric's descriptor there (owned by the engine's fabric, which lives as long
+    /// as the [`Hosted`] that holds this).
+    fd: std::os::fd::RawFd,
+    /// Waiting threads that took the wake-ups.
+    takers: AtomicU32,
+}
+
+impl FabricWatch {
+    /// A waiting thread starts driving: the first takes the wake-ups.
+    fn take(&self) {
+        // AcqRel: orders this thread's removal after the previous last taker's put-back
+        // (its Release fetch_sub, which this pairs with) in the count's order.
+        if self.takers.fetch_add(1, Ordering::AcqRel) == 0 {
+            // Fails only if it is not there (a put-back that has not run yet): then that
+            // put-back leaves it watched, which costs a spare wake, never a lost one.
+            let _ = self.registry.deregister(&mut mio::unix::SourceFd(&self.fd));
+        }
+    }
+
+    /// A waiting thread stops driving: the last gives the wake-ups back.
+    fn give_back(&self) {
+        // AcqRel: pairs with the fetch_add of `take` (see there).
+        if self.takers.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let r = self.registry.register(
+                &mut mio::unix::SourceFd(&self.fd),
+                crate::event_loop::FABRIC,
+                mio::Interest::READABLE,
+            );
+            // Already there (a taker's removal failed before it): watched, as it must be.
+            if let Err(e) = r {
+                if e.kind() != std::io::ErrorKind::AlreadyExists {
+                    tracing::warn!(error = %e, "cannot watch the fabric again");
+                }
+            }
+        }
+    }
 }
 
 impl Hosted {
@@ -59,10 +117,16 @@ impl Hosted {
         } else {
             IDLE_TURNS_BEFORE_LEAVE
         };
+        let fabric = engine.fabric_watch().map(|(registry, fd)| FabricWatch {
+            registry,
+            fd,
+            takers: AtomicU32::new(0),
+        });
         Ok(Hosted {
             handoff: Handoff::new(engine),
             doorbell: EventFd::from_fd(fd),
             idle_limit,
+            fabric,
         })
     }
 }
@@ -130,7 +194,24 @@ impl Driver {
     pub fn drive(&self) -> Option<Driving> {
         let hosted = self.hosted.upgrade()?;
         hosted.handoff.enter();
-        Some(Driving { hosted })
+        Some(Driving {
+            hosted,
+            took_fabric: false,
+        })
+    }
+
+    /// A drive by a thread that waits and will poll for a while (a notification queue's
+    /// or a send handle's wait): as [`Driver::drive`], and while it lasts the engine's
+    /// thread is not woken by data from other nodes — the waiting threads' turns poll
+    /// the fabric ([`FabricWatch`]). Costs two system calls per drive when the engine
+    /// has a fabric (none without): not for a drive of one turn.
+    pub fn drive_waiting(&self) -> Option<Driving> {
+        let mut driving = self.drive()?;
+        if let Some(f) = &driving.hosted.fabric {
+            f.take();
+            driving.took_fabric = true;
+        }
+        Some(driving)
     }
 
     /// Progress by the sending thread: a thread of this process pushed a request and
@@ -164,6 +245,9 @@ const TURN_TRIES: u32 = 256;
 /// a core (issue 14's RPC regression).
 const IDLE_TURNS_BEFORE_LEAVE: u32 = 2;
 
+/// [`Driving::turn_budget`]'s factor for an engine with a fabric.
+const FABRIC_BUDGET_FACTOR: u32 = 10;
+
 /// What progress by the waiting thread did on one engine ([`Driver::stats`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DriveStats {
@@ -187,6 +271,9 @@ pub struct DriveStats {
 #[derive(Debug)]
 pub struct Driving {
     hosted: Arc<Hosted>,
+    /// Took the fabric's wake-ups ([`Driver::drive_waiting`]): gives them back first
+    /// when it ends.
+    took_fabric: bool,
 }
 
 impl Driving {
@@ -216,6 +303,21 @@ impl Driving {
         self.hosted.handoff.try_run(f)
     }
 
+    /// How many turns a waiting thread whose own budget is `turns` (its spin) drives
+    /// for: ten times as many when the engine has a fabric. A reply from another node
+    /// takes a round trip over the network and the other side's turns (about 12 µs
+    /// over loopback, 60-80 turns); a waiter that gave up after 200 turns (about 30 µs)
+    /// now and then slept, the engine's thread then took the arrival, and the two nodes
+    /// fell into waking each other (45-50 µs one-way) for the rest of the exchange.
+    /// Still bounded (a few hundred microseconds): a waiter with nothing coming sleeps.
+    pub fn turn_budget(&self, turns: u32) -> u32 {
+        if self.hosted.fabric.is_some() {
+            turns.saturating_mul(FABRIC_BUDGET_FACTOR)
+        } else {
+            turns
+        }
+    }
+
     /// Consecutive turns without work after which a waiting thread should stop driving
     /// (drop this) and wait on its own word: nothing is in flight, so the next work is
     /// another thread's push, which that thread drives itself ([`Driver::nudge`]). Two
@@ -236,6 +338,11 @@ impl Drop for Driving {
     /// had let go for the drivers: waking it every time the last waiter stops made it a
     /// third busy thread beside two host threads waiting for each other.
     fn drop(&mut self) {
+        if self.took_fabric {
+            if let Some(f) = &self.hosted.fabric {
+                f.give_back();
+            }
+        }
         if self.hosted.handoff.leave() {
             // Held for a turn by a driver that came since: it drives, and hands back when
             // it leaves; the ring below is then only a spare wake.
@@ -249,5 +356,97 @@ impl Drop for Driving {
                 let _ = self.hosted.doorbell.notify();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A watch of a descriptor in a real poller; `poke` makes the descriptor readable.
+    fn watched() -> (mio::Poll, FabricWatch, EventFd, EventFd) {
+        use std::os::fd::AsRawFd;
+        let poll = mio::Poll::new().expect("poll");
+        let (poke, fabric) = EventFd::pair().expect("pair");
+        let fd = fabric.as_fd().as_raw_fd();
+        poll.registry()
+            .register(
+                &mut mio::unix::SourceFd(&fd),
+                crate::event_loop::FABRIC,
+                mio::Interest::READABLE,
+            )
+            .expect("register");
+        let watch = FabricWatch {
+            registry: poll.registry().try_clone().expect("registry"),
+            fd,
+            takers: AtomicU32::new(0),
+        };
+        (poll, watch, poke, fabric)
+    }
+
+    /// Whether the poller reports the fabric's descriptor now.
+    fn reports(poll: &mut mio::Poll) -> bool {
+        let mut events = mio::Events::with_capacity(4);
+        poll.poll(&mut events, Some(std::time::Duration::ZERO))
+            .expect("poll");
+        events
+            .iter()
+            .any(|e| e.token() == crate::event_loop::FABRIC)
+    }
+
+    /// While waiting threads drive, data does not wake the engine thread's poller; when
+    /// the last of them leaves it does, also for data that came meanwhile.
+    #[test]
+    fn the_last_waiter_to_leave_gives_the_fabric_back_with_what_came_meanwhile() {
+        let (mut poll, watch, poke, _fabric) = watched();
+        watch.take();
+        watch.take();
+        poke.notify().expect("poke");
+        assert!(!reports(&mut poll), "taken: the engine thread is not woken");
+        watch.give_back();
+        assert!(!reports(&mut poll), "one waiter still drives");
+        watch.give_back();
+        assert!(
+            reports(&mut poll),
+            "given back: what came meanwhile wakes it"
+        );
+        assert_eq!(watch.takers.load(Ordering::Relaxed), 0);
+    }
+
+    /// The races between one waiter's put-back and the next one's removal end with the
+    /// descriptor watched: a removal that finds nothing (the put-back has not run yet),
+    /// and a put-back that finds it there (a late put-back ran first).
+    #[test]
+    fn a_late_put_back_leaves_the_fabric_watched() {
+        let (mut poll, watch, poke, _fabric) = watched();
+        let source = || mio::unix::SourceFd(&watch.fd);
+        // The previous waiter's put-back has not run: the removal finds nothing.
+        watch
+            .registry
+            .deregister(&mut source())
+            .expect("deregister");
+        watch.take();
+        watch.give_back();
+        poke.notify().expect("poke");
+        assert!(
+            reports(&mut poll),
+            "watched after a removal that found nothing"
+        );
+        // A late put-back runs while this waiter drives: its own finds it there.
+        watch.take();
+        watch
+            .registry
+            .register(
+                &mut source(),
+                crate::event_loop::FABRIC,
+                mio::Interest::READABLE,
+            )
+            .expect("register");
+        watch.give_back();
+        poke.notify().expect("poke");
+        assert!(
+            reports(&mut poll),
+            "watched after a put-back that found it there"
+        );
     }
 }

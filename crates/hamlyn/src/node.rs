@@ -188,12 +188,15 @@ impl Shared {
     /// Progress by the waiting thread: if this process hosts the engine and lets its
     /// waiting threads drive it ([`hamlyn_engine::Driver`]), runs the engine's turns
     /// while `got()` yields nothing, the engine's own thread asleep meanwhile (it takes
-    /// over if work is left when this returns). At most `turns` tries; and it stops as
-    /// soon as the engine has nothing in flight ([`hamlyn_engine::Driving::idle_turns_before_leave`]
+    /// over if work is left when this returns). At most `turns` tries (ten times as many
+    /// with a fabric, [`hamlyn_engine::Driving::turn_budget`]); and without a fabric it
+    /// stops as soon as the engine has nothing in flight ([`hamlyn_engine::Driving::idle_turns_before_leave`]
     /// turns in a row without work): what the caller waits for then needs another thread
     /// to act, and that thread drives its own request ([`Shared::nudge`]), so staying
     /// would only take a core from it. A turn that another thread holds is not retried:
-    /// that thread sees the same work.
+    /// that thread sees the same work. While it drives, data from other nodes does not
+    /// wake the engine's thread ([`hamlyn_engine::Driver::drive_waiting`]): these turns
+    /// poll the fabric.
     ///
     /// `Err(polls)` if `got()` never yielded: the caller then waits its usual way,
     /// `polls` spins on its own word (the whole budget, unless the drive used it up
@@ -208,12 +211,12 @@ impl Shared {
         if timeout == Some(Duration::ZERO) {
             return Err(turns);
         }
-        let Some(mut driving) = self.driver.as_ref().and_then(|d| d.drive()) else {
+        let Some(mut driving) = self.driver.as_ref().and_then(|d| d.drive_waiting()) else {
             return Err(turns);
         };
         let idle_limit = driving.idle_turns_before_leave();
         let mut idle = 0;
-        for _ in 0..turns {
+        for _ in 0..driving.turn_budget(turns) {
             if let Some(v) = got() {
                 return Ok(v);
             }
