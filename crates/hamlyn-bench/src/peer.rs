@@ -16,7 +16,7 @@
 //! | `tcp-pong SIZE ROUNDS WAIT` | echoes ROUNDS messages of SIZE bytes over that connection, reading with blocking calls (`block`) or spinning (`spin`) | `ok` |
 //! | `tcp-stream SIZE COUNT WAIT` | writes COUNT messages of SIZE bytes to it, blocking or spinning | `ok` |
 //! | `tcp-close` | closes it | `ok` |
-//! | `tcp-node ADDR SECRET RAILS BUSY MTU TURNS SPIN_US INTRA` | starts node 1's engine in this process over TCP, node 0 at ADDR ([`PeerNode`]) | `tcp-node ADDR SOCKET` (its fabric's address, its control socket) |
+//! | `tcp-node ADDR SECRET RAILS BUSY MTU TURNS SPIN_US INTRA` | starts node 1's engine in this process over TCP, node 0 at ADDR (`tcp::PeerNode`) | `tcp-node ADDR SOCKET` (its fabric's address, its control socket) |
 //! | `tcp-node-stop` | stops that engine | `ok` |
 //! | `quit` (or end of input) | exits | — |
 //!

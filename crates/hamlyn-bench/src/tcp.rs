@@ -1,10 +1,15 @@
 //! `hamlyn bench --fabric tcp`: two engines joined by the TCP fabric over loopback, and
 //! the floor for that path, raw TCP between the same two processes.
 //!
-//! - [`TcpEngines`]: engine 0 and engine 1, each a thread of the driver process with its
-//!   own [`TcpFabric`] on an ephemeral 127.0.0.1 port ([`tcp_cluster`]; node 0, the
-//!   lower id, dials node 1 on every rail). The driver attaches to engine 0 and the peer
-//!   process to engine 1, so every message crosses both engines and a TCP connection.
+//! - [`SplitTcpEngines`] (the interface's `tcp` modes): node 0 embedded in the driver
+//!   process and node 1 in the peer process ([`PeerNode`], the peer's `tcp-node`
+//!   command), each with its own [`TcpFabric`] on an ephemeral 127.0.0.1 port (node 0,
+//!   the lower id, dials node 1 on every rail). The driver attaches to node 0 and the
+//!   peer to node 1, so every message crosses both engines and a TCP connection, and
+//!   each process's waiting threads drive its own engine, as two applications on two
+//!   machines would.
+//! - [`TcpEngines`] (the layers' TCP rows): both engines threads of the driver process
+//!   ([`tcp_cluster`]); the layers' clients attach from there.
 //! - The raw TCP floor ([`RawTcp`]): the driver listens, the peer connects
 //!   (`TCP_NODELAY` on both ends), and over that one connection:
 //!   - ping-pong: the driver writes `size` bytes and reads `size` back; the peer reads

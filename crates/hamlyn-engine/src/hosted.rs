@@ -321,7 +321,9 @@ impl Driving {
     /// Consecutive turns without work after which a waiting thread should stop driving
     /// (drop this) and wait on its own word: nothing is in flight, so the next work is
     /// another thread's push, which that thread drives itself ([`Driver::nudge`]). Two
-    /// for an engine without a fabric; enough for two looks at the fabric with one.
+    /// for an engine without a fabric; with one, never ([`u32::MAX`]): what the waiter
+    /// waits for may be on its way from another node, and its turns are what poll for it
+    /// (the budget, [`Driving::turn_budget`], bounds the drive).
     pub fn idle_turns_before_leave(&self) -> u32 {
         self.hosted.idle_limit
     }
