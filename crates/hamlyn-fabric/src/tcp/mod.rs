@@ -1760,7 +1760,15 @@ impl TcpFabric {
                         return Err(FabricError::SinkBuffer { expected, got });
                     }
                     RxStop::Budget => {
-                        self.rx_cursor = i;
+                        // The next poll starts with the next connection. Resuming with
+                        // this one let a rail that always filled the budget starve the
+                        // others: the sender then favoured the drained rail (its queue
+                        // empty), a message's packets on the starved rail fell 64 and
+                        // more messages behind, and a metadata entry reused meanwhile
+                        // counted two messages as one (a notification lost, seen in a
+                        // stream of 1 MiB messages over two rails). The budget stops at
+                        // a packet boundary only, so nothing is left half read here.
+                        self.rx_cursor = i + 1;
                         return Ok(());
                     }
                     RxStop::Idle | RxStop::Stalled => {}
