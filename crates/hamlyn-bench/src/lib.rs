@@ -426,7 +426,7 @@ fn measure_layers(
     for (layer, mode) in layer_runs(args) {
         if mode.is_tcp() {
             let setup = tcp_setup(args, engine, false);
-            let t = TcpEngines::start(engine, &setup, None)?;
+            let t = TcpEngines::start(engine, &setup)?;
             let (client, server) = (t.driver_side.socket_path(), t.peer_side.socket_path());
             let r = match layer {
                 LayerChoice::Rpc => rpc::measure(mode, client, server, plan, progress),

@@ -8,8 +8,8 @@
 //!   peer to node 1, so every message crosses both engines and a TCP connection, and
 //!   each process's waiting threads drive its own engine, as two applications on two
 //!   machines would.
-//! - [`TcpEngines`] (the layers' TCP rows): both engines threads of the driver process
-//!   ([`tcp_cluster`]); the layers' clients attach from there.
+//! - [`TcpEngines`] (the layers' TCP rows): both engines threads of the driver process;
+//!   the layers' clients attach from there.
 //! - The raw TCP floor ([`RawTcp`]): the driver listens, the peer connects
 //!   (`TCP_NODELAY` on both ends), and over that one connection:
 //!   - ping-pong: the driver writes `size` bytes and reads `size` back; the peer reads
@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use hamlyn_engine::{EngineConfig, EngineHandle};
-use hamlyn_fabric::tcp::{tcp_cluster, ClusterSecret, TcpConfig, TcpFabric};
+use hamlyn_fabric::tcp::{ClusterSecret, TcpConfig, TcpFabric};
 use hamlyn_wire::NodeId;
 
 use super::child::PeerProcess;
@@ -72,43 +72,21 @@ pub struct TcpEngines {
 }
 
 impl TcpEngines {
-    /// Starts both engines set up as `engine` (busy-poll from `setup`) and waits
-    /// until each sees the other up. With `cpus` (A, B), engine 0 is pinned to A and
-    /// engine 1 to B, and the calling thread is left on A.
-    pub fn start(
-        engine: &EngineConfig,
-        setup: &TcpSetup,
-        cpus: Option<(usize, usize)>,
-    ) -> Result<TcpEngines, BenchError> {
-        let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
-        let mut cfg = TcpConfig::new(NodeId(0), loopback);
+    /// Starts both engines set up as `engine` (busy-poll from `setup`), each with its
+    /// own fabric naming the other, and waits until each sees the other up.
+    pub fn start(engine: &EngineConfig, setup: &TcpSetup) -> Result<TcpEngines, BenchError> {
         let secret = setup.secret()?;
-        cfg.danger_insecure = secret.is_none();
-        cfg.secret = secret;
-        cfg.rails = setup.rails;
-        cfg.busy_poll = setup.busy_poll;
-        cfg.incarnation = INCARNATION;
-        let mut fabrics = tcp_cluster(2, &cfg)
-            .map_err(|e| BenchError::Fabric(e.to_string()))?
-            .into_iter();
-        let (Some(f0), Some(f1)) = (fabrics.next(), fabrics.next()) else {
-            return Err(BenchError::Fabric("tcp_cluster made fewer than two".into()));
-        };
-        // An engine thread inherits the affinity of the thread that starts it.
-        if let Some((a, _)) = cpus {
-            pin_to(a)?;
-        }
+        let mut f0 = node_fabric(setup, 0, secret.clone())?;
+        let mut f1 = node_fabric(setup, 1, secret)?;
+        let (a0, a1) = (f0.local_addr(), f1.local_addr());
+        let named = f0
+            .add_peer(NodeId(1), a1)
+            .and_then(|()| f1.add_peer(NodeId(0), a0));
+        named.map_err(|e| BenchError::Fabric(e.to_string()))?;
         let driver_side = start_node(engine, setup, 0, f0)?;
-        if let Some((_, b)) = cpus {
-            pin_to(b)?;
-        }
-        let peer_side = start_node(engine, setup, 1, f1);
-        if let Some((a, _)) = cpus {
-            pin_to(a)?;
-        }
         let engines = TcpEngines {
             driver_side,
-            peer_side: peer_side?,
+            peer_side: start_node(engine, setup, 1, f1)?,
         };
         wait_peer_up(engines.driver_side.socket_path(), 1)?;
         wait_peer_up(engines.peer_side.socket_path(), 0)?;

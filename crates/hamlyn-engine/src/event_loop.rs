@@ -146,9 +146,9 @@ pub(crate) enum Step {
     /// One step of the idle spin is done: pause without holding the engine, then serve
     /// again (the spin resumes where it was). Only for an engine that its application's
     /// threads may drive ([`Engine::set_spin_unheld`]), and not busy-polling: a thread
-    /// that holds the engine
-    /// while it spins idle and is then preempted — two cores, four busy threads over
-    /// TCP — kept a waiting thread from running a single turn for whole time slices.
+    /// that holds the engine while it spins idle and is then preempted — two cores, four
+    /// busy threads over TCP — kept a waiting thread from running a single turn for
+    /// whole time slices.
     Spin,
 }
 
@@ -495,9 +495,9 @@ impl Engine {
 
     /// One turn run by a waiting thread of this process instead of the engine's thread:
     /// the termini and the fabric (every turn while busy, every [`FABRIC_DRIVEN_EVERY`]-th
-    /// while idle). The control sockets stay with the
-    /// engine's thread, which sleeps in its poller meanwhile and wakes for them. Whether
-    /// there was work. Nothing once the engine is stopping.
+    /// while idle). The control sockets stay with the engine's thread, which sleeps in
+    /// its poller meanwhile and wakes for them. Whether there was work. Nothing once the
+    /// engine is stopping.
     pub(crate) fn driven_turn(&mut self) -> bool {
         self.turn_for_waiter()
     }
