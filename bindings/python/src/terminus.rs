@@ -45,6 +45,41 @@ impl PyTerminus {
         }
     }
 
+    /// A wait on the terminus with `timeout` in seconds (None: forever), in slices
+    /// without the GIL, so that a signal (Ctrl-C) raises between them: `wait` with a
+    /// slice's timeout says whether what is waited for came.
+    fn wait_sliced(
+        &self,
+        py: Python<'_>,
+        timeout: Option<f64>,
+        wait: impl Fn(&mut Terminus, Option<std::time::Duration>) -> bool + Sync,
+    ) -> PyResult<bool> {
+        let timeout = crate::timeout(timeout)?;
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        loop {
+            self.life.check()?;
+            let slice = deadline.map_or(crate::SIGNAL_SLICE, |d| {
+                d.saturating_duration_since(Instant::now())
+                    .min(crate::SIGNAL_SLICE)
+            });
+            let came = py.allow_threads(|| {
+                let mut g = self.terminus.lock().map_err(|_| ())?;
+                let t = g.as_mut().ok_or(())?;
+                let came = wait(t, Some(slice));
+                Ok((came, !came && t.engine_gone()))
+            });
+            match came {
+                Err(()) => return Err(errors::closed("the terminus is closed")),
+                Ok((true, _)) => return Ok(true),
+                Ok((false, true)) => return check(Err(hamlyn::Error::EngineGone)),
+                Ok((false, _)) if deadline.is_some_and(|d| Instant::now() >= d) => {
+                    return Ok(false)
+                }
+                Ok((false, _)) => py.check_signals()?,
+            }
+        }
+    }
+
     /// A handle for request `h`.
     fn handle(&self, h: SendHandle) -> PySend {
         PySend {
@@ -223,29 +258,19 @@ impl PyTerminus {
     }
 
     /// Waits up to `timeout` seconds (None: forever) until every request queued here is
-    /// finished; whether they are.
+    /// finished; whether they are. `EngineGoneError` if the engine is gone.
     #[pyo3(signature = (timeout=None))]
     fn wait_idle(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
-        let timeout = crate::timeout(timeout)?;
-        // In slices, so that a signal (Ctrl-C) raises between them.
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-        loop {
-            self.life.check()?;
-            let slice = deadline.map_or(crate::SIGNAL_SLICE, |d| {
-                d.saturating_duration_since(Instant::now())
-                    .min(crate::SIGNAL_SLICE)
-            });
-            let idle = py.allow_threads(|| {
-                let mut g = self.terminus.lock().map_err(|_| ())?;
-                g.as_mut().map(|t| t.wait_idle(Some(slice))).ok_or(())
-            });
-            match idle {
-                Err(()) => return Err(errors::closed("the terminus is closed")),
-                Ok(true) => return Ok(true),
-                Ok(false) if deadline.is_some_and(|d| Instant::now() >= d) => return Ok(false),
-                Ok(false) => py.check_signals()?,
-            }
-        }
+        self.wait_sliced(py, timeout, Terminus::wait_idle)
+    }
+
+    /// Waits up to `timeout` seconds (None: forever) until the work queue has room for
+    /// one more request (a send would not raise FullError); whether it has.
+    /// `EngineGoneError` if the engine is gone. What a sender that got FullError calls before it tries
+    /// again: the queue stays as full as the engine takes it.
+    #[pyo3(signature = (timeout=None))]
+    fn wait_room(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
+        self.wait_sliced(py, timeout, Terminus::wait_room)
     }
 
     /// Requests queued here and not finished yet.

@@ -441,8 +441,8 @@ impl Endpoint {
     }
 }
 
-/// Retries a send refused for a full terminus: spins, and now and then yields the core (on a
-/// small machine the engine may need it to drain the ring), for at most [`WAIT`].
+/// Retries a send refused for a full terminus, waiting for room in between
+/// ([`Terminus::wait_room`]), for at most [`WAIT`].
 #[cold]
 fn send_when_full(
     terminus: &mut Terminus,
@@ -451,20 +451,14 @@ fn send_when_full(
     data: Data<'_>,
 ) -> Result<SendHandle, BenchError> {
     let deadline = Instant::now() + WAIT;
-    let mut tries: u32 = 0;
     loop {
         match terminus.send(to, opts, data) {
             Err(SendError::Full) => {}
             r => return Ok(r?),
         }
-        tries = tries.wrapping_add(1);
-        if tries % 16 == 0 {
-            std::thread::yield_now();
-            if Instant::now() > deadline {
-                return Err(BenchError::Timeout(WAIT, "room in the terminus"));
-            }
-        } else {
-            std::hint::spin_loop();
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || !terminus.wait_room(Some(left)) {
+            return Err(BenchError::Timeout(WAIT, "room in the terminus"));
         }
     }
 }

@@ -2787,6 +2787,22 @@ hamlyn_result hamlyn_terminus_wait_idle(const struct hamlyn_terminus *terminus,
                                         int64_t timeout_ms,
                                         uint32_t *out_idle);
 
+// Waits up to `timeout_ms` (negative: forever) until the terminus's work queue has
+// room for one more request (a send would not be `HAMLYN_RESULT_FULL`); `*out_room` is 1 if
+// it has, 0 at the timeout or if the engine is gone. What a sender that got
+// `HAMLYN_RESULT_FULL` calls before it tries again: the queue stays as full as the engine
+// takes it (an engine this process hosts is run by the waiting thread meanwhile).
+// (`HAMLYN_RESULT_FULL` also means that every metadata entry the default choice may take is
+// busy with a long message: room for that comes when a send finishes, which
+// `hamlyn_send_wait` or `hamlyn_terminus_wait_idle` waits for.)
+//
+// # Safety
+//
+// `terminus` is NULL or live; `out_room` is NULL or writable.
+hamlyn_result hamlyn_terminus_wait_room(const struct hamlyn_terminus *terminus,
+                                        int64_t timeout_ms,
+                                        uint32_t *out_room);
+
 // Frees the terminus (NULL is ignored), after waiting (bounded) for its gather sends.
 //
 // # Safety

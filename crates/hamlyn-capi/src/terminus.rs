@@ -440,14 +440,50 @@ pub unsafe extern "C" fn hamlyn_terminus_wait_idle(
     timeout_ms: i64,
     out_idle: *mut u32,
 ) -> hamlyn_result {
+    // SAFETY: the function's contract.
+    unsafe { wait_for(terminus, out_idle, |t| t.wait_idle(timeout(timeout_ms))) }
+}
+
+/// Waits up to `timeout_ms` (negative: forever) until the terminus's work queue has
+/// room for one more request (a send would not be `HAMLYN_RESULT_FULL`); `*out_room` is 1 if
+/// it has, 0 at the timeout or if the engine is gone. What a sender that got
+/// `HAMLYN_RESULT_FULL` calls before it tries again: the queue stays as full as the engine
+/// takes it (an engine this process hosts is run by the waiting thread meanwhile).
+/// (`HAMLYN_RESULT_FULL` also means that every metadata entry the default choice may take is
+/// busy with a long message: room for that comes when a send finishes, which
+/// `hamlyn_send_wait` or `hamlyn_terminus_wait_idle` waits for.)
+///
+/// # Safety
+///
+/// `terminus` is NULL or live; `out_room` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn hamlyn_terminus_wait_room(
+    terminus: *const hamlyn_terminus,
+    timeout_ms: i64,
+    out_room: *mut u32,
+) -> hamlyn_result {
+    // SAFETY: the function's contract.
+    unsafe { wait_for(terminus, out_room, |t| t.wait_room(timeout(timeout_ms))) }
+}
+
+/// A terminus wait: `wait` on the terminus, its answer (1 or 0) in `*out`.
+///
+/// # Safety
+///
+/// `terminus` is NULL or live; `out` is NULL or writable.
+unsafe fn wait_for(
+    terminus: *const hamlyn_terminus,
+    out: *mut u32,
+    wait: impl FnOnce(&mut Terminus) -> bool,
+) -> hamlyn_result {
     guard(|| {
-        // SAFETY: the function's contract.
+        // SAFETY: the caller's contract.
         let t = unsafe { handle(terminus) }?;
         t.life.check()?;
-        non_null(out_idle)?;
-        let idle = lock(&t.terminus)?.wait_idle(timeout(timeout_ms));
-        // SAFETY: `out_idle` is non-NULL and writable (the contract).
-        unsafe { put(out_idle, u32::from(idle)) };
+        non_null(out)?;
+        let yes = wait(&mut *lock(&t.terminus)?);
+        // SAFETY: `out` is non-NULL and writable (the caller's contract).
+        unsafe { put(out, u32::from(yes)) };
         Ok(())
     })
 }

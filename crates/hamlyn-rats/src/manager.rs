@@ -893,7 +893,15 @@ impl Inner {
         };
         for _ in 0..1000 {
             match terminus.send(ticket, opts, data) {
-                Err(SendError::Full) | Err(SendError::EntriesBusy) => {
+                // Room in the queue comes back as the engine takes requests in: wait for
+                // that, keeping the queue full (a stream's throughput), not for all of it.
+                Err(SendError::Full) => {
+                    if !terminus.wait_room(Some(Duration::from_millis(100))) && node.engine_gone() {
+                        return Err(RatsError::Send(SendError::EngineGone));
+                    }
+                }
+                // An entry comes back only when a message on it finishes.
+                Err(SendError::EntriesBusy) => {
                     if !terminus.wait_idle(Some(Duration::from_millis(100)))
                         && terminus.in_flight() == 0
                     {

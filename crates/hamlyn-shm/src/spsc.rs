@@ -248,6 +248,16 @@ impl<M: RingMemory> Producer<M> {
         Ok(())
     }
 
+    /// Entries a [`Producer::try_push`] could add now without a pop (the consumer index
+    /// is read again). An impossible consumer index is `Corrupt`.
+    pub fn room(&mut self) -> Result<u64, PushError> {
+        match self.refresh_cons() {
+            Ok(()) | Err(PushError::Full) => {}
+            Err(e) => return Err(e),
+        }
+        Ok(self.cap - self.prod.wrapping_sub(self.cons_cache))
+    }
+
     /// Re-reads the consumer index when the cached one says the ring is full.
     #[cold]
     fn refresh_cons(&mut self) -> Result<(), PushError> {
@@ -496,6 +506,7 @@ mod tests {
             p.try_push(&i.to_le_bytes()).expect("room");
         }
         assert_eq!(p.try_push(&[9; 8]), Err(PushError::Full));
+        assert_eq!(p.room(), Ok(0), "full, and room says so");
         assert_eq!(
             p.try_push(&[0; 9]),
             Err(PushError::TooLong {
@@ -513,6 +524,7 @@ mod tests {
             assert_eq!(u64::from_le_bytes(buf), i);
         }
         assert_eq!(c.pop(&mut buf), Ok(false));
+        assert_eq!(p.room(), Ok(64), "the pops are seen");
         p.try_push(&[1, 2, 3]).expect("room again");
         assert_eq!(c.pop(&mut buf), Ok(true));
         assert_eq!(

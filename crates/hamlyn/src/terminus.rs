@@ -139,7 +139,17 @@ pub struct Terminus {
     /// The offset of the port's ready word with this terminus's bit, and the bit
     /// ([`hamlyn_shm::ready`]).
     ready: (usize, u64),
+    /// Refusals for a full ring in a row (since `full_at`), for [`FULL_GONE_EVERY`].
+    full_tries: u32,
+    /// The ring position the refusals of `full_tries` were at.
+    full_at: u64,
 }
+
+/// A send refused for a full ring asks whether the engine is gone (a system call) on
+/// every this-many-th refusal in a row at one ring position, not on each: a caller that
+/// retries in a loop would otherwise pay a `poll` per try (three per message in an
+/// 8-byte stream over TCP, 2026-11-25).
+const FULL_GONE_EVERY: u32 = 64;
 
 impl std::fmt::Debug for Terminus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -178,6 +188,8 @@ impl Terminus {
             entries_in_use: VecDeque::new(),
             auto_next: 0,
             ready,
+            full_tries: 0,
+            full_at: next,
         })
     }
 
@@ -381,11 +393,61 @@ impl Terminus {
         self.drain_errors();
         match self.ring.try_push(entry) {
             Ok(()) => Ok(()),
-            // Full for good if nobody is there to take from it.
-            Err(PushError::Full) if self.shared.engine_gone() => Err(SendError::EngineGone),
-            Err(PushError::Full) => Err(SendError::Full),
+            Err(PushError::Full) => {
+                // Full for good if nobody is there to take from it: asked on the
+                // FULL_GONE_EVERY-th refusal in a row at this position (the engine
+                // moving the ring starts a new count), so a dead engine is reported
+                // to a caller that retries, without a system call per retry.
+                if self.full_at != self.next {
+                    self.full_at = self.next;
+                    self.full_tries = 0;
+                }
+                self.full_tries = self.full_tries.wrapping_add(1);
+                if self.full_tries % FULL_GONE_EVERY == 0 && self.shared.engine_gone() {
+                    return Err(SendError::EngineGone);
+                }
+                Err(SendError::Full)
+            }
             Err(_) => Err(SendError::Corrupt),
         }
+    }
+
+    /// Waits until the work queue has room for one more request (a [`Terminus::send`]
+    /// would not be [`SendError::Full`]) or `timeout` passes; returns whether it has.
+    /// What a sender that got `Full` calls before it tries again, instead of a loop of
+    /// retries: it keeps the queue as full as the engine takes it (unlike
+    /// [`Terminus::wait_idle`], which lets it run dry).
+    ///
+    /// If this process hosts the engine, the waiting thread runs the engine's turns
+    /// (progress by the waiting thread) until half the queue is free, so that a
+    /// streaming sender hands the engine over once per half a queue of requests, not
+    /// per request. Otherwise it polls the ring, spinning first, then sleeps on the
+    /// completion word's futex until the engine finishes a request.
+    ///
+    /// `false` also when the engine is gone ([`crate::Node::engine_gone`]).
+    pub fn wait_room(&mut self, timeout: Option<Duration>) -> bool {
+        let shared = &self.shared;
+        let half = (self.ring.capacity() / 2).max(1);
+        let ring = &mut self.ring;
+        let t = self.index;
+        let mut room = || {
+            completion::drain(&shared.port, &shared.layout, &shared.errors);
+            // A corrupt ring counts as room: the next push reports it.
+            ring.room().unwrap_or(u64::MAX)
+        };
+        if room() > 0 {
+            return true;
+        }
+        let spin = match shared.drive_until(shared.options.spin, timeout, || {
+            (room() >= half).then_some(())
+        }) {
+            Ok(()) => return true,
+            Err(spin) => spin,
+        };
+        let got = shared.wait_sliced(spin, timeout, |spin, slice| {
+            Ok(wait_for_completion(shared, t, spin, slice, || room() > 0)?.then_some(()))
+        });
+        matches!(got, Ok(Some(())))
     }
 
     fn drain_errors(&self) {
@@ -395,6 +457,12 @@ impl Terminus {
     /// Requests of this terminus the engine has finished (its completion word).
     pub fn finished(&self) -> u64 {
         completion::finished(&self.shared.port, &self.shared.layout, self.index)
+    }
+
+    /// Whether the engine is gone ([`crate::Node::engine_gone`]): what a `false` from
+    /// [`Terminus::wait_room`] or [`Terminus::wait_idle`] may mean.
+    pub fn engine_gone(&self) -> bool {
+        self.shared.engine_gone()
     }
 
     /// Requests queued but not finished yet.

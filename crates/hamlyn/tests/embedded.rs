@@ -317,6 +317,15 @@ fn a_full_terminus_is_back_pressure_and_every_queued_send_completes() {
         !t.can_reuse(&src, 0, 1),
         "the last sends still read the buffer"
     );
+    // Waiting for room (this thread runs the engine's turns) gives room for a send
+    // while the queue still holds work: not the whole drain `wait_idle` waits for.
+    assert!(t.wait_room(WAIT), "room comes back");
+    assert!(t.in_flight() > 1, "wait_room waited for the queue to drain");
+    let opts = SendOptions::new().notify(false).entry(0);
+    handles.push(
+        t.send(&ticket, &opts, Data::Gather(&[src.span(0, LEN)]))
+            .expect("a send after wait_room"),
+    );
     assert!(t.wait_idle(WAIT), "the engine drains the terminus");
     for h in &handles {
         assert_eq!(h.status(), Status::Sent);

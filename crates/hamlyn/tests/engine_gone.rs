@@ -25,7 +25,12 @@ fn child_engine() {
 }
 
 fn socket() -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("hamlyn-gone-{}.sock", std::process::id()))
+    socket_named("gone")
+}
+
+/// A socket path of this process's, apart from other tests' (they run at once).
+fn socket_named(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("hamlyn-{name}-{}.sock", std::process::id()))
 }
 
 fn readable(fd: std::os::fd::BorrowedFd<'_>, within: Duration) -> bool {
@@ -158,4 +163,38 @@ fn a_client_learns_that_its_engine_died_and_can_reconnect() {
     );
     drop((queue, slot, meta, inbox, node));
     again.finish();
+}
+
+/// A sender that fills its ring after the engine died learns it from its retries (a
+/// `poll` on every 64th refusal in a row, not on each), and `wait_room` says there will
+/// be no room instead of waiting for ever.
+#[test]
+fn a_sender_retrying_on_a_full_ring_learns_that_its_engine_died() {
+    let path = socket_named("gone-full");
+    let (mut engine, node, (_inbox, _meta, slot)) = start(&path);
+    let ticket = slot.ticket_all().expect("ticket");
+    let mut terminus = node.terminus(0).expect("terminus");
+    engine.kill();
+    let (mut queued, mut full) = (0u32, 0u32);
+    let gone = loop {
+        match terminus.send(&ticket, &SendOptions::new(), Data::Inline(b"x")) {
+            Ok(_) => queued += 1,
+            Err(SendError::Full) => full += 1,
+            Err(SendError::EngineGone) => break true,
+            Err(e) => panic!("{e}"),
+        }
+        if queued + full > 100_000 {
+            break false;
+        }
+    };
+    assert!(
+        gone,
+        "{queued} queued, {full} refused as Full, never EngineGone"
+    );
+    assert!(full < 64, "{full} refusals before EngineGone");
+    assert!(
+        !terminus.wait_room(Some(WAIT)),
+        "no room will come from a dead engine"
+    );
+    let _ = std::fs::remove_file(&path);
 }

@@ -204,12 +204,10 @@ fn child_sender() {
                     loop {
                         match t.send(tk, &opts, Data::Inline(&tag.to_le_bytes())) {
                             Ok(h) => break handles.push(h),
-                            // Back-pressure: let the engine take some, then retry.
+                            // Back-pressure: wait for room (the engine is in
+                            // another process: on the completion word), then retry.
                             Err(SendError::Full) if Instant::now() < deadline => {
-                                let oldest = handles.iter().find(|h| !h.is_done());
-                                if let Some(h) = oldest {
-                                    h.wait(Some(Duration::from_millis(10)));
-                                }
+                                assert!(t.wait_room(Some(WAIT)), "room comes back");
                             }
                             Err(e) => panic!("burst send {tag}: {e}"),
                         }

@@ -663,6 +663,11 @@ int main(void) {
     uint32_t idle = 0;
     OK(hamlyn_terminus_wait_idle(term, WAIT_MS, &idle));
     ASSERT(idle == 1);
+    /* An idle terminus has room at once. */
+    uint32_t room = 0;
+    OK(hamlyn_terminus_wait_room(term, 0, &room));
+    ASSERT(room == 1);
+    EXPECT(hamlyn_terminus_wait_room(term, WAIT_MS, NULL), HAMLYN_RESULT_NULL_ARGUMENT);
 
     /* The registry. */
     hamlyn_ticket *found = NULL;
