@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use hamlyn_core::Instant;
 use hamlyn_fabric::tcp::frame::Hello;
-use hamlyn_fabric::tcp::secure::{Link, Opened, MAX_PLAIN};
+use hamlyn_fabric::tcp::secure::{Cipher, Link, Opened, MAX_PLAIN};
 use hamlyn_fabric::tcp::{
     join, tcp_cluster, CloseReason, ClusterSecret, NodeKey, PeerState, Roster, TcpConfig, TcpFabric,
 };
@@ -373,6 +373,28 @@ fn a_wrong_secret_is_refused() {
     assert!(!up(&a, 1) && !up(&b, 0));
     assert!(r[1].packets.is_empty());
     assert!(a.peer_stats(NodeId(1)).unwrap().dial_failures >= 1);
+}
+
+/// Nodes configured with different ciphers talk, both ways: each link is in its
+/// dialer's cipher, and an acceptor takes either.
+#[test]
+fn nodes_with_different_ciphers_talk() {
+    let time = Time::new();
+    let mut ca = config(0, Some(secret(6)));
+    ca.cipher = Cipher::ChaCha20Poly1305;
+    let mut a = TcpFabric::new(ca).unwrap();
+    let mut cb = config(1, Some(secret(6)));
+    cb.rails = 2;
+    assert_eq!(cb.cipher, Cipher::Aes256Gcm, "the default");
+    let mut b = TcpFabric::new(cb).unwrap();
+    a.add_peer(NodeId(1), b.local_addr()).unwrap();
+    b.add_peer(NodeId(0), a.local_addr()).unwrap();
+    let mut r = [Rec::default(), Rec::default()];
+    until_up(&time, &mut a, &mut b, &mut r);
+    deliver(&time, &mut a, &mut b, &mut r, 1);
+    let mut r2 = [Rec::default(), Rec::default()];
+    deliver(&time, &mut b, &mut a, &mut r2, 2);
+    assert_eq!(auth_failures(&a) + auth_failures(&b), 0);
 }
 
 /// A man in the middle flips one byte of a data record: the receiver refuses the record

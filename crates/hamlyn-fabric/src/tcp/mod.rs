@@ -4,11 +4,12 @@
 //! # Authenticated links
 //!
 //! Unless [`TcpConfig::danger_insecure`] is set, every connection first runs a Noise
-//! handshake ([`secure`]: `Noise_XXpsk0_25519_ChaChaPoly_BLAKE2s`, the cluster secret
+//! handshake ([`secure`]: `Noise_XXpsk0_25519_AESGCM_BLAKE2s`, or `..._ChaChaPoly_...`
+//! if the dialer's [`TcpConfig::cipher`] says so, the cluster secret
 //! [`TcpConfig::secret`] as the pre-shared key, each node's static key
 //! [`TcpConfig::key`], fresh ephemeral keys on both sides), and then carries the whole
 //! frame stream below — HELLOs, membership queries and replies, packets, heartbeats —
-//! in ChaCha20-Poly1305 records with a counter nonce per direction. So nothing is read
+//! in AES-256-GCM (or ChaCha20-Poly1305) records with a counter nonce per direction. So nothing is read
 //! from a connection before its other end proved it holds the secret and its static
 //! key's private half; the node id, incarnation and session a dialer declares arrive in
 //! its first record, bound to that handshake; and a frame altered, injected, replayed
@@ -19,8 +20,8 @@
 //! produce the third message), a record that fails after it as
 //! [`CloseReason::BadRecord`]; both are counted (`auth_failures`, `frames_refused` in
 //! the statistics). Links are always encrypted (Noise's transport is an AEAD; integrity
-//! alone would need a second construction outside Noise, save only the ChaCha20
-//! keystream, and leave slot keys in clear), so "integrity only" is this same setting.
+//! alone would need a second construction outside Noise, save only the keystream, and
+//! leave slot keys in clear), so "integrity only" is this same setting.
 //! An insecure fabric and a secure one refuse each other. A fabric with neither a secret
 //! nor `danger_insecure` does not start.
 //!
@@ -258,6 +259,10 @@ pub struct TcpConfig {
     /// be any node, read and forge its traffic. For a physically secure network only;
     /// such a node and a secure one refuse each other.
     pub danger_insecure: bool,
+    /// The cipher of the links this node dials ([`secure::Cipher`]; an accepted link
+    /// is in its dialer's, either one): AES-256-GCM by default, ChaCha20-Poly1305 for
+    /// CPUs without AES instructions.
+    pub cipher: secure::Cipher,
     /// Most peers the table holds; a HELLO or membership query from an unknown node
     /// past it is refused ([`CloseReason::TooManyPeers`]). Also the most node keys
     /// pinned without a roster.
@@ -286,8 +291,8 @@ impl TcpConfig {
     /// A configuration with defaults: incarnation 1, no peers, 2 rails, no busy poll,
     /// heartbeat every 500 ms, peer timeout 3 s, reconnect every 250 ms, 4 MiB queued
     /// per peer, 16 MiB payloads, small packets held up to 20 µs, learning peers, 64
-    /// pending handshakes, at most 4,096 peers, no roster (keys pinned on first
-    /// contact), a fresh node key, and no secret yet: set [`TcpConfig::secret`] (or,
+    /// pending handshakes, links dialed in AES-256-GCM, at most 4,096 peers, no roster
+    /// (keys pinned on first contact), a fresh node key, and no secret yet: set [`TcpConfig::secret`] (or,
     /// knowingly, [`TcpConfig::danger_insecure`]).
     pub fn new(node: NodeId, listen: SocketAddr) -> TcpConfig {
         TcpConfig {
@@ -307,6 +312,7 @@ impl TcpConfig {
             max_handshakes: 64,
             secret: None,
             danger_insecure: false,
+            cipher: secure::Cipher::Aes256Gcm,
             max_peers: 4096,
             express_lane: false,
             key: None,
@@ -1095,7 +1101,7 @@ impl TcpFabric {
                         continue;
                     };
                     // The Noise handshake first; the HELLO goes in the first record.
-                    match Link::dialer(secret, key) {
+                    match Link::dialer_with(secret, key, self.config.cipher) {
                         Ok((link, first)) => {
                             if let Some(conn) = self.conn_mut(i) {
                                 conn.link = Some(link);
