@@ -44,7 +44,7 @@ const FABRIC_DRIVEN_EVERY: u32 = 4;
 /// Longest sleep of the engine thread while a waiting thread drives: if the drivers ran
 /// no turn meanwhile, the engine thread serves anyway (the poller's granularity is a
 /// millisecond).
-const DRIVER_STALL: Duration = Duration::from_millis(1);
+pub(crate) const DRIVER_STALL: Duration = Duration::from_millis(1);
 /// Turns the last driver to leave runs to finish what the drivers' last busy turn
 /// started before it wakes the engine thread for the rest ([`Engine::hand_back`]).
 const HAND_BACK_TURNS: u32 = 16;
@@ -119,19 +119,29 @@ struct IdleSpin {
 pub(crate) struct Io {
     poll: Poll,
     events: Events,
+    /// What became ready, not handled yet ([`Engine::handle_events`] takes it), each
+    /// token once: the poller is edge-triggered, so what one wait reported and nobody
+    /// handled is not reported again. Several waits may add to it (the engine thread
+    /// waiting again while a driving thread holds the engine). At most one entry per
+    /// registered descriptor.
+    pending: Vec<Token>,
 }
 
 impl Io {
-    /// Waits at most `timeout` for readiness; the events are then in `self.events`.
+    /// Waits at most `timeout` for readiness, adding what became ready to what is
+    /// pending.
     pub(crate) fn wait(&mut self, timeout: Duration) -> Result<(), EngineError> {
         match self.poll.poll(&mut self.events, Some(timeout)) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
-                self.events.clear();
-                Ok(())
-            }
-            Err(e) => Err(EngineError::io("epoll_wait", e)),
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return Ok(()),
+            Err(e) => return Err(EngineError::io("epoll_wait", e)),
         }
+        for token in self.events.iter().map(|e| e.token()) {
+            if !self.pending.contains(&token) {
+                self.pending.push(token);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -234,6 +244,7 @@ impl Engine {
         let io = Io {
             poll,
             events: Events::with_capacity(256),
+            pending: Vec::with_capacity(256),
         };
         let engine = Engine {
             state,
@@ -417,7 +428,7 @@ impl Engine {
     /// After the engine thread's sleep in `io` (which it slept in without holding the
     /// engine): what woke it is handled (the doorbells are disarmed when it serves next,
     /// [`Engine::serve`], or by a waiting thread's first turn).
-    pub(crate) fn after_sleep(&mut self, io: &Io) {
+    pub(crate) fn after_sleep(&mut self, io: &mut Io) {
         self.handle_events(io);
         // Let go for a driver, which has not run a turn since: it stopped driving
         // without leaving (descheduled, or holding a `Driving` it does not use). Serve
@@ -678,8 +689,8 @@ impl Engine {
         Ok(())
     }
 
-    fn handle_events(&mut self, io: &Io) {
-        for token in io.events.iter().map(|e| e.token()) {
+    fn handle_events(&mut self, io: &mut Io) {
+        for token in io.pending.drain(..) {
             match token {
                 LISTENER => self.accept(),
                 DOORBELL => {
