@@ -406,7 +406,7 @@ impl Engine {
     /// engines on two cores, a ping-pong then ran 13-50 µs one-way instead of 5.6-6 µs.
     /// A client in another process still gets the spin: its pushes find the engine
     /// awake instead of waking it.
-    fn spin_wanted(&self) -> bool {
+    pub(crate) fn spin_wanted(&self) -> bool {
         !self.spin_unheld || self.state.clients.any_in_other_process()
     }
 
