@@ -9,7 +9,7 @@
 //! (its protocol manager is not `Send`), kept in a [`ThreadBound`].
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hamlyn_am::{
     fingerprint, Addr, AmEndpoint, AmError, AmOptions, CallId, Ctx, HandlerId, MemoryRegion,
@@ -504,16 +504,13 @@ impl PyAmEndpoint {
     #[pyo3(signature = (timeout=None))]
     fn poll(&mut self, py: Python<'_>, timeout: Option<f64>) -> PyResult<usize> {
         let timeout = crate::timeout(timeout)?;
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let slices = crate::Slices::new(timeout);
         loop {
             // In slices, so that a signal (Ctrl-C) raises between them.
-            let slice = deadline.map_or(crate::SIGNAL_SLICE, |d| {
-                d.saturating_duration_since(Instant::now())
-                    .min(crate::SIGNAL_SLICE)
-            });
+            let slice = slices.next();
             let ep = self.ep()?;
             let n = am_check(unblocked(py, ep, |ep| ep.poll(Some(slice))))?;
-            if n > 0 || deadline.is_some_and(|d| Instant::now() >= d) {
+            if n > 0 || slices.over() {
                 return Ok(n);
             }
             py.check_signals()?;

@@ -9,7 +9,6 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Instant;
 
 use hamlyn::{Buffer, Endpoint, EndpointGroup, Received, SharedGroup};
 use pyo3::prelude::*;
@@ -536,20 +535,17 @@ impl PyEndpointGroup {
         let timeout = crate::timeout(timeout)?;
         let group = self.get(py)?;
         // In slices, so that a signal (Ctrl-C) raises between them.
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let slices = crate::Slices::new(timeout);
         loop {
             self.life.check()?;
-            let slice = deadline.map_or(crate::SIGNAL_SLICE, |d| {
-                d.saturating_duration_since(Instant::now())
-                    .min(crate::SIGNAL_SLICE)
-            });
+            let slice = slices.next();
             if crate::lock(py, &self.group)?.is_none() {
                 return Err(errors::closed("the endpoint group is closed"));
             }
             let got = py.allow_threads(|| group.receive_wait(priority, Some(slice)));
             match check(got)? {
                 Some(r) => return self.file(py, &group, r, repost).map(Some),
-                None if deadline.is_some_and(|d| Instant::now() >= d) => return Ok(None),
+                None if slices.over() => return Ok(None),
                 None => py.check_signals()?,
             }
         }

@@ -188,6 +188,35 @@ impl<T> Drop for ThreadBound<T> {
 /// raises `KeyboardInterrupt` within this long) and starts another slice.
 pub(crate) const SIGNAL_SLICE: Duration = Duration::from_millis(100);
 
+/// A blocking wait of `timeout` (`None`: forever) cut into slices of at most
+/// [`SIGNAL_SLICE`], each run without the GIL, with a look for a signal between them.
+pub(crate) struct Slices {
+    deadline: Option<std::time::Instant>,
+}
+
+impl Slices {
+    /// The wait starts now.
+    pub(crate) fn new(timeout: Option<Duration>) -> Slices {
+        Slices {
+            deadline: timeout.and_then(|t| std::time::Instant::now().checked_add(t)),
+        }
+    }
+
+    /// The next slice: what is left of the wait, at most [`SIGNAL_SLICE`].
+    pub(crate) fn next(&self) -> Duration {
+        self.deadline.map_or(SIGNAL_SLICE, |d| {
+            d.saturating_duration_since(std::time::Instant::now())
+                .min(SIGNAL_SLICE)
+        })
+    }
+
+    /// Whether the wait's time is up.
+    pub(crate) fn over(&self) -> bool {
+        self.deadline
+            .is_some_and(|d| std::time::Instant::now() >= d)
+    }
+}
+
 /// A timeout in seconds from Python (`None`: forever).
 pub(crate) fn timeout(seconds: Option<f64>) -> PyResult<Option<Duration>> {
     seconds

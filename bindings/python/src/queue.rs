@@ -2,7 +2,6 @@
 //! `await queue.wait_async()`) and `hamlyn.Notification`.
 
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use hamlyn::{Node, Notification, NotificationKind, NotifyQueue};
 use pyo3::prelude::*;
@@ -97,12 +96,9 @@ impl PyQueue {
         }
         // In slices, so that a signal (Ctrl-C) raises between them: a wait without the
         // GIL cannot run Python's signal handlers.
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let slices = crate::Slices::new(timeout);
         loop {
-            let slice = deadline.map_or(crate::SIGNAL_SLICE, |d| {
-                d.saturating_duration_since(Instant::now())
-                    .min(crate::SIGNAL_SLICE)
-            });
+            let slice = slices.next();
             let got = py.allow_threads(|| {
                 let mut g = self.queue.lock().map_err(|_| Err(Blocked::Poisoned))?;
                 let q = g.as_mut().ok_or(Err(Blocked::Closed))?;
@@ -110,7 +106,7 @@ impl PyQueue {
             });
             match got {
                 Ok(Some(n)) => return Ok(Some(n.into())),
-                Ok(None) if deadline.is_some_and(|d| Instant::now() >= d) => return Ok(None),
+                Ok(None) if slices.over() => return Ok(None),
                 Ok(None) => py.check_signals()?,
                 Err(Ok(e)) => return check(Err(e)),
                 Err(Err(Blocked::Closed)) => return Err(errors::closed("the queue is closed")),

@@ -5,7 +5,7 @@
 //! as text. A manager and the protocol instances made from it share an `Rc`: they are
 //! one thread's ([`ThreadBound`]), as in Rust.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hamlyn_rats::datagram::{Datagram, DatagramReceiver, DatagramSender};
 use hamlyn_rats::remote_read::{RemoteReadClient, RemoteReadServer};
@@ -38,17 +38,14 @@ fn wait_sliced<T, R>(
     mut f: impl FnMut(&mut T, Duration) -> Result<Option<R>, RatsError>,
 ) -> PyResult<Option<R>> {
     let timeout = crate::timeout(timeout)?;
-    let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+    let slices = crate::Slices::new(timeout);
     loop {
-        let slice = deadline.map_or(crate::SIGNAL_SLICE, |d| {
-            d.saturating_duration_since(Instant::now())
-                .min(crate::SIGNAL_SLICE)
-        });
+        let slice = slices.next();
         let got = unblocked(py, (&mut *value, &mut f), |(v, f)| f(v, slice));
         if let Some(r) = rats_check(got)? {
             return Ok(Some(r));
         }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
+        if slices.over() {
             return Ok(None);
         }
         py.check_signals()?;

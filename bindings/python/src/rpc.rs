@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hamlyn_rpc::{Call, Procedure, RpcClient, RpcError, RpcServer};
 use pyo3::prelude::*;
@@ -125,17 +125,14 @@ impl PyRpcServer {
     #[pyo3(signature = (timeout=None))]
     fn serve_once(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
         let timeout = crate::timeout(timeout)?;
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let slices = crate::Slices::new(timeout);
         loop {
             // In slices, so that a signal (Ctrl-C) raises between them.
-            let slice = deadline.map_or(crate::SIGNAL_SLICE, |d| {
-                d.saturating_duration_since(Instant::now())
-                    .min(crate::SIGNAL_SLICE)
-            });
+            let slice = slices.next();
             if self.with_unlocked(py, |s| s.serve_once(Some(slice)))? {
                 return Ok(true);
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
+            if slices.over() {
                 return Ok(false);
             }
             py.check_signals()?;
@@ -153,7 +150,7 @@ impl PyRpcServer {
         timeout: Option<f64>,
     ) -> PyResult<u64> {
         let timeout = crate::timeout(timeout)?;
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let slices = crate::Slices::new(timeout);
         let mut handled = 0;
         loop {
             if let Some(u) = &until {
@@ -161,14 +158,11 @@ impl PyRpcServer {
                     return Ok(handled);
                 }
             }
-            let slice = deadline.map_or(crate::SIGNAL_SLICE, |d| {
-                d.saturating_duration_since(Instant::now())
-                    .min(crate::SIGNAL_SLICE)
-            });
+            let slice = slices.next();
             if self.with_unlocked(py, |s| s.serve_once(Some(slice)))? {
                 handled += 1;
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
+            if slices.over() {
                 return Ok(handled);
             }
             py.check_signals()?;

@@ -2,7 +2,6 @@
 //! `hamlyn.Send` (how one request ended, or that it has not) and `hamlyn.Status`.
 
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use hamlyn::{
     CompareSwapArgs, Data, FetchAddArgs, ReadArgs, SendHandle, SendOptions, Status, Terminus,
@@ -55,13 +54,10 @@ impl PyTerminus {
         wait: impl Fn(&mut Terminus, Option<std::time::Duration>) -> bool + Sync,
     ) -> PyResult<bool> {
         let timeout = crate::timeout(timeout)?;
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let slices = crate::Slices::new(timeout);
         loop {
             self.life.check()?;
-            let slice = deadline.map_or(crate::SIGNAL_SLICE, |d| {
-                d.saturating_duration_since(Instant::now())
-                    .min(crate::SIGNAL_SLICE)
-            });
+            let slice = slices.next();
             let came = py.allow_threads(|| {
                 let mut g = self.terminus.lock().map_err(|_| ())?;
                 let t = g.as_mut().ok_or(())?;
@@ -72,9 +68,7 @@ impl PyTerminus {
                 Err(()) => return Err(errors::closed("the terminus is closed")),
                 Ok((true, _)) => return Ok(true),
                 Ok((false, true)) => return check(Err(hamlyn::Error::EngineGone)),
-                Ok((false, _)) if deadline.is_some_and(|d| Instant::now() >= d) => {
-                    return Ok(false)
-                }
+                Ok((false, _)) if slices.over() => return Ok(false),
                 Ok((false, _)) => py.check_signals()?,
             }
         }
@@ -359,14 +353,11 @@ impl PySend {
             return Ok(PyStatus(self.handle.status()));
         }
         // In slices, so that a signal (Ctrl-C) raises between them.
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let slices = crate::Slices::new(timeout);
         loop {
-            let slice = deadline.map_or(crate::SIGNAL_SLICE, |d| {
-                d.saturating_duration_since(Instant::now())
-                    .min(crate::SIGNAL_SLICE)
-            });
+            let slice = slices.next();
             let status = py.allow_threads(|| self.handle.wait(Some(slice)));
-            if status != Status::Pending || deadline.is_some_and(|d| Instant::now() >= d) {
+            if status != Status::Pending || slices.over() {
                 return Ok(PyStatus(status));
             }
             py.check_signals()?;

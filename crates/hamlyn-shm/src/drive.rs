@@ -319,6 +319,45 @@ mod loom_tests {
         });
     }
 
+    /// The engine's thread never spins for a word a driver holds
+    /// (`hamlyn_engine::hosted::run_engine_thread`): finding it held while the count is
+    /// not zero, it sleeps until rung, and the driver's last leave rings it (here always:
+    /// the hand-back rings when work is left, and otherwise the next push does). Whatever
+    /// the interleaving — the driver leaving between the failed try and the look at the
+    /// count, or after it — the engine's thread gets the engine: a thread asleep for good
+    /// is a loom deadlock.
+    #[test]
+    fn loom_an_engine_thread_that_finds_the_word_held_sleeps_until_rung() {
+        crate::loom_model(|| {
+            let h = Arc::new(Handoff::new(0u32));
+            let doorbell = Arc::new(loom::sync::Notify::new());
+            h.enter();
+            let driver = {
+                let (h, doorbell) = (h.clone(), doorbell.clone());
+                loom::thread::spawn(move || {
+                    let _ = h.try_run(|turns| *turns += 1);
+                    if h.leave() {
+                        doorbell.notify();
+                    }
+                })
+            };
+            // The engine's thread, as `run_engine_thread`.
+            loop {
+                if h.try_run(|turns| *turns += 10).is_some() {
+                    break;
+                }
+                if h.driven() {
+                    doorbell.wait();
+                } else {
+                    loom::thread::yield_now();
+                }
+            }
+            driver.join().expect("driver");
+            let turns = h.run(|turns| *turns);
+            assert!(turns == 10 || turns == 11, "{turns}");
+        });
+    }
+
     /// The model engine of `loom_a_push_is_never_stranded`: requests taken so far, and
     /// whether the clients' doorbell is armed (the engine's thread asleep, or about to be).
     struct ModelEngine {
