@@ -139,7 +139,8 @@ pub struct Terminus {
     /// The offset of the port's ready word with this terminus's bit, and the bit
     /// ([`hamlyn_shm::ready`]).
     ready: (usize, u64),
-    /// Refusals for a full ring in a row (since `full_at`), for [`FULL_GONE_EVERY`].
+    /// Refusals for a full ring in a row (at ring position `full_at`, no push in
+    /// between), for [`FULL_GONE_EVERY`].
     full_tries: u32,
     /// The ring position the refusals of `full_tries` were at.
     full_at: u64,
@@ -395,9 +396,9 @@ impl Terminus {
             Ok(()) => Ok(()),
             Err(PushError::Full) => {
                 // Full for good if nobody is there to take from it: asked on the
-                // FULL_GONE_EVERY-th refusal in a row at this position (the engine
-                // moving the ring starts a new count), so a dead engine is reported
-                // to a caller that retries, without a system call per retry.
+                // FULL_GONE_EVERY-th refusal in a row at this position (a push that
+                // gets in starts a new count), so a dead engine is reported to a
+                // caller that retries, without a system call per retry.
                 if self.full_at != self.next {
                     self.full_at = self.next;
                     self.full_tries = 0;
