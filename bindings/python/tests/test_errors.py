@@ -204,6 +204,10 @@ def test_an_engine_that_dies_is_engine_gone_error_not_a_crash(peers):
     view = memoryview(area)
     engine.kill()
     engine.wait(timeout=60)
+    # A send the dead engine will never take: waiting for it to finish raises.
+    t.send(ticket, b"x")
+    with pytest.raises(hamlyn.EngineGoneError):
+        t.wait_idle(timeout=30.0)
     with pytest.raises(hamlyn.EngineGoneError):
         q.wait(timeout=30.0)
     with pytest.raises(hamlyn.HamlynError):
