@@ -97,6 +97,9 @@ pub(crate) struct Engine {
     spin_unheld: bool,
     /// Where an idle spin given up for a step ([`Step::Spin`]) resumes.
     idle_spin: Option<IdleSpin>,
+    /// What [`Engine::spin_wanted`] said when the engine last went idle
+    /// ([`Engine::spins_for_clients`]).
+    spins_for_clients: bool,
 }
 
 /// An idle spin between two calls of [`Engine::serve`] ([`Step::Spin`]).
@@ -136,8 +139,11 @@ impl Io {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return Ok(()),
             Err(e) => return Err(EngineError::io("epoll_wait", e)),
         }
+        // One wait reports a descriptor once: only what an earlier, unhandled wait
+        // reported needs the look for duplicates.
+        let earlier = self.pending.len();
         for token in self.events.iter().map(|e| e.token()) {
-            if !self.pending.contains(&token) {
+            if !self.pending[..earlier].contains(&token) {
                 self.pending.push(token);
             }
         }
@@ -266,6 +272,7 @@ impl Engine {
             woke: false,
             sleep_ends: std::time::Instant::now(),
             spin_unheld: false,
+            spins_for_clients: true,
             idle_spin: None,
         };
         Ok((engine, io))
@@ -347,6 +354,7 @@ impl Engine {
             if idle == 0 && !busy_poll {
                 idle_since = std::time::Instant::now();
                 spin_wanted = self.spin_wanted();
+                self.spins_for_clients = spin_wanted;
             }
             idle = idle.saturating_add(1);
             // A busy-polling engine never sleeps, so it never reads the clock; one that
@@ -406,8 +414,16 @@ impl Engine {
     /// engines on two cores, a ping-pong then ran 13-50 µs one-way instead of 5.6-6 µs.
     /// A client in another process still gets the spin: its pushes find the engine
     /// awake instead of waking it.
-    pub(crate) fn spin_wanted(&self) -> bool {
+    fn spin_wanted(&self) -> bool {
         !self.spin_unheld || self.state.clients.any_in_other_process()
+    }
+
+    /// Whether the engine spun for its clients when it last went idle
+    /// ([`Engine::spin_wanted`], asked once per idle spell, not per turn: it walks the
+    /// clients): what its thread does while a driver holds it
+    /// (`crate::hosted::run_engine_thread`).
+    pub(crate) fn spins_for_clients(&self) -> bool {
+        self.spins_for_clients
     }
 
     /// How long the engine thread may sleep with nothing to do. A fabric's sockets wake

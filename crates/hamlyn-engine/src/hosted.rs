@@ -147,28 +147,29 @@ pub(crate) fn register(socket: &Path, hosted: &Arc<Hosted>) {
 /// A daemon's thread lives the same way, with nobody ever driving.
 pub(crate) fn run_engine_thread(hosted: &Hosted, io: &mut Io) -> Result<(), EngineError> {
     let hosted = &hosted.handoff;
-    // Whether the engine spins for its clients (`Engine::spin_wanted`: one of them runs
-    // in another process and cannot drive it), as of the last time this thread held it.
+    // Whether the engine spins for its clients (one of them runs in another process and
+    // cannot drive it), as of the last time this thread held it.
     let mut spins = true;
+    // A thread drives: it holds the word for a turn at a time and takes it again at
+    // once, and hands the engine back when it leaves (ringing this thread if work is
+    // left). Unless the engine spins for a client in another process, this thread then
+    // waits in its poller rather than spin for a gap between the driver's turns: on two
+    // cores the two engine threads' spins for the word took a quarter of the machine in
+    // a TCP stream (2026-11-25). An engine that spins anyway keeps spinning for the
+    // word, so that it serves the moment the driver leaves (a foreign client's next
+    // push then finds it awake).
+    let sleeps_for_driver = |spins: bool| hosted.driven() && !spins;
     loop {
         // Holds the ownership word while it serves: a driver finds it held until the
         // engine thread sees the driver count on its next turn and lets go.
         let served = hosted.try_run(|engine| {
             let step = engine.serve(io, &|| hosted.driven());
-            spins = engine.spin_wanted();
+            spins = engine.spins_for_clients();
             step
         });
         let step = match served {
             Some(step) => step?,
-            // A thread drives: it holds the word for a turn at a time and takes it again
-            // at once, and hands the engine back when it leaves (ringing this thread if
-            // work is left). Unless the engine spins for a client in another process,
-            // sleep as if let go rather than spin for a gap between the driver's turns:
-            // on two cores the two engine threads' spins for the word took a quarter of
-            // the machine in a TCP stream (2026-11-25). An engine that spins anyway
-            // keeps spinning for the word, so that it serves the moment the driver
-            // leaves (a foreign client's next push then finds it awake).
-            None if hosted.driven() && !spins => Step::Sleep(DRIVER_STALL),
+            None if sleeps_for_driver(spins) => Step::Sleep(DRIVER_STALL),
             // A nudge's one turn, or a driver that will leave: over in a moment.
             None => {
                 std::hint::spin_loop();
@@ -186,14 +187,8 @@ pub(crate) fn run_engine_thread(hosted: &Hosted, io: &mut Io) -> Result<(), Engi
                 // it waits in the poller again between tries (what it reports is kept
                 // with what is pending): a driver that leaves with work rings the
                 // doorbell, and the wait ends at once.
-                while hosted
-                    .try_run(|engine| {
-                        engine.after_sleep(io);
-                        spins = engine.spin_wanted();
-                    })
-                    .is_none()
-                {
-                    if hosted.driven() && !spins {
+                while hosted.try_run(|engine| engine.after_sleep(io)).is_none() {
+                    if sleeps_for_driver(spins) {
                         io.wait(DRIVER_STALL)?;
                     } else {
                         std::hint::spin_loop();

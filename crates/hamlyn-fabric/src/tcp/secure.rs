@@ -4,10 +4,11 @@
 //! The pattern is `Noise_XXpsk0_25519_AESGCM_BLAKE2s` (or `..._ChaChaPoly_...`: the
 //! dialer's [`Cipher`]; an acceptor tries the first message under both): the cluster
 //! secret is the pre-shared key, mixed in before the first message, and each end proves
-//! its node's static key ([`NodeKey`]) too, so a link is bound both to the cluster and to the
-//! static public key of each end ([`Link::remote_key`], which the fabric checks against
-//! the node id the other end declares). Three messages, each behind a big-endian `u16`
-//! length, each carrying [`HANDSHAKE_PAYLOAD`] (authenticated; it names the protocol):
+//! its node's static key ([`NodeKey`]) too, so a link is bound both to the cluster and
+//! to the static public key of each end ([`Link::remote_key`], which the fabric checks
+//! against the node id the other end declares). Three messages, each behind a
+//! big-endian `u16` length, each carrying [`HANDSHAKE_PAYLOAD`] (authenticated; it names
+//! the protocol):
 //!
 //! 1. dialer → acceptor, 64 bytes: its ephemeral key, the payload and its tag, under a
 //!    key derived from the secret alone. A listener checks it with a hash and a tag,
@@ -26,11 +27,11 @@
 //! After the handshake every byte of the fabric's frame stream travels in *records*: a
 //! big-endian `u16` length, then at most 65,535 bytes of AES-256-GCM (or
 //! ChaCha20-Poly1305) ciphertext with its 16-byte tag, each direction numbering its
-//! records with its own counter nonce. A record that does not authenticate (altered, injected, replayed, reordered or
-//! sealed under another key) is a [`LinkError::BadRecord`]; the fabric closes the
-//! connection. Records do not follow frame boundaries: they cut the plaintext stream
-//! wherever a write ends or 65,519 bytes are reached, and the frame decoder runs on what
-//! they open.
+//! records with its own counter nonce. A record that does not authenticate (altered,
+//! injected, replayed, reordered or sealed under another key) is a
+//! [`LinkError::BadRecord`]; the fabric closes the connection. Records do not follow
+//! frame boundaries: they cut the plaintext stream wherever a write ends or 65,519 bytes
+//! are reached, and the frame decoder runs on what they open.
 //!
 //! A replayed handshake gets nowhere: the acceptor answers it with a new ephemeral key,
 //! and the third message needs the original dialer's ephemeral and static private keys.
