@@ -27,7 +27,9 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use hamlyn::{Data, NodeId, Notification, NotificationKind, Seed, SendHandle, SendOptions, Ticket};
+use hamlyn::{
+    Data, NodeId, Notification, NotificationKind, Seed, SendHandle, SendOptions, Status, Ticket,
+};
 
 use crate::error::RatsError;
 use crate::manager::{Buffer, Endpoint, EndpointSpec, InstanceId, Manager};
@@ -64,9 +66,16 @@ pub fn batches_credit(entries: u32) -> bool {
     entries >= 8
 }
 
+/// How many of its messages a stream's sender keeps queued at the engine before it
+/// waits for the oldest ([`StreamSender::wait_for_own_sends`]): a quarter of the
+/// receiver's entries, the batch its credit comes in (at least one).
+pub fn own_in_flight(entries: u32) -> usize {
+    (entries / 4).max(1) as usize
+}
+
 /// Whether a send's failure means the peer (its process, engine or node) is gone.
 fn peer_is_gone(h: &SendHandle) -> bool {
-    use hamlyn::{RejectReason, Status};
+    use hamlyn::RejectReason;
     matches!(
         h.status(),
         Status::Failed(
@@ -636,6 +645,9 @@ pub struct StreamSender {
     peer_gone: bool,
     /// The last message sent (refused if the receiver is gone).
     last: Option<SendHandle>,
+    /// This stream's messages the engine may not have finished, oldest first: at most
+    /// [`own_in_flight`] of them ([`StreamSender::wait_for_own_sends`]).
+    unfinished: VecDeque<SendHandle>,
     /// The sequence number of the last probe ([`PROBE`]) and how many were sent.
     probe_seq: Option<u32>,
     probes: u64,
@@ -687,6 +699,7 @@ impl StreamSender {
             closed: false,
             peer_gone: false,
             last: None,
+            unfinished: VecDeque::new(),
             probe_seq: None,
             probes: 0,
             forged: 0,
@@ -725,6 +738,7 @@ impl StreamSender {
             closed: false,
             peer_gone: false,
             last: None,
+            unfinished: VecDeque::new(),
             probe_seq: None,
             probes: 0,
             forged: 0,
@@ -933,15 +947,18 @@ impl StreamSender {
             self.mgr.send(&ring_ticket, &opts, Data::Gather(&span))?
         };
         buf.free_after(&h);
+        self.unfinished.push_back(h.clone());
         self.last = Some(h.clone());
         self.pos = at + total;
         self.seq = self.seq.wrapping_add(1);
         Ok(h)
     }
 
-    /// Waits until the ring has room up to stream position `end` and an entry is free.
+    /// Waits until the ring has room up to stream position `end` and an entry is free,
+    /// and fewer than [`own_in_flight`] of this stream's messages are unfinished.
     fn wait_for_room(&mut self, end: u64) -> Result<(), RatsError> {
         let deadline = self.timeout.and_then(|t| Instant::now().checked_add(t));
+        self.wait_for_own_sends(deadline)?;
         loop {
             while let Some(n) = self.mgr.take(self.id) {
                 self.credit_arrived(&n);
@@ -969,6 +986,42 @@ impl StreamSender {
                 None => {}
             }
         }
+    }
+
+    /// Keeps fewer than [`own_in_flight`] of this stream's messages queued at the engine
+    /// before another is queued: beyond that, waits for the oldest (up to `deadline`;
+    /// nothing of the next write is sent if it ends with an error). In a process that
+    /// hosts the engine, that wait runs the engine's turns, which copy this stream's own
+    /// data, as a raw sender waiting on its oldest handle does. Without the bound a
+    /// sender queued a whole window at once and then slept until credit came: each time,
+    /// the engine's thread woke to copy what it had queued, and it and the sender took
+    /// turns on one core while the receiver had the other (64 KiB records at 9-11 GB/s
+    /// against raw sends' 21-25; 18-23 with the bound, 2026-11-25, docs/PERFORMANCE.md).
+    fn wait_for_own_sends(&mut self, deadline: Option<Instant>) -> Result<(), RatsError> {
+        let most = own_in_flight(self.entries);
+        while let Some(oldest) = self.unfinished.front() {
+            if oldest.is_done() {
+                self.unfinished.pop_front();
+                continue;
+            }
+            if self.unfinished.len() < most {
+                return Ok(());
+            }
+            let left = match deadline {
+                None => None,
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => Some(left),
+                    _ => return Err(RatsError::Timeout),
+                },
+            };
+            if oldest.wait(left) == Status::Pending {
+                return Err(RatsError::Timeout);
+            }
+            if peer_is_gone(oldest) {
+                return Err(RatsError::PeerGone);
+            }
+        }
+        Ok(())
     }
 
     /// Out of room with batched credit: asks the receiver for the credit it holds back
