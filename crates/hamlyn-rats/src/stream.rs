@@ -24,7 +24,7 @@
 //! is gone is [`RatsError::PeerGone`] (over the network, once the engine's heartbeats
 //! declared the peer down). A PeerDown notification ends it at once too.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use hamlyn::{
@@ -73,6 +73,27 @@ pub fn own_in_flight(entries: u32) -> usize {
     (entries / 4).max(1) as usize
 }
 
+/// A deadline `timeout` after the first time it is asked for: a write that need not
+/// wait never reads the clock.
+struct LazyDeadline {
+    timeout: Option<Duration>,
+    at: Option<Option<Instant>>,
+}
+
+impl LazyDeadline {
+    fn new(timeout: Option<Duration>) -> LazyDeadline {
+        LazyDeadline { timeout, at: None }
+    }
+
+    /// The deadline (`None`: none), fixed on the first call.
+    fn get(&mut self) -> Option<Instant> {
+        let timeout = self.timeout;
+        *self
+            .at
+            .get_or_insert_with(|| timeout.and_then(|t| Instant::now().checked_add(t)))
+    }
+}
+
 /// Whether a send's failure means the peer (its process, engine or node) is gone.
 fn peer_is_gone(h: &SendHandle) -> bool {
     use hamlyn::RejectReason;
@@ -119,12 +140,16 @@ pub struct StreamMessage {
 }
 
 /// In-order delivery of messages that arrive in any order within a window of `window`
-/// sequence numbers (sans-IO; property-tested against a model).
+/// sequence numbers (sans-IO; property-tested against a model). The messages held lie
+/// in a ring of `window` places, the next one expected at `head`: a message costs no
+/// allocation and no search.
 #[derive(Clone, Debug)]
 pub struct Reorder<T> {
     next: u32,
     window: u32,
-    held: BTreeMap<u32, T>,
+    /// Place of sequence number `next` in `held`.
+    head: usize,
+    held: Vec<Option<T>>,
 }
 
 impl<T> Reorder<T> {
@@ -133,8 +158,16 @@ impl<T> Reorder<T> {
         Reorder {
             next: 0,
             window,
-            held: BTreeMap::new(),
+            head: 0,
+            held: std::iter::repeat_with(|| None)
+                .take(window as usize)
+                .collect(),
         }
+    }
+
+    /// The place of `seq`, which is within the window.
+    fn place(&self, seq: u32) -> usize {
+        (self.head + seq.wrapping_sub(self.next) as usize) % self.held.len()
     }
 
     /// Takes message `seq`: [`RatsError::Forged`] if it is outside the window
@@ -143,17 +176,22 @@ impl<T> Reorder<T> {
         if seq.wrapping_sub(self.next) >= self.window {
             return Err(RatsError::Forged("sequence number outside the window"));
         }
-        if self.held.contains_key(&seq) {
-            return Err(RatsError::Forged("duplicate sequence number"));
+        let at = self.place(seq);
+        match self.held.get_mut(at) {
+            Some(Some(_)) => Err(RatsError::Forged("duplicate sequence number")),
+            Some(place) => {
+                *place = Some(msg);
+                Ok(())
+            }
+            None => Err(RatsError::Forged("sequence number outside the window")),
         }
-        self.held.insert(seq, msg);
-        Ok(())
     }
 
     /// The next message in order, if it arrived.
     pub fn pop(&mut self) -> Option<T> {
-        let m = self.held.remove(&self.next)?;
+        let m = self.held.get_mut(self.head)?.take()?;
         self.next = self.next.wrapping_add(1);
+        self.head = (self.head + 1) % self.held.len();
         Some(m)
     }
 
@@ -177,15 +215,40 @@ pub struct View {
     pub record_end: bool,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Delivered {
     msg: StreamMessage,
     /// Data bytes read so far.
     read: u64,
     /// Record ends passed so far.
-    record: u16,
+    record: u32,
     /// Ring space the message takes up to its end (data, table, and a skip before it).
     space_end: u64,
+    /// The record ends of the message's table, increasing, inside its data; the data's
+    /// own end is not among them when it is one (`msg.ends_record`): a message of one
+    /// record, the common case, has an empty table and allocates nothing.
+    table: Vec<u32>,
+}
+
+impl Delivered {
+    /// Record end `i`: the table's, then the data's end if that is one.
+    fn end(&self, i: u32) -> Option<u64> {
+        let i = i as usize;
+        match self.table.get(i) {
+            Some(&e) => Some(u64::from(e)),
+            None if i == self.table.len() && self.msg.ends_record => Some(self.msg.data_len),
+            None => None,
+        }
+    }
+
+    /// Whether the data's end is a record end.
+    fn ends_with_record(&self) -> bool {
+        self.msg.ends_record
+            || self
+                .table
+                .last()
+                .is_some_and(|&e| u64::from(e) == self.msg.data_len)
+    }
 }
 
 /// The receiving side: created first; its seed builds the sender.
@@ -198,8 +261,6 @@ pub struct StreamReceiver {
     entries: u32,
     reorder: Reorder<StreamMessage>,
     delivered: VecDeque<Delivered>,
-    /// Record tables of delivered messages, by sequence number.
-    tables: BTreeMap<u32, Vec<u32>>,
     credit: Option<Ticket>,
     sender_node: Option<NodeId>,
     expected_pos: u64,
@@ -242,7 +303,6 @@ impl StreamReceiver {
             entries,
             reorder: Reorder::new(entries),
             delivered: VecDeque::new(),
-            tables: BTreeMap::new(),
             credit: None,
             sender_node: None,
             expected_pos: 0,
@@ -393,7 +453,6 @@ impl StreamReceiver {
                 break;
             }
             pos = pos.max(d.space_end);
-            self.tables.remove(&d.msg.seq);
             self.released_seq = self.released_seq.wrapping_add(1);
             self.delivered.pop_front();
         }
@@ -410,16 +469,13 @@ impl StreamReceiver {
             // The first delivered message with bytes left.
             let ring = self.ring;
             if let Some(d) = self.delivered.iter_mut().find(|d| d.read < d.msg.data_len) {
-                let table = self.tables.get(&d.msg.seq);
                 let (len, record_end) = if record {
-                    match table.and_then(|t| t.get(usize::from(d.record))) {
-                        Some(&end) => (u64::from(end) - d.read, true),
+                    match d.end(d.record) {
+                        Some(end) => (end - d.read, true),
                         None => (d.msg.data_len - d.read, false),
                     }
                 } else {
-                    let ends_here =
-                        table.is_some_and(|t| t.last() == Some(&(d.msg.data_len as u32)));
-                    (d.msg.data_len - d.read, ends_here)
+                    (d.msg.data_len - d.read, d.ends_with_record())
                 };
                 let view = View {
                     offset: (d.msg.offset + d.read) % ring,
@@ -428,13 +484,8 @@ impl StreamReceiver {
                     record_end,
                 };
                 d.read += len;
-                if let Some(t) = table {
-                    while t
-                        .get(usize::from(d.record))
-                        .is_some_and(|&e| u64::from(e) <= d.read)
-                    {
-                        d.record += 1;
-                    }
+                while d.end(d.record).is_some_and(|e| e <= d.read) {
+                    d.record += 1;
                 }
                 return Ok(Some(view));
             }
@@ -549,30 +600,34 @@ impl StreamReceiver {
                 self.urgent = Some(m.seq);
                 probed = true;
             }
-            self.tables.insert(m.seq, table);
             self.delivered.push_back(Delivered {
                 msg: m,
                 read: 0,
                 record: 0,
                 space_end: m.pos + total,
+                table,
             });
         }
         probed
     }
 
+    /// The message's record table, checked: increasing, and inside its data (before its
+    /// end if that is a record end too). `None` if it lies.
     fn read_table(&self, m: &StreamMessage) -> Option<Vec<u32>> {
+        if m.records == 0 {
+            return Some(Vec::new());
+        }
         let mut raw = vec![0u8; usize::from(m.records) * 4];
         self.ep.read(m.offset + m.data_len, &mut raw).ok()?;
-        let mut ends: Vec<u32> = raw
+        let ends: Vec<u32> = raw
             .chunks_exact(4)
             .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect();
-        if m.ends_record {
-            // The data is at most half the ring, which is at most 4 GiB (u32 offsets).
-            ends.push(u32::try_from(m.data_len).ok()?);
-        }
         let increasing = ends.windows(2).all(|w| w[0] < w[1]);
-        let inside = ends.last().is_none_or(|&e| u64::from(e) <= m.data_len);
+        let inside = ends.last().is_none_or(|&e| {
+            let e = u64::from(e);
+            e < m.data_len || (e == m.data_len && !m.ends_record)
+        });
         (increasing && inside).then_some(ends)
     }
 }
@@ -753,6 +808,9 @@ impl StreamSender {
 
     /// Waits until the receiver's ring is known.
     fn wait_connected(&mut self) -> Result<Ticket, RatsError> {
+        if let Some(t) = self.ring_ticket {
+            return Ok(t);
+        }
         let deadline = self.timeout.and_then(|t| Instant::now().checked_add(t));
         loop {
             if let Some(t) = self.ring_ticket {
@@ -957,8 +1015,8 @@ impl StreamSender {
     /// Waits until the ring has room up to stream position `end` and an entry is free,
     /// and fewer than [`own_in_flight`] of this stream's messages are unfinished.
     fn wait_for_room(&mut self, end: u64) -> Result<(), RatsError> {
-        let deadline = self.timeout.and_then(|t| Instant::now().checked_add(t));
-        self.wait_for_own_sends(deadline)?;
+        let mut deadline = LazyDeadline::new(self.timeout);
+        self.wait_for_own_sends(&mut deadline)?;
         loop {
             while let Some(n) = self.mgr.take(self.id) {
                 self.credit_arrived(&n);
@@ -976,6 +1034,7 @@ impl StreamSender {
                 return Err(RatsError::PeerGone);
             }
             self.probe_if_needed()?;
+            let deadline = deadline.get();
             let slice = Instant::now() + PROBE_EVERY;
             let until = deadline.map_or(slice, |d| d.min(slice));
             match self.mgr.wait(self.id, Some(until))? {
@@ -997,7 +1056,7 @@ impl StreamSender {
     /// the engine's thread woke to copy what it had queued, and it and the sender took
     /// turns on one core while the receiver had the other (64 KiB records at 9-11 GB/s
     /// against raw sends' 21-25; 18-23 with the bound, 2026-11-25, docs/PERFORMANCE.md).
-    fn wait_for_own_sends(&mut self, deadline: Option<Instant>) -> Result<(), RatsError> {
+    fn wait_for_own_sends(&mut self, deadline: &mut LazyDeadline) -> Result<(), RatsError> {
         let most = own_in_flight(self.entries);
         while let Some(oldest) = self.unfinished.front() {
             if oldest.is_done() {
@@ -1007,7 +1066,7 @@ impl StreamSender {
             if self.unfinished.len() < most {
                 return Ok(());
             }
-            let left = match deadline {
+            let left = match deadline.get() {
                 None => None,
                 Some(d) => match d.checked_duration_since(Instant::now()) {
                     Some(left) if !left.is_zero() => Some(left),
