@@ -6,7 +6,7 @@
 //! sent the refused packet. Reads, atomics and registry packets are kept whole and handed
 //! back to the engine after the poll.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use hamlyn_core::{Areas, Expected, Nacked, PeerTable, Placement, RejectReason};
 use hamlyn_fabric::{Landing, PacketSink, PeerEvent, SharedBytesMut};
@@ -15,6 +15,7 @@ use hamlyn_wire::{Header, NodeId, Op};
 use crate::clients::Clients;
 use crate::counters::EngineCounters;
 use crate::deliver::Delivery;
+use crate::landings::Landings;
 
 /// Room for a registry packet's name (and framing) beside its seed text.
 const MAX_NAME_BYTES: usize = 512;
@@ -48,8 +49,9 @@ enum Land {
 pub(crate) struct Inbound {
     /// Packets accepted whose payload is still being read. A stream fabric may read a
     /// payload over several polls, interleaved with other rails' packets, so this state
-    /// is found again by the packet's identity.
-    landing: HashMap<PacketKey, Land>,
+    /// is found again by the packet's identity (most are read whole at once: `Landings`
+    /// finds those without a hash).
+    landing: Landings<PacketKey, Land>,
     /// READ_REQ / ATOMIC_REQ / Registry packets that arrived, to handle after the poll.
     pub(crate) deferred: Vec<(Header, Vec<u8>)>,
     /// Peer events seen during the last poll.

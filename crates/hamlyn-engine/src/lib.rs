@@ -44,6 +44,7 @@ mod fabric_rx;
 mod handle;
 mod hint_ports;
 mod hosted;
+mod landings;
 mod one_sided;
 mod port;
 mod registry;

@@ -1697,13 +1697,17 @@ impl TcpFabric {
                 continue;
             }
             loop {
+                // Looked at in place: a connection is moved out (and back) only to read it,
+                // not on every poll of an idle one (two copies of 800 bytes each time).
+                let has_work = self.conns.get(i).and_then(Option::as_ref).is_some_and(|c| {
+                    !matches!(c.phase, Phase::Connecting | Phase::Answered) && c.rx_work()
+                });
+                if !has_work {
+                    break;
+                }
                 let Some(mut conn) = self.conns.get_mut(i).and_then(Option::take) else {
                     break;
                 };
-                if matches!(conn.phase, Phase::Connecting | Phase::Answered) || !conn.rx_work() {
-                    self.conns[i] = Some(conn);
-                    break;
-                }
                 let session_up = conn.peer.is_some_and(|p| {
                     self.peers
                         .get(&p)
