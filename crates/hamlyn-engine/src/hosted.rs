@@ -204,11 +204,13 @@ pub(crate) fn run_engine_thread(hosted: &Hosted, io: &mut Io) -> Result<(), Engi
     }
 }
 
-/// How the engine's thread waits for the ownership word when a thread holds it without
-/// counting as a driver (a driver's hand-back, which runs up to `HAND_BACK_TURNS` turns
-/// after the count went to zero, or a nudge's turn): a moment, but the holder may be the
-/// thread this one took the core from. A few pauses, then the core is given up on every
-/// try (`sched_yield`), so that such a holder runs and lets go. Spinning alone, on two
+/// How the engine's thread waits for the ownership word when it does not sleep for the
+/// holder: a thread that holds it without counting as a driver (a driver's hand-back,
+/// which runs up to `HAND_BACK_TURNS` turns after the count went to zero), or any holder
+/// while the engine spins for a client in another process. A moment, but the holder may
+/// be the thread this one took the core from. A few pauses, then the core is given up on
+/// every try (`sched_yield`, which returns at once when nothing else waits for the core),
+/// so that such a holder runs and lets go. Spinning alone, on two
 /// cores with three runnable threads (the engine's, a stream's sender and receiver), the
 /// engine thread spent half its samples on the word of a preempted hand-back: raw 64 KiB
 /// sends through one engine ran at 9-18 GB/s, 17-26 with the yield (2026-11-25).

@@ -73,6 +73,15 @@ pub fn own_in_flight(entries: u32) -> usize {
     (entries / 4).max(1) as usize
 }
 
+/// A message's record ends as they go: the table, and whether the data's end is a record
+/// end (then a flag, [`ENDS_RECORD`], not in the table).
+fn split_ends(len: usize, ends: &[u32]) -> (&[u32], bool) {
+    match ends.split_last() {
+        Some((&last, rest)) if last as usize == len => (rest, true),
+        _ => (ends, false),
+    }
+}
+
 /// A deadline `timeout` after the first time it is asked for: a write that need not
 /// wait never reads the clock.
 struct LazyDeadline {
@@ -694,7 +703,8 @@ pub struct StreamSender {
     pending: Option<Buffer>,
     pending_len: usize,
     pending_ends: Vec<u32>,
-    /// How long a write waits for credit.
+    /// How long a write waits for credit, and for the engine to finish this stream's
+    /// earlier messages ([`own_in_flight`] of them may be unfinished).
     pub timeout: Option<Duration>,
     closed: bool,
     peer_gone: bool,
@@ -865,8 +875,13 @@ impl StreamSender {
         self.write(bytes, false)
     }
 
-    /// Writes `bytes` as one record.
+    /// Writes `bytes` as one record: at least one byte ([`RatsError::InvalidArgument`]
+    /// otherwise: a record's end is a place in the stream, and an empty record's would
+    /// be its predecessor's).
     pub fn write_record(&mut self, bytes: &[u8]) -> Result<WriteStatus, RatsError> {
+        if bytes.is_empty() {
+            return Err(RatsError::InvalidArgument("an empty record"));
+        }
         self.write(bytes, true)
     }
 
@@ -928,6 +943,9 @@ impl StreamSender {
         if len > buf.len() {
             return Err(RatsError::InvalidArgument("longer than the buffer"));
         }
+        if record && len == 0 {
+            return Err(RatsError::InvalidArgument("an empty record"));
+        }
         if len > self.max_write() {
             return Err(RatsError::TooLong {
                 len,
@@ -942,6 +960,14 @@ impl StreamSender {
 
     /// Sends what was coalesced (if anything); its handle.
     pub fn flush(&mut self) -> Result<Option<SendHandle>, RatsError> {
+        if self.pending.is_none() {
+            return Ok(None);
+        }
+        // Room first: bytes a write reported `Copied` stay coalesced if the wait fails
+        // (a timeout, a peer gone), instead of being dropped with their buffer.
+        self.wait_connected()?;
+        let (at, total) = self.place(self.pending_len, &self.pending_ends);
+        self.wait_for_room(at + total)?;
         let Some(buf) = self.pending.take() else {
             return Ok(None);
         };
@@ -972,21 +998,11 @@ impl StreamSender {
         eos: bool,
     ) -> Result<SendHandle, RatsError> {
         let ring_ticket = self.wait_connected()?;
-        // A record end at the data's end goes as a flag, not in the table.
-        let (ends, ends_record) = match ends.split_last() {
-            Some((&last, rest)) if last as usize == len => (rest, true),
-            _ => (ends, false),
-        };
+        let (ends, ends_record) = split_ends(len, ends);
         for (i, e) in ends.iter().enumerate() {
             buf.write((len + 4 * i) as u64, &e.to_le_bytes())?;
         }
-        let total = (len + 4 * ends.len()) as u64;
-        let room = self.ring - self.pos % self.ring;
-        let at = if total > room {
-            self.pos + room
-        } else {
-            self.pos
-        };
+        let (at, total) = self.place(len, ends);
         self.wait_for_room(at + total)?;
         let mut meta = MetaWriter::new();
         let flags = if eos { EOS } else { 0 } | if ends_record { ENDS_RECORD } else { 0 };
@@ -1010,6 +1026,21 @@ impl StreamSender {
         self.pos = at + total;
         self.seq = self.seq.wrapping_add(1);
         Ok(h)
+    }
+
+    /// Where a message of `len` data bytes with record ends `ends` goes in the stream, and
+    /// the ring space it takes: at the current position, or at the ring's start if it
+    /// does not fit before the end.
+    fn place(&self, len: usize, ends: &[u32]) -> (u64, u64) {
+        let (table, _) = split_ends(len, ends);
+        let total = (len + 4 * table.len()) as u64;
+        let room = self.ring - self.pos % self.ring;
+        let at = if total > room {
+            self.pos + room
+        } else {
+            self.pos
+        };
+        (at, total)
     }
 
     /// Waits until the ring has room up to stream position `end` and an entry is free,
@@ -1058,29 +1089,39 @@ impl StreamSender {
     /// against raw sends' 21-25; 18-23 with the bound, 2026-11-25, docs/PERFORMANCE.md).
     fn wait_for_own_sends(&mut self, deadline: &mut LazyDeadline) -> Result<(), RatsError> {
         let most = own_in_flight(self.entries);
-        while let Some(oldest) = self.unfinished.front() {
-            if oldest.is_done() {
-                self.unfinished.pop_front();
-                continue;
+        loop {
+            while self.unfinished.front().is_some_and(SendHandle::is_done) {
+                if self
+                    .unfinished
+                    .pop_front()
+                    .is_some_and(|h| peer_is_gone(&h))
+                {
+                    self.peer_gone = true;
+                }
             }
+            if self.peer_gone {
+                return Err(RatsError::PeerGone);
+            }
+            let Some(oldest) = self.unfinished.front() else {
+                return Ok(());
+            };
             if self.unfinished.len() < most {
                 return Ok(());
             }
-            let left = match deadline.get() {
-                None => None,
+            // In slices, as the wait for credit: between them, what came for this
+            // sender (a PeerDown) is looked at.
+            let slice = match deadline.get() {
+                None => PROBE_EVERY,
                 Some(d) => match d.checked_duration_since(Instant::now()) {
-                    Some(left) if !left.is_zero() => Some(left),
+                    Some(left) if !left.is_zero() => left.min(PROBE_EVERY),
                     _ => return Err(RatsError::Timeout),
                 },
             };
-            if oldest.wait(left) == Status::Pending {
-                return Err(RatsError::Timeout);
-            }
-            if peer_is_gone(oldest) {
-                return Err(RatsError::PeerGone);
+            oldest.wait(Some(slice));
+            while let Some(n) = self.mgr.take(self.id) {
+                self.credit_arrived(&n);
             }
         }
-        Ok(())
     }
 
     /// Out of room with batched credit: asks the receiver for the credit it holds back

@@ -444,3 +444,80 @@ fn batched_credit_never_lets_the_sender_overrun_the_ring() {
     sender.join().unwrap();
     assert_eq!(rx.forged(), 0);
 }
+
+/// An empty record is refused (its end would be its predecessor's, which the receiver
+/// refuses as a lie): the write is an error and the stream goes on.
+#[test]
+fn an_empty_record_is_refused_and_the_stream_goes_on() {
+    let a = Node::embedded().unwrap();
+    let b = Node::connect(a.socket_path()).unwrap();
+    let (ma, mb) = (Manager::new(&a).unwrap(), Manager::new(&b).unwrap());
+    let mut rx = StreamReceiver::new(&ma, 64 << 10, 8).unwrap();
+    let mut tx = StreamSender::from_seed(&mb, &rx.make_seed().unwrap()).unwrap();
+    tx.write_record(b"one").unwrap();
+    assert!(matches!(
+        tx.write_record(b""),
+        Err(RatsError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        tx.write_buffer(mb.alloc(16).unwrap(), 0, true),
+        Err(RatsError::InvalidArgument(_))
+    ));
+    tx.write_record(b"two").unwrap();
+    tx.close().unwrap();
+    for want in [&b"one"[..], b"two"] {
+        let v = rx.read_record(WAIT).unwrap().expect("a record");
+        assert_eq!(rx.copy(&v).unwrap(), want);
+        assert!(v.record_end);
+        rx.release(&v).unwrap();
+    }
+    assert!(matches!(rx.read_record(WAIT), Err(RatsError::EndOfStream)));
+    assert_eq!(rx.forged(), 0);
+}
+
+/// A flush that cannot get room in time (the receiver holds the whole ring) fails with
+/// `Timeout` and keeps what was coalesced: once the receiver releases, the next flush
+/// sends it, and no byte a write reported `Copied` is lost.
+#[test]
+fn a_flush_that_times_out_keeps_the_coalesced_bytes() {
+    let a = Node::embedded().unwrap();
+    let b = Node::connect(a.socket_path()).unwrap();
+    let (ma, mb) = (Manager::new(&a).unwrap(), Manager::new(&b).unwrap());
+    // 4 entries (credit unbatched): four 8 KiB records take every entry.
+    let mut rx = StreamReceiver::new(&ma, 64 << 10, 4).unwrap();
+    let mut tx = StreamSender::from_seed(&mb, &rx.make_seed().unwrap()).unwrap();
+    let big = |i: u8| vec![i; 8 << 10];
+    for i in 0..4 {
+        assert!(matches!(
+            tx.write_record(&big(i)).unwrap(),
+            WriteStatus::Sent(_)
+        ));
+    }
+    let mut held = Vec::new();
+    for i in 0..4 {
+        let v = rx.read_record(WAIT).unwrap().expect("a record");
+        assert_eq!(rx.copy(&v).unwrap(), big(i));
+        held.push(v);
+    }
+    // Coalesced, then a flush with no entry free: it times out, the bytes stay.
+    assert!(matches!(
+        tx.write_record(b"small").unwrap(),
+        WriteStatus::Copied
+    ));
+    tx.timeout = Some(Duration::from_millis(200));
+    assert!(matches!(tx.flush(), Err(RatsError::Timeout)));
+    for v in &held {
+        rx.release(v).unwrap();
+    }
+    tx.timeout = Some(Duration::from_secs(20));
+    assert!(
+        tx.flush().unwrap().is_some(),
+        "what was coalesced is still there"
+    );
+    let v = rx.read_record(WAIT).unwrap().expect("the coalesced record");
+    assert_eq!(rx.copy(&v).unwrap(), b"small");
+    rx.release(&v).unwrap();
+    tx.close().unwrap();
+    assert!(matches!(rx.read_record(WAIT), Err(RatsError::EndOfStream)));
+    assert_eq!(rx.forged(), 0);
+}
