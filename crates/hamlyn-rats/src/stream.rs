@@ -596,8 +596,10 @@ impl StreamReceiver {
             let ok_pos = m.pos == at || (m.pos == skipped && total > room);
             let table = if ok_pos { self.read_table(&m) } else { None };
             let Some(table) = table else {
-                // A lie about the position or the table: the stream cannot go on past
-                // it in order, so it is counted and skipped (its space released).
+                // A lie about the position or the table: counted and skipped. The stream
+                // cannot go on past it in order (what follows no longer fits where it
+                // says it lies): only a holder of the ring's ticket can send it, and it
+                // breaks its own stream; nothing outside the ring changes.
                 self.count_forged();
                 continue;
             };
