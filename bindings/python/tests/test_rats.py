@@ -175,6 +175,8 @@ def test_a_stream_in_one_thread_coalesces_small_writes_until_flushed(node):
     assert receiver.read_bytes(timeout=WAIT) == b"abcd"
     with pytest.raises(hamlyn.TooLongError):
         sender.write_record(b"x" * (sender.max_write + 1))
+    with pytest.raises(hamlyn.InvalidArgumentError):
+        sender.write_record(b"")
     sender.close().result(timeout=WAIT)
     with pytest.raises(hamlyn.EndOfStreamError):
         receiver.read_bytes(timeout=WAIT)
