@@ -1615,7 +1615,7 @@ unsafe fn with_sender<T>(
 /// `record` 1 they end a record. Small writes are coalesced until a flush or a larger
 /// write. `HAMLYN_RESULT_FULL` when the receiver's ring has no room (nothing written:
 /// write again once the receiver read on); `HAMLYN_RESULT_TOO_LONG` past the largest
-/// write.
+/// write; `HAMLYN_RESULT_INVALID_ARGUMENT` for an empty record (`record` 1, `len` 0).
 ///
 /// # Safety
 ///
