@@ -174,7 +174,8 @@ pub(crate) fn run_engine_thread(hosted: &Hosted, io: &mut Io) -> Result<(), Engi
                 step?
             }
             None if sleeps_for_driver(spins) => Step::Sleep(DRIVER_STALL),
-            // A nudge's one turn, or a driver that will leave: over in a moment.
+            // A hand-back's last turns (the count is zero), or a driver while the
+            // engine spins for a foreign client: over in a moment (`HeldWordWait`).
             None => {
                 held.held();
                 continue;
@@ -210,10 +211,10 @@ pub(crate) fn run_engine_thread(hosted: &Hosted, io: &mut Io) -> Result<(), Engi
 /// while the engine spins for a client in another process. A moment, but the holder may
 /// be the thread this one took the core from. A few pauses, then the core is given up on
 /// every try (`sched_yield`, which returns at once when nothing else waits for the core),
-/// so that such a holder runs and lets go. Spinning alone, on two
-/// cores with three runnable threads (the engine's, a stream's sender and receiver), the
-/// engine thread spent half its samples on the word of a preempted hand-back: raw 64 KiB
-/// sends through one engine ran at 9-18 GB/s, 17-26 with the yield (2026-11-25).
+/// so that such a holder runs and lets go. Spinning alone, on two cores with three
+/// runnable threads (the engine's, a stream's sender and receiver), the engine thread
+/// spent half its samples on the word of a preempted hand-back: raw 64 KiB sends through
+/// one engine ran at 9-18 GB/s, 15-26 with the yield (2026-11-25).
 #[derive(Debug, Default)]
 struct HeldWordWait {
     /// Tries that found the word held since the engine was last had.

@@ -968,7 +968,8 @@ impl StreamSender {
         // Room first: bytes a write reported `Copied` stay coalesced if the wait fails
         // (a timeout, a peer gone), instead of being dropped with their buffer.
         self.wait_connected()?;
-        let (at, total) = self.place(self.pending_len, &self.pending_ends);
+        let (table, _) = split_ends(self.pending_len, &self.pending_ends);
+        let (at, total) = self.place(self.pending_len, table.len());
         self.wait_for_room(at + total)?;
         let Some(buf) = self.pending.take() else {
             return Ok(None);
@@ -1004,7 +1005,7 @@ impl StreamSender {
         for (i, e) in ends.iter().enumerate() {
             buf.write((len + 4 * i) as u64, &e.to_le_bytes())?;
         }
-        let (at, total) = self.place(len, ends);
+        let (at, total) = self.place(len, ends.len());
         self.wait_for_room(at + total)?;
         let mut meta = MetaWriter::new();
         let flags = if eos { EOS } else { 0 } | if ends_record { ENDS_RECORD } else { 0 };
@@ -1030,12 +1031,11 @@ impl StreamSender {
         Ok(h)
     }
 
-    /// Where a message of `len` data bytes with record ends `ends` goes in the stream, and
-    /// the ring space it takes: at the current position, or at the ring's start if it
-    /// does not fit before the end.
-    fn place(&self, len: usize, ends: &[u32]) -> (u64, u64) {
-        let (table, _) = split_ends(len, ends);
-        let total = (len + 4 * table.len()) as u64;
+    /// Where a message of `len` data bytes and a table of `table` record ends
+    /// ([`split_ends`]) goes in the stream, and the ring space it takes: at the current
+    /// position, or at the ring's start if it does not fit before the end.
+    fn place(&self, len: usize, table: usize) -> (u64, u64) {
+        let total = (len + 4 * table) as u64;
         let room = self.ring - self.pos % self.ring;
         let at = if total > room {
             self.pos + room

@@ -9,15 +9,15 @@
 //! [`TcpConfig::secret`] as the pre-shared key, each node's static key
 //! [`TcpConfig::key`], fresh ephemeral keys on both sides), and then carries the whole
 //! frame stream below — HELLOs, membership queries and replies, packets, heartbeats —
-//! in AES-256-GCM (or ChaCha20-Poly1305) records with a counter nonce per direction. So nothing is read
-//! from a connection before its other end proved it holds the secret and its static
-//! key's private half; the node id, incarnation and session a dialer declares arrive in
-//! its first record, bound to that handshake; and a frame altered, injected, replayed
-//! or reordered on the way does not open. A connection that fails its handshake is
-//! closed as [`CloseReason::AuthFailed`] (a replayed handshake fails there too: the
-//! listener remembers the last 4,096 ephemeral keys it accepted and refuses a first
-//! message that repeats one before computing anything for it; an older replay cannot
-//! produce the third message), a record that fails after it as
+//! in AES-256-GCM (or ChaCha20-Poly1305) records with a counter nonce per direction. So
+//! nothing is read from a connection before its other end proved it holds the secret
+//! and its static key's private half; the node id, incarnation and session a dialer
+//! declares arrive in its first record, bound to that handshake; and a frame altered,
+//! injected, replayed or reordered on the way does not open. A connection that fails
+//! its handshake is closed as [`CloseReason::AuthFailed`] (a replayed handshake fails
+//! there too: the listener remembers the last 4,096 ephemeral keys it accepted and
+//! refuses a first message that repeats one before computing anything for it; an older
+//! replay cannot produce the third message), a record that fails after it as
 //! [`CloseReason::BadRecord`]; both are counted (`auth_failures`, `frames_refused` in
 //! the statistics). Links are always encrypted (Noise's transport is an AEAD; integrity
 //! alone would need a second construction outside Noise, save only the keystream, and
@@ -292,8 +292,8 @@ impl TcpConfig {
     /// heartbeat every 500 ms, peer timeout 3 s, reconnect every 250 ms, 4 MiB queued
     /// per peer, 16 MiB payloads, small packets held up to 20 µs, learning peers, 64
     /// pending handshakes, links dialed in AES-256-GCM, at most 4,096 peers, no roster
-    /// (keys pinned on first contact), a fresh node key, and no secret yet: set [`TcpConfig::secret`] (or,
-    /// knowingly, [`TcpConfig::danger_insecure`]).
+    /// (keys pinned on first contact), a fresh node key, and no secret yet: set
+    /// [`TcpConfig::secret`] (or, knowingly, [`TcpConfig::danger_insecure`]).
     pub fn new(node: NodeId, listen: SocketAddr) -> TcpConfig {
         TcpConfig {
             node,
