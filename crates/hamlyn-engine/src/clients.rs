@@ -17,6 +17,8 @@ use hamlyn_core::{Notification, QueueId};
 use hamlyn_wire::request::Completion;
 use hamlyn_wire::RequestId;
 
+use hamlyn_shm::sync::{AtomicU32, Ordering};
+
 use crate::counters::EngineCounters;
 use crate::port::Port;
 
@@ -73,6 +75,10 @@ pub(crate) struct Clients {
     late_total: usize,
     /// Some queue lost notifications not yet reported by an `Overflow` notification.
     losses_unreported: bool,
+    /// Clients connected now that run in another process than the engine, shared with
+    /// the threads that may drive the engine (`Engine::foreign_clients`), which read it
+    /// without holding the engine.
+    foreign: std::sync::Arc<AtomicU32>,
 }
 
 /// Queue ids pack the client id and the queue's index in its port.
@@ -154,9 +160,17 @@ impl Clients {
     }
 
     /// Whether a client runs in another process than the engine: one that cannot drive
-    /// the engine itself, so the engine's thread spins for it after work.
+    /// the engine itself, so the engine's thread spins for it after work, and a waiting
+    /// thread of the host drives on when it finds no work (`Driving::stays_when_idle`).
     pub(crate) fn any_in_other_process(&self) -> bool {
-        self.iter().any(|c| !c.in_process)
+        // Relaxed: only the engine's holder writes it, and it orders nothing.
+        self.foreign.load(Ordering::Relaxed) > 0
+    }
+
+    /// The count of clients in other processes, kept up to date as clients come and go,
+    /// for threads that do not hold the engine (a hint: read it Relaxed).
+    pub(crate) fn foreign_count(&self) -> std::sync::Arc<AtomicU32> {
+        self.foreign.clone()
     }
 
     /// Takes a new client of user `uid` on socket `sock` under the lowest free id;
@@ -180,6 +194,10 @@ impl Clients {
             usage: Usage::default(),
             since: std::time::Instant::now(),
         });
+        if !in_process {
+            // Relaxed: a count read as a hint; no data is published with it.
+            self.foreign.fetch_add(1, Ordering::Relaxed);
+        }
         id as u32
     }
 
@@ -187,6 +205,10 @@ impl Clients {
     /// go with it.
     pub(crate) fn remove(&mut self, cid: u32) -> Option<Client> {
         let client = self.table.get_mut(cid as usize).and_then(Option::take)?;
+        if !client.in_process {
+            // Relaxed: as in `insert`.
+            self.foreign.fetch_sub(1, Ordering::Relaxed);
+        }
         let late = client.port.as_ref().map_or(0, |p| p.late.len());
         self.late_total = self.late_total.saturating_sub(late);
         Some(client)

@@ -97,9 +97,6 @@ pub(crate) struct Engine {
     spin_unheld: bool,
     /// Where an idle spin given up for a step ([`Step::Spin`]) resumes.
     idle_spin: Option<IdleSpin>,
-    /// What [`Engine::spin_wanted`] said when the engine last went idle
-    /// ([`Engine::spins_for_clients`]).
-    spins_for_clients: bool,
 }
 
 /// An idle spin between two calls of [`Engine::serve`] ([`Step::Spin`]).
@@ -272,7 +269,6 @@ impl Engine {
             woke: false,
             sleep_ends: std::time::Instant::now(),
             spin_unheld: false,
-            spins_for_clients: true,
             idle_spin: None,
         };
         Ok((engine, io))
@@ -354,7 +350,6 @@ impl Engine {
             if idle == 0 && !busy_poll {
                 idle_since = std::time::Instant::now();
                 spin_wanted = self.spin_wanted();
-                self.spins_for_clients = spin_wanted;
             }
             idle = idle.saturating_add(1);
             // A busy-polling engine never sleeps, so it never reads the clock; one that
@@ -416,14 +411,6 @@ impl Engine {
     /// awake instead of waking it.
     fn spin_wanted(&self) -> bool {
         !self.spin_unheld || self.state.clients.any_in_other_process()
-    }
-
-    /// Whether the engine spun for its clients when it last went idle
-    /// ([`Engine::spin_wanted`], asked once per idle spell, not per turn: it walks the
-    /// clients): what its thread does while a driver holds it
-    /// (`crate::hosted::run_engine_thread`).
-    pub(crate) fn spins_for_clients(&self) -> bool {
-        self.spins_for_clients
     }
 
     /// How long the engine thread may sleep with nothing to do. A fabric's sockets wake
@@ -536,6 +523,13 @@ impl Engine {
         self.sender_turns = self.sender_turns.wrapping_add(1);
         self.state.read_all_hints |= cold;
         self.turn_for_waiter()
+    }
+
+    /// The count of clients in other processes, kept up to date as they come and go:
+    /// while there is one, a waiting thread that finds no work drives on
+    /// (`Driving::stays_when_idle`).
+    pub(crate) fn foreign_clients(&self) -> std::sync::Arc<hamlyn_shm::sync::AtomicU32> {
+        self.state.clients.foreign_count()
     }
 
     /// Whether the engine has a fabric (other nodes).

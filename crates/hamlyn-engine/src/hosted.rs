@@ -42,6 +42,8 @@ pub(crate) struct Hosted {
     /// Consecutive turns without work after which a waiting thread stops driving
     /// ([`Driving::idle_turns_before_leave`]).
     idle_limit: u32,
+    /// Clients of the engine in other processes (`Driving::stays_when_idle`).
+    foreign: Arc<AtomicU32>,
     /// The fabric's wake-ups, which waiting threads take from the engine's thread while
     /// they poll the fabric themselves (`None`: no fabric).
     fabric: Option<FabricWatch>,
@@ -122,10 +124,12 @@ impl Hosted {
             fd,
             takers: AtomicU32::new(0),
         });
+        let foreign = engine.foreign_clients();
         Ok(Hosted {
             handoff: Handoff::new(engine),
             doorbell: EventFd::from_fd(fd),
             idle_limit,
+            foreign,
             fabric,
         })
     }
@@ -147,35 +151,30 @@ pub(crate) fn register(socket: &Path, hosted: &Arc<Hosted>) {
 /// A daemon's thread lives the same way, with nobody ever driving.
 pub(crate) fn run_engine_thread(hosted: &Hosted, io: &mut Io) -> Result<(), EngineError> {
     let hosted = &hosted.handoff;
-    // Whether the engine spins for its clients (one of them runs in another process and
-    // cannot drive it), as of the last time this thread held it.
-    let mut spins = true;
     // A thread drives: it holds the word for a turn at a time and takes it again at
     // once, and hands the engine back when it leaves (ringing this thread if work is
-    // left). Unless the engine spins for a client in another process, this thread then
-    // waits in its poller rather than spin for a gap between the driver's turns: on two
-    // cores the two engine threads' spins for the word took a quarter of the machine in
-    // a TCP stream (2026-11-25). An engine that spins anyway keeps spinning for the
-    // word, so that it serves the moment the driver leaves (a foreign client's next
-    // push then finds it awake).
-    let sleeps_for_driver = |spins: bool| hosted.driven() && !spins;
+    // left). Meanwhile this thread waits in its poller rather than spin for a gap
+    // between the driver's turns — also when the engine spins for a client in another
+    // process: the driver's turns take that client's pushes in, and the hand-back arms
+    // the doorbells, so a push after it rings this thread. Spinning for the word, it was
+    // a third busy thread: on two cores the two engine threads' spins took a quarter of
+    // the machine in a TCP stream, and beside a mediated ping-pong between two processes
+    // it shared a core with the peer, yielding to it every few microseconds, while the
+    // host's waiter drove on the other (2026-11-25).
+    let sleeps_for_driver = || hosted.driven();
     let mut held = HeldWordWait::default();
     loop {
         // Holds the ownership word while it serves: a driver finds it held until the
         // engine thread sees the driver count on its next turn and lets go.
-        let served = hosted.try_run(|engine| {
-            let step = engine.serve(io, &|| hosted.driven());
-            spins = engine.spins_for_clients();
-            step
-        });
+        let served = hosted.try_run(|engine| engine.serve(io, &|| hosted.driven()));
         let step = match served {
             Some(step) => {
                 held.had();
                 step?
             }
-            None if sleeps_for_driver(spins) => Step::Sleep(DRIVER_STALL),
-            // A hand-back's last turns (the count is zero), or a driver while the
-            // engine spins for a foreign client: over in a moment (`HeldWordWait`).
+            None if sleeps_for_driver() => Step::Sleep(DRIVER_STALL),
+            // A hand-back's last turns (the count is zero): over in a moment
+            // (`HeldWordWait`).
             None => {
                 held.held();
                 continue;
@@ -193,7 +192,7 @@ pub(crate) fn run_engine_thread(hosted: &Hosted, io: &mut Io) -> Result<(), Engi
                 // with what is pending): a driver that leaves with work rings the
                 // doorbell, and the wait ends at once.
                 while hosted.try_run(|engine| engine.after_sleep(io)).is_none() {
-                    if sleeps_for_driver(spins) {
+                    if sleeps_for_driver() {
                         io.wait(DRIVER_STALL)?;
                     } else {
                         held.held();
@@ -207,8 +206,8 @@ pub(crate) fn run_engine_thread(hosted: &Hosted, io: &mut Io) -> Result<(), Engi
 
 /// How the engine's thread waits for the ownership word when it does not sleep for the
 /// holder: a thread that holds it without counting as a driver (a driver's hand-back,
-/// which runs up to `HAND_BACK_TURNS` turns after the count went to zero), or any holder
-/// while the engine spins for a client in another process. A moment, but the holder may
+/// which runs up to `HAND_BACK_TURNS` turns after the count went to zero, or a sending
+/// thread's turn, `Driver::nudge`). A moment, but the holder may
 /// be the thread this one took the core from. A few pauses, then the core is given up on
 /// every try (`sched_yield`, which returns at once when nothing else waits for the core),
 /// so that such a holder runs and lets go. Spinning alone, on two cores with three
@@ -399,13 +398,31 @@ impl Driving {
     }
 
     /// Consecutive turns without work after which a waiting thread should stop driving
-    /// (drop this) and wait on its own word: nothing is in flight, so the next work is
-    /// another thread's push, which that thread drives itself ([`Driver::nudge`]). Two
-    /// for an engine without a fabric; with one, never ([`u32::MAX`]): what the waiter
-    /// waits for may be on its way from another node, and its turns are what poll for it
-    /// (the budget, [`Driving::turn_budget`], bounds the drive).
+    /// (drop this) and wait on its own word, unless [`Driving::stays_when_idle`] says
+    /// otherwise: nothing is in flight, so the next work is another thread's push, which
+    /// that thread drives itself ([`Driver::nudge`]). Two for an engine without a
+    /// fabric; with one, never ([`u32::MAX`]): what the waiter waits for may be on its
+    /// way from another node, and its turns are what poll for it (the budget,
+    /// [`Driving::turn_budget`], bounds the drive).
     pub fn idle_turns_before_leave(&self) -> u32 {
         self.hosted.idle_limit
+    }
+
+    /// Whether a waiting thread that found no work for
+    /// [`Driving::idle_turns_before_leave`] turns should drive on for its budget: a
+    /// client in another process is attached, and what the waiter waits for may be that
+    /// client's next push, which cannot drive the engine. A waiter that left then armed
+    /// the doorbells in its hand-back, the push woke the engine's thread, and that
+    /// thread's turn woke the waiter: two wake-ups per message where the waiter's own
+    /// turn takes it in. An 8-byte mediated ping-pong between two processes on two cores
+    /// ran 18-27 µs one-way that way, 0.55-0.9 µs driving on (2026-11-25). (Staying only
+    /// while such a client had pushed within the last thousand turns was worse for
+    /// both that ping-pong and a direct one: the drive, which yields its core now and
+    /// then, kept the direct receiver awake through its peer's turnaround, where its
+    /// own 200-poll spin ended in a sleep — p90 0.7-0.8 µs against 18-26.) One load.
+    pub fn stays_when_idle(&self) -> bool {
+        // Relaxed: a hint; a client that attached a moment ago is seen by a later wait.
+        self.hosted.foreign.load(Ordering::Relaxed) > 0
     }
 }
 

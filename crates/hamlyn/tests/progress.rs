@@ -227,6 +227,65 @@ fn a_push_that_finds_the_engine_asleep_runs_its_own_turn() {
     assert!(nudged, "a push ran its own turn: {:?}", stats(&engine));
 }
 
+/// A host thread's wait that finds no work leaves the engine after a few turns while
+/// every client runs in the host (the next work is another host thread's push, which
+/// drives itself), and drives on for its whole budget once a client in another process
+/// is attached (that client's push cannot drive, and the waiter's turn takes it in, where
+/// a waiter that left made the push wake the engine's thread, and that thread wake the
+/// waiter). The waits time out with nothing coming; the difference shows in the turns
+/// they ran. Bounded: a wait whose turns found the engine held (its thread serving the
+/// child's attach) is repeated.
+#[test]
+fn a_waiter_drives_on_only_while_a_client_of_another_process_is_attached() {
+    let engine = driven_engine();
+    let host = Node::connect(engine.socket_path()).expect("connect");
+    let budget = u64::from(NodeOptions::default().spin);
+    let mut q = host.queue(0).expect("queue");
+    let mut turns_of_a_wait = || {
+        let before = stats(&engine).turns_by_waiters;
+        assert!(q
+            .wait(Some(Duration::from_millis(1)))
+            .expect("wait")
+            .is_none());
+        stats(&engine).turns_by_waiters - before
+    };
+    let alone = turns_of_a_wait();
+    assert!(
+        alone < budget / 4,
+        "with only host clients a wait leaves early: {alone} turns"
+    );
+    let mut child = Proc::spawn("child_receiver", engine.socket_path());
+    child.expect("ticket", WAIT);
+    let mut most = 0;
+    for _ in 0..100 {
+        most = most.max(turns_of_a_wait());
+        if most >= budget / 2 {
+            break;
+        }
+    }
+    assert!(
+        most >= budget / 2,
+        "with a client in another process a wait drives on: at most {most} turns"
+    );
+    // And the child's own traffic still flows while host threads wait that way.
+    child.tell("self", "91 4096");
+    assert_eq!(child.expect("got", WAIT), "true");
+    child.finish();
+    // The engine forgets the child when its thread sees the hang-up: bounded.
+    let mut gone = u64::MAX;
+    for _ in 0..1000 {
+        gone = turns_of_a_wait();
+        if gone < budget / 4 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        gone < budget / 4,
+        "once it is gone, waits leave early again: {gone} turns"
+    );
+}
+
 /// `Node::progress`: a thread that waits by polling memory runs the hosted engine's
 /// turns itself (counted as a waiting thread's), and a polled write from a child arrives
 /// while it does; with an engine that waiting threads may not drive, it is a no-op.
