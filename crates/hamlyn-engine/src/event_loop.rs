@@ -97,6 +97,9 @@ pub(crate) struct Engine {
     spin_unheld: bool,
     /// Where an idle spin given up for a step ([`Step::Spin`]) resumes.
     idle_spin: Option<IdleSpin>,
+    /// What [`Engine::spin_wanted`] said when the engine last went idle
+    /// ([`Engine::spins_for_clients`]).
+    spins_for_clients: bool,
 }
 
 /// An idle spin between two calls of [`Engine::serve`] ([`Step::Spin`]).
@@ -270,6 +273,7 @@ impl Engine {
             sleep_ends: std::time::Instant::now(),
             spin_unheld: false,
             idle_spin: None,
+            spins_for_clients: true,
         };
         Ok((engine, io))
     }
@@ -350,6 +354,7 @@ impl Engine {
             if idle == 0 && !busy_poll {
                 idle_since = std::time::Instant::now();
                 spin_wanted = self.spin_wanted();
+                self.spins_for_clients = spin_wanted;
             }
             idle = idle.saturating_add(1);
             // A busy-polling engine never sleeps, so it never reads the clock; one that
@@ -411,6 +416,13 @@ impl Engine {
     /// awake instead of waking it.
     fn spin_wanted(&self) -> bool {
         !self.spin_unheld || self.state.clients.any_in_other_process()
+    }
+
+    /// Whether the engine spun for its clients when it last went idle
+    /// ([`Engine::spin_wanted`], asked once per idle spell, not per turn): what its
+    /// thread does while a driver holds it (`crate::hosted::run_engine_thread`).
+    pub(crate) fn spins_for_clients(&self) -> bool {
+        self.spins_for_clients
     }
 
     /// How long the engine thread may sleep with nothing to do. A fabric's sockets wake

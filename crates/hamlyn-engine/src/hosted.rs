@@ -151,30 +151,37 @@ pub(crate) fn register(socket: &Path, hosted: &Arc<Hosted>) {
 /// A daemon's thread lives the same way, with nobody ever driving.
 pub(crate) fn run_engine_thread(hosted: &Hosted, io: &mut Io) -> Result<(), EngineError> {
     let hosted = &hosted.handoff;
+    // Whether the engine spins for its clients (one of them runs in another process and
+    // cannot drive it), as of the last time this thread held it.
+    let mut spins = true;
     // A thread drives: it holds the word for a turn at a time and takes it again at
     // once, and hands the engine back when it leaves (ringing this thread if work is
-    // left). Meanwhile this thread waits in its poller rather than spin for a gap
-    // between the driver's turns — also when the engine spins for a client in another
-    // process: the driver's turns take that client's pushes in, and the hand-back arms
-    // the doorbells, so a push after it rings this thread. Spinning for the word, it was
-    // a third busy thread: on two cores the two engine threads' spins took a quarter of
-    // the machine in a TCP stream, and beside a mediated ping-pong between two processes
-    // it shared a core with the peer, yielding to it every few microseconds, while the
-    // host's waiter drove on the other (2026-11-25).
-    let sleeps_for_driver = || hosted.driven();
+    // left). Unless the engine spins for a client in another process, this thread then
+    // waits in its poller rather than spin for a gap between the driver's turns: on two
+    // cores the two engine threads' spins for the word took a quarter of the machine in
+    // a TCP stream (2026-11-25). An engine that spins anyway keeps spinning for the
+    // word, so that it serves the moment the driver leaves (a foreign client's next
+    // push then finds it awake). Sleeping there too (tried 2026-11-25) left a mediated
+    // ping-pong as fast but cost the Rats stream a third of its bandwidth in half the
+    // runs (quick runs 0.63-0.98x raw sends, 0.97-1.02 spinning).
+    let sleeps_for_driver = |spins: bool| hosted.driven() && !spins;
     let mut held = HeldWordWait::default();
     loop {
         // Holds the ownership word while it serves: a driver finds it held until the
         // engine thread sees the driver count on its next turn and lets go.
-        let served = hosted.try_run(|engine| engine.serve(io, &|| hosted.driven()));
+        let served = hosted.try_run(|engine| {
+            let step = engine.serve(io, &|| hosted.driven());
+            spins = engine.spins_for_clients();
+            step
+        });
         let step = match served {
             Some(step) => {
                 held.had();
                 step?
             }
-            None if sleeps_for_driver() => Step::Sleep(DRIVER_STALL),
-            // A hand-back's last turns (the count is zero): over in a moment
-            // (`HeldWordWait`).
+            None if sleeps_for_driver(spins) => Step::Sleep(DRIVER_STALL),
+            // A hand-back's last turns (the count is zero), or a driver while the
+            // engine spins for a foreign client: over in a moment (`HeldWordWait`).
             None => {
                 held.held();
                 continue;
@@ -192,7 +199,7 @@ pub(crate) fn run_engine_thread(hosted: &Hosted, io: &mut Io) -> Result<(), Engi
                 // with what is pending): a driver that leaves with work rings the
                 // doorbell, and the wait ends at once.
                 while hosted.try_run(|engine| engine.after_sleep(io)).is_none() {
-                    if sleeps_for_driver() {
+                    if sleeps_for_driver(spins) {
                         io.wait(DRIVER_STALL)?;
                     } else {
                         held.held();
@@ -206,8 +213,8 @@ pub(crate) fn run_engine_thread(hosted: &Hosted, io: &mut Io) -> Result<(), Engi
 
 /// How the engine's thread waits for the ownership word when it does not sleep for the
 /// holder: a thread that holds it without counting as a driver (a driver's hand-back,
-/// which runs up to `HAND_BACK_TURNS` turns after the count went to zero, or a sending
-/// thread's turn, `Driver::nudge`). A moment, but the holder may
+/// which runs up to `HAND_BACK_TURNS` turns after the count went to zero), or any holder
+/// while the engine spins for a client in another process. A moment, but the holder may
 /// be the thread this one took the core from. A few pauses, then the core is given up on
 /// every try (`sched_yield`, which returns at once when nothing else waits for the core),
 /// so that such a holder runs and lets go. Spinning alone, on two cores with three
