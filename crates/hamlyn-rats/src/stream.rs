@@ -161,17 +161,27 @@ pub struct Reorder<T> {
     held: Vec<Option<T>>,
 }
 
+/// The largest window a [`Reorder`] takes: its ring is allocated whole (16 bytes a place
+/// for a small message type), and a stream's window is its metadata entries, far fewer.
+pub const MAX_REORDER_WINDOW: u32 = 1 << 20;
+
 impl<T> Reorder<T> {
     /// Expecting sequence number 0, accepting up to `window` ahead.
-    pub fn new(window: u32) -> Reorder<T> {
-        Reorder {
+    /// [`RatsError::InvalidArgument`] for a window of 0 or above [`MAX_REORDER_WINDOW`].
+    pub fn new(window: u32) -> Result<Reorder<T>, RatsError> {
+        if window == 0 || window > MAX_REORDER_WINDOW {
+            return Err(RatsError::InvalidArgument(
+                "reorder window must be 1 to MAX_REORDER_WINDOW",
+            ));
+        }
+        Ok(Reorder {
             next: 0,
             window,
             head: 0,
             held: std::iter::repeat_with(|| None)
                 .take(window as usize)
                 .collect(),
-        }
+        })
     }
 
     /// The place of `seq`, which is within the window.
@@ -310,7 +320,13 @@ impl StreamReceiver {
             ep,
             ring,
             entries,
-            reorder: Reorder::new(entries),
+            reorder: match Reorder::new(entries) {
+                Ok(r) => r,
+                Err(e) => {
+                    mgr.unregister(id);
+                    return Err(e);
+                }
+            },
             delivered: VecDeque::new(),
             credit: None,
             sender_node: None,
@@ -1230,7 +1246,7 @@ mod tests {
             picks in proptest::collection::vec(any::<prop::sample::Index>(), 200),
             dup in any::<prop::sample::Index>(),
         ) {
-            let mut r = Reorder::new(window);
+            let mut r = Reorder::new(window).expect("a window the reorder buffer takes");
             let mut out = Vec::new();
             // The sender may have `window` messages outstanding: arrivals are any order
             // of what it sent; it sends more as messages are delivered.
@@ -1257,6 +1273,18 @@ mod tests {
             prop_assert!(r.accept(dup.index(n) as u32, 0).is_err(), "already delivered");
             prop_assert!(r.accept(n as u32 + window, 0).is_err(), "beyond the window");
         }
+    }
+
+    #[test]
+    fn a_reorder_window_of_zero_or_too_large_is_refused() {
+        for w in [0, MAX_REORDER_WINDOW + 1, u32::MAX] {
+            assert!(
+                matches!(Reorder::<u32>::new(w), Err(RatsError::InvalidArgument(_))),
+                "window {w}"
+            );
+        }
+        let mut r = Reorder::new(1).expect("a window of one");
+        assert!(r.accept(0, 7u32).is_ok());
     }
 
     #[test]
