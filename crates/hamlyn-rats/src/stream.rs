@@ -306,6 +306,7 @@ impl StreamReceiver {
             return Err(RatsError::InvalidArgument("ring or entries too small"));
         }
         let ring = ring.next_multiple_of(crate::SPACE_GRANULE);
+        let reorder = Reorder::new(entries)?;
         let id = mgr.register();
         let ep = match mgr.endpoint(id, ring, entries, EndpointSpec::default()) {
             Ok(ep) => ep,
@@ -320,13 +321,7 @@ impl StreamReceiver {
             ep,
             ring,
             entries,
-            reorder: match Reorder::new(entries) {
-                Ok(r) => r,
-                Err(e) => {
-                    mgr.unregister(id);
-                    return Err(e);
-                }
-            },
+            reorder,
             delivered: VecDeque::new(),
             credit: None,
             sender_node: None,
