@@ -8,7 +8,9 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let _ = parse_meta(data);
-    let mut r = Reorder::new(16);
+    let Ok(mut r) = Reorder::new(16) else {
+        return;
+    };
     let mut next = 0u32;
     for chunk in data.chunks(4) {
         let mut b = [0u8; 4];
