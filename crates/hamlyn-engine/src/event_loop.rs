@@ -272,8 +272,8 @@ impl Engine {
             woke: false,
             sleep_ends: std::time::Instant::now(),
             spin_unheld: false,
-            idle_spin: None,
             spins_for_clients: true,
+            idle_spin: None,
         };
         Ok((engine, io))
     }

@@ -405,19 +405,24 @@ impl Driving {
     }
 
     /// Consecutive turns without work after which a waiting thread should stop driving
-    /// (drop this) and wait on its own word, unless [`Driving::stays_when_idle`] says
-    /// otherwise: nothing is in flight, so the next work is another thread's push, which
-    /// that thread drives itself ([`Driver::nudge`]). Two for an engine without a
-    /// fabric; with one, never ([`u32::MAX`]): what the waiter waits for may be on its
-    /// way from another node, and its turns are what poll for it (the budget,
-    /// [`Driving::turn_budget`], bounds the drive).
+    /// (drop this) and wait on its own word: nothing is in flight, so the next work is
+    /// another thread's push, which that thread drives itself ([`Driver::nudge`]). Two
+    /// for an engine without a fabric whose clients all run in this process; otherwise
+    /// never ([`u32::MAX`]; the budget, [`Driving::turn_budget`], bounds the drive):
+    /// with a fabric, what the waiter waits for may be on its way from another node, and
+    /// its turns are what poll for it; with a client in another process, see
+    /// [`Driving::stays_when_idle`].
     pub fn idle_turns_before_leave(&self) -> u32 {
-        self.hosted.idle_limit
+        if self.stays_when_idle() {
+            u32::MAX
+        } else {
+            self.hosted.idle_limit
+        }
     }
 
-    /// Whether a waiting thread that found no work for
-    /// [`Driving::idle_turns_before_leave`] turns should drive on for its budget: a
-    /// client in another process is attached, and what the waiter waits for may be that
+    /// Whether a waiting thread that finds no work should drive on for its budget
+    /// ([`Driving::idle_turns_before_leave`] is then never): a client in another process
+    /// is attached, and what the waiter waits for may be that
     /// client's next push, which cannot drive the engine. A waiter that left then armed
     /// the doorbells in its hand-back, the push woke the engine's thread, and that
     /// thread's turn woke the waiter: two wake-ups per message where the waiter's own

@@ -211,11 +211,11 @@ impl Shared {
     /// turns in a row without work): what the caller waits for then needs another thread
     /// to act, and that thread drives its own request ([`Shared::nudge`]), so staying
     /// would only take a core from it — unless that thread may be in another process,
-    /// which cannot drive (one of its clients pushed a moment ago,
+    /// which cannot drive (a client of another process is attached,
     /// [`hamlyn_engine::Driving::stays_when_idle`]): then it drives on for its budget.
     /// Turns without work give the CPU up every [`YIELD_EVERY_IDLE`]-th after the first
-    /// [`TIGHT_IDLE_TURNS`] (to the thread that is to act, if it waits for this core). A turn that another thread holds is not retried:
-    /// that thread sees the same work. While it drives, data from other nodes does not
+    /// [`TIGHT_IDLE_TURNS`] (to the thread that is to act, if it waits for this core). A
+    /// turn that another thread holds is not retried: that thread sees the same work. While it drives, data from other nodes does not
     /// wake the engine's thread ([`hamlyn_engine::Driver::drive_waiting`]): these turns
     /// poll the fabric.
     ///
@@ -235,7 +235,7 @@ impl Shared {
         let Some(mut driving) = self.driver.as_ref().and_then(|d| d.drive_waiting()) else {
             return Err(turns);
         };
-        let mut idle_limit = driving.idle_turns_before_leave();
+        let idle_limit = driving.idle_turns_before_leave();
         let mut idle = 0;
         for _ in 0..driving.turn_budget(turns) {
             if let Some(v) = got() {
@@ -245,12 +245,9 @@ impl Shared {
                 Some(true) => idle = 0,
                 Some(false) => {
                     idle += 1;
-                    if idle == idle_limit {
-                        if !driving.stays_when_idle() {
-                            drop(driving);
-                            return got().ok_or(turns);
-                        }
-                        idle_limit = u32::MAX;
+                    if idle >= idle_limit {
+                        drop(driving);
+                        return got().ok_or(turns);
                     }
                     if idle > TIGHT_IDLE_TURNS && idle % YIELD_EVERY_IDLE == 0 {
                         std::thread::yield_now();
