@@ -123,6 +123,15 @@ impl<'a> SharedBytes<'a> {
         }
     }
 
+    /// The first `len` bytes (all of them if there are fewer).
+    pub fn head(self, len: usize) -> SharedBytes<'a> {
+        SharedBytes {
+            ptr: self.ptr,
+            len: len.min(self.len),
+            _owner: PhantomData,
+        }
+    }
+
     /// Copies the first `dst.len()` bytes into `dst`.
     ///
     /// # Panics
@@ -261,6 +270,11 @@ mod tests {
         s.tail(6).append_to(&mut v);
         assert_eq!(v, b">world");
         assert!(s.tail(99).is_empty());
+        let mut v = Vec::new();
+        s.tail(2).head(3).append_to(&mut v);
+        s.head(99).append_to(&mut v);
+        assert_eq!(v, b"llohello world");
+        assert!(s.head(0).is_empty());
         assert_eq!(&*s.io_slice(), b"hello world");
 
         let mut dst = [0u8; 8];

@@ -177,15 +177,19 @@ impl Rx {
     ///
     /// With a `link` (an authenticated connection), bytes from `r` are the link's
     /// handshake messages and records, and the frame decoder sees only what records
-    /// opened: nothing reaches the sink before it authenticated (so payloads are
-    /// copied from the staging buffer, never read straight into the sink's buffer).
+    /// opened, where the link opened them: nothing reaches the sink before it
+    /// authenticated (so payloads are copied from the link's buffer, never read
+    /// straight into the sink's buffer).
     pub(crate) fn pump<R: Read>(
         &mut self,
         r: &mut R,
-        mut link: Option<&mut Link>,
+        link: Option<&mut Link>,
         sink: &mut dyn PacketSink,
         ctx: &mut RxCtx<'_>,
     ) -> RxStop {
+        if let Some(link) = link {
+            return self.pump_link(r, link, sink, ctx);
+        }
         loop {
             if let Some(stop) = self.decode_staged(sink, ctx) {
                 return stop;
@@ -193,12 +197,6 @@ impl Rx {
             // Everything staged is consumed: read more, if the socket may have any.
             self.start = 0;
             self.end = 0;
-            if let Some(link) = link.as_deref_mut() {
-                match self.pump_link(r, link, ctx) {
-                    Some(stop) => return stop,
-                    None => continue,
-                }
-            }
             if !self.ready {
                 return RxStop::Idle;
             }
@@ -256,24 +254,39 @@ impl Rx {
         }
     }
 
-    /// Opens what the link buffered into the staging buffer, or reads more ciphertext;
-    /// `None` to go on decoding.
+    /// [`Rx::pump`] on an authenticated connection: opens the link's records one by
+    /// one and decodes each one's plaintext where it lies, reading more ciphertext
+    /// when none is whole.
     fn pump_link<R: Read>(
         &mut self,
         r: &mut R,
         link: &mut Link,
+        sink: &mut dyn PacketSink,
         ctx: &mut RxCtx<'_>,
-    ) -> Option<RxStop> {
-        match link.open_guarded(&mut self.staging, ctx.replay.as_deref_mut()) {
-            Ok(Opened::Plain(n)) => {
-                self.end = n;
-                return None;
+    ) -> RxStop {
+        loop {
+            match link.open_next(ctx.replay.as_deref_mut()) {
+                Ok(Opened::Plain(_)) => {
+                    let (used, stop) = self.decode(link.plain(), sink, ctx);
+                    link.consume_plain(used);
+                    if let Some(stop) = stop {
+                        return stop;
+                    }
+                    continue;
+                }
+                Ok(Opened::Reply) => return RxStop::Reply,
+                Ok(Opened::Secured) => return RxStop::Secured,
+                Ok(Opened::NeedMore) => {}
+                Err(e) => return link_close(e, ctx.handshake),
             }
-            Ok(Opened::Reply) => return Some(RxStop::Reply),
-            Ok(Opened::Secured) => return Some(RxStop::Secured),
-            Ok(Opened::NeedMore) => {}
-            Err(e) => return Some(link_close(e, ctx.handshake)),
+            if let Some(stop) = self.read_link(r, link) {
+                return stop;
+            }
         }
+    }
+
+    /// Reads ciphertext into the link's buffer; `None` to go on opening.
+    fn read_link<R: Read>(&mut self, r: &mut R, link: &mut Link) -> Option<RxStop> {
         if !self.ready {
             return Some(RxStop::Idle);
         }
@@ -330,6 +343,34 @@ impl Rx {
     /// Runs the staged bytes through the decoder; `None` when they are all consumed and
     /// more must be read.
     fn decode_staged(&mut self, sink: &mut dyn PacketSink, ctx: &mut RxCtx<'_>) -> Option<RxStop> {
+        // Taken for the call (an empty box in its place allocates nothing).
+        let staging = std::mem::take(&mut self.staging);
+        let (used, stop) = self.decode(&staging[self.start..self.end], sink, ctx);
+        self.staging = staging;
+        self.start += used;
+        stop
+    }
+
+    /// Runs `bytes` through the decoder: how many it consumed, and why it stopped
+    /// (`None`: it consumed them all and needs more).
+    fn decode(
+        &mut self,
+        bytes: &[u8],
+        sink: &mut dyn PacketSink,
+        ctx: &mut RxCtx<'_>,
+    ) -> (usize, Option<RxStop>) {
+        let mut at = 0;
+        let stop = self.decode_from(bytes, &mut at, sink, ctx);
+        (at, stop)
+    }
+
+    fn decode_from(
+        &mut self,
+        bytes: &[u8],
+        start: &mut usize,
+        sink: &mut dyn PacketSink,
+        ctx: &mut RxCtx<'_>,
+    ) -> Option<RxStop> {
         loop {
             if self.decoder.at_boundary() && !ctx.handshake {
                 if !ctx.deliver {
@@ -339,11 +380,11 @@ impl Rx {
                     return Some(RxStop::Budget);
                 }
             }
-            let (n, token) = match self.decoder.next(&self.staging[self.start..self.end]) {
+            let (n, token) = match self.decoder.next(&bytes[*start..]) {
                 Ok(x) => x,
                 Err(e) => return Some(frame_close(e)),
             };
-            self.start += n;
+            *start += n;
             match token {
                 Token::NeedMore => return None,
                 Token::Frame(h) => {

@@ -176,6 +176,7 @@ mod conn;
 pub mod frame;
 pub mod node_key;
 mod pins;
+mod record;
 pub mod roster;
 pub mod secret;
 pub mod secure;
@@ -1238,8 +1239,8 @@ impl TcpFabric {
             return false;
         };
         match conn.link.as_mut().filter(|_| seal) {
-            Some(link) => match link.seal(pieces) {
-                Ok(sealed) => conn.tx.push(&Pieces::new([sealed, &[], &[]], &[]), 0),
+            Some(link) => match conn.tx.append(|buf| link.seal_onto(pieces, buf)) {
+                Ok(_) => {}
                 Err(e) => {
                     let detail = e.to_string();
                     self.fail_conn(i, CloseReason::Io, &detail, now);
@@ -1643,8 +1644,9 @@ impl TcpFabric {
             }
             // Frames a link holds as plaintext are sealed into the queue, in one record.
             if let Some(link) = conn.link.as_mut().filter(|l| l.held() > 0) {
-                match link.seal(&Pieces::new([&[], &[], &[]], &[])) {
-                    Ok(sealed) => conn.tx.push(&Pieces::new([sealed, &[], &[]], &[]), 0),
+                let nothing = Pieces::new([&[], &[], &[]], &[]);
+                match conn.tx.append(|buf| link.seal_onto(&nothing, buf)) {
+                    Ok(_) => {}
                     Err(e) => {
                         let detail = e.to_string();
                         self.fail_conn(i, CloseReason::Io, &detail, now);
@@ -1870,9 +1872,9 @@ impl TcpFabric {
                 continue;
             }
             for &i in &sc.beats {
-                // Idle: a link gives back what a very large frame made it hold.
-                if let Some(link) = self.conn_mut(i).and_then(|c| c.link.as_mut()) {
-                    link.trim();
+                // Idle: a rail gives back what a very large frame made its queue hold.
+                if let Some(conn) = self.conn_mut(i) {
+                    conn.tx.trim();
                 }
             }
             // Every tick acknowledges what arrived since the last acknowledgement, so a
@@ -2075,11 +2077,10 @@ impl TcpFabric {
                             held: true,
                         })
                     }
-                    _ => match link.seal(&packet) {
-                        Ok(sealed) => {
-                            conn.tx
-                                .send(&mut conn.stream, [sealed, &[]], &[], conn.writable, None)
-                        }
+                    // Sealed into the send queue (no copy of its own), written from
+                    // there behind what waits; what the socket does not take stays.
+                    _ => match conn.tx.append(|buf| link.seal_onto(&packet, buf)) {
+                        Ok(sealed) => conn.tx.send_queued(&mut conn.stream, sealed, conn.writable),
                         Err(e) => Err(io::Error::other(e)),
                     },
                 }

@@ -31,7 +31,10 @@
 //! injected, replayed, reordered or sealed under another key) is a
 //! [`LinkError::BadRecord`]; the fabric closes the connection. Records do not follow
 //! frame boundaries: they cut the plaintext stream wherever a write ends or 65,519 bytes
-//! are reached, and the frame decoder runs on what they open.
+//! are reached, and the frame decoder runs on what they open. Records are sealed and
+//! opened where they lie (`record.rs`: Noise's transport on the handshake's split keys,
+//! with ring): [`Link::seal_onto`] gathers plaintext into the send queue and seals it
+//! there, [`Link::open_next`] opens a record in the buffer it was read into.
 //!
 //! A replayed handshake gets nowhere: the acceptor answers it with a new ephemeral key,
 //! and the third message needs the original dialer's ephemeral and static private keys.
@@ -44,9 +47,10 @@
 use std::collections::{HashSet, VecDeque};
 
 use hamlyn_core::Instant;
-use snow::{HandshakeState, TransportState};
+use snow::HandshakeState;
 
 use super::node_key::{NodeKey, PublicKey, KEY_LEN};
+use super::record::Records;
 use super::secret::ClusterSecret;
 use super::tx::Pieces;
 use crate::fabric::SharedBytes;
@@ -177,6 +181,10 @@ pub enum LinkError {
     /// The Noise library refused to set up or seal.
     #[error("noise: {0}")]
     Noise(String),
+    /// One direction of the link sealed or opened 2^64 - 1 records: its counter is
+    /// used up (Noise never reuses a nonce), so the connection must be made anew.
+    #[error("the link's record counter is used up")]
+    Exhausted,
 }
 
 /// The ephemeral keys of the last first-handshake-messages a listener accepted, to
@@ -218,7 +226,8 @@ impl ReplayGuard {
 pub enum Opened {
     /// No complete message is buffered: read more.
     NeedMore,
-    /// This many plaintext bytes were written at the start of the output.
+    /// This many plaintext bytes: written at the start of the output ([`Link::open`]),
+    /// or opened where they lie, at [`Link::plain`] ([`Link::open_next`]).
     Plain(usize),
     /// An acceptor read the first handshake message: send
     /// [`Link::take_handshake_out`] (the second) and wait for the third.
@@ -231,7 +240,7 @@ pub enum Opened {
 
 enum State {
     Handshake(Box<HandshakeState>),
-    Transport(Box<TransportState>),
+    Transport(Box<Records>),
     Failed,
 }
 
@@ -251,13 +260,20 @@ pub struct Link {
     hs_out: Vec<u8>,
     /// The other end's static key, once the handshake showed it.
     remote: Option<PublicKey>,
+    /// Bytes read: handshake messages, or records (the one at `plain` opened in place).
     inbuf: Box<[u8]>,
+    /// Start of the first byte not yet opened (a message's length prefix).
     in_start: usize,
+    /// End of the bytes read.
     in_end: usize,
-    /// One record's plaintext, gathered before it is sealed.
-    chunk: Vec<u8>,
-    /// Sealed bytes ready for the socket (or the acceptor's handshake reply).
+    /// The opened plaintext of the last record, where it lies in `inbuf`, not yet
+    /// consumed (empty: open the next record).
+    plain: std::ops::Range<usize>,
+    /// Sealed bytes of [`Link::seal_bytes`] (the fabric seals into its send queue).
     sealed: Vec<u8>,
+    /// Why opening failed, when [`Link::open`] handed out plaintext first: its next
+    /// answer.
+    failed_with: Option<LinkError>,
     /// Plaintext of small frames held to share one record (and one write) with the
     /// frames after them; sealed, in front of them, by the next [`Link::seal`].
     held: Vec<u8>,
@@ -338,8 +354,9 @@ impl Link {
             inbuf: vec![0; LEN_PREFIX + MAX_HANDSHAKE_LEN].into_boxed_slice(),
             in_start: 0,
             in_end: 0,
-            chunk: Vec::new(),
+            plain: 0..0,
             sealed: Vec::new(),
+            failed_with: None,
             held: Vec::new(),
             held_since: None,
         })
@@ -402,9 +419,10 @@ impl Link {
         matches!(self.state, State::Transport(_))
     }
 
-    /// Whether a whole message (handshake message or record) waits in the buffer.
+    /// Whether opened plaintext waits, or a whole message (handshake message or
+    /// record) in the buffer.
     pub fn has_message(&self) -> bool {
-        self.message_len().is_some_and(|n| self.buffered() >= n)
+        !self.plain.is_empty() || self.message_len().is_some_and(|n| self.buffered() >= n)
     }
 
     /// Whether part of a message is buffered (the stream would end inside it).
@@ -422,9 +440,12 @@ impl Link {
     }
 
     /// Free space to read ciphertext into (at least one longest record's worth once
-    /// [`Link::open`] said [`Opened::NeedMore`]).
+    /// [`Link::open`] said [`Opened::NeedMore`]). Bytes move to make room only while
+    /// no opened plaintext waits at [`Link::plain`].
     pub fn read_buf(&mut self) -> &mut [u8] {
-        if self.in_start == self.in_end {
+        if !self.plain.is_empty() {
+            // The plaintext lies before `in_start`: nothing moves.
+        } else if self.in_start == self.in_end {
             self.in_start = 0;
             self.in_end = 0;
         } else if self.in_start > 0 && self.inbuf.len() - self.in_end < LEN_PREFIX + MAX_RECORD {
@@ -451,8 +472,9 @@ impl Link {
     }
 
     /// Processes buffered messages: during the handshake, the next handshake message;
-    /// after it, every whole record whose plaintext fits in `out` (at least one when
-    /// `out` holds [`MAX_PLAIN`] bytes), opened into `out`.
+    /// after it, the buffered records' plaintext, copied into `out` as far as it fits
+    /// (what does not fit stays for the next call). [`Link::open_next`] opens without
+    /// the copy.
     pub fn open(&mut self, out: &mut [u8]) -> Result<Opened, LinkError> {
         self.open_guarded(out, None)
     }
@@ -462,9 +484,45 @@ impl Link {
     pub fn open_guarded(
         &mut self,
         out: &mut [u8],
-        guard: Option<&mut ReplayGuard>,
+        mut guard: Option<&mut ReplayGuard>,
     ) -> Result<Opened, LinkError> {
-        match self.open_inner(out, guard) {
+        let mut produced = 0;
+        while produced < out.len() {
+            match self.open_next(guard.as_deref_mut()) {
+                Ok(Opened::Plain(_)) => {
+                    let plain = self.plain();
+                    let n = plain.len().min(out.len() - produced);
+                    out[produced..produced + n].copy_from_slice(&plain[..n]);
+                    self.consume_plain(n);
+                    produced += n;
+                }
+                // What opened before it is handed out first (a HELLO is handled as a
+                // HELLO); the failure is the next call's answer.
+                Err(e) if produced > 0 => {
+                    self.failed_with = Some(e);
+                    break;
+                }
+                Ok(Opened::NeedMore) if produced > 0 => break,
+                other => return other,
+            }
+        }
+        Ok(if produced == 0 {
+            Opened::NeedMore
+        } else {
+            Opened::Plain(produced)
+        })
+    }
+
+    /// Processes the next buffered message: during the handshake, a handshake message;
+    /// after it, the next whole record, opened where it lies: [`Opened::Plain`] says
+    /// how many bytes wait at [`Link::plain`] (the opened record's plaintext not yet
+    /// consumed; nothing new is opened until they are). `guard` checks an acceptor's
+    /// first handshake message (after it authenticated, before the reply is made).
+    pub fn open_next(&mut self, guard: Option<&mut ReplayGuard>) -> Result<Opened, LinkError> {
+        if !self.plain.is_empty() {
+            return Ok(Opened::Plain(self.plain.len()));
+        }
+        match self.open_inner(guard) {
             Ok(o) => Ok(o),
             Err(e) => {
                 self.state = State::Failed;
@@ -473,13 +531,19 @@ impl Link {
         }
     }
 
-    fn open_inner(
-        &mut self,
-        out: &mut [u8],
-        guard: Option<&mut ReplayGuard>,
-    ) -> Result<Opened, LinkError> {
+    /// Opened plaintext not yet consumed (see [`Link::open_next`]).
+    pub fn plain(&self) -> &[u8] {
+        &self.inbuf[self.plain.clone()]
+    }
+
+    /// The first `n` bytes of [`Link::plain`] were used.
+    pub fn consume_plain(&mut self, n: usize) {
+        self.plain.start = (self.plain.start + n).min(self.plain.end);
+    }
+
+    fn open_inner(&mut self, guard: Option<&mut ReplayGuard>) -> Result<Opened, LinkError> {
         match &mut self.state {
-            State::Failed => Err(LinkError::NotEstablished),
+            State::Failed => Err(self.failed_with.take().unwrap_or(LinkError::NotEstablished)),
             State::Handshake(hs) => {
                 let Some(len) = message_len(&self.inbuf[self.in_start..self.in_end]) else {
                     return Ok(Opened::NeedMore);
@@ -541,11 +605,11 @@ impl Link {
                     .and_then(|k| <[u8; KEY_LEN]>::try_from(k).ok())
                     .ok_or_else(|| LinkError::Handshake("no static key".into()))?;
                 self.remote = Some(PublicKey::from_bytes(remote));
-                let State::Handshake(hs) = std::mem::replace(&mut self.state, State::Failed) else {
-                    return Err(LinkError::NotEstablished);
-                };
-                let t = hs.into_transport_mode().map_err(noise)?;
-                self.state = State::Transport(Box::new(t));
+                // Noise's split: the transport's two keys, sealed and opened with ring
+                // in place (`record.rs`) instead of through snow's copying transport.
+                let keys = hs.dangerously_get_raw_split();
+                let records = Records::from_split(self.cipher, &keys, hs.is_initiator())?;
+                self.state = State::Transport(Box::new(records));
                 let mut inbuf = vec![0; INBUF_LEN].into_boxed_slice();
                 let left = self.in_end - self.in_start;
                 inbuf[..left].copy_from_slice(&self.inbuf[self.in_start..self.in_end]);
@@ -553,32 +617,22 @@ impl Link {
                 (self.in_start, self.in_end) = (0, left);
                 Ok(Opened::Secured)
             }
-            State::Transport(t) => {
-                let mut produced = 0;
-                while let Some(len) = message_len(&self.inbuf[self.in_start..self.in_end]) {
-                    let body = len - LEN_PREFIX;
-                    if body <= TAG_LEN {
-                        return Err(LinkError::RecordLength(body));
-                    }
-                    if self.in_end - self.in_start < len || produced + body - TAG_LEN > out.len() {
-                        break;
-                    }
-                    let msg = &self.inbuf[self.in_start + LEN_PREFIX..self.in_start + len];
-                    let n = match t.read_message(msg, &mut out[produced..]) {
-                        Ok(n) => n,
-                        // What opened before it is handed out first (a HELLO is handled
-                        // as a HELLO); this record fails again on the next call.
-                        Err(_) if produced > 0 => break,
-                        Err(_) => return Err(LinkError::BadRecord),
-                    };
-                    produced += n;
-                    self.in_start += len;
+            State::Transport(records) => {
+                let Some(len) = message_len(&self.inbuf[self.in_start..self.in_end]) else {
+                    return Ok(Opened::NeedMore);
+                };
+                let body = len - LEN_PREFIX;
+                if body <= TAG_LEN {
+                    return Err(LinkError::RecordLength(body));
                 }
-                Ok(if produced == 0 {
-                    Opened::NeedMore
-                } else {
-                    Opened::Plain(produced)
-                })
+                if self.in_end - self.in_start < len {
+                    return Ok(Opened::NeedMore);
+                }
+                let at = self.in_start + LEN_PREFIX;
+                let n = records.recv.open_in_place(&mut self.inbuf[at..at + body])?;
+                self.in_start += len;
+                self.plain = at..at + n;
+                Ok(Opened::Plain(n))
             }
         }
     }
@@ -601,76 +655,78 @@ impl Link {
         self.held_since
     }
 
-    /// Seals what is held, then `pieces`, into records and returns them (valid until the
-    /// next call). The buffers are reused, so a steady stream of small frames allocates
-    /// nothing.
-    pub(crate) fn seal(&mut self, pieces: &Pieces<'_>) -> Result<&[u8], LinkError> {
-        let Link {
-            state,
-            chunk,
-            sealed,
-            held,
-            held_since,
-            ..
-        } = self;
-        let State::Transport(t) = state else {
-            return Err(LinkError::NotEstablished);
-        };
-        sealed.clear();
-        {
-            let first = SharedBytes::from(&held[..]);
-            let mut pieces = std::iter::once(first)
-                .filter(|p| !p.is_empty())
-                .chain(pieces.iter());
-            let mut current = pieces.next();
-            loop {
-                // Gather up to one record's plaintext.
-                chunk.clear();
-                while chunk.len() < MAX_PLAIN {
-                    let Some(p) = current else {
-                        break;
-                    };
-                    let take = p.len().min(MAX_PLAIN - chunk.len());
-                    let at = chunk.len();
-                    chunk.resize(at + take, 0);
-                    p.copy_to(&mut chunk[at..]);
-                    current = if take == p.len() {
-                        pieces.next()
-                    } else {
-                        Some(p.tail(take))
-                    };
-                }
-                if chunk.is_empty() {
-                    break;
-                }
-                let at = sealed.len();
-                let body = chunk.len() + TAG_LEN;
-                sealed.resize(at + LEN_PREFIX + body, 0);
-                sealed[at..at + LEN_PREFIX].copy_from_slice(&(body as u16).to_be_bytes());
-                let n = t
-                    .write_message(chunk, &mut sealed[at + LEN_PREFIX..])
-                    .map_err(noise)?;
-                if n != body {
-                    return Err(LinkError::Noise(format!("sealed {n} bytes, not {body}")));
-                }
+    /// Seals what is held, then `pieces`, into records appended to `out` (the fabric's
+    /// send queue): each record's plaintext is gathered into `out` (the one copy of a
+    /// client's bytes) and sealed where it lies. Returns the bytes appended; on an
+    /// error `out` is as it was. A steady stream reuses `out`'s memory.
+    pub(crate) fn seal_onto(
+        &mut self,
+        pieces: &Pieces<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<usize, LinkError> {
+        let start = out.len();
+        match self.seal_records(pieces, out) {
+            Ok(()) => {
+                self.held.clear();
+                self.held_since = None;
+                Ok(out.len() - start)
+            }
+            Err(e) => {
+                out.truncate(start);
+                Err(e)
             }
         }
-        held.clear();
-        *held_since = None;
-        Ok(sealed)
     }
 
-    /// Seals plain bytes (tests and fuzzing).
-    pub fn seal_bytes(&mut self, bytes: &[u8]) -> Result<&[u8], LinkError> {
-        self.seal(&Pieces::new([bytes, &[], &[]], &[]))
-    }
-
-    /// Gives back memory a very large frame made the sealing buffer take (the fabric
-    /// calls it on idle rails, not per frame, so a stream of large frames reuses it).
-    pub(crate) fn trim(&mut self) {
-        if self.sealed.capacity() > 1 << 20 {
-            self.sealed = Vec::new();
+    fn seal_records(&mut self, pieces: &Pieces<'_>, out: &mut Vec<u8>) -> Result<(), LinkError> {
+        let State::Transport(records) = &mut self.state else {
+            return Err(LinkError::NotEstablished);
+        };
+        let first = SharedBytes::from(&self.held[..]);
+        let mut pieces = std::iter::once(first)
+            .filter(|p| !p.is_empty())
+            .chain(pieces.iter());
+        let mut current = pieces.next();
+        while current.is_some() {
+            // A length prefix, up to one record's plaintext behind it, sealed in place,
+            // its tag, then the prefix filled in.
+            let at = out.len();
+            out.extend_from_slice(&[0; LEN_PREFIX]);
+            let mut plain = 0;
+            while plain < MAX_PLAIN {
+                let Some(p) = current else {
+                    break;
+                };
+                let take = p.len().min(MAX_PLAIN - plain);
+                p.head(take).append_to(out);
+                plain += take;
+                current = if take == p.len() {
+                    pieces.next()
+                } else {
+                    Some(p.tail(take))
+                };
+            }
+            if plain == 0 {
+                // Only empty pieces were left.
+                out.truncate(at);
+                break;
+            }
+            let tag = records.send.seal_in_place(&mut out[at + LEN_PREFIX..])?;
+            out.extend_from_slice(&tag);
+            let body = (plain + TAG_LEN) as u16;
+            out[at..at + LEN_PREFIX].copy_from_slice(&body.to_be_bytes());
         }
+        Ok(())
+    }
+
+    /// Seals what is held, then plain `bytes` (tests and fuzzing; the fabric seals
+    /// into its send queue): the records, valid until the next call.
+    pub fn seal_bytes(&mut self, bytes: &[u8]) -> Result<&[u8], LinkError> {
+        let mut sealed = std::mem::take(&mut self.sealed);
+        sealed.clear();
+        let r = self.seal_onto(&Pieces::new([bytes, &[], &[]], &[]), &mut sealed);
+        self.sealed = sealed;
+        r.map(|_| &self.sealed[..])
     }
 }
 

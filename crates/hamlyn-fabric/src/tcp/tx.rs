@@ -228,6 +228,41 @@ impl TxQueue {
         })
     }
 
+    /// Appends bytes by `fill` (which only appends: a link sealing records into the
+    /// queue, [`super::secure::Link::seal_onto`]), behind what waits.
+    pub(crate) fn append<R>(&mut self, fill: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+        fill(&mut self.buf)
+    }
+
+    /// Writes what waits, after `packet` bytes were appended to it for one packet:
+    /// [`TxQueue::send`]'s answer for that packet (`writable`: the socket may take
+    /// more; false, the queue only waits).
+    pub(crate) fn send_queued<W: Write>(
+        &mut self,
+        w: &mut W,
+        packet: usize,
+        writable: bool,
+    ) -> io::Result<Sent> {
+        if writable {
+            self.flush(w)?;
+        }
+        Ok(Sent {
+            writable: writable && self.is_empty(),
+            queued: self.len().min(packet),
+            held: false,
+        })
+    }
+
+    /// Gives back the memory a very large packet made the queue take, if it is empty
+    /// (rails call it when idle, not per packet, so a stream of large packets reuses
+    /// it).
+    pub(crate) fn trim(&mut self) {
+        if self.is_empty() && self.buf.capacity() > 1 << 20 {
+            self.buf = Vec::new();
+            self.head = 0;
+        }
+    }
+
     /// Marks `n` waiting bytes as written.
     pub(crate) fn consume(&mut self, n: usize) {
         self.head = (self.head + n).min(self.buf.len());
@@ -401,11 +436,29 @@ pub(crate) mod tests {
         assert!(q.is_empty() && q.held_since().is_none());
     }
 
+    #[test]
+    fn trim_gives_back_a_large_empty_queue_only() {
+        let mut q = TxQueue::default();
+        q.append(|b| b.resize(2 << 20, 9));
+        q.trim();
+        assert_eq!(q.len(), 2 << 20, "bytes that wait are never dropped");
+        let mut w = Scripted::new(usize::MAX, usize::MAX);
+        let s = q.send_queued(&mut w, 2 << 20, true).unwrap();
+        assert!(s.writable && s.queued == 0 && q.is_empty());
+        assert!(q.buf.capacity() >= 2 << 20);
+        q.trim();
+        assert_eq!(q.buf.capacity(), 0);
+        assert_eq!(w.got.len(), 2 << 20);
+    }
+
     /// One step of [`sends_and_flushes_keep_the_stream`].
     #[derive(Clone, Debug)]
     enum Step {
         /// A packet of this many payload bytes, held or not.
         Send(usize, bool),
+        /// A packet of this many bytes appended to the queue (as a link seals one
+        /// there), then written from it.
+        Append(usize),
         /// The socket takes this many more bytes (then would block).
         Room(usize),
         /// A poll's flush.
@@ -415,6 +468,7 @@ pub(crate) mod tests {
     fn step() -> impl Strategy<Value = Step> {
         prop_oneof![
             4 => (0usize..3 * HOLD_PACKET / 2, any::<bool>()).prop_map(|(l, h)| Step::Send(l, h)),
+            2 => (0usize..3 * HOLD_PACKET).prop_map(Step::Append),
             1 => (0usize..200_000).prop_map(Step::Room),
             1 => Just(Step::Flush),
         ]
@@ -450,6 +504,16 @@ pub(crate) mod tests {
                             prop_assert_eq!(w.got.len(), before, "held: nothing written");
                             prop_assert!(q.held_since().is_some());
                         }
+                        writable = s.writable;
+                    }
+                    Step::Append(len) => {
+                        let packet: Vec<u8> = (0..len).map(|j| (j * 3 + k) as u8).collect();
+                        whole.extend_from_slice(&packet);
+                        q.append(|b| b.extend_from_slice(&packet));
+                        let s = q.send_queued(&mut w, len, writable).unwrap();
+                        prop_assert!(!s.held && s.queued <= len);
+                        prop_assert_eq!(s.writable, writable && q.is_empty());
+                        prop_assert!(q.held_since().is_none() || !writable);
                         writable = s.writable;
                     }
                     Step::Room(n) => {
