@@ -44,9 +44,10 @@ pub struct NodeOptions {
     /// pause (tens of nanoseconds), so the default (200) spins for roughly 10 µs: long
     /// enough to catch a prompt reply, short enough not to starve the engine of a core on
     /// a small machine. Raise it only when every spinning thread has a core to itself.
-    /// With [`crate::ADAPTIVE_SPIN_ENV`] set, a notification queue's wait starts from
-    /// this and spins up to [`crate::SPIN_REACH`] while notifications come soon after
-    /// its waits start ([`crate::NotifyQueue::wait`]).
+    /// A notification queue's wait starts from this and spins up to
+    /// [`crate::SPIN_REACH`] while notifications come soon after its waits start
+    /// ([`crate::NotifyQueue::wait`]; [`crate::ADAPTIVE_SPIN_ENV`] `=0` keeps it at
+    /// this).
     pub spin: u32,
     /// Longest wait for a control reply; a slower engine breaks the connection
     /// ([`Error::ControlTimeout`]). Zero: wait forever.

@@ -171,15 +171,15 @@ fn slot_bit(slot: u32) -> u64 {
 /// here takes ~28 µs to wake, so a ping-pong's two wake-ups fit.
 pub const SPIN_REACH: Duration = Duration::from_micros(100);
 
-/// The environment variable that turns on the adaptive spin budget of every queue:
-/// `1`. Anything else, or unset (the default), leaves the budget fixed at
-/// [`crate::NodeOptions::spin`] polls (docs/PERFORMANCE.md, "Tails", says why it is
-/// off by default).
+/// The environment variable that turns off the adaptive spin budget of every queue:
+/// `0` leaves the budget fixed at [`crate::NodeOptions::spin`] polls. Unset, or
+/// anything else, the budget adapts (the default since 2026-11-25; docs/PERFORMANCE.md,
+/// "Tails", has the measurements for and against).
 pub const ADAPTIVE_SPIN_ENV: &str = "HAMLYN_ADAPTIVE_SPIN";
 
-/// A queue's spin budget: adaptive only if [`ADAPTIVE_SPIN_ENV`] is `1`.
+/// A queue's spin budget: adaptive unless [`ADAPTIVE_SPIN_ENV`] is `0`.
 fn spin_policy(spin: u32) -> AdaptiveSpin {
-    let adaptive = std::env::var_os(ADAPTIVE_SPIN_ENV).is_some_and(|v| v == "1");
+    let adaptive = std::env::var_os(ADAPTIVE_SPIN_ENV).is_none_or(|v| v != "0");
     let reach = if adaptive { SPIN_REACH } else { Duration::ZERO };
     AdaptiveSpin::new(spin, reach)
 }
@@ -310,8 +310,8 @@ impl NotifyQueue {
 
     /// The next notification, waiting up to `timeout` (`None`: forever) for one: spins
     /// briefly, then sleeps on the queue's futex until the engine posts (no core burnt).
-    /// `Ok(None)` on timeout. The spin lasts [`crate::NodeOptions::spin`] polls; with
-    /// [`ADAPTIVE_SPIN_ENV`] set, up to [`SPIN_REACH`] of spinning while notifications
+    /// `Ok(None)` on timeout. The spin lasts [`crate::NodeOptions::spin`] polls, and
+    /// (unless [`ADAPTIVE_SPIN_ENV`] is `0`) up to [`SPIN_REACH`] of spinning while notifications
     /// come soon after waits start (so that a steady exchange is not slowed by a wake-up
     /// on every gap); a wait that sleeps long brings it back down.
     ///
