@@ -11,6 +11,8 @@
 //! the pump stops there instead of paying a system call to hear `WouldBlock`, and the
 //! poller's next (edge-triggered) readiness event says when more bytes arrive; once the
 //! poller reported the peer's end of stream or an error, reads go on until they say so.
+//! On an authenticated connection the link reads the ciphertext, opens each record where
+//! it lies, and the decoder runs on that plaintext (no staging buffer is allocated).
 //! It is generic over [`Read`] and tested with scripted readers.
 
 use std::collections::VecDeque;
@@ -139,6 +141,8 @@ pub(crate) struct RxCtx<'a> {
 /// The receive half of a connection.
 pub(crate) struct Rx {
     decoder: FrameDecoder,
+    /// Bytes read from a connection in clear ([`STAGING_LEN`], allocated at its first
+    /// read: a secured connection decodes in its link's buffer and never needs it).
     staging: Box<[u8]>,
     start: usize,
     end: usize,
@@ -157,7 +161,7 @@ impl Rx {
     pub(crate) fn new(max_payload: u32) -> Rx {
         Rx {
             decoder: FrameDecoder::new(max_payload),
-            staging: vec![0; STAGING_LEN].into_boxed_slice(),
+            staging: Box::default(),
             start: 0,
             end: 0,
             landing: RxLanding::Idle,
@@ -199,6 +203,9 @@ impl Rx {
             self.end = 0;
             if !self.ready {
                 return RxStop::Idle;
+            }
+            if self.staging.is_empty() {
+                self.staging = vec![0; STAGING_LEN].into_boxed_slice();
             }
             let mut asked = self.staging.len();
             let read = match (self.decoder.payload_remaining(), &self.landing) {
@@ -828,6 +835,10 @@ mod tests {
                 }
             }
             assert_eq!(&sink.done, pkts, "cut {cut}");
+            assert!(
+                rx.staging.is_empty(),
+                "a secured connection decodes in its link's buffer: no staging buffer"
+            );
         }
     }
 
