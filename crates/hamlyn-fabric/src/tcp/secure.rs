@@ -837,6 +837,86 @@ mod tests {
         assert_eq!(&out[..5], b"HELLO");
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+        /// Frames of any number of pieces (the fabric's header, metadata and payload
+        /// slices), some held first, sealed onto a queue that already holds bytes, then
+        /// read by the other end in any cut and opened in place, a record at a time:
+        /// what opens is the frames' bytes in order, each record at most
+        /// [`MAX_PLAIN`] of plaintext, and the queue's earlier bytes are untouched.
+        #[test]
+        fn sealed_pieces_open_in_place_whatever_the_cuts(
+            frames in proptest::collection::vec(
+                (proptest::collection::vec(0usize..90_000, 1..5), proptest::prelude::any::<bool>()),
+                1..5,
+            ),
+            cut in 1usize..70_000,
+            held_cipher in proptest::prelude::any::<bool>(),
+        ) {
+            let cipher = if held_cipher { Cipher::ChaCha20Poly1305 } else { Cipher::Aes256Gcm };
+            let (mut d, mut a) = pair_with(cipher);
+            let mut queue = b"queued before".to_vec();
+            let mut expect = Vec::new();
+            for (k, (lens, hold)) in frames.iter().enumerate() {
+                let bufs: Vec<Vec<u8>> = lens
+                    .iter()
+                    .enumerate()
+                    .map(|(j, &n)| (0..n).map(|i| (i * 31 + j * 7 + k) as u8).collect())
+                    .collect();
+                let tail: Vec<SharedBytes<'_>> =
+                    bufs.iter().skip(1).map(SharedBytes::from).collect();
+                let pieces = Pieces::new([&bufs[0], b"", b""], &tail);
+                for b in &bufs {
+                    expect.extend_from_slice(b);
+                }
+                if *hold {
+                    d.hold(&pieces, Instant(k as u64));
+                } else {
+                    let before = queue.len();
+                    let n = d.seal_onto(&pieces, &mut queue).unwrap();
+                    proptest::prop_assert_eq!(queue.len(), before + n);
+                    proptest::prop_assert_eq!(d.held(), 0);
+                }
+            }
+            d.seal_onto(&Pieces::new([b"", b"", b""], &[]), &mut queue).unwrap();
+            proptest::prop_assert_eq!(&queue[..13], b"queued before");
+            let mut got = Vec::new();
+            for chunk in queue[13..].chunks(cut) {
+                let mut rest = chunk;
+                while !rest.is_empty() {
+                    let n = a.push(rest);
+                    rest = &rest[n..];
+                    loop {
+                        match a.open_next(None).unwrap() {
+                            Opened::Plain(n) => {
+                                proptest::prop_assert!(n <= MAX_PLAIN);
+                                got.extend_from_slice(a.plain());
+                                a.consume_plain(n);
+                            }
+                            Opened::NeedMore => break,
+                            other => unreachable!("{other:?}"),
+                        }
+                    }
+                }
+            }
+            proptest::prop_assert!(!a.partial());
+            proptest::prop_assert_eq!(got, expect);
+        }
+    }
+
+    fn pair_with(cipher: Cipher) -> (Link, Link) {
+        let (mut d, first) = Link::dialer_with(&secret(4), &key(1), cipher).unwrap();
+        let mut a = Link::acceptor(&secret(4), &key(2)).unwrap();
+        let mut out = vec![0; 256];
+        a.push(&first);
+        assert_eq!(a.open(&mut out), Ok(Opened::Reply));
+        d.push(&a.take_handshake_out());
+        assert_eq!(d.open(&mut out), Ok(Opened::Secured));
+        a.push(&d.take_handshake_out());
+        assert_eq!(a.open(&mut out), Ok(Opened::Secured));
+        (d, a)
+    }
+
     #[test]
     fn records_round_trip_in_any_cut() {
         let (mut d, mut a) = pair(&secret(1), &secret(1)).unwrap();
