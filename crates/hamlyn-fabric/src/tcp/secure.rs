@@ -487,11 +487,15 @@ impl Link {
         mut guard: Option<&mut ReplayGuard>,
     ) -> Result<Opened, LinkError> {
         let mut produced = 0;
-        while produced < out.len() {
+        loop {
             match self.open_next(guard.as_deref_mut()) {
                 Ok(Opened::Plain(_)) => {
                     let plain = self.plain();
                     let n = plain.len().min(out.len() - produced);
+                    if n == 0 {
+                        // `out` is full (or empty): the rest waits for the next call.
+                        break;
+                    }
                     out[produced..produced + n].copy_from_slice(&plain[..n]);
                     self.consume_plain(n);
                     produced += n;
@@ -915,6 +919,24 @@ mod tests {
         a.push(&d.take_handshake_out());
         assert_eq!(a.open(&mut out), Ok(Opened::Secured));
         (d, a)
+    }
+
+    /// The handshake runs whatever the output buffer: it writes none of it.
+    #[test]
+    fn an_empty_output_buffer_still_runs_the_handshake() {
+        let (mut d, first) = Link::dialer(&secret(6), &key(1)).unwrap();
+        let mut a = Link::acceptor(&secret(6), &key(2)).unwrap();
+        a.push(&first);
+        assert_eq!(a.open(&mut []), Ok(Opened::Reply));
+        d.push(&a.take_handshake_out());
+        assert_eq!(d.open(&mut []), Ok(Opened::Secured));
+        a.push(&d.take_handshake_out());
+        assert_eq!(a.open(&mut []), Ok(Opened::Secured));
+        a.push(d.seal_bytes(b"kept").unwrap());
+        assert_eq!(a.open(&mut []), Ok(Opened::NeedMore), "nothing fits");
+        let mut out = [0u8; 8];
+        assert_eq!(a.open(&mut out), Ok(Opened::Plain(4)));
+        assert_eq!(&out[..4], b"kept");
     }
 
     #[test]
