@@ -274,7 +274,8 @@ impl Rx {
         loop {
             match link.open_next(ctx.replay.as_deref_mut()) {
                 Ok(Opened::Plain(_)) => {
-                    let (used, stop) = self.decode(link.plain(), sink, ctx);
+                    let mut used = 0;
+                    let stop = self.decode(link.plain(), &mut used, sink, ctx);
                     link.consume_plain(used);
                     if let Some(stop) = stop {
                         return stop;
@@ -352,26 +353,17 @@ impl Rx {
     fn decode_staged(&mut self, sink: &mut dyn PacketSink, ctx: &mut RxCtx<'_>) -> Option<RxStop> {
         // Taken for the call (an empty box in its place allocates nothing).
         let staging = std::mem::take(&mut self.staging);
-        let (used, stop) = self.decode(&staging[self.start..self.end], sink, ctx);
+        let mut start = self.start;
+        let stop = self.decode(&staging[..self.end], &mut start, sink, ctx);
         self.staging = staging;
-        self.start += used;
+        self.start = start;
         stop
     }
 
-    /// Runs `bytes` through the decoder: how many it consumed, and why it stopped
-    /// (`None`: it consumed them all and needs more).
+    /// Runs `bytes` from `*start` on through the decoder, advancing `*start` past what
+    /// it consumed; `None` when it consumed them all and needs more, else why it
+    /// stopped.
     fn decode(
-        &mut self,
-        bytes: &[u8],
-        sink: &mut dyn PacketSink,
-        ctx: &mut RxCtx<'_>,
-    ) -> (usize, Option<RxStop>) {
-        let mut at = 0;
-        let stop = self.decode_from(bytes, &mut at, sink, ctx);
-        (at, stop)
-    }
-
-    fn decode_from(
         &mut self,
         bytes: &[u8],
         start: &mut usize,

@@ -1239,14 +1239,13 @@ impl TcpFabric {
             return false;
         };
         match conn.link.as_mut().filter(|_| seal) {
-            Some(link) => match conn.tx.append(|buf| link.seal_onto(pieces, buf)) {
-                Ok(_) => {}
-                Err(e) => {
+            Some(link) => {
+                if let Err(e) = conn.tx.append(|buf| link.seal_onto(pieces, buf)) {
                     let detail = e.to_string();
                     self.fail_conn(i, CloseReason::Io, &detail, now);
                     return false;
                 }
-            },
+            }
             None => conn.tx.push(pieces, 0),
         }
         conn.last_tx = now;
@@ -1645,13 +1644,10 @@ impl TcpFabric {
             // Frames a link holds as plaintext are sealed into the queue, in one record.
             if let Some(link) = conn.link.as_mut().filter(|l| l.held() > 0) {
                 let nothing = Pieces::new([&[], &[], &[]], &[]);
-                match conn.tx.append(|buf| link.seal_onto(&nothing, buf)) {
-                    Ok(_) => {}
-                    Err(e) => {
-                        let detail = e.to_string();
-                        self.fail_conn(i, CloseReason::Io, &detail, now);
-                        continue;
-                    }
+                if let Err(e) = conn.tx.append(|buf| link.seal_onto(&nothing, buf)) {
+                    let detail = e.to_string();
+                    self.fail_conn(i, CloseReason::Io, &detail, now);
+                    continue;
                 }
             }
             if conn.tx.is_empty() {

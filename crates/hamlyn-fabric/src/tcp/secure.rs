@@ -275,7 +275,7 @@ pub struct Link {
     /// answer.
     failed_with: Option<LinkError>,
     /// Plaintext of small frames held to share one record (and one write) with the
-    /// frames after them; sealed, in front of them, by the next [`Link::seal`].
+    /// frames after them; sealed, in front of them, by the next [`Link::seal_onto`].
     held: Vec<u8>,
     /// When the first held frame was held.
     held_since: Option<Instant>,
@@ -643,7 +643,7 @@ impl Link {
 
     /// Holds a small frame's plaintext (a copy) to be sealed with the frames after it
     /// in one record: a record per 8-byte message would cost a tag and a cipher call
-    /// each. The next [`Link::seal`] seals it first.
+    /// each. The next [`Link::seal_onto`] seals it first.
     pub(crate) fn hold(&mut self, pieces: &Pieces<'_>, now: Instant) {
         pieces.copy_from(0, &mut self.held);
         self.held_since.get_or_insert(now);

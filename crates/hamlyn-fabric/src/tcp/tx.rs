@@ -5,7 +5,9 @@
 //! [`write_gather`] hands as many pieces as fit in one `writev` to the socket and keeps
 //! going until everything is written or the socket would block; it never copies.
 //! [`TxQueue`] keeps the unwritten tail of packets (copied once) until the socket is
-//! writable again, and the small packets the fabric chose to *hold*: while its caller
+//! writable again, a secure link's records (sealed into it where they lie,
+//! [`TxQueue::append`], then written from it, [`TxQueue::send_queued`]), and the small
+//! packets the fabric chose to *hold*: while its caller
 //! streams packets (one per engine turn), a `writev` per packet would cost a system
 //! call, and a wake-up of the receiver, per few dozen bytes; held packets go out
 //! together in one write ([`TxQueue::send`], [`TxQueue::flush`]). Both are generic over
