@@ -516,6 +516,8 @@ impl Engine {
             engine_thread_resumed: self.resumed,
             stalled_drivers: self.stalled_drivers,
             turns_by_senders: self.sender_turns,
+            // Kept by the hosting side (`crate::hosted::Driver::stats`).
+            ..Default::default()
         }
     }
 

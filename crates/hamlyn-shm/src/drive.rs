@@ -155,6 +155,132 @@ impl<T> Handoff<T> {
     }
 }
 
+/// [`Lease`]: nobody holds it.
+const LEASE_OFF: u32 = 0;
+/// [`Lease`]: a polling call is starting it (its `start` runs).
+const LEASE_TAKING: u32 = 1;
+/// [`Lease`]: held, until the engine's thread ends it.
+const LEASE_ON: u32 = 2;
+/// [`Lease`]: the engine's thread is ending it (its `end` runs).
+const LEASE_ENDING: u32 = 3;
+
+/// A drive that outlasts the calls that use it: for a thread that polls the engine by
+/// calling a progress function in a loop (`hamlyn::Node::progress`, as a UCX loop calls
+/// `ucp_worker_progress`). Each call is a drive of one turn; what a drive of the loop's
+/// whole length would set up (over TCP, taking the fabric's wake-ups from the engine's
+/// thread: two system calls) and tear down (the hand-back) is done once, by the first
+/// call, and undone by the engine's thread when it finds that no call came for a while
+/// ([`Lease::lapse_if_idle`]). The lease holds one count of the [`Handoff`] (its `start`
+/// enters, its `end` leaves), so the calls' own leaves are never the last while it is
+/// on.
+///
+/// States: off, taking (a caller runs `start`), on, ending (the engine's thread runs
+/// `end`). Only the caller that moved it from off to taking starts it, and only the one
+/// that moved it from on to ending ends it; each stores the next state (on, off) when
+/// done, so starts and ends alternate: the lease's count and what it took are balanced
+/// (`loom_a_lease_starts_and_ends_in_turn`).
+#[derive(Debug)]
+pub struct Lease {
+    /// [`LEASE_OFF`], [`LEASE_TAKING`], [`LEASE_ON`] or [`LEASE_ENDING`].
+    state: AtomicU32,
+    /// Calls counted while on (wrapping): the engine's thread compares it between two
+    /// looks.
+    calls: AtomicU32,
+}
+
+impl Default for Lease {
+    fn default() -> Lease {
+        Lease::new()
+    }
+}
+
+impl Lease {
+    /// A lease nobody holds.
+    pub fn new() -> Lease {
+        Lease {
+            state: AtomicU32::new(LEASE_OFF),
+            calls: AtomicU32::new(0),
+        }
+    }
+
+    /// A polling call: counts it if the lease is on, or starts the lease if it is off
+    /// (`start` runs here, once per lease). Whether it is on now; `false` while another
+    /// caller starts it or the engine's thread ends it (this call then goes without, as
+    /// a call without a lease).
+    /// Two loads and a store once on: no read-modify-write (a count lost to two callers
+    /// at once still changes it).
+    #[inline]
+    pub fn hold(&self, start: impl FnOnce()) -> bool {
+        // Acquire: pairs with the Release store of LEASE_ON by the starter, so what
+        // `start` did is seen by a caller that counts on the lease.
+        let state = self.state.load(Ordering::Acquire);
+        if state != LEASE_ON {
+            // Acquire: pairs with the Release store of LEASE_OFF that ended the previous
+            // lease in `lapse_if_idle`, so this start follows that end.
+            if state != LEASE_OFF
+                || self
+                    .state
+                    .compare_exchange(
+                        LEASE_OFF,
+                        LEASE_TAKING,
+                        Ordering::Acquire,
+                        Ordering::Relaxed,
+                    )
+                    .is_err()
+            {
+                return false;
+            }
+            start();
+            // Release: pairs with the Acquire loads of `hold` and the Acquire
+            // compare-and-swap of `lapse_if_idle`: whoever sees the lease on sees it
+            // started.
+            self.state.store(LEASE_ON, Ordering::Release);
+        }
+        // Relaxed: a sign of life only, compared by the engine's thread between looks.
+        let calls = self.calls.load(Ordering::Relaxed);
+        self.calls.store(calls.wrapping_add(1), Ordering::Relaxed);
+        true
+    }
+
+    /// The engine's thread looks: ends the lease (`end` runs here) if it is on and no
+    /// call was counted since its last look (`seen`, kept by the caller between looks),
+    /// or at once if `now` (the lease must go). Whether it ended.
+    pub fn lapse_if_idle(&self, seen: &mut u32, now: bool, end: impl FnOnce()) -> bool {
+        // Relaxed: a hint; the compare-and-swap below decides.
+        if self.state.load(Ordering::Relaxed) != LEASE_ON {
+            return false;
+        }
+        // Relaxed: see `hold`.
+        let calls = self.calls.load(Ordering::Relaxed);
+        if calls != *seen && !now {
+            *seen = calls;
+            return false;
+        }
+        // Acquire: pairs with the starter's Release store of LEASE_ON (the start
+        // happens before this end).
+        if self
+            .state
+            .compare_exchange(LEASE_ON, LEASE_ENDING, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        end();
+        // Release: pairs with the Acquire compare-and-swap of the next start in `hold`
+        // (this end happens before it; a call that comes while `end` runs goes without).
+        self.state.store(LEASE_OFF, Ordering::Release);
+        true
+    }
+
+    /// Whether the lease is on (or being started): the engine's thread must look again
+    /// soon.
+    #[inline]
+    pub fn is_held(&self) -> bool {
+        // Relaxed: a hint for how long to sleep.
+        self.state.load(Ordering::Relaxed) != LEASE_OFF
+    }
+}
+
 #[cfg(not(loom))]
 fn yield_spin() {
     std::hint::spin_loop();
@@ -210,6 +336,43 @@ mod tests {
         }));
         assert!(r.is_err());
         assert_eq!(h.try_run(|v| *v), Some(0), "free again after the panic");
+    }
+
+    #[test]
+    fn a_lease_starts_once_counts_calls_and_lapses_when_they_stop() {
+        let lease = Lease::new();
+        let mut starts = 0;
+        assert!(!lease.is_held());
+        assert!(lease.hold(|| starts += 1));
+        assert!(lease.hold(|| starts += 1));
+        assert_eq!(starts, 1, "started by the first call only");
+        assert!(lease.is_held());
+        let mut seen = 0;
+        let mut ends = 0;
+        assert!(
+            !lease.lapse_if_idle(&mut seen, false, || ends += 1),
+            "calls came since the last look"
+        );
+        assert_eq!(seen, 2);
+        assert!(lease.hold(|| starts += 1));
+        assert!(!lease.lapse_if_idle(&mut seen, false, || ends += 1));
+        assert!(
+            lease.lapse_if_idle(&mut seen, false, || ends += 1),
+            "no call since the last look"
+        );
+        assert_eq!(ends, 1);
+        assert!(!lease.is_held());
+        assert!(
+            !lease.lapse_if_idle(&mut seen, true, || ends += 1),
+            "off: nothing to end"
+        );
+        assert!(lease.hold(|| starts += 1));
+        assert_eq!(starts, 2, "a call after the lapse starts it again");
+        assert!(
+            lease.lapse_if_idle(&mut seen, true, || ends += 1),
+            "ended at once"
+        );
+        assert_eq!(ends, 2);
     }
 
     #[test]
@@ -355,6 +518,54 @@ mod loom_tests {
             driver.join().expect("driver");
             let turns = h.run(|turns| *turns);
             assert!(turns == 10 || turns == 11, "{turns}");
+        });
+    }
+
+    /// A lease (`Lease`) started by a polling thread's calls and ended by the engine's
+    /// thread at the same time, with a second call after: starts and ends alternate,
+    /// so whatever the interleaving, the count the lease holds and what it took (here
+    /// a counter, the fabric's watch in the engine) are held once while it is on and
+    /// not at all once it is off.
+    #[test]
+    fn loom_a_lease_starts_and_ends_in_turn() {
+        crate::loom_model(|| {
+            let h = Arc::new(Handoff::new(0u32));
+            let lease = Arc::new(Lease::new());
+            let taken = Arc::new(AtomicU32::new(0));
+            let poller = {
+                let (h, lease, taken) = (h.clone(), lease.clone(), taken.clone());
+                loom::thread::spawn(move || {
+                    for _ in 0..2 {
+                        // A call: a drive of one turn inside the lease.
+                        h.enter();
+                        lease.hold(|| {
+                            h.enter();
+                            // Relaxed: the starts and ends are ordered by the lease.
+                            assert_eq!(taken.fetch_add(1, Ordering::Relaxed), 0);
+                        });
+                        let _ = h.try_run(|turns| *turns += 1);
+                        h.leave();
+                    }
+                })
+            };
+            // The engine's thread looks once and ends the lease if it is on.
+            let engine = {
+                let (h, lease, taken) = (h.clone(), lease.clone(), taken.clone());
+                loom::thread::spawn(move || {
+                    let mut seen = 0;
+                    lease.lapse_if_idle(&mut seen, true, || {
+                        // Relaxed: as above.
+                        assert_eq!(taken.fetch_sub(1, Ordering::Relaxed), 1);
+                        h.leave();
+                    });
+                })
+            };
+            engine.join().expect("engine");
+            poller.join().expect("poller");
+            let held = u32::from(lease.is_held());
+            // Relaxed: after the join.
+            assert_eq!(taken.load(Ordering::Relaxed), held);
+            assert_eq!(h.driven(), held == 1, "the lease's count, and no other");
         });
     }
 

@@ -876,14 +876,20 @@ impl Node {
     /// core) for what the loop waits for. `false` at once, with no system call, when
     /// there is nothing to drive (a daemon, an engine of another process, or one started
     /// with `driven` off), or when another thread runs the engine at that moment.
+    ///
+    /// With other nodes (a fabric), the calls of a polling loop share one drive
+    /// ([`hamlyn_engine::Driver::progress`]): data from other nodes then waits for the
+    /// next call instead of waking the engine's thread, until that thread finds no call
+    /// came for a millisecond or two and takes over again. So the first arrival after a
+    /// loop stops calling may wait up to 2 ms: a program that stops polling to compute
+    /// for a while and wants one-sided operations on its memory served at once
+    /// meanwhile should wait through a queue or a handle instead (their waits drive the
+    /// engine and give it back when they end).
     pub fn progress(&self) -> bool {
         let Some(driver) = &self.shared.driver else {
             return false;
         };
-        driver
-            .drive()
-            .and_then(|mut driving| driving.try_turn())
-            .unwrap_or(false)
+        driver.progress()
     }
 
     /// The engine's statistics: its counters, ports, peers, fabric, registry and every

@@ -4,39 +4,18 @@
 //! arrives in the order sent (the fabric keeps a pair on one rail), and every message is
 //! delivered or counted as discarded.
 
+#[allow(dead_code, reason = "the helpers are shared by several test files")]
+mod common;
+
 use std::time::{Duration, Instant};
 
-use hamlyn::{Data, Node, NodeId, RejectReason, SendError, SendOptions, Status};
+use hamlyn::{Data, Node, RejectReason, SendError, SendOptions, Status};
 use hamlyn_engine::{EngineConfig, EngineHandle};
-use hamlyn_fabric::tcp::{tcp_cluster, TcpConfig};
 
 const WAIT: Duration = Duration::from_secs(30);
 
 fn two_nodes(rails: usize) -> (EngineHandle, EngineHandle, Node, Node) {
-    let mut cfg = TcpConfig::new(NodeId(0), "127.0.0.1:0".parse().expect("addr"));
-    cfg.rails = rails;
-    cfg.incarnation = 5;
-    let mut fabrics = tcp_cluster(2, &cfg).expect("cluster");
-    let fb = fabrics.pop().expect("fabric");
-    let fa = fabrics.pop().expect("fabric");
-    let start = |node: u32, f| {
-        let mut c = EngineConfig::embedded();
-        c.node = node;
-        c.incarnation = 5;
-        c.registry = Some(0);
-        EngineHandle::start_with_fabric(c, Some(Box::new(f))).expect("engine")
-    };
-    let (ea, eb) = (start(0, fa), start(1, fb));
-    let a = Node::connect(ea.socket_path()).expect("connect");
-    let b = Node::connect(eb.socket_path()).expect("connect");
-    let deadline = Instant::now() + WAIT;
-    for (n, peer) in [(&a, 1), (&b, 0)] {
-        while !n.stats().expect("stats").peer(peer).is_some_and(|p| p.up) {
-            assert!(Instant::now() < deadline, "peer {peer} never came up");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-    (ea, eb, a, b)
+    common::tcp_pair(rails, EngineConfig::embedded)
 }
 
 #[test]

@@ -10,6 +10,7 @@
 //! Every wait is bounded ([`common::WAIT`]), every child is reaped, and a child is only
 //! ever killed through its own `Child` handle. Nothing asserts on timing.
 
+#[allow(dead_code, reason = "the helpers are shared by several test files")]
 mod common;
 
 use std::time::{Duration, Instant};

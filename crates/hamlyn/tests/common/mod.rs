@@ -309,3 +309,46 @@ impl Drop for Proc {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Two nodes in this process.
+
+/// Two engines of this process joined by the TCP fabric over loopback (`rails` rails,
+/// node 0 holding the registry), each started from a configuration of `config` (its
+/// `node` set), and a client of each; returns once each sees the other up. Bounded by
+/// [`WAIT`].
+pub fn tcp_pair(
+    rails: usize,
+    config: impl Fn() -> hamlyn_engine::EngineConfig,
+) -> (
+    hamlyn_engine::EngineHandle,
+    hamlyn_engine::EngineHandle,
+    Node,
+    Node,
+) {
+    use hamlyn_fabric::tcp::{tcp_cluster, TcpConfig};
+    let mut cfg = TcpConfig::new(hamlyn::NodeId(0), "127.0.0.1:0".parse().expect("addr"));
+    cfg.rails = rails;
+    cfg.incarnation = 5;
+    let mut fabrics = tcp_cluster(2, &cfg).expect("cluster");
+    let fb = fabrics.pop().expect("fabric");
+    let fa = fabrics.pop().expect("fabric");
+    let start = |node: u32, f| {
+        let mut c = config();
+        c.node = node;
+        c.incarnation = 5;
+        c.registry = Some(0);
+        hamlyn_engine::EngineHandle::start_with_fabric(c, Some(Box::new(f))).expect("engine")
+    };
+    let (ea, eb) = (start(0, fa), start(1, fb));
+    let a = Node::connect(ea.socket_path()).expect("connect");
+    let b = Node::connect(eb.socket_path()).expect("connect");
+    let deadline = Instant::now() + WAIT;
+    for (n, peer) in [(&a, 1), (&b, 0)] {
+        while !n.stats().expect("stats").peer(peer).is_some_and(|p| p.up) {
+            assert!(Instant::now() < deadline, "peer {peer} never came up");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    (ea, eb, a, b)
+}
