@@ -727,6 +727,7 @@ fn count<A: Areas>(
 /// entry is disarmed, and the kind of notification it earns is returned; `None` while
 /// packets are still missing. Whether a notification is posted, and where, is the
 /// caller's business ([`notification_entry`] builds it).
+#[inline]
 pub fn count_packet<M: EntryMemory + ?Sized>(
     mode: SlotMode,
     entry: Option<(&mut M, u64)>,

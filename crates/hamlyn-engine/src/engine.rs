@@ -879,6 +879,14 @@ impl EngineState {
             .is_some_and(|remote| remote.prepare_sleep(now))
     }
 
+    /// Writes what the fabric holds back (`Fabric::flush_held`).
+    pub(crate) fn flush_fabric(&mut self) {
+        let now = self.now();
+        if let Some(remote) = self.remote.as_mut() {
+            remote.flush_held(now);
+        }
+    }
+
     pub(crate) fn fabric_sleep_bound(&self) -> std::time::Duration {
         let fabric = match &self.remote {
             Some(remote) => remote.sleep_bound(self.now()),

@@ -508,6 +508,13 @@ impl Engine {
         bound < self.state.cfg.max_sleep && std::time::Instant::now() + bound < self.sleep_ends
     }
 
+    /// A drive ends while others (a lease) keep the engine's thread asleep: what the
+    /// fabric holds back goes out now, as before a sleep (`Engine::hand_back`), since
+    /// the next turn may be far off.
+    pub(crate) fn end_of_drive(&mut self) {
+        self.state.flush_fabric();
+    }
+
     /// What progress by the waiting thread did so far.
     pub(crate) fn drive_stats(&self) -> crate::hosted::DriveStats {
         crate::hosted::DriveStats {

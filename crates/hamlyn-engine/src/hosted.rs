@@ -47,11 +47,13 @@ pub(crate) struct Hosted {
     /// The fabric's wake-ups, which waiting threads take from the engine's thread while
     /// they poll the fabric themselves (`None`: no fabric).
     fabric: Option<FabricWatch>,
-    /// The drive of a thread polling in a loop ([`Driver::progress`]), which outlasts
-    /// each call: it holds a driver count and the fabric's wake-ups until the engine's
-    /// thread finds that no call came for a while (`Hosted::lapse_lease`).
-    lease: Lease,
-    /// Leases started and ended so far ([`DriveStats::polling_leases`]).
+    /// The drive shared by the waits and polling calls of this process's threads over
+    /// a fabric ([`Driver::drive_waiting`], [`Driver::progress`]), which outlasts each:
+    /// it holds a driver count and the fabric's wake-ups until the engine's thread finds
+    /// that none came for a while (`Hosted::lapse_lease`), or a waiter goes to sleep
+    /// ([`Driving::end_lease`]). Shared with the [`Driver`]s, whose pushes read it.
+    lease: Arc<Lease>,
+    /// Leases started and ended so far ([`DriveStats::leases`]).
     lease_starts: AtomicU64,
     lease_ends: AtomicU64,
 }
@@ -150,49 +152,61 @@ impl Hosted {
             idle_limit,
             foreign,
             fabric,
-            lease: Lease::new(),
+            lease: Arc::new(Lease::new()),
             lease_starts: AtomicU64::new(0),
             lease_ends: AtomicU64::new(0),
         })
     }
 
-    /// A polling call ([`Driver::progress`]) holds the lease, starting it if it is off:
-    /// with a fabric, and no client in another process (whose pushes only the engine's
-    /// thread takes in promptly: it spins for them, and a lease would keep it asleep).
-    /// Otherwise each call is a drive of its own, with its hand-back.
+    /// A wait or a polling call holds the lease, starting it if it is off: with a
+    /// fabric, and no client in another process (whose pushes only the engine's thread
+    /// takes in promptly: it spins for them, and a lease would keep it asleep). Whether
+    /// it is held (`false`: the caller drives on its own, with its hand-back).
     #[inline]
-    fn hold_lease(&self) {
+    fn hold_lease(&self) -> bool {
         let Some(fabric) = &self.fabric else {
-            return;
+            return false;
         };
         // Relaxed: a hint; a client that attached a moment ago ends the lease at the
         // engine thread's next look (`lapse_lease`).
         if self.foreign.load(Ordering::Relaxed) > 0 {
-            return;
+            return false;
         }
         self.lease.hold(|| {
             self.handoff.enter();
             fabric.take();
             // Relaxed: a statistic.
             self.lease_starts.fetch_add(1, Ordering::Relaxed);
-        });
+        })
     }
 
-    /// The engine's thread looks at the lease after a sleep: ends it if no polling call
-    /// came since its last look (`seen`), or if a client of another process attached;
-    /// it then serves again itself (its own loop takes over: no ring needed).
+    /// The engine's thread looks at the lease after a sleep: ends it if no wait or
+    /// polling call came since its last look (`seen`) and none drives now, or at once
+    /// if a client of another process attached; it then serves again itself (its own
+    /// loop takes over: no ring needed).
     fn lapse_lease(&self, seen: &mut u32) {
         // Relaxed: as in `hold_lease`.
         let foreign = self.foreign.load(Ordering::Relaxed) > 0;
-        self.lease.lapse_if_idle(seen, foreign, || {
-            if let Some(fabric) = &self.fabric {
-                fabric.give_back();
-            }
-            // The last leave's hand-back is this thread's own next turn.
-            let _ = self.handoff.leave();
-            // Relaxed: a statistic.
-            self.lease_ends.fetch_add(1, Ordering::Relaxed);
-        });
+        // A waiter inside a long drive counts no call meanwhile: the lease's own count
+        // is the only one when nobody drives.
+        if !foreign && self.handoff.drivers() > 1 {
+            return;
+        }
+        self.lease
+            .lapse_if_idle(seen, foreign, || self.end_lease_now());
+    }
+
+    /// What ending the lease undoes (its `end`): the fabric's wake-ups go back to the
+    /// engine's thread and the lease's driver count is left. The caller sees to the
+    /// hand-back if that leave was the last: the engine's thread serves next anyway, a
+    /// waiter ([`Driving::end_lease`]) still holds its own count.
+    fn end_lease_now(&self) {
+        if let Some(fabric) = &self.fabric {
+            fabric.give_back();
+        }
+        let _ = self.handoff.leave();
+        // Relaxed: a statistic.
+        self.lease_ends.fetch_add(1, Ordering::Relaxed);
     }
 
     /// How long the engine's thread may sleep for `want`: at most [`LEASE_LOOK_EVERY`]
@@ -207,9 +221,12 @@ impl Hosted {
 }
 
 /// How often the engine's thread looks at a held lease ([`Hosted::lapse_lease`]): a
-/// lease ends between one and two of these after the last polling call. Until then the
-/// fabric's arrivals wait for a polling call or for that look: up to 2 ms for the first
-/// one after a polling loop stops.
+/// lease ends between one and two of these after the last wait or polling call. Until
+/// then the fabric's arrivals wait for a call or for that look (the first look that
+/// finds no driven turn since the one before serves them, as for a stalled driver): up
+/// to 2 ms for the first one after the process's threads stop calling without going to
+/// sleep in a wait (a thread that computes between two waits; a wait that sleeps ends
+/// the lease first).
 const LEASE_LOOK_EVERY: std::time::Duration = DRIVER_STALL;
 
 /// The engines this process runs and lets waiting threads drive, by control socket. Only
@@ -336,6 +353,10 @@ impl HeldWordWait {
 #[derive(Clone, Debug)]
 pub struct Driver {
     hosted: Weak<Hosted>,
+    /// The hosted engine's lease (read by pushes, [`Driver::leased`]): kept apart from
+    /// the `Weak`, whose upgrade is a read-modify-write. `None` without a fabric, where
+    /// there is never a lease.
+    lease: Option<Arc<Lease>>,
 }
 
 impl Driver {
@@ -343,9 +364,22 @@ impl Driver {
     /// lets waiting threads drive ([`crate::EngineConfig::driven`]).
     pub fn for_socket(socket: &Path) -> Option<Driver> {
         let list = HOSTED.lock().unwrap_or_else(|e| e.into_inner());
-        list.iter()
-            .find(|(p, w)| p == socket && w.strong_count() > 0)
-            .map(|(_, w)| Driver { hosted: w.clone() })
+        list.iter().filter(|(p, _)| p == socket).find_map(|(_, w)| {
+            let hosted = w.upgrade()?;
+            Some(Driver {
+                hosted: w.clone(),
+                lease: hosted.fabric.is_some().then(|| hosted.lease.clone()),
+            })
+        })
+    }
+
+    /// Whether the threads of this process hold the engine's lease (their waits and
+    /// polling calls over a fabric share one drive, `Driver::drive_waiting`): the
+    /// engine's thread then sleeps, and a push must run the turn that takes it in
+    /// itself ([`Driver::nudge`]) — nothing rings for it. One load.
+    #[inline]
+    pub fn leased(&self) -> bool {
+        self.lease.as_ref().is_some_and(|l| l.is_held())
     }
 
     /// What progress by the waiting thread did so far (`None` once the engine is gone).
@@ -356,8 +390,8 @@ impl Driver {
         let hosted = &driving.hosted;
         let mut stats = hosted.handoff.run(|engine| engine.drive_stats());
         // Relaxed: statistics.
-        stats.polling_leases = hosted.lease_starts.load(Ordering::Relaxed);
-        stats.polling_leases_ended = hosted.lease_ends.load(Ordering::Relaxed);
+        stats.leases = hosted.lease_starts.load(Ordering::Relaxed);
+        stats.leases_ended = hosted.lease_ends.load(Ordering::Relaxed);
         stats.fabric_takers = hosted
             .fabric
             .as_ref()
@@ -373,16 +407,27 @@ impl Driver {
         Some(Driving {
             hosted,
             took_fabric: false,
+            leased_wait: false,
         })
     }
 
     /// A drive by a thread that waits and will poll for a while (a notification queue's
     /// or a send handle's wait): as [`Driver::drive`], and while it lasts the engine's
     /// thread is not woken by data from other nodes — the waiting threads' turns poll
-    /// the fabric ([`FabricWatch`]). Costs two system calls per drive when the engine
-    /// has a fabric (none without): not for a drive of one turn.
+    /// the fabric ([`FabricWatch`]). With a fabric, the waits share one drive that
+    /// outlasts each (the lease, [`Lease`]): the first takes the fabric's wake-ups,
+    /// later ones only count themselves, and a wait's end hands nothing back; the
+    /// engine's thread ends the lease a millisecond or two after the last wait, and a
+    /// wait that goes to sleep ends it first ([`Driving::end_lease`]). Taking and giving
+    /// back the wake-ups per wait (two system calls, and a hand-back that polls the
+    /// fabric's poller) cost about 1 µs of a TCP one-way (2026-11-25). With a client of
+    /// another process attached there is no lease: each wait takes and gives back.
     pub fn drive_waiting(&self) -> Option<Driving> {
         let mut driving = self.drive()?;
+        if driving.hosted.hold_lease() {
+            driving.leased_wait = true;
+            return Some(driving);
+        }
         if let Some(f) = &driving.hosted.fabric {
             f.take();
             driving.took_fabric = true;
@@ -401,11 +446,37 @@ impl Driver {
     /// `loom_a_push_is_never_stranded` in `hamlyn_shm::drive`). `cold`: the port pushed
     /// to was cold (`hamlyn_shm::ready::cold_after_fence`): the engine reads its ready
     /// words only now and then, so this turn reads every port's.
+    ///
+    /// Under a lease ([`Driver::leased`]) the push is nudged even though the doorbell is
+    /// not armed (the engine's thread sleeps for the lease and nothing rings), and a
+    /// held engine is tried again a bounded number of times (holders hold it for a
+    /// turn); if it stays held — its holder descheduled mid-turn — the lease ends here,
+    /// so the last driver's hand-back (this one's, or the holder's when it leaves) sees
+    /// the push and rings the engine's thread as without a lease.
     pub fn nudge(&self, cold: bool) -> bool {
         let Some(mut driving) = self.drive() else {
             return false;
         };
-        driving.try_run(|e| e.sender_turn(cold)).is_some()
+        if driving.try_run(|e| e.sender_turn(cold)).is_some() {
+            return true;
+        }
+        self.leased() && Driver::nudge_held_under_lease(&mut driving, cold)
+    }
+
+    /// [`Driver::nudge`] found the engine held under a lease: tries again a bounded
+    /// number of times, then ends the lease (see there). Out of line: rare, and kept
+    /// off the nudge's own code.
+    #[cold]
+    #[inline(never)]
+    fn nudge_held_under_lease(driving: &mut Driving, cold: bool) -> bool {
+        for _ in 0..TURN_TRIES {
+            hamlyn_shm::sync::spin_loop();
+            if driving.try_run(|e| e.sender_turn(cold)).is_some() {
+                return true;
+            }
+        }
+        driving.end_lease();
+        false
     }
 
     /// One turn for a thread that polls in a loop (`hamlyn::Node::progress`, as a UCX
@@ -423,7 +494,7 @@ impl Driver {
         let Some(mut driving) = self.drive() else {
             return false;
         };
-        driving.hosted.hold_lease();
+        let _ = driving.hosted.hold_lease();
         driving.try_turn().unwrap_or(false)
     }
 }
@@ -459,13 +530,13 @@ pub struct DriveStats {
     /// Engine turns run by sending threads that found the engine asleep
     /// ([`Driver::nudge`]), instead of waking its thread.
     pub turns_by_senders: u64,
-    /// Drives shared by the calls of a polling loop started so far
-    /// ([`Driver::progress`]; only with a fabric).
-    pub polling_leases: u64,
-    /// Of those, the ones the engine's thread ended (no call came for a while, or a
-    /// client of another process attached).
-    pub polling_leases_ended: u64,
-    /// Drives holding the fabric's wake-ups now (waiting threads and a polling lease):
+    /// Drives shared by waits and polling calls started so far (leases:
+    /// [`Driver::drive_waiting`], [`Driver::progress`]; only with a fabric).
+    pub leases: u64,
+    /// Of those, the ones that ended (no call came for a while, a client of another
+    /// process attached, or a waiter went to sleep).
+    pub leases_ended: u64,
+    /// Drives holding the fabric's wake-ups now (waiting threads and a lease):
     /// while not zero, data from other nodes does not wake the engine's thread.
     pub fabric_takers: u32,
 }
@@ -478,6 +549,9 @@ pub struct Driving {
     /// Took the fabric's wake-ups ([`Driver::drive_waiting`]): gives them back first
     /// when it ends.
     took_fabric: bool,
+    /// A wait under the lease ([`Driver::drive_waiting`]): writes what the fabric holds
+    /// when it ends, which no hand-back does under a lease.
+    leased_wait: bool,
 }
 
 impl Driving {
@@ -556,6 +630,20 @@ impl Driving {
     }
 }
 
+impl Driving {
+    /// A waiter that drove for its whole budget and now goes to sleep ends the lease
+    /// (if held): nobody polls the fabric while it sleeps, so its wake-ups go back to
+    /// the engine's thread now rather than at that thread's next look. (A polling loop
+    /// in another thread that still runs starts a new one at its next call.)
+    pub fn end_lease(&self) {
+        let mut seen = 0;
+        let hosted = &self.hosted;
+        hosted
+            .lease
+            .lapse_if_idle(&mut seen, true, || hosted.end_lease_now());
+    }
+}
+
 impl Drop for Driving {
     /// The last driver to leave hands the engine back (`Engine::hand_back`): if work is
     /// left (or a timer the driven turns set comes before the engine thread's sleep
@@ -571,6 +659,16 @@ impl Drop for Driving {
             if let Some(f) = &self.hosted.fabric {
                 f.give_back();
             }
+        }
+        if self.leased_wait {
+            // The lease keeps the engine's thread asleep and this leave is then not the
+            // last: no hand-back writes what the fabric holds for a stream, and the
+            // thread may now compute for a while. (Held by another thread: its turns
+            // poll the fabric, which writes what was held for longer than the hold.)
+            // Not after a push's nudge or a polling call: the next push or call
+            // follows, and a write each would undo the holding of a stream's packets
+            // (an 8-byte message stream fell from 0.9 to 0.16 M/s).
+            let _ = self.hosted.handoff.try_run(Engine::end_of_drive);
         }
         if self.hosted.handoff.leave() {
             // Held for a turn by a driver that came since: it drives, and hands back when

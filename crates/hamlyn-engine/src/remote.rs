@@ -226,6 +226,10 @@ impl Remote {
         self.fabric.prepare_sleep(now)
     }
 
+    pub(crate) fn flush_held(&mut self, now: Instant) {
+        self.fabric.flush_held(now);
+    }
+
     pub(crate) fn sleep_bound(&self, now: Instant) -> Duration {
         if self.fabric.wait_fd().is_none() {
             return Duration::from_millis(1);

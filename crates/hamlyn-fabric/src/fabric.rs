@@ -224,6 +224,13 @@ pub trait Fabric {
         false
     }
 
+    /// A drive by a thread of the process ends while the engine's thread stays asleep
+    /// for others (a lease, `hamlyn_engine::Driver::drive_waiting`): write whatever the
+    /// fabric holds back, as [`Fabric::prepare_sleep`] does, without its look at the
+    /// poller (the engine's thread does not sleep on [`Fabric::wait_fd`] meanwhile).
+    /// Nothing to do by default.
+    fn flush_held(&mut self, _now: Instant) {}
+
     /// The fabric's own counters (for `hamlyn stat`), if it keeps any.
     fn fabric_stats(&self) -> Option<FabricStats> {
         None
@@ -274,6 +281,9 @@ impl<F: Fabric + ?Sized> Fabric for &mut F {
     }
     fn prepare_sleep(&mut self, now: Instant) -> bool {
         (**self).prepare_sleep(now)
+    }
+    fn flush_held(&mut self, now: Instant) {
+        (**self).flush_held(now)
     }
     fn fabric_stats(&self) -> Option<FabricStats> {
         (**self).fabric_stats()

@@ -147,6 +147,13 @@ impl<T> Handoff<T> {
         self.drivers.fetch_sub(1, Ordering::Relaxed) == 1
     }
 
+    /// Threads inside a drive now (a hint: they come and go).
+    #[inline]
+    pub fn drivers(&self) -> u32 {
+        // Relaxed: a hint; see `enter`.
+        self.drivers.load(Ordering::Relaxed)
+    }
+
     /// Whether some thread drives (the engine's thread checks it between turns).
     #[inline]
     pub fn driven(&self) -> bool {

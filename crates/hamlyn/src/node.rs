@@ -258,6 +258,9 @@ impl Shared {
                 None => hamlyn_shm::sync::spin_loop(),
             }
         }
+        // Nothing came within the budget: the caller goes to sleep, and nobody may be
+        // left to poll the fabric.
+        driving.end_lease();
         drop(driving);
         got().ok_or(0)
     }
@@ -286,7 +289,9 @@ impl Shared {
             Some(driver) => {
                 // A cold port's words are read now and then only: the nudge's turn is
                 // told to read every port's (`hamlyn_shm::ready::COLD`).
-                if hamlyn_shm::wake::asleep_after_fence(word)
+                // Under a lease (`Driver::leased`) the engine's thread sleeps for the
+                // process's waiters and nothing rings for a push: it runs its turn.
+                if (hamlyn_shm::wake::asleep_after_fence(word) || driver.leased())
                     && !driver.nudge(hamlyn_shm::ready::cold_after_fence(word))
                 {
                     hamlyn_shm::wake::wake_after_fence(word, Some(&self.doorbell));
@@ -877,14 +882,14 @@ impl Node {
     /// there is nothing to drive (a daemon, an engine of another process, or one started
     /// with `driven` off), or when another thread runs the engine at that moment.
     ///
-    /// With other nodes (a fabric), the calls of a polling loop share one drive
-    /// ([`hamlyn_engine::Driver::progress`]): data from other nodes then waits for the
-    /// next call instead of waking the engine's thread, until that thread finds no call
-    /// came for a millisecond or two and takes over again. So the first arrival after a
-    /// loop stops calling may wait up to 2 ms: a program that stops polling to compute
-    /// for a while and wants one-sided operations on its memory served at once
-    /// meanwhile should wait through a queue or a handle instead (their waits drive the
-    /// engine and give it back when they end).
+    /// With other nodes (a fabric), the calls of a polling loop share one drive with
+    /// the process's waits (a lease, [`hamlyn_engine::Driver::drive_waiting`]): data
+    /// from other nodes then waits for the next call or wait instead of waking the
+    /// engine's thread, until that thread finds none came for a millisecond or two and
+    /// takes over again. So the first arrival after the calls stop may wait up to 2 ms.
+    /// A program whose threads compute for long stretches between calls and want
+    /// one-sided operations on their memory served at once meanwhile should start its
+    /// engine with `driven` off (`HAMLYN_DRIVE=0`), or run it as a daemon.
     pub fn progress(&self) -> bool {
         let Some(driver) = &self.shared.driver else {
             return false;

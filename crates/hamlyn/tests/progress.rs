@@ -379,7 +379,7 @@ fn leases_end(engine: &EngineHandle, polling: Option<&Node>) -> DriveStats {
     let deadline = std::time::Instant::now() + WAIT;
     loop {
         let s = stats(engine);
-        if s.polling_leases_ended == s.polling_leases && s.fabric_takers == 0 {
+        if s.leases_ended == s.leases && s.fabric_takers == 0 {
             return s;
         }
         assert!(
@@ -416,7 +416,7 @@ fn a_polling_loop_over_tcp_shares_one_drive_and_gives_it_back() {
     a.progress();
     write_and_poll(&mut t, &ticket, &a, &inbox, 1, true);
     let before = stats(&ea);
-    assert!(before.polling_leases >= 1, "a lease started: {before:?}");
+    assert!(before.leases >= 1, "a lease started: {before:?}");
     for round in 2..ROUNDS {
         write_and_poll(&mut t, &ticket, &a, &inbox, round, true);
     }
@@ -431,16 +431,110 @@ fn a_polling_loop_over_tcp_shares_one_drive_and_gives_it_back() {
         "the loop ran the turns: {during:?}"
     );
     let after = leases_end(&ea, None);
-    assert!(after.polling_leases >= 1);
+    assert!(after.leases >= 1);
     // Nobody polls now: the engine's thread takes the writes in.
     for round in ROUNDS..ROUNDS + 5 {
         write_and_poll(&mut t, &ticket, &a, &inbox, round, false);
     }
-    assert_eq!(
-        stats(&ea).polling_leases,
-        after.polling_leases,
-        "no lease without calls"
+    assert_eq!(stats(&ea).leases, after.leases, "no lease without calls");
+}
+
+/// Over TCP, the waits of a ping-pong share one lease: each side's wait holds it, and a
+/// wait's end hands nothing back, so a few leases serve hundreds of rounds (a lease per
+/// wait took and gave back the fabric's wake-ups each time); the pushes between the
+/// waits find the engine's thread asleep under the lease and run their own turns.
+#[test]
+fn the_waits_of_a_ping_pong_over_tcp_share_one_lease() {
+    const ROUNDS: u64 = 300;
+    let (ea, eb, a, b) = polled_over_tcp();
+    let inboxes: Vec<_> = [&a, &b]
+        .iter()
+        .map(|n| {
+            let area = n.area(64).expect("area");
+            let (meta, slot) = slot_on(n, &area, 0);
+            (area, meta, slot.ticket_all().expect("ticket"), slot)
+        })
+        .collect();
+    let mut qa = a.queue(0).expect("queue");
+    let mut qb = b.queue(0).expect("queue");
+    let mut ta = a.terminus(0).expect("terminus");
+    let mut tb = b.terminus(0).expect("terminus");
+    let before = stats(&ea);
+    let opts = SendOptions::new();
+    let mut handles = Vec::new();
+    for round in 0..ROUNDS {
+        let word = round.to_le_bytes();
+        handles.push(
+            ta.send(&inboxes[1].2, &opts, hamlyn::Data::Inline(&word))
+                .expect("send"),
+        );
+        let n = qb.wait(Some(WAIT)).expect("wait").expect("arrives at b");
+        assert_eq!(n.len, 8);
+        handles.push(
+            tb.send(&inboxes[0].2, &opts, hamlyn::Data::Inline(&word))
+                .expect("send"),
+        );
+        let n = qa.wait(Some(WAIT)).expect("wait").expect("arrives at a");
+        assert_eq!(n.len, 8);
+        assert_eq!(inboxes[0].0.read_vec(0, 8).expect("read"), word);
+        if handles.len() > 64 {
+            for h in handles.drain(..) {
+                assert_eq!(h.wait(Some(WAIT)), Status::Sent);
+            }
+        }
+    }
+    for h in handles {
+        assert_eq!(h.wait(Some(WAIT)), Status::Sent);
+    }
+    for engine in [&ea, &eb] {
+        let s = stats(engine);
+        assert!(s.leases >= 1, "the waits held a lease: {s:?}");
+        assert!(
+            s.leases < ROUNDS / 4,
+            "{} leases for {ROUNDS} rounds: {s:?}",
+            s.leases
+        );
+    }
+    let after = stats(&ea);
+    assert!(
+        after.turns_by_senders > before.turns_by_senders,
+        "pushes under the lease ran their own turns: {after:?}"
     );
+    leases_end(&ea, None);
+    leases_end(&eb, None);
+}
+
+/// A wait that found nothing within its budget and goes to sleep ends the lease itself
+/// (`Driving::end_lease`): nobody polls the fabric while it sleeps, so the engine's
+/// thread gets the fabric's wake-ups back at once.
+#[test]
+fn a_waiter_that_goes_to_sleep_ends_the_lease() {
+    let (ea, _eb, a, _b) = polled_over_tcp();
+    let driver = Driver::for_socket(ea.socket_path()).expect("drivable");
+    let waiting = driver.drive_waiting().expect("engine runs");
+    assert!(driver.leased(), "the wait holds the lease");
+    let held = stats(&ea);
+    assert_eq!(
+        (held.leases - held.leases_ended, held.fabric_takers),
+        (1, 1),
+        "{held:?}"
+    );
+    waiting.end_lease();
+    assert!(!driver.leased());
+    let ended = stats(&ea);
+    assert_eq!(ended.leases_ended, ended.leases, "{ended:?}");
+    assert_eq!(ended.fabric_takers, 0, "{ended:?}");
+    drop(waiting);
+    // A wait with nothing coming drives its budget and sleeps: the lease it held is
+    // over when it returns.
+    let mut q = a.queue(0).expect("queue");
+    assert!(q
+        .wait(Some(Duration::from_millis(20)))
+        .expect("wait")
+        .is_none());
+    let s = stats(&ea);
+    assert!(s.leases > ended.leases, "the wait held a lease: {s:?}");
+    assert_eq!((s.leases_ended, s.fabric_takers), (s.leases, 0), "{s:?}");
 }
 
 /// A client of another process attaches while a polling loop holds the lease: the
@@ -455,7 +549,7 @@ fn a_client_of_another_process_ends_the_polling_lease() {
     let ticket = slot.ticket_all().expect("ticket");
     let mut t = b.terminus(0).expect("terminus");
     a.progress();
-    assert!(stats(&ea).polling_leases >= 1, "a lease started");
+    assert!(stats(&ea).leases >= 1, "a lease started");
     write_and_poll(&mut t, &ticket, &a, &inbox, 1, true);
     let mut child = Proc::spawn("child_writer", ea.socket_path());
     child.tell("write", ticket_to_text(&ticket).expect("seed"));
@@ -475,8 +569,8 @@ fn a_client_of_another_process_ends_the_polling_lease() {
         write_and_poll(&mut t, &ticket, &a, &inbox, round, true);
     }
     assert_eq!(
-        stats(&ea).polling_leases,
-        ended.polling_leases,
+        stats(&ea).leases,
+        ended.leases,
         "no lease while the child is attached"
     );
     child.finish();

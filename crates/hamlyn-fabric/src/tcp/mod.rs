@@ -2122,6 +2122,10 @@ impl Fabric for TcpFabric {
         Some(TcpFabric::next_timer(self))
     }
 
+    fn flush_held(&mut self, now: Instant) {
+        self.flush_all(now, false);
+    }
+
     fn prepare_sleep(&mut self, now: Instant) -> bool {
         // Going to sleep ends a stream: nothing stays held (as in `TcpFabric::wait`).
         self.flush_all(now, false);
