@@ -63,9 +63,16 @@ pub mod wake;
 /// `LOOM_MAX_PREEMPTIONS` says otherwise.
 #[cfg(all(test, loom))]
 pub(crate) fn loom_model<F: Fn() + Sync + Send + 'static>(f: F) {
+    loom_model_bounded(4, f);
+}
+
+/// [`loom_model`] with a preemption bound of `bound` unless `LOOM_MAX_PREEMPTIONS` says
+/// otherwise: for a model of four threads, which at 4 took 18 minutes.
+#[cfg(all(test, loom))]
+pub(crate) fn loom_model_bounded<F: Fn() + Sync + Send + 'static>(bound: usize, f: F) {
     let mut b = loom::model::Builder::new();
     if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(4);
+        b.preemption_bound = Some(bound);
     }
     b.check(f);
 }
