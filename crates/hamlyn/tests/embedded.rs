@@ -284,6 +284,29 @@ fn fast_mode_carries_its_word_in_the_notification() {
     );
 }
 
+/// Sends `len` bytes of `src` to `ticket` on `t` until the terminus is full (`Full`),
+/// keeping the handles; panics if it never fills.
+fn fill_until_full(
+    t: &mut hamlyn::Terminus,
+    ticket: &hamlyn::Ticket,
+    src: &hamlyn::Area,
+    len: u64,
+    handles: &mut Vec<hamlyn::SendHandle>,
+) {
+    // Each send is 1 MiB, several packets: the engine cannot keep the ring from filling.
+    // The entry is named: `MetaIndex::Auto` would refuse a second long message in flight
+    // on the ticket's one entry (`SendError::EntriesBusy`) before the ring fills.
+    for _ in 0..10_000 {
+        let opts = SendOptions::new().notify(false).entry(0);
+        match t.send(ticket, &opts, Data::Gather(&[src.span(0, len)])) {
+            Ok(h) => handles.push(h),
+            Err(SendError::Full) => return,
+            Err(e) => panic!("unexpected {e}"),
+        }
+    }
+    panic!("the terminus never filled");
+}
+
 #[test]
 fn a_full_terminus_is_back_pressure_and_every_queued_send_completes() {
     let node = Node::embedded_with(NodeOptions {
@@ -297,30 +320,27 @@ fn a_full_terminus_is_back_pressure_and_every_queued_send_completes() {
     let ticket = rx.slot.ticket_all().expect("ticket");
     let mut t = node.terminus(0).expect("terminus");
     let mut handles = Vec::new();
-    let mut full = false;
-    // Each send is 1 MiB, several packets: the engine cannot keep the ring from filling.
-    // The entry is named: `MetaIndex::Auto` would refuse a second long message in flight
-    // on the ticket's one entry (`SendError::EntriesBusy`) before the ring fills.
-    for _ in 0..10_000 {
-        let opts = SendOptions::new().notify(false).entry(0);
-        match t.send(&ticket, &opts, Data::Gather(&[src.span(0, LEN)])) {
-            Ok(h) => handles.push(h),
-            Err(SendError::Full) => {
-                full = true;
-                break;
-            }
-            Err(e) => panic!("unexpected {e}"),
+    // Waiting for room (this thread runs the engine's turns) gives room for a send while
+    // the queue still holds work: not the whole drain `wait_idle` waits for. A thread
+    // descheduled between the fill and the wait (a loaded machine) can find the engine's
+    // own thread drained it all meanwhile, so the fill and wait are tried a few times:
+    // a `wait_room` that waited for the drain would leave at most one request every
+    // time.
+    let mut left_work = false;
+    for _ in 0..20 {
+        fill_until_full(&mut t, &ticket, &src, LEN, &mut handles);
+        let reading = !t.can_reuse(&src, 0, 1);
+        assert!(t.wait_room(WAIT), "room comes back");
+        if reading && t.in_flight() > 1 {
+            left_work = true;
+            break;
         }
+        assert!(t.wait_idle(WAIT), "the engine drains the terminus");
     }
-    assert!(full, "the terminus never filled");
     assert!(
-        !t.can_reuse(&src, 0, 1),
-        "the last sends still read the buffer"
+        left_work,
+        "wait_room waited for the queue to drain, 20 times"
     );
-    // Waiting for room (this thread runs the engine's turns) gives room for a send
-    // while the queue still holds work: not the whole drain `wait_idle` waits for.
-    assert!(t.wait_room(WAIT), "room comes back");
-    assert!(t.in_flight() > 1, "wait_room waited for the queue to drain");
     let opts = SendOptions::new().notify(false).entry(0);
     handles.push(
         t.send(&ticket, &opts, Data::Gather(&[src.span(0, LEN)]))
