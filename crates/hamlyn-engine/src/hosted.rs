@@ -175,6 +175,13 @@ impl Hosted {
         self.lease.hold(|| {
             self.handoff.enter();
             fabric.take();
+            // The engine's thread may be in an idle sleep as long as the fabric's next
+            // timer (a heartbeat, tens of milliseconds) or `max_sleep`, which no lease
+            // shortens once begun: woken now, it sleeps at most `LEASE_LOOK_EVERY` from
+            // here on, so the lease's end stays within two looks of the last call. One
+            // eventfd write per lease; fails only if the doorbell is full, when it is
+            // readable already.
+            let _ = self.doorbell.notify();
             // Relaxed: a statistic.
             self.lease_starts.fetch_add(1, Ordering::Relaxed);
         })
@@ -221,7 +228,8 @@ impl Hosted {
 }
 
 /// How often the engine's thread looks at a held lease ([`Hosted::lapse_lease`]): a
-/// lease ends between one and two of these after the last wait or polling call. Until
+/// lease ends between one and two of these after the last wait or polling call (its
+/// start rings the engine's thread out of a longer idle sleep, `Hosted::hold_lease`). Until
 /// then the fabric's arrivals wait for a call or for that look (the first look that
 /// finds no driven turn since the one before serves them, as for a stalled driver): up
 /// to 2 ms for the first one after the process's threads stop calling without going to
@@ -231,13 +239,20 @@ const LEASE_LOOK_EVERY: std::time::Duration = DRIVER_STALL;
 
 /// The engines this process runs and lets waiting threads drive, by control socket. Only
 /// touched when an engine starts and when a client connects (never on a fast path).
-static HOSTED: Mutex<Vec<(PathBuf, Weak<Hosted>)>> = Mutex::new(Vec::new());
+static HOSTED: Mutex<Vec<HostedEntry>> = Mutex::new(Vec::new());
+
+/// An engine this process runs: its control socket, the engine (not kept alive by the
+/// list), and its lease if it has a fabric (for [`Driver::leased`], taken without
+/// upgrading the `Weak`: an upgrade could hold the last reference and drop the engine,
+/// which removes its socket file, after its handle's drop returned).
+type HostedEntry = (PathBuf, Weak<Hosted>, Option<Arc<Lease>>);
 
 /// Lists `hosted` as drivable at `socket` (forgetting engines that are gone).
 pub(crate) fn register(socket: &Path, hosted: &Arc<Hosted>) {
     let mut list = HOSTED.lock().unwrap_or_else(|e| e.into_inner());
-    list.retain(|(_, w)| w.strong_count() > 0);
-    list.push((socket.to_path_buf(), Arc::downgrade(hosted)));
+    list.retain(|(_, w, _)| w.strong_count() > 0);
+    let lease = hosted.fabric.is_some().then(|| hosted.lease.clone());
+    list.push((socket.to_path_buf(), Arc::downgrade(hosted), lease));
 }
 
 /// The engine thread's life: serve while nobody drives; sleep in the poller (without
@@ -364,13 +379,12 @@ impl Driver {
     /// lets waiting threads drive ([`crate::EngineConfig::driven`]).
     pub fn for_socket(socket: &Path) -> Option<Driver> {
         let list = HOSTED.lock().unwrap_or_else(|e| e.into_inner());
-        list.iter().filter(|(p, _)| p == socket).find_map(|(_, w)| {
-            let hosted = w.upgrade()?;
-            Some(Driver {
+        list.iter()
+            .find(|(p, w, _)| p == socket && w.strong_count() > 0)
+            .map(|(_, w, lease)| Driver {
                 hosted: w.clone(),
-                lease: hosted.fabric.is_some().then(|| hosted.lease.clone()),
+                lease: lease.clone(),
             })
-        })
     }
 
     /// Whether the threads of this process hold the engine's lease (their waits and
@@ -515,7 +529,9 @@ const IDLE_TURNS_BEFORE_LEAVE: u32 = 2;
 const FABRIC_BUDGET_FACTOR: u32 = 10;
 
 /// What progress by the waiting thread did on one engine ([`Driver::stats`]).
+/// Non-exhaustive: counters are added as the ways of driving grow.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DriveStats {
     /// Engine turns run by waiting threads.
     pub turns_by_waiters: u64,
@@ -525,7 +541,9 @@ pub struct DriveStats {
     /// over when they stopped).
     pub engine_thread_resumed: u64,
     /// Times drivers ran no turn for a millisecond while the engine's thread slept for
-    /// them, and it served anyway.
+    /// them, and it served anyway. This includes the end of each lease for lack of calls
+    /// ([`DriveStats::leases_ended`]): the engine's thread finds no driven turn since its
+    /// last look then too.
     pub stalled_drivers: u64,
     /// Engine turns run by sending threads that found the engine asleep
     /// ([`Driver::nudge`]), instead of waking its thread.
@@ -663,12 +681,19 @@ impl Drop for Driving {
         if self.leased_wait {
             // The lease keeps the engine's thread asleep and this leave is then not the
             // last: no hand-back writes what the fabric holds for a stream, and the
-            // thread may now compute for a while. (Held by another thread: its turns
-            // poll the fabric, which writes what was held for longer than the hold.)
-            // Not after a push's nudge or a polling call: the next push or call
-            // follows, and a write each would undo the holding of a stream's packets
-            // (an 8-byte message stream fell from 0.9 to 0.16 M/s).
-            let _ = self.hosted.handoff.try_run(Engine::end_of_drive);
+            // thread may now compute for a while. Tried a bounded number of times if
+            // another thread holds the engine (for a turn, or the engine's thread for
+            // a moment after a sleep); if it stays held, what is held goes out at that
+            // holder's next fabric poll or the engine thread's look. Not after a push's
+            // nudge or a polling call: the next push or call follows, and a write each
+            // would undo the holding of a stream's packets (an 8-byte message stream
+            // fell from 0.9 to 0.16 M/s).
+            for _ in 0..TURN_TRIES {
+                if self.hosted.handoff.try_run(Engine::end_of_drive).is_some() {
+                    break;
+                }
+                hamlyn_shm::sync::spin_loop();
+            }
         }
         if self.hosted.handoff.leave() {
             // Held for a turn by a driver that came since: it drives, and hands back when

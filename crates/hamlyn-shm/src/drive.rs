@@ -21,7 +21,8 @@
 //! # Why the engine is never left without a thread
 //!
 //! Every drive ends with a leave, and exactly one leave takes the count to zero after the
-//! engine's thread saw it above zero: that one wakes the thread. The wake is a readable
+//! engine's thread saw it above zero: that one wakes the thread (or is the engine's
+//! thread itself, ending a [`Lease`]: it then serves at once). The wake is a readable
 //! descriptor, not a flag, so it is not lost if it comes before the thread sleeps.
 //! `loom_last_leave_hands_back` checks it with several drivers leaving at once. (The
 //! engine skips the wake when its thread was asleep after going idle, not for the
@@ -166,18 +167,19 @@ impl<T> Handoff<T> {
 const LEASE_OFF: u32 = 0;
 /// [`Lease`]: a polling call is starting it (its `start` runs).
 const LEASE_TAKING: u32 = 1;
-/// [`Lease`]: held, until the engine's thread ends it.
+/// [`Lease`]: held, until someone ends it ([`Lease::lapse_if_idle`]).
 const LEASE_ON: u32 = 2;
-/// [`Lease`]: the engine's thread is ending it (its `end` runs).
+/// [`Lease`]: the one who moved it from on is ending it (its `end` runs).
 const LEASE_ENDING: u32 = 3;
 
-/// A drive that outlasts the calls that use it: for a thread that polls the engine by
-/// calling a progress function in a loop (`hamlyn::Node::progress`, as a UCX loop calls
-/// `ucp_worker_progress`). Each call is a drive of one turn; what a drive of the loop's
-/// whole length would set up (over TCP, taking the fabric's wake-ups from the engine's
-/// thread: two system calls) and tear down (the hand-back) is done once, by the first
-/// call, and undone by the engine's thread when it finds that no call came for a while
-/// ([`Lease::lapse_if_idle`]). The lease holds one count of the [`Handoff`] (its `start`
+/// A drive that outlasts the calls that use it: for the threads of a process that wait
+/// for the engine or poll it by calling a progress function in a loop
+/// (`hamlyn::Node::progress`, as a UCX loop calls `ucp_worker_progress`). Each call or
+/// wait is a drive of its own; what a drive of their whole run would set up (over TCP,
+/// taking the fabric's wake-ups from the engine's thread: two system calls) and tear down
+/// (the hand-back) is done once, by the first, and undone by whoever ends the lease
+/// ([`Lease::lapse_if_idle`]): the engine's thread when it finds that none came for a
+/// while, or a caller that must not leave it held (a waiter going to sleep). The lease holds one count of the [`Handoff`] (its `start`
 /// enters, its `end` leaves), so the calls' own leaves are never the last while it is
 /// on.
 ///
@@ -210,12 +212,14 @@ impl Lease {
         }
     }
 
-    /// A polling call: counts it if the lease is on, or starts the lease if it is off
-    /// (`start` runs here, once per lease). Whether it is on now; `false` while another
-    /// caller starts it or the engine's thread ends it (this call then goes without, as
+    /// A wait or a polling call: counts it if the lease is on, or starts the lease if it
+    /// is off (`start` runs here, once per lease). Whether it is on now; `false` while
+    /// another caller starts it or someone ends it (this call then goes without, as
     /// a call without a lease).
-    /// Two loads and a store once on: no read-modify-write (a count lost to two callers
-    /// at once still changes it).
+    /// Two loads and a store once on: no read-modify-write. A count can be lost (two
+    /// callers at once; or a caller preempted between its load and its store, whose
+    /// store then repeats a value already seen): at worst the lease lapses early, and a
+    /// caller still inside holds its own driver count.
     #[inline]
     pub fn hold(&self, start: impl FnOnce()) -> bool {
         // Acquire: pairs with the Release store of LEASE_ON by the starter, so what
@@ -249,9 +253,10 @@ impl Lease {
         true
     }
 
-    /// The engine's thread looks: ends the lease (`end` runs here) if it is on and no
-    /// call was counted since its last look (`seen`, kept by the caller between looks),
-    /// or at once if `now` (the lease must go). Whether it ended.
+    /// A look at the lease (the engine thread's, between sleeps; or a caller's that must
+    /// end it, with `now`): ends it (`end` runs here) if it is on and no call was counted
+    /// since the last look (`seen`, kept by the looker between looks), or at once if
+    /// `now`. Whether it ended (`false` also while another ends or starts it).
     pub fn lapse_if_idle(&self, seen: &mut u32, now: bool, end: impl FnOnce()) -> bool {
         // Relaxed: a hint; the compare-and-swap below decides.
         if self.state.load(Ordering::Relaxed) != LEASE_ON {
@@ -279,11 +284,13 @@ impl Lease {
         true
     }
 
-    /// Whether the lease is on (or being started): the engine's thread must look again
-    /// soon.
+    /// Whether the lease is on (or being started or ended): the engine's thread must
+    /// look again soon, and a push must run its own turn (nothing rings for it). A hint
+    /// read without ordering: a push that reads it stale (off while a lease starts)
+    /// rings as usual or is seen by the engine thread's next look.
     #[inline]
     pub fn is_held(&self) -> bool {
-        // Relaxed: a hint for how long to sleep.
+        // Relaxed: a hint (see above).
         self.state.load(Ordering::Relaxed) != LEASE_OFF
     }
 }

@@ -537,6 +537,44 @@ fn a_waiter_that_goes_to_sleep_ends_the_lease() {
     assert_eq!((s.leases_ended, s.fabric_takers), (s.leases, 0), "{s:?}");
 }
 
+/// A lease that starts while the engine's thread is in a long idle sleep (no fabric
+/// timer for a minute, `max_sleep` a minute: longer than `WAIT`) still ends soon after
+/// the calls stop: its
+/// start rings that thread, which from then on sleeps at most a millisecond at a time.
+/// Without the ring the thread slept on with the fabric's wake-ups taken, and this test
+/// waited the whole bound (`WAIT`) for the lease to end. Then a write from the other
+/// node arrives with nobody polling.
+#[test]
+fn a_lease_that_starts_during_a_long_idle_sleep_still_ends() {
+    let (ea, _eb, a, b) = common::tcp_pair_with(
+        1,
+        || EngineConfig {
+            driven: true,
+            max_sleep: Duration::from_secs(60),
+            ..EngineConfig::embedded()
+        },
+        |tcp| {
+            // The fabric's tick is a quarter of the shorter of these: a minute.
+            tcp.heartbeat_interval = Duration::from_secs(240);
+            tcp.reconnect_interval = Duration::from_secs(240);
+            tcp.peer_timeout = Duration::from_secs(1200);
+        },
+    );
+    let inbox = a.area(4096).expect("area");
+    let (_meta, slot) = slot_on(&a, &inbox, 0);
+    let ticket = slot.ticket_all().expect("ticket");
+    let mut t = b.terminus(0).expect("terminus");
+    // Let the engine's thread go to its idle sleep.
+    std::thread::sleep(Duration::from_millis(50));
+    let before = stats(&ea);
+    std::thread::sleep(Duration::from_millis(50));
+    a.progress();
+    let held = stats(&ea);
+    assert_eq!(held.leases, before.leases + 1, "one call started a lease");
+    leases_end(&ea, None);
+    write_and_poll(&mut t, &ticket, &a, &inbox, 7, false);
+}
+
 /// A client of another process attaches while a polling loop holds the lease: the
 /// engine's thread ends it although the calls go on (only that thread takes the
 /// client's pushes in promptly), and no lease starts while the client stays; its write

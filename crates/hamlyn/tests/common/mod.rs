@@ -326,10 +326,25 @@ pub fn tcp_pair(
     Node,
     Node,
 ) {
+    tcp_pair_with(rails, config, |_| {})
+}
+
+/// [`tcp_pair`] with the fabric's configuration changed by `tcp` first.
+pub fn tcp_pair_with(
+    rails: usize,
+    config: impl Fn() -> hamlyn_engine::EngineConfig,
+    tcp: impl FnOnce(&mut hamlyn_fabric::tcp::TcpConfig),
+) -> (
+    hamlyn_engine::EngineHandle,
+    hamlyn_engine::EngineHandle,
+    Node,
+    Node,
+) {
     use hamlyn_fabric::tcp::{tcp_cluster, TcpConfig};
     let mut cfg = TcpConfig::new(hamlyn::NodeId(0), "127.0.0.1:0".parse().expect("addr"));
     cfg.rails = rails;
     cfg.incarnation = 5;
+    tcp(&mut cfg);
     let mut fabrics = tcp_cluster(2, &cfg).expect("cluster");
     let fb = fabrics.pop().expect("fabric");
     let fa = fabrics.pop().expect("fabric");
