@@ -632,14 +632,17 @@ mod loom_tests {
             let doorbell = Arc::new(loom::sync::Notify::new());
             // An earlier wait started the lease; the engine's thread sleeps for it.
             assert!(lease.hold(|| h.enter()));
-            let waiter = {
-                let (h, lease, word, pushed, doorbell) = (
+            let all = || {
+                (
                     h.clone(),
                     lease.clone(),
                     word.clone(),
                     pushed.clone(),
                     doorbell.clone(),
-                );
+                )
+            };
+            let waiter = {
+                let (h, lease, word, pushed, doorbell) = all();
                 loom::thread::spawn(move || {
                     h.enter();
                     lease.hold(|| h.enter());
@@ -648,13 +651,7 @@ mod loom_tests {
                 })
             };
             let pusher = {
-                let (h, lease, word, pushed, doorbell) = (
-                    h.clone(),
-                    lease.clone(),
-                    word.clone(),
-                    pushed.clone(),
-                    doorbell.clone(),
-                );
+                let (h, lease, word, pushed, doorbell) = all();
                 loom::thread::spawn(move || {
                     // Release: pairs with the Acquire loads of `pushed` in the turns.
                     pushed.store(1, Ordering::Release);

@@ -339,6 +339,24 @@ fn polled_over_tcp() -> (EngineHandle, EngineHandle, Node, Node) {
     })
 }
 
+/// An area of `to` with a slot (its metadata area kept alive), a ticket to it, and a
+/// terminus of `from` to write there.
+fn polled_inbox(
+    to: &Node,
+    from: &Node,
+) -> (
+    hamlyn::Area,
+    (hamlyn::MetaArea, hamlyn::Slot),
+    hamlyn::Ticket,
+    hamlyn::Terminus,
+) {
+    let inbox = to.area(4096).expect("area");
+    let (meta, slot) = slot_on(to, &inbox, 0);
+    let ticket = slot.ticket_all().expect("ticket");
+    let t = from.terminus(0).expect("terminus");
+    (inbox, (meta, slot), ticket, t)
+}
+
 /// `from` writes `round` (8 bytes, no notification) to `to`; `to`'s thread polls its
 /// memory for it, calling `progress` in the loop if `progress` (else sleeping), and the
 /// send handle is then waited for. Bounded by `WAIT`.
@@ -408,10 +426,7 @@ fn leases_end(engine: &EngineHandle, polling: Option<&Node>) -> DriveStats {
 fn a_polling_loop_over_tcp_shares_one_drive_and_gives_it_back() {
     const ROUNDS: u64 = 400;
     let (ea, _eb, a, b) = polled_over_tcp();
-    let inbox = a.area(4096).expect("area");
-    let (_meta, slot) = slot_on(&a, &inbox, 0);
-    let ticket = slot.ticket_all().expect("ticket");
-    let mut t = b.terminus(0).expect("terminus");
+    let (inbox, _meta, ticket, mut t) = polled_inbox(&a, &b);
     // A first call starts the lease (the engine's thread may serve until it sees it).
     a.progress();
     write_and_poll(&mut t, &ticket, &a, &inbox, 1, true);
@@ -560,10 +575,7 @@ fn a_lease_that_starts_during_a_long_idle_sleep_still_ends() {
             tcp.peer_timeout = Duration::from_secs(1200);
         },
     );
-    let inbox = a.area(4096).expect("area");
-    let (_meta, slot) = slot_on(&a, &inbox, 0);
-    let ticket = slot.ticket_all().expect("ticket");
-    let mut t = b.terminus(0).expect("terminus");
+    let (inbox, _meta, ticket, mut t) = polled_inbox(&a, &b);
     // Let the engine's thread go to its idle sleep.
     std::thread::sleep(Duration::from_millis(50));
     let before = stats(&ea);
@@ -582,10 +594,7 @@ fn a_lease_that_starts_during_a_long_idle_sleep_still_ends() {
 #[test]
 fn a_client_of_another_process_ends_the_polling_lease() {
     let (ea, _eb, a, b) = polled_over_tcp();
-    let inbox = a.area(4096).expect("area");
-    let (_meta, slot) = slot_on(&a, &inbox, 0);
-    let ticket = slot.ticket_all().expect("ticket");
-    let mut t = b.terminus(0).expect("terminus");
+    let (inbox, _meta, ticket, mut t) = polled_inbox(&a, &b);
     a.progress();
     assert!(stats(&ea).leases >= 1, "a lease started");
     write_and_poll(&mut t, &ticket, &a, &inbox, 1, true);
