@@ -368,6 +368,9 @@ mod loom_tests {
                     })
                 })
                 .collect();
+            // Lets loom run the depositors before the receiver's first step: without
+            // it, it found a weakened `done` load only at iteration 898.
+            loom::thread::yield_now();
             rx.post(1).expect("room");
             let mut got = Vec::new();
             let mut check = |rx: &mut Receiver<Arc<LoomMemory>>, got: &mut Vec<u64>| {

@@ -897,7 +897,16 @@ mod loom_tests {
         crate::loom_model(|| {
             let l = NotifLayout::new(0, 2).expect("layout");
             let mem = Arc::new(LoomMemory::new(l.bytes()));
-            let mut c = Consumer::attach(mem.clone(), l).expect("attach");
+            let c = Consumer::attach(mem.clone(), l).expect("attach");
+            let check = |e: &NotifEntry| {
+                let w = e.word.get();
+                assert_eq!(
+                    (e.src_node.get(), e.len.get()),
+                    (w as u32, !(w as u32)),
+                    "untorn"
+                );
+                w
+            };
             let ts: Vec<_> = (0..2u64)
                 .map(|t| {
                     let p = Producer::attach(mem.clone(), l).expect("attach");
@@ -913,21 +922,22 @@ mod loom_tests {
                     })
                 })
                 .collect();
-            let mut got = Vec::new();
-            let check = |e: &NotifEntry| {
-                let w = e.word.get();
-                assert_eq!(
-                    (e.src_node.get(), e.len.get()),
-                    (w as u32, !(w as u32)),
-                    "untorn"
-                );
-                w
-            };
-            for _ in 0..2 {
-                if let Some(e) = c.poll() {
-                    got.push(check(&e));
+            // The consumer's polls during the posts run in a thread of their own: on the
+            // main thread, loom 0.7 never ran them after a producer's first step (its
+            // first look, a load, was hidden behind the producers' own loads), so every
+            // entry was received after the joins, and a consumer that stored `head`
+            // before copying the slot passed (audit, 2026-11-25).
+            let consumer = loom::thread::spawn(move || {
+                let mut c = c;
+                let mut got = Vec::new();
+                for _ in 0..2 {
+                    if let Some(e) = c.poll() {
+                        got.push(check(&e));
+                    }
                 }
-            }
+                (c, got)
+            });
+            let (mut c, mut got) = consumer.join().expect("consumer");
             let mut posted = Vec::new();
             for t in ts {
                 posted.extend(t.join().expect("producer"));
@@ -1033,6 +1043,9 @@ mod loom_tests {
                     })
                 })
                 .collect();
+            // Lets loom run the depositors before the consumer's first look (a load):
+            // without it, it found a weakened accumulator only at iteration 425.
+            loom::thread::yield_now();
             let mut got = None;
             while got.is_none() {
                 got = c.wait(0, None).expect("futex model");
