@@ -474,7 +474,9 @@ impl PyNode {
     /// Runs one turn of the engine this process hosts, if it may (an embedded engine that
     /// waiting threads drive); whether the turn found work. For a loop that waits by
     /// polling memory itself, as UCX users call `ucp_worker_progress`. False at once
-    /// when there is nothing to drive or another thread runs the engine.
+    /// when there is nothing to drive or another thread runs the engine. With other
+    /// nodes, a loop's calls (and the process's waits) share one drive: after they stop,
+    /// data from another node may wait up to 2 ms for the engine's thread.
     fn progress(&self, py: Python<'_>) -> PyResult<bool> {
         let node = self.get(py)?;
         Ok(py.allow_threads(|| node.progress()))

@@ -1562,7 +1562,9 @@ hamlyn_result hamlyn_node_id(const struct hamlyn_node *node, uint32_t *out);
 // waiting threads drive): `*out` is 1 if the turn found work, else 0. For a thread that
 // waits by polling memory itself (a write polled on its data), as UCX users call
 // `ucp_worker_progress`. `*out` is 0 at once when there is nothing to drive (a
-// daemon's engine) or another thread runs the engine at that moment.
+// daemon's engine) or another thread runs the engine at that moment. With other nodes,
+// a loop's calls (and the process's waits) share one drive: after they stop, data from
+// another node may wait up to 2 ms for the engine's thread (`hamlyn::Node::progress`).
 //
 // # Safety
 //
