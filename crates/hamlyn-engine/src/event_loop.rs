@@ -168,6 +168,50 @@ pub(crate) enum Step {
     Spin,
 }
 
+/// Binds `listener` to `path` (`addr`) and listens, so that the path appears only once
+/// connections are accepted: bound under a temporary name beside it, listening, then
+/// renamed into place without replacing anything (`RENAME_NOREPLACE`: a live engine's
+/// socket there fails the bind, as binding on it would). Binding at `path` directly made
+/// it exist before `listen`, and a client that connected as soon as it saw the path was
+/// refused (a Python test of a daemon failed that way in CI, 2026-11-25). Falls back to
+/// binding directly when the temporary name would be too long for a socket address.
+fn bind_listening(
+    listener: &rustix::fd::OwnedFd,
+    path: &std::path::Path,
+    addr: &SocketAddrUnix,
+) -> Result<(), EngineError> {
+    static BINDING: hamlyn_shm::sync::AtomicU32 = hamlyn_shm::sync::AtomicU32::new(0);
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+    // Relaxed: only uniqueness matters.
+    let n = BINDING.fetch_add(1, hamlyn_shm::sync::Ordering::Relaxed);
+    let tmp =
+        name.map(|name| path.with_file_name(format!(".{name}.{}.{n}.binding", std::process::id())));
+    let tmp_addr = tmp.as_ref().and_then(|t| SocketAddrUnix::new(t).ok());
+    let (Some(tmp), Some(tmp_addr)) = (tmp, tmp_addr) else {
+        rustix::net::bind(listener, addr).map_err(|e| EngineError::io("bind control socket", e))?;
+        return rustix::net::listen(listener, 128).map_err(|e| EngineError::io("listen", e));
+    };
+    let _ = std::fs::remove_file(&tmp);
+    rustix::net::bind(listener, &tmp_addr)
+        .map_err(|e| EngineError::io("bind control socket", e))?;
+    let placed = rustix::net::listen(listener, 128)
+        .map_err(|e| EngineError::io("listen", e))
+        .and_then(|()| {
+            rustix::fs::renameat_with(
+                rustix::fs::CWD,
+                &tmp,
+                rustix::fs::CWD,
+                path,
+                rustix::fs::RenameFlags::NOREPLACE,
+            )
+            .map_err(|e| EngineError::io("bind control socket", e))
+        });
+    if placed.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    placed
+}
+
 impl Engine {
     /// Binds the control socket and prepares the engine (nothing runs until [`Engine::run`]).
     pub(crate) fn new(
@@ -201,9 +245,7 @@ impl Engine {
             None,
         )
         .map_err(|e| EngineError::io("socket", e))?;
-        rustix::net::bind(&listener, &addr)
-            .map_err(|e| EngineError::io("bind control socket", e))?;
-        rustix::net::listen(&listener, 128).map_err(|e| EngineError::io("listen", e))?;
+        bind_listening(&listener, &path, &addr)?;
         // Clients (and the handle) poke one end; the engine waits on the other.
         let (doorbell_poker, doorbell) =
             EventFd::pair().map_err(|e| EngineError::Shm(e.to_string()))?;
