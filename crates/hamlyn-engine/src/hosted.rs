@@ -483,11 +483,8 @@ impl Driver {
     #[cold]
     #[inline(never)]
     fn nudge_held_under_lease(driving: &mut Driving, cold: bool) -> bool {
-        for _ in 0..TURN_TRIES {
-            hamlyn_shm::sync::spin_loop();
-            if driving.try_run(|e| e.sender_turn(cold)).is_some() {
-                return true;
-            }
+        if driving.run_within_tries(|e| e.sender_turn(cold)).is_some() {
+            return true;
         }
         driving.end_lease();
         false
@@ -578,13 +575,19 @@ impl Driving {
     /// next turn; another driver holds it for one turn), then gives up (`false`).
     #[inline]
     pub fn turn(&mut self) -> bool {
+        self.run_within_tries(Engine::driven_turn).unwrap_or(false)
+    }
+
+    /// Runs `f` on the engine, trying a held engine again up to [`TURN_TRIES`] times
+    /// with a pause between (holders hold it for a turn); `None` if it stayed held.
+    fn run_within_tries<R>(&mut self, mut f: impl FnMut(&mut Engine) -> R) -> Option<R> {
         for _ in 0..TURN_TRIES {
-            if let Some(busy) = self.try_turn() {
-                return busy;
+            if let Some(r) = self.hosted.handoff.try_run(&mut f) {
+                return Some(r);
             }
             hamlyn_shm::sync::spin_loop();
         }
-        false
+        None
     }
 
     /// Runs one turn of the engine if no other thread holds it (one compare-and-swap):
@@ -646,9 +649,7 @@ impl Driving {
         // Relaxed: a hint; a client that attached a moment ago is seen by a later wait.
         self.hosted.foreign.load(Ordering::Relaxed) > 0
     }
-}
 
-impl Driving {
     /// A waiter that drove for its whole budget and now goes to sleep ends the lease
     /// (if held): nobody polls the fabric while it sleeps, so its wake-ups go back to
     /// the engine's thread now rather than at that thread's next look. (A polling loop
@@ -688,12 +689,7 @@ impl Drop for Driving {
             // nudge or a polling call: the next push or call follows, and a write each
             // would undo the holding of a stream's packets (an 8-byte message stream
             // fell from 0.9 to 0.16 M/s).
-            for _ in 0..TURN_TRIES {
-                if self.hosted.handoff.try_run(Engine::end_of_drive).is_some() {
-                    break;
-                }
-                hamlyn_shm::sync::spin_loop();
-            }
+            let _ = self.run_within_tries(Engine::end_of_drive);
         }
         if self.hosted.handoff.leave() {
             // Held for a turn by a driver that came since: it drives, and hands back when
