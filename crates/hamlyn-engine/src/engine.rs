@@ -152,6 +152,20 @@ impl EngineState {
         busy
     }
 
+    /// Whether a busy turn may have left work that only more turns find: a terminus in
+    /// a ready queue (the rest of a message, a request waiting for tokens or for room),
+    /// a read's answer being sent, a registry resend, or a fabric (whose next turn polls
+    /// it). `false` after a turn that took, delivered and completed single-packet
+    /// messages: nothing of theirs is left, and what clients pushed since is in their
+    /// ready words, which `Engine::hand_back` reads after arming the doorbells.
+    #[inline]
+    pub(crate) fn may_have_more(&self) -> bool {
+        self.sched.has_ready()
+            || !self.replies.is_empty()
+            || self.remote.is_some()
+            || self.registry.has_resend()
+    }
+
     /// Takes the ready hints ([`hamlyn_shm::ready`]) of the hot ports and of a share of
     /// the cold ones (every port when `all`: `hint_ports`) into the scheduler's ready
     /// queues.

@@ -522,8 +522,10 @@ impl Engine {
         // The last turn had work: what it started (a read's answer, the next packet of a
         // message) may need more turns, which `has_work` below does not see. The leaving
         // thread runs them, a few at most, rather than waking the engine thread for them.
+        // A turn that left nothing behind (`may_have_more`: single-packet messages, each
+        // completed) needs no turn more to find that out.
         let mut more = 0;
-        while self.driven_busy {
+        while self.driven_busy && self.state.may_have_more() {
             if more == HAND_BACK_TURNS {
                 return true;
             }

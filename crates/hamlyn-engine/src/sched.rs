@@ -129,6 +129,12 @@ impl Scheduler {
         self.ready.iter().flatten().copied()
     }
 
+    /// Whether any terminus waits in a ready queue.
+    #[inline]
+    pub(crate) fn has_ready(&self) -> bool {
+        self.ready.iter().any(|q| !q.is_empty())
+    }
+
     /// Termini in ready queues.
     #[cfg(test)]
     pub(crate) fn ready_len(&self) -> usize {

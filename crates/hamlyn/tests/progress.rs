@@ -286,6 +286,50 @@ fn a_waiter_drives_on_only_while_a_client_of_another_process_is_attached() {
     );
 }
 
+/// A push that finds the engine's thread asleep runs the turn that takes, delivers and
+/// completes its single-packet message (`Driver::nudge`), and the hand-back that follows
+/// runs no turn more: nothing of that message is left for one to find. So a host thread
+/// that sends to its own slot, waits for the send and for the notification costs one
+/// driven turn per message. A hand-back that ran one more turn whenever the last had
+/// work cost two. Bounded: a round whose push found the engine's thread awake (it
+/// serves, or waits may drive more turns) is measured again, the fewest turns taken.
+#[test]
+fn a_pushed_single_packet_message_costs_one_driven_turn() {
+    const ROUNDS: u64 = 300;
+    let engine = driven_engine();
+    let host = Node::connect(engine.socket_path()).expect("connect");
+    let inbox = host.area(64).expect("area");
+    let (_meta, slot) = slot_on(&host, &inbox, 0);
+    let ticket = slot.ticket_all().expect("ticket");
+    let mut q = host.queue(0).expect("queue");
+    let mut t = host.terminus(0).expect("terminus");
+    let mut fewest = u64::MAX;
+    for attempt in 0..10u64 {
+        let before = stats(&engine).turns_by_waiters;
+        for round in 0..ROUNDS {
+            let data = round.to_le_bytes();
+            let h = t
+                .send(
+                    &ticket,
+                    &SendOptions::new().tag(round),
+                    hamlyn::Data::Inline(&data),
+                )
+                .expect("send");
+            assert_eq!(h.wait(Some(WAIT)), Status::Sent);
+            let n = q.wait(Some(WAIT)).expect("wait").expect("arrives");
+            assert_eq!((n.word, n.len), (round, 8), "attempt {attempt}, in order");
+        }
+        fewest = fewest.min(stats(&engine).turns_by_waiters - before);
+        if fewest < ROUNDS * 5 / 4 {
+            break;
+        }
+    }
+    assert!(
+        fewest < ROUNDS * 5 / 4,
+        "{ROUNDS} single-packet messages took at least {fewest} driven turns"
+    );
+}
+
 /// `Node::progress`: a thread that waits by polling memory runs the hosted engine's
 /// turns itself (counted as a waiting thread's), and a polled write from a child arrives
 /// while it does; with an engine that waiting threads may not drive, it is a no-op.
