@@ -5,7 +5,8 @@
 //! serves termini round robin, one packet per terminus per turn, then the answers being
 //! sent and the error completions waiting for room.
 //!
-//! A request taken from a terminus ring is decoded and segmented here (`open_request`);
+//! A request taken from a terminus ring is checked where it lies (its one copy, out of
+//! the ring) and segmented here (`open_request`);
 //! its packets go to `Delivery::deliver` (this node) or `Remote::send` (another node).
 
 use std::sync::Arc;
@@ -14,7 +15,8 @@ use hamlyn_core::{Instant, RejectReason, Segment, Segmenter, SendSpec};
 use hamlyn_fabric::PeerEvent;
 use hamlyn_shm::wake::EventFd;
 use hamlyn_wire::request::{
-    send_flags, Completion, Gather, Payload, RequestOp, SendRequest, MAX_GATHER, REQUEST_LEN,
+    send_flags, Completion, Gather, Payload, RequestOp, RequestView, SendRequest, MAX_GATHER,
+    REQUEST_LEN,
 };
 use hamlyn_wire::{Flags, Header, NodeId, Op, RequestId, SlotId};
 
@@ -316,7 +318,7 @@ impl EngineState {
         match self.open_request(cid, t, &buf, ring_seq) {
             Ok((req, seg)) => {
                 self.take_tokens(cid, t, req.len());
-                self.first_packet(cid, t, &req, seg)
+                self.first_packet(cid, t, req, seg)
             }
             Err((seq, reason)) => {
                 if !self.end_request(cid, t, seq, Some(reason)) {
@@ -381,55 +383,54 @@ impl EngineState {
         Some(std::time::Duration::from_nanos(at.nanos_since(self.now())))
     }
 
-    /// Decodes and checks a request copied out of terminus `t`'s ring and segments it;
-    /// on refusal, the sequence number to report and why.
-    fn open_request(
+    /// Checks a request copied out of terminus `t`'s ring, where it lies, and segments
+    /// it; on refusal, the sequence number to report and why.
+    fn open_request<'b>(
         &mut self,
         cid: u32,
         t: usize,
-        buf: &[u8; REQUEST_LEN],
+        buf: &'b [u8; REQUEST_LEN],
         ring_seq: u32,
-    ) -> Result<(SendRequest, Segmenter), (u32, RejectReason)> {
-        let Ok(req) = SendRequest::decode(buf) else {
+    ) -> Result<(RequestView<'b>, Segmenter), (u32, RejectReason)> {
+        let Ok(req) = RequestView::check(buf) else {
             self.counters.bad_requests += 1;
             return Err((ring_seq, RejectReason::Malformed));
         };
         let node = self.delivery.node();
-        if req.incarnation != 0
-            && self
-                .incarnation_of(req.dst_node)
-                .is_some_and(|i| i != req.incarnation)
-        {
+        let dst = req.dst_node();
+        let incarnation = req.incarnation();
+        if incarnation != 0 && self.incarnation_of(dst).is_some_and(|i| i != incarnation) {
             self.counters.bad_requests += 1;
-            return Err((req.seq, RejectReason::StaleIncarnation));
+            return Err((req.seq(), RejectReason::StaleIncarnation));
         }
         let fast = req.is_fast();
         let len = req.len();
+        let flags = req.flags();
         let spec = SendSpec {
             src: node,
-            dst: NodeId(req.dst_node),
-            slot: SlotId(req.slot),
-            key: req.key,
-            meta_index: req.meta_index,
-            offset: req.offset,
+            dst: NodeId(dst),
+            slot: SlotId(req.slot()),
+            key: req.key(),
+            meta_index: req.meta_index(),
+            offset: req.offset(),
             len,
             meta: req.metadata(),
-            y: req.y,
+            y: req.y(),
             max_packets: None,
-            notify: req.flags & send_flags::NOTIFY != 0,
-            wake: req.flags & send_flags::WAKE != 0,
-            word: req.word,
-            request: request_id(cid, t, req.seq),
+            notify: flags & send_flags::NOTIFY != 0,
+            wake: flags & send_flags::WAKE != 0,
+            word: req.word(),
+            request: request_id(cid, t, req.seq()),
         };
         // Packets to other nodes are smaller, so they stripe across rails.
-        let mtu = if req.dst_node == node.0 {
+        let mtu = if dst == node.0 {
             self.cfg.intra_mtu
         } else {
             self.cfg.remote_mtu
         };
         // Fast messages must be one packet whatever the packet size.
         let mtu = if fast { mtu.max(len).max(1) } else { mtu };
-        let op = match req.op {
+        let op = match req.op() {
             RequestOp::Write => Op::Write,
             RequestOp::Read => Op::ReadReq,
             RequestOp::Atomic => Op::AtomicReq,
@@ -438,7 +439,7 @@ impl EngineState {
             Ok(seg) => Ok((req, seg.with_op(op))),
             Err(_) => {
                 self.counters.bad_requests += 1;
-                Err((req.seq, RejectReason::Malformed))
+                Err((req.seq(), RejectReason::Malformed))
             }
         }
     }
@@ -446,7 +447,7 @@ impl EngineState {
     /// Sends the first packet of a request just taken from the ring. A request that
     /// needs nothing more ends here; one with packets left (or waiting for the fabric,
     /// or for room for its error completion) is kept in flight.
-    fn first_packet(&mut self, cid: u32, t: usize, req: &SendRequest, mut seg: Segmenter) {
+    fn first_packet(&mut self, cid: u32, t: usize, req: RequestView<'_>, mut seg: Segmenter) {
         let mut cur_pending = None;
         let mut failed = None;
         if let Some(first) = seg.next() {
@@ -458,14 +459,14 @@ impl EngineState {
             }
         }
         let more = failed.is_none() && (cur_pending.is_some() || seg.len() > 0);
-        if !more && self.end_request(cid, t, req.seq, failed) {
+        if !more && self.end_request(cid, t, req.seq(), failed) {
             return;
         }
         self.put_current(
             cid,
             t,
             InFlight {
-                req: *req,
+                entry: *req.bytes(),
                 seg: Some(seg),
                 pending: cur_pending,
                 failed,
@@ -487,7 +488,7 @@ impl EngineState {
             None
         };
         if let Some(seg) = next {
-            match self.deliver(cid, &cur.req, &seg) {
+            match self.deliver(cid, cur.req(), &seg) {
                 Ok(true) => {}
                 // The fabric is full: this packet goes first on a later turn.
                 Ok(false) => cur.pending = Some(seg),
@@ -500,7 +501,7 @@ impl EngineState {
                 return true;
             }
         }
-        if !self.end_request(cid, t, cur.req.seq, cur.failed) {
+        if !self.end_request(cid, t, cur.req().seq(), cur.failed) {
             self.counters.termini_held += 1;
             self.put_current(cid, t, cur);
             return false;
@@ -551,7 +552,7 @@ impl EngineState {
     fn deliver(
         &mut self,
         cid: u32,
-        req: &SendRequest,
+        req: RequestView<'_>,
         seg: &Segment,
     ) -> Result<bool, RejectReason> {
         let meta = if seg.header.flags.contains(Flags::FIRST) {
@@ -771,7 +772,7 @@ impl EngineState {
                 .port_mut(cid)
                 .and_then(|p| p.termini.get(usize::from(t)))
                 .and_then(|term| term.current.as_ref())
-                .is_some_and(|cur| cur.req.seq == h.request.seq && cur.failed.is_some());
+                .is_some_and(|cur| cur.req().seq() == h.request.seq && cur.failed.is_some());
             if in_flight {
                 continue;
             }
@@ -832,7 +833,7 @@ impl EngineState {
                 for port in self.clients.ports_mut() {
                     for term in &mut port.termini {
                         if let Some(cur) = term.current.as_mut() {
-                            if cur.req.dst_node == node.0 && cur.failed.is_none() {
+                            if cur.req().dst_node() == node.0 && cur.failed.is_none() {
                                 cur.failed = Some(RejectReason::PeerDown);
                                 cur.pending = None;
                             }
@@ -855,12 +856,13 @@ impl EngineState {
             .iter()
             .filter_map(|t| t.current.as_ref())
             .filter(|cur| {
+                let req = cur.req();
                 cur.failed.is_none()
-                    && cur.req.dst_node == node.0
-                    && cur.req.op == RequestOp::Write
-                    && !cur.req.is_fast()
+                    && req.dst_node() == node.0
+                    && req.op() == RequestOp::Write
+                    && !req.is_fast()
             })
-            .map(|cur| (SlotId(cur.req.slot), cur.req.meta_index))
+            .map(|cur| (SlotId(cur.req().slot()), cur.req().meta_index()))
             .collect();
         for partial in half_sent {
             self.tell_broken(partial, node);
@@ -951,12 +953,16 @@ fn ring_corrupt(counters: &mut EngineCounters, term: &mut TerminusState, cid: u3
 }
 
 /// A request that fails before its first packet: no packets, one error completion.
+#[cold]
 fn failed_request(seq: u32, reason: RejectReason) -> InFlight {
+    let mut entry = [0u8; REQUEST_LEN];
+    SendRequest {
+        seq,
+        ..EMPTY_REQUEST
+    }
+    .encode(&mut entry);
     InFlight {
-        req: SendRequest {
-            seq,
-            ..EMPTY_REQUEST
-        },
+        entry,
         seg: None,
         pending: None,
         failed: Some(reason),

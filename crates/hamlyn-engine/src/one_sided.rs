@@ -8,7 +8,7 @@
 use std::collections::VecDeque;
 
 use hamlyn_core::{Access, AreaId, Areas, Memory, RejectReason, Segment, Segmenter, SendSpec};
-use hamlyn_wire::request::Gather;
+use hamlyn_wire::request::{Gather, GatherList};
 use hamlyn_wire::rma::{AtomicBody, AtomicOp, ReadBody};
 use hamlyn_wire::{Header, NodeId, Op, RequestId, Ticket};
 
@@ -60,7 +60,7 @@ impl ReplyJob {
                 };
                 Source::Areas {
                     owner: None,
-                    list: &list[..],
+                    list: GatherList::Decoded(&list[..]),
                 }
             }
             Answer::Word(w) => Source::Bytes(w),

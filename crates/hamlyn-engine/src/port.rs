@@ -14,19 +14,29 @@ use hamlyn_shm::region::ShmRegion;
 use hamlyn_shm::spsc;
 use hamlyn_shm::sync::Ordering;
 use hamlyn_shm::wake::EventFd;
-use hamlyn_wire::request::{Completion, SendRequest};
+use hamlyn_wire::request::{Completion, RequestView, REQUEST_LEN};
 
 /// A request being sent, one packet per turn.
 #[derive(Debug)]
 pub(crate) struct InFlight {
-    /// The decoded request (copied out of the ring: the client cannot change it now).
-    pub(crate) req: SendRequest,
+    /// The request's entry, checked when it was taken (copied out of the ring: the
+    /// client cannot change it now); read through [`InFlight::req`]. A request that
+    /// failed before its first packet has only its sequence number here.
+    pub(crate) entry: [u8; REQUEST_LEN],
     /// Its remaining packets (none for a request that failed before its first).
     pub(crate) seg: Option<Segmenter>,
     /// A packet the fabric could not take yet (back-pressure): sent before the next.
     pub(crate) pending: Option<hamlyn_core::Segment>,
     /// Set when a packet was refused: the rest are not sent.
     pub(crate) failed: Option<RejectReason>,
+}
+
+impl InFlight {
+    /// The request, read where its entry lies.
+    #[inline]
+    pub(crate) fn req(&self) -> RequestView<'_> {
+        RequestView::unchecked(&self.entry)
+    }
 }
 
 /// One terminus as the engine sees it.

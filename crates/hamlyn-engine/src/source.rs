@@ -4,7 +4,7 @@
 //! and the fabric's vectored send alike.
 
 use hamlyn_core::{AreaId, RejectReason};
-use hamlyn_wire::request::{Gather, Payload, SendRequest, MAX_GATHER};
+use hamlyn_wire::request::{GatherList, RequestView, MAX_GATHER};
 
 use crate::areas::AreaTable;
 
@@ -18,8 +18,8 @@ pub(crate) enum Source<'a> {
     Areas {
         /// Who must own the areas.
         owner: Option<u32>,
-        /// The ranges.
-        list: &'a [Gather],
+        /// The ranges (read from the request's entry where it lies).
+        list: GatherList<'a>,
     },
 }
 
@@ -40,16 +40,17 @@ pub(crate) enum Piece<'a> {
 }
 
 impl<'a> Source<'a> {
-    /// The payload of a client's request.
-    pub(crate) fn of_request(owner: u32, req: &'a SendRequest) -> Source<'a> {
-        match &req.payload {
-            Payload::Inline { data, len } => {
-                Source::Bytes(&data[..usize::from(*len).min(data.len())])
-            }
-            Payload::Gather { list, count } => Source::Areas {
+    /// The payload of a client's request: its inline bytes or its gather list, both
+    /// borrowed from its entry.
+    #[inline]
+    pub(crate) fn of_request(owner: u32, req: RequestView<'a>) -> Source<'a> {
+        if req.is_gather() {
+            Source::Areas {
                 owner: Some(owner),
-                list: &list[..usize::from(*count).min(MAX_GATHER)],
-            },
+                list: req.gathers(),
+            }
+        } else {
+            Source::Bytes(req.inline_data())
         }
     }
 
@@ -73,7 +74,7 @@ impl<'a> Source<'a> {
             Source::Areas { owner, list } => {
                 let mut n = 0;
                 let mut at = 0u64; // message offset where this range starts
-                for g in list {
+                for g in list.iter() {
                     let (g_start, g_end) =
                         (at, at.checked_add(g.len).ok_or(RejectReason::OutOfBounds)?);
                     at = g_end;
@@ -86,7 +87,10 @@ impl<'a> Source<'a> {
                     if owner.is_some_and(|o| o != entry.owner) {
                         return Err(RejectReason::NotPermitted);
                     }
-                    let offset = g.offset + (from - g_start);
+                    let offset = g
+                        .offset
+                        .checked_add(from - g_start)
+                        .ok_or(RejectReason::OutOfBounds)?;
                     if offset
                         .checked_add(to - from)
                         .is_none_or(|e| e > entry.mem.0.len() as u64)

@@ -8,8 +8,10 @@
 //! terminus's completion sequence word as it takes entries; refusals come back as 16-byte
 //! [`Completion`]s naming the request's sequence number and the reason.
 //!
-//! The engine decodes every entry with [`SendRequest::decode`], which checks every field:
-//! a client that scribbles over its own ring gets errors, never a confused engine.
+//! The engine checks every entry with [`RequestView::check`], which checks every field
+//! (as [`SendRequest::decode`] does) where the entry lies, and then reads the fields it
+//! needs from the entry's bytes: a client that scribbles over its own ring gets errors,
+//! never a confused engine, and a small message is not copied out field by field.
 
 use crate::error::WireError;
 use crate::header::{FAST_META_INDEX, MAX_META_LEN};
@@ -187,14 +189,92 @@ impl SendRequest {
         }
     }
 
-    /// Decodes and validates an entry (at least [`REQUEST_LEN`] bytes).
+    /// Decodes and validates an entry (at least [`REQUEST_LEN`] bytes): the checks of
+    /// [`RequestView::check`], then every field copied out.
     pub fn decode(b: &[u8]) -> Result<SendRequest, WireError> {
-        if b.len() < REQUEST_LEN {
+        let Some(entry) = b.first_chunk::<REQUEST_LEN>() else {
             return Err(WireError::Truncated {
                 need: REQUEST_LEN,
                 have: b.len(),
             });
+        };
+        RequestView::check(entry).map(|v| v.to_request())
+    }
+}
+
+/// Bytes of one gather range in an entry: area (4), padding (4), offset (8), len (8).
+pub const GATHER_LEN: usize = 24;
+
+/// Where an entry's inline data or gather list starts.
+const BODY_AT: usize = 128;
+
+/// A list of gather ranges, as an entry holds them or decoded: read one range at a time,
+/// so that an entry's list is never copied out whole.
+#[derive(Clone, Copy, Debug)]
+pub enum GatherList<'a> {
+    /// [`GATHER_LEN`] bytes per range, as in an entry (a trailing partial range is not
+    /// part of the list).
+    Encoded(&'a [u8]),
+    /// Ranges decoded already.
+    Decoded(&'a [Gather]),
+}
+
+impl<'a> GatherList<'a> {
+    /// Ranges in the list.
+    pub fn len(&self) -> usize {
+        match self {
+            GatherList::Encoded(b) => b.len() / GATHER_LEN,
+            GatherList::Decoded(l) => l.len(),
         }
+    }
+
+    /// Whether the list has no range.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Range `i`, if the list has it.
+    pub fn get(&self, i: usize) -> Option<Gather> {
+        match self {
+            GatherList::Encoded(b) => {
+                let at = i.checked_mul(GATHER_LEN)?;
+                let r: &[u8; GATHER_LEN] =
+                    b.get(at..at.checked_add(GATHER_LEN)?)?.try_into().ok()?;
+                Some(Gather {
+                    area: u32::from_le_bytes(get(r, 0)),
+                    offset: u64::from_le_bytes(get(r, 8)),
+                    len: u64::from_le_bytes(get(r, 16)),
+                })
+            }
+            GatherList::Decoded(l) => l.get(i).copied(),
+        }
+    }
+
+    /// The ranges in order.
+    pub fn iter(self) -> impl Iterator<Item = Gather> + 'a {
+        (0..self.len()).filter_map(move |i| self.get(i))
+    }
+}
+
+/// A work-queue entry checked where it lies. [`RequestView::check`] checks every field
+/// as [`SendRequest::decode`] does, without copying anything; each accessor then reads
+/// its field from the entry's bytes, and the metadata and inline data are borrowed. This
+/// is what the engine reads requests through: one copy of the entry out of the client's
+/// ring (after which the client cannot change it), none after.
+///
+/// Every accessor is total on any bytes (lengths are clamped to the entry), so a view
+/// made with [`RequestView::unchecked`] of bytes that were never checked reads wrong
+/// values, never out of bounds.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestView<'a> {
+    b: &'a [u8; REQUEST_LEN],
+}
+
+impl<'a> RequestView<'a> {
+    /// Checks an entry: known kind and flags, metadata and inline lengths in range, the
+    /// total length equal to the inline length or the sum of the gather lengths, a
+    /// read's or atomic's body of its fixed length, no offset + length that overflows.
+    pub fn check(b: &'a [u8; REQUEST_LEN]) -> Result<RequestView<'a>, WireError> {
         let flags = u16::from_le_bytes(get(b, 2));
         if flags & !send_flags::ALL != 0 {
             return Err(WireError::UnknownFlags(flags & !send_flags::ALL));
@@ -205,20 +285,15 @@ impl SendRequest {
         }
         let inline_len = u16::from_le_bytes(get(b, 6));
         let total = u64::from_le_bytes(get(b, 40));
-        let op = match b[0] {
-            3 => RequestOp::Read,
-            4 => RequestOp::Atomic,
-            _ => RequestOp::Write,
-        };
-        let payload = match (b[0], b[1]) {
+        match (b[0], b[1]) {
             (1, 0) | (3, 0) | (4, 0) => {
                 if usize::from(inline_len) > MAX_INLINE || u64::from(inline_len) != total {
                     return Err(invalid("inline_len", "must match len and be at most 128"));
                 }
-                let body_len = match op {
-                    RequestOp::Read => crate::rma::READ_BODY_LEN,
-                    RequestOp::Atomic => crate::rma::ATOMIC_BODY_LEN,
-                    RequestOp::Write => usize::from(inline_len),
+                let body_len = match b[0] {
+                    3 => crate::rma::READ_BODY_LEN,
+                    4 => crate::rma::ATOMIC_BODY_LEN,
+                    _ => usize::from(inline_len),
                 };
                 if usize::from(inline_len) != body_len {
                     return Err(invalid(
@@ -226,21 +301,11 @@ impl SendRequest {
                         "a read or atomic body has a fixed length",
                     ));
                 }
-                Payload::Inline {
-                    data: get(b, 128),
-                    len: inline_len as u8,
-                }
             }
             (2, n) if usize::from(n) <= MAX_GATHER && inline_len == 0 => {
-                let mut list = [Gather::default(); MAX_GATHER];
+                let list = GatherList::Encoded(&b[BODY_AT..BODY_AT + usize::from(n) * GATHER_LEN]);
                 let mut sum: u64 = 0;
-                for (i, g) in list.iter_mut().take(usize::from(n)).enumerate() {
-                    let at = 128 + i * 24;
-                    *g = Gather {
-                        area: u32::from_le_bytes(get(b, at)),
-                        offset: u64::from_le_bytes(get(b, at + 8)),
-                        len: u64::from_le_bytes(get(b, at + 16)),
-                    };
+                for g in list.iter() {
                     if g.offset.checked_add(g.len).is_none() {
                         return Err(invalid("gather", "offset + len overflows"));
                     }
@@ -251,7 +316,6 @@ impl SendRequest {
                 if sum != total {
                     return Err(invalid("len", "must equal the sum of the gather lengths"));
                 }
-                Payload::Gather { list, count: n }
             }
             (1..=4, _) => return Err(invalid("n_gather", "out of range for the kind")),
             (k, _) => {
@@ -264,27 +328,181 @@ impl SendRequest {
                     },
                 ))
             }
-        };
-        let req = SendRequest {
-            op,
-            seq: u32::from_le_bytes(get(b, 8)),
-            dst_node: u32::from_le_bytes(get(b, 12)),
-            slot: u32::from_le_bytes(get(b, 16)),
-            meta_index: u32::from_le_bytes(get(b, 20)),
-            key: u64::from_le_bytes(get(b, 24)),
-            offset: u64::from_le_bytes(get(b, 32)),
-            y: u32::from_le_bytes(get(b, 48)),
-            incarnation: u32::from_le_bytes(get(b, 52)),
-            word: u64::from_le_bytes(get(b, 56)),
-            flags,
-            meta: get(b, 64),
-            meta_len: meta_len as u8,
-            payload,
-        };
-        if req.offset.checked_add(total).is_none() {
+        }
+        let offset = u64::from_le_bytes(get(b, 32));
+        if offset.checked_add(total).is_none() {
             return Err(invalid("offset", "offset + len overflows"));
         }
-        Ok(req)
+        Ok(RequestView { b })
+    }
+
+    /// A view of bytes that [`RequestView::check`] accepted before (a copy the caller
+    /// owns, which nobody else can change), not checked again.
+    pub fn unchecked(b: &'a [u8; REQUEST_LEN]) -> RequestView<'a> {
+        RequestView { b }
+    }
+
+    /// The entry's bytes.
+    pub fn bytes(&self) -> &'a [u8; REQUEST_LEN] {
+        self.b
+    }
+
+    /// What the request asks for.
+    #[inline]
+    pub fn op(&self) -> RequestOp {
+        match self.b[0] {
+            3 => RequestOp::Read,
+            4 => RequestOp::Atomic,
+            _ => RequestOp::Write,
+        }
+    }
+
+    /// The client's sequence number for this request (its handle).
+    #[inline]
+    pub fn seq(&self) -> u32 {
+        u32::from_le_bytes(get(self.b, 8))
+    }
+
+    /// Destination node.
+    #[inline]
+    pub fn dst_node(&self) -> u32 {
+        u32::from_le_bytes(get(self.b, 12))
+    }
+
+    /// Destination slot.
+    #[inline]
+    pub fn slot(&self) -> u32 {
+        u32::from_le_bytes(get(self.b, 16))
+    }
+
+    /// Metadata entry, or all ones for fast mode.
+    #[inline]
+    pub fn meta_index(&self) -> u32 {
+        u32::from_le_bytes(get(self.b, 20))
+    }
+
+    /// Key presented.
+    #[inline]
+    pub fn key(&self) -> u64 {
+        u64::from_le_bytes(get(self.b, 24))
+    }
+
+    /// Destination offset from the slot's base.
+    #[inline]
+    pub fn offset(&self) -> u64 {
+        u64::from_le_bytes(get(self.b, 32))
+    }
+
+    /// Total message bytes.
+    #[inline]
+    pub fn len(&self) -> u64 {
+        u64::from_le_bytes(get(self.b, 40))
+    }
+
+    /// Whether the message has no data bytes.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Start value Y.
+    #[inline]
+    pub fn y(&self) -> u32 {
+        u32::from_le_bytes(get(self.b, 48))
+    }
+
+    /// The destination's incarnation the ticket was made for (0: do not check).
+    #[inline]
+    pub fn incarnation(&self) -> u32 {
+        u32::from_le_bytes(get(self.b, 52))
+    }
+
+    /// Tag or fast-mode metadata.
+    #[inline]
+    pub fn word(&self) -> u64 {
+        u64::from_le_bytes(get(self.b, 56))
+    }
+
+    /// [`send_flags`] bits.
+    #[inline]
+    pub fn flags(&self) -> u16 {
+        u16::from_le_bytes(get(self.b, 2))
+    }
+
+    /// Whether this is a fast-mode send.
+    #[inline]
+    pub fn is_fast(&self) -> bool {
+        self.meta_index() == FAST_META_INDEX
+    }
+
+    /// The valid metadata bytes.
+    #[inline]
+    pub fn metadata(&self) -> &'a [u8] {
+        let n = usize::from(u16::from_le_bytes(get(self.b, 4))).min(MAX_META_LEN);
+        &self.b[64..64 + n]
+    }
+
+    /// Whether the data comes from send areas (a gather list) rather than the entry.
+    #[inline]
+    pub fn is_gather(&self) -> bool {
+        self.b[0] == 2
+    }
+
+    /// The inline data (empty for a gather request).
+    #[inline]
+    pub fn inline_data(&self) -> &'a [u8] {
+        if self.is_gather() {
+            return &[];
+        }
+        let n = usize::from(u16::from_le_bytes(get(self.b, 6))).min(MAX_INLINE);
+        &self.b[BODY_AT..BODY_AT + n]
+    }
+
+    /// The gather list (empty for an inline request).
+    #[inline]
+    pub fn gathers(&self) -> GatherList<'a> {
+        let n = if self.is_gather() {
+            usize::from(self.b[1]).min(MAX_GATHER)
+        } else {
+            0
+        };
+        GatherList::Encoded(&self.b[BODY_AT..BODY_AT + n * GATHER_LEN])
+    }
+
+    /// Every field copied out.
+    pub fn to_request(&self) -> SendRequest {
+        let payload = if self.is_gather() {
+            let mut list = [Gather::default(); MAX_GATHER];
+            let gathers = self.gathers();
+            for (i, g) in list.iter_mut().enumerate().take(gathers.len()) {
+                *g = gathers.get(i).unwrap_or_default();
+            }
+            Payload::Gather {
+                list,
+                count: gathers.len() as u8,
+            }
+        } else {
+            Payload::Inline {
+                data: get(self.b, BODY_AT),
+                len: self.inline_data().len() as u8,
+            }
+        };
+        SendRequest {
+            op: self.op(),
+            seq: self.seq(),
+            dst_node: self.dst_node(),
+            slot: self.slot(),
+            meta_index: self.meta_index(),
+            key: self.key(),
+            offset: self.offset(),
+            y: self.y(),
+            incarnation: self.incarnation(),
+            word: self.word(),
+            flags: self.flags(),
+            meta: get(self.b, 64),
+            meta_len: self.metadata().len() as u8,
+            payload,
+        }
     }
 }
 
@@ -397,11 +615,167 @@ mod tests {
         assert!(SendRequest::decode(&buf[..100]).is_err());
     }
 
+    /// Every accessor of a view reads what the request it was encoded from holds.
+    fn assert_view_reads(v: &RequestView<'_>, r: &SendRequest) {
+        assert_eq!(
+            (v.op(), v.seq(), v.dst_node(), v.slot(), v.meta_index()),
+            (r.op, r.seq, r.dst_node, r.slot, r.meta_index)
+        );
+        assert_eq!(
+            (v.key(), v.offset(), v.len(), v.y(), v.incarnation()),
+            (r.key, r.offset, r.len(), r.y, r.incarnation)
+        );
+        assert_eq!(
+            (v.word(), v.flags(), v.is_fast()),
+            (r.word, r.flags, r.is_fast())
+        );
+        assert_eq!(v.metadata(), r.metadata());
+        match &r.payload {
+            Payload::Inline { data, len } => {
+                assert!(!v.is_gather());
+                assert_eq!(v.inline_data(), &data[..usize::from(*len)]);
+                assert!(v.gathers().is_empty());
+            }
+            Payload::Gather { list, count } => {
+                assert!(v.is_gather());
+                assert!(v.inline_data().is_empty());
+                let got: Vec<Gather> = v.gathers().iter().collect();
+                assert_eq!(got, list[..usize::from(*count)].to_vec());
+            }
+        }
+    }
+
+    fn any_gather() -> impl Strategy<Value = Gather> {
+        (any::<u32>(), 0u64..1 << 40, 0u64..1 << 40).prop_map(|(area, offset, len)| Gather {
+            area,
+            offset,
+            len,
+        })
+    }
+
+    fn any_request() -> impl Strategy<Value = SendRequest> {
+        let inline = (proptest::collection::vec(any::<u8>(), 0..=MAX_INLINE)).prop_map(|d| {
+            let mut data = [0u8; MAX_INLINE];
+            data[..d.len()].copy_from_slice(&d);
+            Payload::Inline {
+                data,
+                len: d.len() as u8,
+            }
+        });
+        let gather = proptest::collection::vec(any_gather(), 0..=MAX_GATHER).prop_map(|l| {
+            let mut list = [Gather::default(); MAX_GATHER];
+            list[..l.len()].copy_from_slice(&l);
+            Payload::Gather {
+                list,
+                count: l.len() as u8,
+            }
+        });
+        (
+            (
+                any::<u32>(),
+                any::<u32>(),
+                any::<u32>(),
+                any::<u32>(),
+                any::<u64>(),
+            ),
+            (
+                0u64..1 << 40,
+                any::<u32>(),
+                any::<u32>(),
+                any::<u64>(),
+                0u16..=send_flags::ALL,
+            ),
+            proptest::collection::vec(any::<u8>(), 0..=MAX_META_LEN),
+            prop_oneof![inline, gather],
+        )
+            .prop_map(
+                |(
+                    (seq, dst_node, slot, meta_index, key),
+                    (offset, y, incarnation, word, flags),
+                    m,
+                    payload,
+                )| {
+                    let mut meta = [0u8; MAX_META_LEN];
+                    meta[..m.len()].copy_from_slice(&m);
+                    SendRequest {
+                        op: RequestOp::Write,
+                        seq,
+                        dst_node,
+                        slot,
+                        meta_index,
+                        key,
+                        offset,
+                        y,
+                        incarnation,
+                        word,
+                        flags,
+                        meta,
+                        meta_len: m.len() as u8,
+                        payload,
+                    }
+                },
+            )
+    }
+
     proptest! {
         #[test]
         fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
             let _ = SendRequest::decode(&bytes);
             let _ = Completion::decode(&bytes);
         }
+
+        /// A request encoded and checked in place reads back field by field, and
+        /// copies out (`decode`) to itself.
+        #[test]
+        fn a_view_reads_every_field_of_an_encoded_request(r in any_request()) {
+            let mut buf = [0u8; REQUEST_LEN];
+            r.encode(&mut buf);
+            let v = RequestView::check(&buf).expect("a valid request checks");
+            assert_view_reads(&v, &r);
+            prop_assert_eq!(SendRequest::decode(&buf), Ok(r));
+        }
+
+        /// On any bytes, a view never reads out of bounds, checked or not; what checks
+        /// copies out to a request that encodes to a view reading the same.
+        #[test]
+        fn a_view_of_any_bytes_is_total(bytes in proptest::collection::vec(any::<u8>(), REQUEST_LEN)) {
+            let b: &[u8; REQUEST_LEN] = bytes.as_slice().try_into().expect("256 bytes");
+            let u = RequestView::unchecked(b);
+            let _ = (u.metadata(), u.inline_data(), u.gathers().iter().count(), u.to_request());
+            if let Ok(v) = RequestView::check(b) {
+                let r = v.to_request();
+                assert_view_reads(&v, &r);
+            }
+        }
+    }
+
+    /// A gather list as an entry holds it reads the same ranges as decoded, and a
+    /// trailing partial range is not part of it.
+    #[test]
+    fn encoded_and_decoded_gather_lists_agree() {
+        let ranges = [
+            Gather {
+                area: 1,
+                offset: 2,
+                len: 3,
+            },
+            Gather {
+                area: 4,
+                offset: 5,
+                len: 6,
+            },
+        ];
+        let mut bytes = vec![0u8; 2 * GATHER_LEN + 7];
+        for (i, g) in ranges.iter().enumerate() {
+            let at = i * GATHER_LEN;
+            bytes[at..at + 4].copy_from_slice(&g.area.to_le_bytes());
+            bytes[at + 8..at + 16].copy_from_slice(&g.offset.to_le_bytes());
+            bytes[at + 16..at + 24].copy_from_slice(&g.len.to_le_bytes());
+        }
+        let encoded: Vec<Gather> = GatherList::Encoded(&bytes).iter().collect();
+        let decoded: Vec<Gather> = GatherList::Decoded(&ranges).iter().collect();
+        assert_eq!(encoded, ranges.to_vec());
+        assert_eq!(decoded, ranges.to_vec());
+        assert_eq!(GatherList::Encoded(&bytes).get(2), None);
     }
 }
