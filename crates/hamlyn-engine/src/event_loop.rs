@@ -79,6 +79,9 @@ pub(crate) struct Engine {
     sender_turns: u64,
     /// Waiting threads' turns when the engine thread last let go for them.
     turns_at_let_go: u64,
+    /// Waiting threads' turns when the engine thread last went idle
+    /// ([`Engine::spin_wanted`]).
+    turns_at_idle: u64,
     /// Times drivers ran no turn for [`DRIVER_STALL`] and the engine thread served anyway.
     stalled_drivers: u64,
     /// Serving despite drivers (they stalled) until the next turn without work.
@@ -306,6 +309,7 @@ impl Engine {
             gone_for_driver: false,
             driven_since_served: false,
             turns_at_let_go: 0,
+            turns_at_idle: 0,
             sender_turns: 0,
             stalled_drivers: 0,
             ignore_drivers: false,
@@ -454,10 +458,22 @@ impl Engine {
     /// was a third busy thread beside them that, once woken, stayed awake from one
     /// message to the next (each restarting its spin): over TCP, two processes and two
     /// engines on two cores, a ping-pong then ran 13-50 µs one-way instead of 5.6-6 µs.
-    /// A client in another process still gets the spin: its pushes find the engine
-    /// awake instead of waking it.
-    fn spin_wanted(&self) -> bool {
-        !self.spin_unheld || self.state.clients.any_in_other_process()
+    /// A client in another process still gets the spin (its pushes find the engine
+    /// awake instead of waking it), unless waiting threads drove since the engine
+    /// thread last went idle: they are about, and their turns take that client's pushes
+    /// in. Spinning then made the engine's thread a third busy thread again: in a
+    /// mediated ping-pong with the peer in another process, the two processes ended up
+    /// sharing one core in half the quick runs (the engine's thread spinning on the
+    /// other), each hop a sleep and a wake-up, 6.8-10 µs one-way instead of 0.6
+    /// (2026-11-25, `perf sched`). Without that spin the other core is idle when one
+    /// of them wakes, and the scheduler puts it there.
+    fn spin_wanted(&mut self) -> bool {
+        if !self.spin_unheld {
+            return true;
+        }
+        let drove = self.driven_turns != self.turns_at_idle;
+        self.turns_at_idle = self.driven_turns;
+        !drove && self.state.clients.any_in_other_process()
     }
 
     /// Whether the engine spun for its clients when it last went idle
