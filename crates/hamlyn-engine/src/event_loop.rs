@@ -532,7 +532,14 @@ impl Engine {
         if self.ignore_drivers {
             return true;
         }
-        if self.doorbells_armed {
+        // Armed throughout (no driven turn cleared them, or only a sending thread's
+        // turn ran, `sender_turn`): every push since rang or nudged. Unless that turn
+        // left work (the rest of a message, an answer, a queue owing its owner an
+        // overflow report), nothing is left to hand back.
+        if self.doorbells_armed
+            && !(self.driven_busy && self.state.may_have_more())
+            && !self.state.clients.has_unreported_losses()
+        {
             return false;
         }
         // The last turn had work: what it started (a read's answer, the next packet of a
@@ -545,7 +552,7 @@ impl Engine {
             if more == HAND_BACK_TURNS {
                 return true;
             }
-            self.turn_for_waiter();
+            self.turn_for_waiter(false);
             more += 1;
         }
         if self.state.prepare_fabric_sleep() {
@@ -594,16 +601,24 @@ impl Engine {
     /// its poller meanwhile and wakes for them. Whether there was work. Nothing once the
     /// engine is stopping.
     pub(crate) fn driven_turn(&mut self) -> bool {
-        self.turn_for_waiter()
+        self.turn_for_waiter(false)
     }
 
     /// A turn run by a thread that pushed a request and found the engine asleep
     /// (`Driver::nudge`): as a waiter's, counted apart. `cold`: its port was cold
     /// (`hamlyn_shm::ready::COLD`), so the turn reads every port's ready words.
+    ///
+    /// The clients' doorbells stay armed through it if they were (the engine's thread
+    /// sleeps): a push meanwhile rings, or nudges in turn, as it would with nobody
+    /// driving, and the hand-back that follows has nothing to re-arm unless the turn
+    /// left work (`Engine::hand_back`). A waiter's drive clears them, so that pushes
+    /// during its many turns make no system call; for one turn, clearing them and
+    /// arming them again (a fence and a look at every hot port) cost about 200 of a
+    /// mediated message's instructions.
     pub(crate) fn sender_turn(&mut self, cold: bool) -> bool {
         self.sender_turns = self.sender_turns.wrapping_add(1);
         self.state.read_all_hints |= cold;
-        self.turn_for_waiter()
+        self.turn_for_waiter(true)
     }
 
     /// The count of clients in other processes, kept up to date as they come and go:
@@ -628,12 +643,14 @@ impl Engine {
         Some((self.registry.try_clone().ok()?, fd))
     }
 
-    fn turn_for_waiter(&mut self) -> bool {
+    /// A turn for a thread of the host; `keep_armed`: leave the clients' doorbells armed
+    /// if they are (a sending thread's one turn, [`Engine::sender_turn`]).
+    fn turn_for_waiter(&mut self, keep_armed: bool) -> bool {
         // Acquire: pairs with the Release store of the stop flag in `EngineHandle::drop`.
         if self.state.stop.load(StdOrdering::Acquire) {
             return false;
         }
-        if self.doorbells_armed {
+        if self.doorbells_armed && !keep_armed {
             // The engine thread sleeps (it need not wake while we drive): clients'
             // pushes need not ring. Their rings so far wake it once, harmlessly. Pushes
             // meanwhile announced themselves in their ports' ready words: a hot port's
