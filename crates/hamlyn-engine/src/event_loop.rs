@@ -79,8 +79,8 @@ pub(crate) struct Engine {
     sender_turns: u64,
     /// Waiting threads' turns when the engine thread last let go for them.
     turns_at_let_go: u64,
-    /// Waiting threads' turns when the engine thread last went idle
-    /// ([`Engine::spin_wanted`]).
+    /// Waiting threads' turns (not sending threads') when the engine thread last went
+    /// idle ([`Engine::spin_wanted`]).
     turns_at_idle: u64,
     /// Times drivers ran no turn for [`DRIVER_STALL`] and the engine thread served anyway.
     stalled_drivers: u64,
@@ -471,8 +471,11 @@ impl Engine {
         if !self.spin_unheld {
             return true;
         }
-        let drove = self.driven_turns != self.turns_at_idle;
-        self.turns_at_idle = self.driven_turns;
+        // Waiting threads' turns only: a push's own turn (`sender_turn`) happens because
+        // this thread sleeps, and would keep it from spinning for good.
+        let waiter_turns = self.driven_turns.wrapping_sub(self.sender_turns);
+        let drove = waiter_turns != self.turns_at_idle;
+        self.turns_at_idle = waiter_turns;
         !drove && self.state.clients.any_in_other_process()
     }
 
@@ -533,11 +536,12 @@ impl Engine {
             return true;
         }
         // Armed throughout (no driven turn cleared them, or only a sending thread's
-        // turn ran, `sender_turn`): every push since rang or nudged. Unless that turn
-        // left work (the rest of a message, an answer, a queue owing its owner an
-        // overflow report), nothing is left to hand back.
+        // turn ran, `sender_turn`, and no port changed its doorbell): every push since
+        // rang or nudged. Unless that turn left work or a timer (a terminus in a ready
+        // queue, also one waiting for its tokens; an answer; a fabric; a queue owing its
+        // owner an overflow report), nothing is left to hand back.
         if self.doorbells_armed
-            && !(self.driven_busy && self.state.may_have_more())
+            && !self.state.may_have_more()
             && !self.state.clients.has_unreported_losses()
         {
             return false;
@@ -611,7 +615,8 @@ impl Engine {
     /// The clients' doorbells stay armed through it if they were (the engine's thread
     /// sleeps): a push meanwhile rings, or nudges in turn, as it would with nobody
     /// driving, and the hand-back that follows has nothing to re-arm unless the turn
-    /// left work (`Engine::hand_back`). A waiter's drive clears them, so that pushes
+    /// left work or a timer (`Engine::hand_back`), or a port changed its doorbell (a
+    /// cold port turned hot, `HintPorts::disarmed`). A waiter's drive clears them, so that pushes
     /// during its many turns make no system call; for one turn, clearing them and
     /// arming them again (a fence and a look at every hot port) cost about 200 of a
     /// mediated message's instructions.
@@ -661,7 +666,13 @@ impl Engine {
         }
         self.driven_turns = self.driven_turns.wrapping_add(1);
         self.driven_since_served = true;
+        let disarmed = self.state.hint_ports.disarmed();
         let mut busy = self.state.turn(ColdLook::Backstop);
+        if self.doorbells_armed && self.state.hint_ports.disarmed() != disarmed {
+            // Kept armed, but a port turned hot (its doorbell cleared) or withdrew its
+            // going cold: not armed throughout, so the hand-back arms and looks again.
+            self.doorbells_armed = false;
+        }
         if self.state.remote.is_some()
             && (self.driven_busy || self.driven_turns % u64::from(FABRIC_DRIVEN_EVERY) == 0)
         {

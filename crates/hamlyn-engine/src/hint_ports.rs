@@ -145,6 +145,10 @@ pub(crate) struct HintPorts {
     /// Ports never go cold (a busy-polling engine never arms a doorbell: an armed cold
     /// port would make its client ring on every push).
     never_cold: bool,
+    /// Doorbells these turns disarmed: ports that turned hot, and ports whose going cold
+    /// a push withdrew (`ready::go_cold`). A push's turn that kept the doorbells armed
+    /// (`Engine::sender_turn`) is not armed throughout if this moved.
+    disarmed: u64,
 }
 
 impl HintPorts {
@@ -155,6 +159,7 @@ impl HintPorts {
             cold: Vec::new(),
             cursor: 0,
             turns: 0,
+            disarmed: 0,
             clock: Instant::now(),
             lowest: 0,
             never_cold,
@@ -268,6 +273,7 @@ impl HintPorts {
                 }
                 // A push came as it went: its hint is taken on the next turn.
                 p.idle = 0;
+                self.disarmed = self.disarmed.wrapping_add(1);
             }
             i += 1;
         }
@@ -303,6 +309,12 @@ impl HintPorts {
         gone_cold
     }
 
+    /// Doorbells disarmed so far by ports turning hot or withdrawing their going cold
+    /// (compared before and after a turn).
+    pub(crate) fn disarmed(&self) -> u64 {
+        self.disarmed
+    }
+
     /// Takes cold port `i`'s words; if it had hints (or is above `lowest`), it is hot
     /// again and moves to the hot list, the last cold port taking its place (`true`).
     fn look_at_cold(
@@ -318,6 +330,7 @@ impl HintPorts {
             return false;
         }
         p.go_hot(self.clock);
+        self.disarmed = self.disarmed.wrapping_add(1);
         let p = self.cold.swap_remove(i);
         self.hot.push(p);
         true

@@ -211,6 +211,7 @@ const BODY_AT: usize = 128;
 /// A list of gather ranges, as an entry holds them or decoded: read one range at a time,
 /// so that an entry's list is never copied out whole.
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub enum GatherList<'a> {
     /// [`GATHER_LEN`] bytes per range, as in an entry (a trailing partial range is not
     /// part of the list).
@@ -670,6 +671,19 @@ mod tests {
                 count: l.len() as u8,
             }
         });
+        // A read's or an atomic's body: inline, of its fixed length.
+        let body = |op: RequestOp, n: usize| {
+            proptest::collection::vec(any::<u8>(), n).prop_map(move |d| {
+                let mut data = [0u8; MAX_INLINE];
+                data[..n].copy_from_slice(&d);
+                (op, Payload::Inline { data, len: n as u8 })
+            })
+        };
+        let op_and_payload = prop_oneof![
+            prop_oneof![inline, gather].prop_map(|p| (RequestOp::Write, p)),
+            body(RequestOp::Read, crate::rma::READ_BODY_LEN),
+            body(RequestOp::Atomic, crate::rma::ATOMIC_BODY_LEN),
+        ];
         (
             (
                 any::<u32>(),
@@ -686,19 +700,19 @@ mod tests {
                 0u16..=send_flags::ALL,
             ),
             proptest::collection::vec(any::<u8>(), 0..=MAX_META_LEN),
-            prop_oneof![inline, gather],
+            op_and_payload,
         )
             .prop_map(
                 |(
                     (seq, dst_node, slot, meta_index, key),
                     (offset, y, incarnation, word, flags),
                     m,
-                    payload,
+                    (op, payload),
                 )| {
                     let mut meta = [0u8; MAX_META_LEN];
                     meta[..m.len()].copy_from_slice(&m);
                     SendRequest {
-                        op: RequestOp::Write,
+                        op,
                         seq,
                         dst_node,
                         slot,
@@ -733,6 +747,34 @@ mod tests {
             let v = RequestView::check(&buf).expect("a valid request checks");
             assert_view_reads(&v, &r);
             prop_assert_eq!(SendRequest::decode(&buf), Ok(r));
+        }
+
+        /// A valid entry with one byte changed: if it still checks, the view's
+        /// lengths agree with its total and its copy re-encodes to the same view (the
+        /// branch random bytes almost never reach).
+        #[test]
+        fn a_changed_byte_either_fails_the_check_or_reads_consistently(
+            r in any_request(),
+            at in 0usize..REQUEST_LEN,
+            value in any::<u8>(),
+        ) {
+            let mut buf = [0u8; REQUEST_LEN];
+            r.encode(&mut buf);
+            buf[at] = value;
+            if let Ok(v) = RequestView::check(&buf) {
+                let gathered: u64 = v.gathers().iter().map(|g| g.len).sum();
+                if v.is_gather() {
+                    prop_assert_eq!(gathered, v.len());
+                } else {
+                    prop_assert_eq!(v.inline_data().len() as u64, v.len());
+                }
+                let copy = v.to_request();
+                assert_view_reads(&v, &copy);
+                let mut again = [0u8; REQUEST_LEN];
+                copy.encode(&mut again);
+                let w = RequestView::check(&again).expect("a copy of a valid entry checks");
+                assert_view_reads(&w, &copy);
+            }
         }
 
         /// On any bytes, a view never reads out of bounds, checked or not; what checks

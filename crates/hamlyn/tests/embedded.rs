@@ -307,13 +307,27 @@ fn fill_until_full(
     panic!("the terminus never filled");
 }
 
+/// The engine's packets are 4 KiB here, so that a 1 MiB message is 256 of them: a
+/// push that finds the engine asleep runs its own turn and hands back after a few more
+/// (`Driver::nudge`), so a message of four 256 KiB packets was sent whole by its own
+/// push, the ring never filled, and the fill failed in most runs on a loaded machine.
+/// With 256 packets the engine's thread is rung for the rest and serves while the
+/// pushes fill the ring, whether waiting threads drive or not.
 #[test]
 fn a_full_terminus_is_back_pressure_and_every_queued_send_completes() {
-    let node = Node::embedded_with(NodeOptions {
-        termini: 1,
-        ..NodeOptions::default()
+    let engine = hamlyn_engine::EngineHandle::start(hamlyn_engine::EngineConfig {
+        intra_mtu: 4096,
+        ..hamlyn_engine::EngineConfig::embedded()
     })
-    .expect("embedded engine");
+    .expect("engine");
+    let node = Node::connect_with(
+        engine.socket_path(),
+        NodeOptions {
+            termini: 1,
+            ..NodeOptions::default()
+        },
+    )
+    .expect("connect");
     const LEN: u64 = 1 << 20;
     let rx = inbox(&node, LEN, 1, 0);
     let src = node.area(LEN).expect("area");

@@ -698,7 +698,8 @@ fn child_writer() {
 /// that finds the engine asleep and then does not wait (its own turn is told to read
 /// every port: nobody else would drive), and from another process (it rings). The
 /// engine sleeps up to a minute, longer than the waits here, so a push it did not see
-/// would fail the test rather than wait for a timer. Bounded: a push that finds the
+/// would fail the test rather than wait for a timer. The push after that one, on the
+/// port now hot again, gets through the same way. Bounded: a push that finds the
 /// engine's thread awake is tried again.
 #[test]
 fn a_port_gone_cold_is_served_at_its_next_push() {
@@ -744,6 +745,18 @@ fn a_port_gone_cold_is_served_at_its_next_push() {
         child.tell("expect", format!("{attempt} 64"));
         assert_eq!(child.expect("got", WAIT), "true");
         if stats(&engine).turns_by_senders > sender_turns {
+            // That turn took the port hot again (its doorbell cleared) with the engine's
+            // thread still asleep: the hand-back armed it again, so the next push on it
+            // nudges or rings too, rather than waiting out the engine's minute.
+            let seed = attempt + 1000;
+            let data = pattern_at(seed, 0, 64);
+            let _h = send_bytes(&idle, &mut it, &child_ticket, &SendOptions::new(), &data);
+            child.tell("expect", format!("{seed} 64"));
+            assert_eq!(
+                child.expect("got", WAIT),
+                "true",
+                "the push after the cold port turned hot"
+            );
             nudged = true;
             break;
         }
@@ -754,6 +767,66 @@ fn a_port_gone_cold_is_served_at_its_next_push() {
     child.tell("self", "5 4096");
     assert_eq!(child.expect("got", WAIT), "true");
     child.finish();
+}
+
+/// A push on a rate-limited terminus whose tokens are spent, found by its own turn
+/// (`Driver::nudge`) and not waited for, leaves when its tokens are back: the hand-back
+/// after that turn sees the terminus waiting in its ready queue and rings the engine's
+/// thread, whose sleep then ends at the tokens' time. The engine sleeps up to a minute
+/// otherwise, longer than the wait here, so a hand-back that returned without looking
+/// fails the test rather than wait for a timer. Not timed: only "sent within 30 s" is
+/// checked, for a message whose tokens take 50 ms.
+#[test]
+fn a_throttled_push_nobody_waits_for_leaves_when_its_tokens_are_back() {
+    let engine = EngineHandle::start(EngineConfig {
+        driven: true,
+        max_sleep: Duration::from_secs(60),
+        ..EngineConfig::embedded()
+    })
+    .expect("engine");
+    let host = Node::connect(engine.socket_path()).expect("connect");
+    let inbox = host.area(4096).expect("area");
+    let slot = host.slot(&inbox).fast().create().expect("slot");
+    let ticket = slot.ticket_all().expect("ticket");
+    let mut t = host
+        .terminus_with_rate(
+            0,
+            hamlyn::RateLimit {
+                bytes_per_sec: 2000,
+                msgs_per_sec: 0,
+            },
+        )
+        .expect("terminus");
+    let body = [7u8; 100];
+    let first = t
+        .send(
+            &ticket,
+            &SendOptions::new().fast(),
+            hamlyn::Data::Inline(&body),
+        )
+        .expect("queued");
+    assert_eq!(first.wait(Some(WAIT)), Status::Sent);
+    // Time for the engine's thread to finish its spin and sleep (a minute at most).
+    std::thread::sleep(Duration::from_millis(20));
+    let sender_turns = stats(&engine).turns_by_senders;
+    let second = t
+        .send(
+            &ticket,
+            &SendOptions::new().fast(),
+            hamlyn::Data::Inline(&body),
+        )
+        .expect("queued");
+    let deadline = std::time::Instant::now() + WAIT;
+    while second.status() == Status::Pending {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the throttled push never left (sender turns {} -> {})",
+            sender_turns,
+            stats(&engine).turns_by_senders
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(second.status(), Status::Sent);
 }
 
 /// An engine that never sleeps (busy-poll) holds itself while it serves: a waiting
