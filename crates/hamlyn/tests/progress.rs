@@ -26,6 +26,18 @@ fn driven_engine() -> EngineHandle {
     .expect("engine")
 }
 
+/// An engine that waiting threads drive and whose thread sleeps up to a minute when
+/// idle: a push that nobody takes in and nobody rings for fails a test's 30 s wait
+/// rather than being served at the end of a short sleep.
+fn sleepy_driven_engine() -> EngineHandle {
+    EngineHandle::start(EngineConfig {
+        driven: true,
+        max_sleep: Duration::from_secs(60),
+        ..EngineConfig::embedded()
+    })
+    .expect("engine")
+}
+
 fn stats(engine: &EngineHandle) -> DriveStats {
     Driver::for_socket(engine.socket_path())
         .expect("the engine is drivable")
@@ -703,12 +715,7 @@ fn child_writer() {
 /// engine's thread awake is tried again.
 #[test]
 fn a_port_gone_cold_is_served_at_its_next_push() {
-    let engine = EngineHandle::start(EngineConfig {
-        driven: true,
-        max_sleep: Duration::from_secs(60),
-        ..EngineConfig::embedded()
-    })
-    .expect("engine");
+    let engine = sleepy_driven_engine();
     let busy = Node::connect(engine.socket_path()).expect("connect");
     let idle = Node::connect(engine.socket_path()).expect("connect");
     let mut child = Proc::spawn("child_receiver", engine.socket_path());
@@ -778,12 +785,7 @@ fn a_port_gone_cold_is_served_at_its_next_push() {
 /// checked, for a message whose tokens take 50 ms.
 #[test]
 fn a_throttled_push_nobody_waits_for_leaves_when_its_tokens_are_back() {
-    let engine = EngineHandle::start(EngineConfig {
-        driven: true,
-        max_sleep: Duration::from_secs(60),
-        ..EngineConfig::embedded()
-    })
-    .expect("engine");
+    let engine = sleepy_driven_engine();
     let host = Node::connect(engine.socket_path()).expect("connect");
     let inbox = host.area(4096).expect("area");
     let slot = host.slot(&inbox).fast().create().expect("slot");
