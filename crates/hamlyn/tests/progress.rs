@@ -38,6 +38,55 @@ fn sleepy_driven_engine() -> EngineHandle {
     .expect("engine")
 }
 
+/// A client of a driven engine in this process that sends 8-byte writes, tagged with
+/// their round, to its own 64-byte slot, which reports to its queue 0. The engine is
+/// dropped last.
+struct ToItself {
+    t: hamlyn::Terminus,
+    q: hamlyn::NotifyQueue,
+    ticket: hamlyn::Ticket,
+    _slot: (hamlyn::MetaArea, hamlyn::Slot),
+    _inbox: hamlyn::Area,
+    _host: Node,
+    engine: EngineHandle,
+}
+
+impl ToItself {
+    fn new() -> ToItself {
+        let engine = driven_engine();
+        let host = Node::connect(engine.socket_path()).expect("connect");
+        let inbox = host.area(64).expect("area");
+        let (meta, slot) = slot_on(&host, &inbox, 0);
+        let ticket = slot.ticket_all().expect("ticket");
+        ToItself {
+            t: host.terminus(0).expect("terminus"),
+            q: host.queue(0).expect("queue"),
+            ticket,
+            _slot: (meta, slot),
+            _inbox: inbox,
+            _host: host,
+            engine,
+        }
+    }
+
+    /// Sends round `round`'s write.
+    fn send(&mut self, round: u64) -> hamlyn::SendHandle {
+        self.t
+            .send(
+                &self.ticket,
+                &SendOptions::new().tag(round),
+                hamlyn::Data::Inline(&round.to_le_bytes()),
+            )
+            .expect("send")
+    }
+
+    /// Waits for round `round`'s notification and checks it is that round's 8 bytes.
+    fn arrives(&mut self, round: u64, context: &str) {
+        let n = self.q.wait(Some(WAIT)).expect("wait").expect("arrives");
+        assert_eq!((n.word, n.len), (round, 8), "{context}");
+    }
+}
+
 fn stats(engine: &EngineHandle) -> DriveStats {
     Driver::for_socket(engine.socket_path())
         .expect("the engine is drivable")
@@ -212,31 +261,19 @@ fn two_host_threads_waiting_for_each_other_undriven() {
 /// a pause.
 #[test]
 fn a_push_that_finds_the_engine_asleep_runs_its_own_turn() {
-    let engine = driven_engine();
-    let host = Node::connect(engine.socket_path()).expect("connect");
-    let inbox = host.area(64).expect("area");
-    let (_meta, slot) = slot_on(&host, &inbox, 0);
-    let ticket = slot.ticket_all().expect("ticket");
-    let mut q = host.queue(0).expect("queue");
-    let mut t = host.terminus(0).expect("terminus");
-    let before = stats(&engine);
+    let mut own = ToItself::new();
+    let before = stats(&own.engine);
     let mut nudged = false;
     for round in 0..200u64 {
         std::thread::sleep(Duration::from_millis(10));
-        t.send(
-            &ticket,
-            &SendOptions::new().tag(round),
-            hamlyn::Data::Inline(&round.to_le_bytes()),
-        )
-        .expect("send");
-        let n = q.wait(Some(WAIT)).expect("wait").expect("arrives");
-        assert_eq!((n.word, n.len), (round, 8));
-        if stats(&engine).turns_by_senders > before.turns_by_senders {
+        own.send(round);
+        own.arrives(round, "");
+        if stats(&own.engine).turns_by_senders > before.turns_by_senders {
             nudged = true;
             break;
         }
     }
-    assert!(nudged, "a push ran its own turn: {:?}", stats(&engine));
+    assert!(nudged, "a push ran its own turn: {:?}", stats(&own.engine));
 }
 
 /// A host thread's wait that finds no work leaves the engine after a few turns while
@@ -308,30 +345,16 @@ fn a_waiter_drives_on_only_while_a_client_of_another_process_is_attached() {
 #[test]
 fn a_pushed_single_packet_message_costs_one_driven_turn() {
     const ROUNDS: u64 = 300;
-    let engine = driven_engine();
-    let host = Node::connect(engine.socket_path()).expect("connect");
-    let inbox = host.area(64).expect("area");
-    let (_meta, slot) = slot_on(&host, &inbox, 0);
-    let ticket = slot.ticket_all().expect("ticket");
-    let mut q = host.queue(0).expect("queue");
-    let mut t = host.terminus(0).expect("terminus");
+    let mut own = ToItself::new();
     let mut fewest = u64::MAX;
     for attempt in 0..10u64 {
-        let before = stats(&engine).turns_by_waiters;
+        let before = stats(&own.engine).turns_by_waiters;
         for round in 0..ROUNDS {
-            let data = round.to_le_bytes();
-            let h = t
-                .send(
-                    &ticket,
-                    &SendOptions::new().tag(round),
-                    hamlyn::Data::Inline(&data),
-                )
-                .expect("send");
+            let h = own.send(round);
             assert_eq!(h.wait(Some(WAIT)), Status::Sent);
-            let n = q.wait(Some(WAIT)).expect("wait").expect("arrives");
-            assert_eq!((n.word, n.len), (round, 8), "attempt {attempt}, in order");
+            own.arrives(round, &format!("attempt {attempt}, in order"));
         }
-        fewest = fewest.min(stats(&engine).turns_by_waiters - before);
+        fewest = fewest.min(stats(&own.engine).turns_by_waiters - before);
         if fewest < ROUNDS * 5 / 4 {
             break;
         }
