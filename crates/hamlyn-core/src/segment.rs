@@ -81,6 +81,7 @@ impl<'a> SendSpec<'a> {
     /// A send through `ticket`: `rel_offset` bytes into the ticket's range, `len` bytes,
     /// metadata entry `meta_first + meta_rel` (or fast mode), Y and budget from the ticket.
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub fn from_ticket(
         src: NodeId,
         ticket: &Ticket,
@@ -122,13 +123,33 @@ impl<'a> SendSpec<'a> {
     }
 
     /// Number of packets this message needs with `mtu` payload bytes per packet.
+    #[inline]
     pub fn packet_count(&self, mtu: u64) -> u64 {
         self.len.div_ceil(mtu).max(1)
     }
 
     /// Segments the message into packets of at most `mtu` payload bytes.
+    #[inline]
     pub fn segment(&self, mtu: u64) -> Result<Segmenter, SegmentError> {
         let packets = self.check(mtu)?;
+        Ok(self.segmenter(mtu, packets))
+    }
+
+    /// The message's one packet if it fits in one of at most `mtu` payload bytes (what
+    /// [`SendSpec::segment`]'s first `next` gives then, without the iterator: the small
+    /// message's path), `None` if it needs more; the same checks and errors.
+    #[inline]
+    pub fn only_packet(&self, mtu: u64) -> Result<Option<Segment>, SegmentError> {
+        let packets = self.check(mtu)?;
+        if packets != 1 {
+            return Ok(None);
+        }
+        Ok(Some(self.segmenter(mtu, 1).packet(0)))
+    }
+
+    /// The iterator over `packets` packets (which `check` counted).
+    #[inline]
+    fn segmenter(&self, mtu: u64, packets: u64) -> Segmenter {
         let fast = self.meta_index == FAST_META_INDEX;
         let mut base = Header::new(Op::Write);
         base.src = self.src;
@@ -152,7 +173,7 @@ impl<'a> SendSpec<'a> {
             flags = flags | Flags::NOTIFY_NOW;
         }
         base.flags = flags;
-        Ok(Segmenter {
+        Segmenter {
             base,
             meta_len: self.meta.len() as u16,
             start: self.offset,
@@ -161,12 +182,13 @@ impl<'a> SendSpec<'a> {
             y: self.y,
             packets,
             next: 0,
-        })
+        }
     }
 
     /// The checks [`SendSpec::segment`] makes, without building the packets: on success,
     /// how many packets of at most `mtu` payload bytes the message needs. (A sender that
     /// only validates a send, as the library does before queueing it, calls this.)
+    #[inline]
     pub fn check(&self, mtu: u64) -> Result<u64, SegmentError> {
         if mtu == 0 || mtu > u64::from(u32::MAX) {
             return Err(SegmentError::BadMtu(mtu));
@@ -235,17 +257,10 @@ impl Segmenter {
     pub fn packets(&self) -> u64 {
         self.packets
     }
-}
 
-impl Iterator for Segmenter {
-    type Item = Segment;
-
-    fn next(&mut self) -> Option<Segment> {
-        if self.next >= self.packets {
-            return None;
-        }
-        let i = self.next;
-        self.next += 1;
+    /// Packet `i` (below `packets`).
+    #[inline]
+    fn packet(&self, i: u64) -> Segment {
         let rel = i * self.mtu;
         let n = (self.len - rel).min(self.mtu) as u32;
         let mut h = self.base;
@@ -263,11 +278,25 @@ impl Iterator for Segmenter {
         };
         h.offset = self.start + rel;
         h.payload_len = n;
-        Some(Segment {
+        Segment {
             header: h,
             start: rel,
             len: n,
-        })
+        }
+    }
+}
+
+impl Iterator for Segmenter {
+    type Item = Segment;
+
+    #[inline]
+    fn next(&mut self) -> Option<Segment> {
+        if self.next >= self.packets {
+            return None;
+        }
+        let i = self.next;
+        self.next += 1;
+        Some(self.packet(i))
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {

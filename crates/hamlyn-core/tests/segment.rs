@@ -227,6 +227,28 @@ proptest! {
         }
     }
 
+    /// `only_packet` is `segment`'s one packet for a message of one packet, `None` for
+    /// a longer one, and refuses what `segment` refuses with the same error, for any mtu
+    /// (the small message's path must send exactly what the iterator would).
+    #[test]
+    fn only_packet_is_the_segmenters_single_packet(
+        s in spec(),
+        mtu in prop_oneof![Just(0u64), 1u64..=1 << 20, u64::from(u32::MAX) - 1..=u64::from(u32::MAX) + 1],
+        budget in prop::option::of(0u64..4),
+    ) {
+        let send = SendSpec { max_packets: budget, ..s.send() };
+        match (send.only_packet(mtu), send.segment(mtu)) {
+            (Ok(one), Ok(mut all)) => {
+                if all.packets() == 1 {
+                    prop_assert_eq!(one, all.next());
+                } else {
+                    prop_assert_eq!(one, None);
+                }
+            }
+            (one, all) => prop_assert_eq!(one.err(), all.err()),
+        }
+    }
+
     /// `from_ticket` stays inside the ticket: its byte range and its metadata entries,
     /// with Y and the packet budget taken from the share.
     #[test]

@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 use hamlyn_wire::{NotifEntry, NOTIF_ENTRY_LEN};
 
 use crate::memory::{check_fits, check_offset_and_capacity, LayoutError, RingMemory, CACHE_LINE};
-use crate::sync::{AtomicU32, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use crate::wake::{self, EventFd, WaitOutcome, WakeError};
 
 /// Byte offsets inside the queue, from [`NotifLayout::offset`].
@@ -218,6 +218,11 @@ pub struct Producer<M: RingMemory> {
     mem: M,
     o: Offs,
     eventfd: Option<EventFd>,
+    /// The last `head` this handle read from the queue, in this process's own memory: a
+    /// lower bound of the real one (which only grows), so a post that finds room below
+    /// it needs not read the consumer's line, and that line stops moving between the
+    /// two caches on every message. Read again only when it shows the queue full.
+    head_seen: AtomicU64,
 }
 
 impl<M: RingMemory> Producer<M> {
@@ -228,6 +233,7 @@ impl<M: RingMemory> Producer<M> {
             mem,
             o: Offs::new(layout),
             eventfd: None,
+            head_seen: AtomicU64::new(0),
         })
     }
 
@@ -259,16 +265,26 @@ impl<M: RingMemory> Producer<M> {
         };
         // Relaxed: only a starting guess for the CAS, which re-validates it.
         let mut pos = tail.load(Ordering::Relaxed);
+        // Acquire: pairs with the Release store of `head_seen` below, by whichever thread
+        // of this process read `head` last, so that what its Acquire load of `head`
+        // ordered (the consumer's copy out of the slots below it) is ordered before us.
+        let mut h = self.head_seen.load(Ordering::Acquire);
         let mut attempts = 0;
         loop {
-            // Acquire: pairs with the Release store of `head` in `Consumer::poll`: the
-            // consumer finished copying position `pos - capacity` out of the slot we are
-            // about to reuse.
-            let h = head.load(Ordering::Acquire);
             // Wrapping: a `head` ahead of `tail` (scribbled) reads as a huge distance,
             // i.e. full.
             if pos.wrapping_sub(h) >= o.cap {
-                return Err(self.refuse());
+                // Acquire: pairs with the Release store of `head` in `Consumer::poll`:
+                // the consumer finished copying position `pos - capacity` out of the
+                // slot we are about to reuse.
+                h = head.load(Ordering::Acquire);
+                if pos.wrapping_sub(h) >= o.cap {
+                    return Err(self.refuse());
+                }
+                // Release: pairs with the Acquire load above, in this handle's next
+                // posts (on any thread). An older value stored over a newer one by
+                // another thread only makes a later post read `head` once more.
+                self.head_seen.store(h, Ordering::Release);
             }
             // Relaxed: the CAS only hands out distinct positions; slot contents are
             // ordered by `head` (above) and `seq` (below), not by `tail`.
@@ -955,6 +971,58 @@ mod loom_tests {
                 let mine: Vec<_> = got.iter().filter(|w| **w / 10 == t).collect();
                 assert!(mine.windows(2).all(|w| w[0] < w[1]), "per-producer order");
             }
+        });
+    }
+
+    /// One producer handle shared by two threads (as the engine's and a direct sender's
+    /// are): the head one thread read and cached in the handle lets the other reuse a
+    /// slot only after the consumer's copy out of it. Each thread posts twice into a
+    /// 2-entry queue while the consumer polls twice; every successful post is received
+    /// once and whole. Were the cached head stored and loaded Relaxed, the second
+    /// thread's write of a reused slot would race the consumer's copy of it (a loom
+    /// cell), which the model finds.
+    #[test]
+    fn loom_notifq_one_handle_two_threads_reuse_after_the_copy() {
+        crate::loom_model(|| {
+            let l = NotifLayout::new(0, 2).expect("layout");
+            let mem = Arc::new(LoomMemory::new(l.bytes()));
+            let c = Consumer::attach(mem.clone(), l).expect("attach");
+            let p = Arc::new(Producer::attach(mem.clone(), l).expect("attach"));
+            let consumer = loom::thread::spawn(move || {
+                let mut c = c;
+                let mut got = Vec::new();
+                for _ in 0..2 {
+                    if let Some(e) = c.poll() {
+                        got.push(e.word.get());
+                    }
+                }
+                (c, got)
+            });
+            let ts: Vec<_> = (0..2u64)
+                .map(|t| {
+                    let p = p.clone();
+                    loom::thread::spawn(move || {
+                        (0..2u64)
+                            .map(|i| t * 10 + i)
+                            .filter(|w| p.post(&notif(*w)).is_ok())
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            let (mut c, mut got) = consumer.join().expect("consumer");
+            let mut posted = Vec::new();
+            for t in ts {
+                posted.extend(t.join().expect("producer"));
+            }
+            while let Some(e) = c.poll() {
+                let w = e.word.get();
+                assert_eq!((e.src_node.get(), e.len.get()), (w as u32, !(w as u32)));
+                got.push(w);
+            }
+            assert_eq!(c.overflows(), 4 - posted.len() as u64);
+            got.sort_unstable();
+            posted.sort_unstable();
+            assert_eq!(got, posted, "each successful post received exactly once");
         });
     }
 

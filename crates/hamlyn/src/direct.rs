@@ -278,36 +278,54 @@ impl DirectTarget {
         if let Some(layout) = self.endpoint {
             return self.send_to_endpoint(&layout, &spec, &data);
         }
+        // A message of one packet (every small one) skips the iterator.
+        if let Some(seg) = spec.only_packet(DIRECT_PACKET_BYTES)? {
+            return self.deliver(opts, &data, &seg);
+        }
+        for seg in spec.segment(DIRECT_PACKET_BYTES)? {
+            self.deliver(opts, &data, &seg)?;
+        }
+        Ok(())
+    }
+
+    /// What the engine does with one packet of a message to this slot, done here: its
+    /// bytes copied in, the packet counted in the metadata entry, the notification posted
+    /// when that completes the message.
+    #[inline]
+    fn deliver(
+        &self,
+        opts: &SendOptions<'_>,
+        data: &Data<'_>,
+        seg: &hamlyn_core::Segment,
+    ) -> Result<(), SendError> {
+        let h = &seg.header;
+        self.deposit(data, seg.start, h.offset, u64::from(seg.len))?;
+        let meta = if h.flags.contains(Flags::FIRST) {
+            opts.meta
+        } else {
+            &[]
+        };
         let mode = if self.fast {
             SlotMode::Fast
         } else {
             SlotMode::Normal
         };
-        for seg in spec.segment(DIRECT_PACKET_BYTES)? {
-            let h = &seg.header;
-            self.deposit(&data, seg.start, h.offset, u64::from(seg.len))?;
-            let meta = if h.flags.contains(Flags::FIRST) {
-                opts.meta
-            } else {
-                &[]
-            };
-            let kind = match (&self.entries, self.fast) {
-                (_, true) => count_packet::<Entries<'_>>(mode, None, h, meta),
-                (Some(entries), false) => {
-                    // `plan` kept the index inside the ticket's entries, all mapped.
-                    let rel = h.meta_index.wrapping_sub(self.ticket.meta_first);
-                    let off = u64::from(rel) * META_ENTRY_LEN as u64;
-                    count_packet(mode, Some((&mut AreaMem(entries), off)), h, meta)
-                }
-                (None, false) => Err(RejectReason::BadMetaIndex),
+        let kind = match (&self.entries, self.fast) {
+            (_, true) => count_packet::<Entries<'_>>(mode, None, h, meta),
+            (Some(entries), false) => {
+                // `plan` kept the index inside the ticket's entries, all mapped.
+                let rel = h.meta_index.wrapping_sub(self.ticket.meta_first);
+                let off = u64::from(rel) * META_ENTRY_LEN as u64;
+                count_packet(mode, Some((&mut AreaMem(entries), off)), h, meta)
             }
-            .map_err(rejected)?;
-            if let (Some(done), Some(q)) = (kind, &self.queue) {
-                if h.flags.contains(Flags::NOTIFY) {
-                    // A full queue counted the loss itself (its overflow counter), as it
-                    // does for the engine; the message stands.
-                    let _ = q.post(&notification_entry(done, h));
-                }
+            (None, false) => Err(RejectReason::BadMetaIndex),
+        }
+        .map_err(rejected)?;
+        if let (Some(done), Some(q)) = (kind, &self.queue) {
+            if h.flags.contains(Flags::NOTIFY) {
+                // A full queue counted the loss itself (its overflow counter), as it does
+                // for the engine; the message stands.
+                let _ = q.post(&notification_entry(done, h));
             }
         }
         Ok(())
