@@ -31,14 +31,17 @@
 //! consumer gives up on a position that has stayed reserved but unwritten for a bound
 //! ([`DEFAULT_STALL_BOUND`], [`Consumer::skip_stalled`]): it swaps the entry's `seq` for
 //! the position's tombstone ([`tombstone_for`]) with a CAS, counts the position in
-//! `skipped` and moves on. A producer publishes with a CAS from the value it found when
-//! it reserved, so of a late producer and a consumer that gave up exactly one wins: the
-//! entry is either taken or refused to its producer as [`Full`] (and counted as an
-//! overflow), never both and never neither. What no queue of this shape can prevent: a
-//! producer stopped (not dead) past the bound that resumes in the very nanoseconds of the
-//! skip may still be writing the entry's body when the next lap's producer writes the
-//! same slot; the producers of a port's queues are the engine and direct senders the
-//! receiver already trusts with its memory.
+//! `skipped` and moves on. A producer publishes with a CAS from the slot's previous
+//! value, so of a late producer and a consumer that gave up exactly one wins: the entry
+//! is either taken or refused to its producer as [`Full`] (and counted as an overflow),
+//! never both and never neither. What no queue of this shape can prevent: a producer
+//! stopped (not dead) past the bound between its reservation and its body's stores, that
+//! resumes after the skip and after a whole lap more has been posted, writes its body
+//! over the next lap's entry in the same slot (its publication is refused); the
+//! producers of a port's queues are the engine and direct senders the receiver already
+//! trusts with its memory. (Until 2026-11-25 a producer loaded `seq` before its stores
+//! and gave up on its tombstone there, which narrowed that window by a few instructions
+//! at the cost of fetching the slot's line twice per post.)
 
 use std::time::{Duration, Instant};
 
@@ -72,6 +75,11 @@ pub mod header {
 /// producer's success, so this many losses in a row means a peer is scribbling on `tail`;
 /// the post then fails as [`Full`] (and is counted) rather than spinning forever.
 const MAX_RESERVE_ATTEMPTS: u32 = 1024;
+
+/// CAS attempts to publish an entry's `seq`: the first expects the previous lap's value,
+/// the second what the slot really held (a skipped position's tombstone); more failures
+/// mean a scribbler, and the post is refused.
+const MAX_PUBLISH_ATTEMPTS: u32 = 3;
 
 /// How long the consumer lets the position at its head stay reserved but unwritten
 /// before it gives up on the producer (see the module doc). Writing one entry takes
@@ -309,25 +317,29 @@ impl<M: RingMemory> Producer<M> {
             // Unreachable after `attach` validated the layout.
             return Err(self.refuse());
         };
-        // Relaxed: what the slot held when we reserved it (the previous lap's `seq` or
-        // tombstone, ordered before us by the Acquire load of `head` above), or our own
-        // tombstone if the consumer already gave up on us; the CAS below re-validates it.
-        let before = seq.load(Ordering::Relaxed);
-        if before == tombstone_for(pos) {
-            return Err(self.refuse());
-        }
-        // Everything but `seq` first...
+        // Everything but `seq` first (the slot is ours: the Acquire on `head` above
+        // ordered the consumer's copy of the previous lap before these stores)...
         self.mem
             .store_bytes(slot + 4, &entry.as_bytes()[4..NOTIF_ENTRY_LEN]);
-        // ...then `seq`. Release: pairs with the Acquire load of `seq` in `Consumer::poll`
-        // (and `Consumer::ready`): the entry's other 28 bytes are visible before it. A
-        // CAS, not a store: it fails if `Consumer::skip_stalled` put our tombstone there
-        // meanwhile, and then the post is refused rather than published unseen.
-        if seq
-            .compare_exchange(before, seq_for(pos), Ordering::Release, Ordering::Relaxed)
-            .is_err()
+        // ...then `seq`, with a CAS from what an honest queue holds there now: the
+        // previous lap's `seq`, or 0 in fresh memory. No load first: a load would fetch
+        // the line shared (the consumer polls it) and the CAS fetch it again to write; a
+        // stream of posts paid both (about a tenth of its rate, 2026-11-25). A CAS that
+        // finds the previous lap's tombstone (or anything else a scribbler left) retries
+        // once from it; one that finds our own tombstone means `Consumer::skip_stalled`
+        // gave up on us meanwhile, and the post is refused rather than published unseen.
+        // Release: pairs with the Acquire load of `seq` in `Consumer::poll` (and
+        // `Consumer::ready`): the entry's other 28 bytes are visible before it.
+        let mut before = if pos < o.cap { 0 } else { seq_for(pos - o.cap) };
+        let mut tries = 0;
+        while let Err(now) =
+            seq.compare_exchange(before, seq_for(pos), Ordering::Release, Ordering::Relaxed)
         {
-            return Err(self.refuse());
+            tries += 1;
+            if now == tombstone_for(pos) || tries >= MAX_PUBLISH_ATTEMPTS {
+                return Err(self.refuse());
+            }
+            before = now;
         }
         if !wake {
             return Ok(());

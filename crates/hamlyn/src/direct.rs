@@ -19,7 +19,7 @@ use hamlyn_shm::region::ShmRegion;
 use hamlyn_shm::wake::EventFd;
 use hamlyn_wire::control::{mode, Reply};
 use hamlyn_wire::endpoint::EndpointLayout;
-use hamlyn_wire::{Flags, NodeId, Ticket, FAST_META_INDEX, META_ENTRY_LEN};
+use hamlyn_wire::{Flags, Header, NodeId, Ticket, FAST_META_INDEX, META_ENTRY_LEN};
 use std::os::fd::OwnedFd;
 
 use crate::error::{Error, SendError};
@@ -278,28 +278,30 @@ impl DirectTarget {
         if let Some(layout) = self.endpoint {
             return self.send_to_endpoint(&layout, &spec, &data);
         }
-        // A message of one packet (every small one) skips the iterator.
-        if let Some(seg) = spec.only_packet(DIRECT_PACKET_BYTES)? {
-            return self.deliver(opts, &data, &seg);
+        if len <= DIRECT_PACKET_BYTES {
+            // One packet (every small message): its bytes go in first, before its header
+            // is built, so that a receiver polling the data sees them as soon as the
+            // checks allow. `plan` checked the message in 4 KiB packets; in one larger
+            // packet it passes the same checks, so `only_packet` cannot refuse it now.
+            self.deposit(&data, 0, spec.offset, len)?;
+            return match spec.only_packet(DIRECT_PACKET_BYTES)? {
+                Some(seg) => self.count(opts, &seg.header),
+                None => Err(rejected(RejectReason::TooLarge)),
+            };
         }
         for seg in spec.segment(DIRECT_PACKET_BYTES)? {
-            self.deliver(opts, &data, &seg)?;
+            let h = &seg.header;
+            self.deposit(&data, seg.start, h.offset, u64::from(seg.len))?;
+            self.count(opts, h)?;
         }
         Ok(())
     }
 
-    /// What the engine does with one packet of a message to this slot, done here: its
-    /// bytes copied in, the packet counted in the metadata entry, the notification posted
+    /// What the engine does with a packet of a message to this slot once its bytes are
+    /// in, done here: the packet counted in the metadata entry, the notification posted
     /// when that completes the message.
     #[inline]
-    fn deliver(
-        &self,
-        opts: &SendOptions<'_>,
-        data: &Data<'_>,
-        seg: &hamlyn_core::Segment,
-    ) -> Result<(), SendError> {
-        let h = &seg.header;
-        self.deposit(data, seg.start, h.offset, u64::from(seg.len))?;
+    fn count(&self, opts: &SendOptions<'_>, h: &Header) -> Result<(), SendError> {
         let meta = if h.flags.contains(Flags::FIRST) {
             opts.meta
         } else {
