@@ -163,10 +163,15 @@ impl Scheduler {
         all: bool,
         mut serve: impl FnMut(TerminusKey, bool, Visit) -> Served,
     ) -> bool {
-        let mut busy = false;
-        let lowest = self.lowest_level();
         self.turns = self.turns.wrapping_add(1);
         let sweeping = all || self.turns % SWEEP_EVERY == 0;
+        if !sweeping && !self.has_ready() {
+            // Nothing queued and no sweep due: the walk would visit nobody (an idle
+            // turn, as most of a waiting thread's are, skips it).
+            return false;
+        }
+        let mut busy = false;
+        let lowest = self.lowest_level();
         for level in 0..PRIORITY_LEVELS {
             let express = level < lowest;
             let Some(q) = self.ready.get_mut(level) else {
