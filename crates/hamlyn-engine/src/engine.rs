@@ -62,6 +62,10 @@ pub(crate) struct EngineState {
     /// thread takes over from the sleeping engine thread: the clients' pushes meanwhile
     /// announced themselves there).
     pub(crate) read_all_hints: bool,
+    /// The last turn held a failed request whose error completion found its client's
+    /// error ring full: room comes when the client reads the ring, which rings nothing,
+    /// so the engine's sleep is short while this is so (`Engine::idle_sleep`).
+    pub(crate) held_for_room: bool,
     /// The doorbell: the end the engine waits on when it sleeps.
     pub(crate) doorbell: EventFd,
     /// The doorbell's other end, duplicated for every client (and the engine's handle).
@@ -100,6 +104,7 @@ impl EngineState {
             turns: 0,
             look_at_all: false,
             read_all_hints: false,
+            held_for_room: false,
             express: false,
             doorbell,
             doorbell_poker,
@@ -126,6 +131,7 @@ impl EngineState {
         // may borrow the whole state (a stand-in is swapped in: two pointers move, no
         // copy of its lists).
         let all = std::mem::take(&mut self.look_at_all);
+        self.held_for_room = false;
         self.turns = self.turns.wrapping_add(1);
         let all_hints = std::mem::take(&mut self.read_all_hints) || all;
         self.take_ready_hints(all_hints, cold);
@@ -503,6 +509,7 @@ impl EngineState {
         }
         if !self.end_request(cid, t, cur.req().seq(), cur.failed) {
             self.counters.termini_held += 1;
+            self.held_for_room = true;
             self.put_current(cid, t, cur);
             return false;
         }

@@ -493,9 +493,15 @@ impl Engine {
             .state
             .fabric_sleep_bound()
             .min(self.state.cfg.max_sleep);
-        // A queue owes its owner an Overflow report: look again soon for room (a
-        // consumer draining its queue does not ring the doorbell).
-        if self.state.clients.has_unreported_losses() {
+        // Something waits for room a client makes without ringing (a consumer draining
+        // its queue or its error ring does not ring the doorbell): look again soon. A
+        // queue owes its owner an Overflow report; an error completion waits for room in
+        // an error ring (`Clients::fail`, NACKs: a fabric's timers bound the sleep too);
+        // or a refused request's error does (`EngineState::held_for_room`).
+        if self.state.clients.has_unreported_losses()
+            || self.state.clients.has_late_errors()
+            || self.state.held_for_room
+        {
             sleep = sleep.min(LOSS_REPORT_EVERY);
         }
         sleep

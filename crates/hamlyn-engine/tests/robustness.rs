@@ -459,3 +459,54 @@ fn a_client_that_detaches_is_not_lost_and_one_that_just_closes_is() {
     drop(watcher);
     engine.stop().unwrap();
 }
+
+/// A client that leaves its error ring full while its refused writes keep coming, then
+/// reads the ring and pushes nothing more: every refusal comes out, the ones the engine
+/// held back for room included, with nothing else to wake the engine. Reading a ring
+/// rings no doorbell, so the engine must look again by itself; an engine that otherwise
+/// sleeps a minute (as here) left the rest waiting for that minute.
+#[test]
+fn refusals_held_for_room_come_out_when_the_ring_is_read_and_nothing_is_pushed() {
+    let mut cfg = EngineConfig::embedded();
+    cfg.max_sleep = Duration::from_secs(60);
+    let engine = EngineHandle::start(cfg).unwrap();
+    let rx = RawClient::attach(engine.socket_path(), 1, 1, 64);
+    let mut tx = RawClient::attach(engine.socket_path(), 1, 1, 64);
+    let (slot, key, _region) = receiver_slot(&rx, 4096, 4);
+    tx.open(0, 0);
+    // Forged writes until the terminus takes no more (its ring full behind a refusal
+    // that waits for room in the error ring, which nobody reads yet).
+    let mut pushed = 0u64;
+    let mut refused_in_a_row = 0;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while refused_in_a_row < 200 {
+        assert!(Instant::now() < deadline, "the terminus never filled");
+        if tx
+            .push(0, inline(rx.node, slot, key ^ 1, 0, 0, b"forged", pushed))
+            .is_ok()
+        {
+            pushed += 1;
+            refused_in_a_row = 0;
+        } else {
+            refused_in_a_row += 1;
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    // Let the engine go idle and to sleep.
+    std::thread::sleep(Duration::from_millis(300));
+    // Read the ring, and only read it.
+    let mut got = 0u64;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while got < pushed {
+        assert!(
+            Instant::now() < deadline,
+            "{got} of {pushed} refusals came out"
+        );
+        for c in tx.errors() {
+            assert_eq!(c.status, u16::from(RejectReason::BadKey.code()));
+            got += 1;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(got, pushed);
+}

@@ -678,3 +678,62 @@ fn a_read_flood_into_a_congested_path_is_held_not_grown() {
     }
     assert!(reader.queues[0].poll().is_none(), "each read answered once");
 }
+
+/// Refusals from the other engine (NACKs) that find the sending client's error ring
+/// full wait in the engine for room (`Clients::fail`). When the client then reads its
+/// ring and pushes nothing more (reading a ring rings no doorbell), the kept ones come
+/// out too, each once: the engine, set to sleep up to a minute, looks for room by itself
+/// (a kept error bounds its sleep, as its fabric's timers do).
+#[test]
+fn nacks_kept_for_room_come_out_when_the_ring_is_read_and_nothing_is_pushed() {
+    let (fa, fb, _cut) = link(NodeId(1), NodeId(2));
+    let sleepy = |node: u32, fabric: ChannelFabric| {
+        let mut cfg = EngineConfig::embedded();
+        cfg.node = node;
+        cfg.incarnation = 7;
+        cfg.max_sleep = Duration::from_secs(60);
+        EngineHandle::start_with_fabric(cfg, Some(Box::new(fabric))).unwrap()
+    };
+    let (ea, eb) = (sleepy(1, fa), sleepy(2, fb));
+    let mut tx = RawClient::attach(ea.socket_path(), 1, 1, 256);
+    let b = RawClient::attach(eb.socket_path(), 1, 1, 256);
+    let (slot, key, _region) = make_slot(&b, 4096, 4);
+    tx.open(0, 0);
+    // More forged writes than the error ring holds (1,024), fewer than hold the terminus.
+    const BAD: u64 = 1100;
+    let mut pushed = 0u64;
+    let deadline = StdInstant::now() + Duration::from_secs(30);
+    while pushed < BAD {
+        assert!(StdInstant::now() < deadline, "pushed only {pushed}");
+        if tx
+            .push(0, inline(2, slot, key ^ 1, 0, 0, b"forged?", pushed))
+            .is_ok()
+        {
+            pushed += 1;
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    // Every refusal is back at the sending engine: the ring's worth posted, the rest kept.
+    let deadline = StdInstant::now() + Duration::from_secs(30);
+    while tx.stats().engine.nacks_received < BAD {
+        assert!(StdInstant::now() < deadline, "{:?}", tx.stats().engine);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // Let the engines go idle and to sleep; then read the ring, and only read it.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut got = 0u64;
+    let deadline = StdInstant::now() + Duration::from_secs(30);
+    while got < BAD {
+        assert!(
+            StdInstant::now() < deadline,
+            "{got} of {BAD} refusals came out"
+        );
+        for c in tx.errors() {
+            assert_eq!(c.status, u16::from(RejectReason::BadKey.code()));
+            got += 1;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(got, BAD);
+}
