@@ -174,6 +174,27 @@ impl EngineState {
             || self.registry.has_resend()
     }
 
+    /// Whether a turn now would find nothing for certain, by a look that takes nothing:
+    /// no hot port announced a push, no terminus waits in a ready queue, no answer, no
+    /// registry resend, no kept error, loss report or held request, no fabric (whose
+    /// sockets only a turn polls), no wider look asked for. A cold port's push rings,
+    /// which wakes the engine's thread, whose `after_sleep` asks for a wider look
+    /// (`read_all_hints`). A waiting thread glances at this between turns
+    /// (`Engine::turn_for_waiter`) and pays for a turn only when it says no, or every
+    /// few glances regardless (the sweep, the cold ports' backstop).
+    pub(crate) fn quiet(&self) -> bool {
+        !self.look_at_all
+            && !self.read_all_hints
+            && !self.held_for_room
+            && self.remote.is_none()
+            && !self.sched.has_ready()
+            && self.replies.is_empty()
+            && !self.registry.has_resend()
+            && !self.clients.has_late_errors()
+            && !self.clients.has_unreported_losses()
+            && !self.hint_ports.hot_hinted()
+    }
+
     /// Takes the ready hints ([`hamlyn_shm::ready`]) of the hot ports and of a share of
     /// the cold ones (every port when `all`: `hint_ports`) into the scheduler's ready
     /// queues.

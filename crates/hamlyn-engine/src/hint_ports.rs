@@ -309,6 +309,12 @@ impl HintPorts {
         gone_cold
     }
 
+    /// Whether any hot port's ready words hold a bit (a look, nothing taken): what a
+    /// waiting thread's glance reads before it pays for a turn (`EngineState::quiet`).
+    pub(crate) fn hot_hinted(&self) -> bool {
+        self.hot.iter().any(HintPort::hinted)
+    }
+
     /// Doorbells disarmed so far by ports turning hot or withdrawing their going cold
     /// (compared before and after a turn).
     pub(crate) fn disarmed(&self) -> u64 {

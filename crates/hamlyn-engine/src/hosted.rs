@@ -510,6 +510,18 @@ impl Driver {
     }
 }
 
+/// What a waiting thread's try at the engine did ([`Driving::try_step`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Drove {
+    /// A turn ran and found work.
+    Work,
+    /// A turn ran and found nothing.
+    Idle,
+    /// No turn: a look found the engine quiet (nothing announced, queued or owed, no
+    /// fabric), which a turn would have found too; a turn runs again after a few.
+    Glance,
+}
+
 /// Tries of [`Driving::turn`] at a held engine before it gives up: a few engine turns'
 /// worth of pauses.
 const TURN_TRIES: u32 = 256;
@@ -588,6 +600,15 @@ impl Driving {
             hamlyn_shm::sync::spin_loop();
         }
         None
+    }
+
+    /// [`Driving::try_turn`], saying whether a turn ran or, the engine being quiet, only a
+    /// glance at whether one would find anything ([`Drove::Glance`], a fraction of a
+    /// turn's cost): a waiting thread that counts its drive in turns counts a glance as
+    /// less.
+    #[inline]
+    pub fn try_step(&mut self) -> Option<Drove> {
+        self.hosted.handoff.try_run(Engine::driven_step)
     }
 
     /// Runs one turn of the engine if no other thread holds it (one compare-and-swap):

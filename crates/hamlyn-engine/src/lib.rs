@@ -56,4 +56,4 @@ mod stats;
 pub use config::{EngineConfig, Quotas};
 pub use error::EngineError;
 pub use handle::{run_daemon, run_daemon_with_fabric, EngineHandle};
-pub use hosted::{DriveStats, Driver, Driving, DRIVE_ENV};
+pub use hosted::{DriveStats, Driver, Driving, Drove, DRIVE_ENV};

@@ -14,7 +14,10 @@ sleeps, and path8's thread runs every turn of a mediated message inside its push
 inclusive cost and the call count of each function named below (the sum over all of its
 callers; none of them is recursive):
 
-- idle turn: `EngineState::turn` in the idle phase (N turns that find nothing);
+- idle turn: `EngineState::turn` in the idle phase (N tries of a waiting thread at an
+  engine with nothing to do; most are glances, `Drove::Glance`, with a turn every few);
+- idle try: `Driving::turn` in that phase (its `run_within_tries`), per call (glances and turns together: what a
+  waiting thread pays per look while nothing comes);
 - send side (library): `Terminus::send` plus dropping the `SendHandle`, less the turns it
   ran (`Driver::nudge`); `DirectTarget::send` for direct (the whole path: deposit, count,
   notify);
@@ -82,6 +85,7 @@ def find(incl, pattern):
 
 
 TURN = r"^hamlyn_engine::engine::EngineState::turn$"
+TRY = r"^hamlyn_engine::hosted::Driving::run_within_tries$"
 NUDGE = r"^hamlyn_engine::hosted::Driver::nudge$"
 SEND = r"^hamlyn::terminus::Terminus::send$"
 HANDLE_DROP = r"drop_in_place<hamlyn::terminus::SendHandle>$"
@@ -127,7 +131,12 @@ def main():
     idle = parse(prefix + ".2")
     idle_turns, idle_turn_ir = find(idle, TURN)
     per_turn = idle_turn_ir / idle_turns
-    print(f"idle phase: {idle_turns} turns, {per_turn:.1f} instructions per idle turn")
+    tries, tries_ir = find(idle, TRY)
+    per_try = tries_ir / tries if tries else 0.0
+    print(
+        f"idle phase: {tries} tries of a waiting thread, {idle_turns} of them turns; "
+        f"{per_turn:.1f} instructions per idle turn, {per_try:.1f} per try"
+    )
     cols = {}
     for part, path in ((3, "normal"), (4, "fast")):
         cols[path] = mediated(parse(f"{prefix}.{part}"), n)
@@ -148,10 +157,10 @@ def main():
         f"this thread per message, varies from run to run: {t[3]:.0f}"
     )
     if json_path:
-        write_json(json_path, n, per_turn, cols, t)
+        write_json(json_path, n, per_turn, per_try, cols, t)
 
 
-def write_json(path, n, per_turn, cols, t):
+def write_json(path, n, per_turn, per_try, cols, t):
     """The table as JSON: instructions per 8-byte message, by path and side."""
     import json
 
@@ -180,6 +189,7 @@ def write_json(path, n, per_turn, cols, t):
         "field counts",
         "messages_per_path": n,
         "idle_engine_turn": round(per_turn, 1),
+        "idle_waiter_try": round(per_try, 1),
         "paths": paths,
     }
     with open(path, "w", encoding="utf-8") as f:

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use hamlyn_engine::Drove;
 use hamlyn_shm::port::{PortLayout, MAX_QUEUES, MAX_TERMINI};
 use hamlyn_shm::region::ShmRegion;
 use hamlyn_shm::spsc;
@@ -236,27 +237,44 @@ impl Shared {
         let Some(mut driving) = self.driver.as_ref().and_then(|d| d.drive_waiting()) else {
             return Err(turns);
         };
-        let idle_limit = driving.idle_turns_before_leave();
-        let mut idle = 0;
-        for _ in 0..driving.turn_budget(turns) {
+        // Counted in half turns: a glance (`Drove::Glance`, the engine quiet) costs
+        // about half an idle turn, and the budget, the leave and the yields below were
+        // set in turns of time.
+        let idle_limit = u64::from(driving.idle_turns_before_leave()) * 2;
+        let first_yield = u64::from(TIGHT_IDLE_TURNS + YIELD_EVERY_IDLE) * 2;
+        let mut left = u64::from(driving.turn_budget(turns)) * 2;
+        let mut idle = 0u64;
+        let mut next_yield = first_yield;
+        while left > 0 {
             if let Some(v) = got() {
                 return Ok(v);
             }
-            match driving.try_turn() {
-                Some(true) => idle = 0,
-                Some(false) => {
-                    idle += 1;
+            let cost = match driving.try_step() {
+                Some(Drove::Work) => {
+                    idle = 0;
+                    next_yield = first_yield;
+                    2
+                }
+                Some(step) => {
+                    let cost = if step == Drove::Glance { 1 } else { 2 };
+                    idle += cost;
                     if idle >= idle_limit {
                         drop(driving);
                         return got().ok_or(turns);
                     }
-                    if idle > TIGHT_IDLE_TURNS && idle % YIELD_EVERY_IDLE == 0 {
+                    if idle >= next_yield {
+                        next_yield += u64::from(YIELD_EVERY_IDLE) * 2;
                         std::thread::yield_now();
                     }
+                    cost
                 }
                 // Another thread runs the turn: look at ours again after a pause.
-                None => hamlyn_shm::sync::spin_loop(),
-            }
+                None => {
+                    hamlyn_shm::sync::spin_loop();
+                    2
+                }
+            };
+            left = left.saturating_sub(cost);
         }
         // Nothing came within the budget: the caller goes to sleep, and nobody may be
         // left to poll the fabric.
