@@ -359,6 +359,12 @@ enum hamlyn_result
   HAMLYN_RESULT_STATE = 43,
   // The stream was closed by its sender: nothing more will come.
   HAMLYN_RESULT_END_OF_STREAM = 44,
+  // A send with the default metadata entry (no entry named)
+  // found every entry of the ticket it may take still used by an unfinished
+  // multi-packet message of this terminus: nothing was queued. Room comes when one of
+  // those sends finishes (`hamlyn_send_wait`, `hamlyn_terminus_wait_idle`), not when
+  // the work queue drains; or name an entry.
+  HAMLYN_RESULT_ENTRIES_BUSY = 45,
 };
 #ifndef __cplusplus
 typedef uint32_t hamlyn_result;
@@ -2703,7 +2709,9 @@ hamlyn_result hamlyn_terminus_new(const struct hamlyn_node *node,
 // queue: `data` is free again when the call returns. `opts` may be NULL (defaults).
 // `*out` (if `out` is not NULL) is the request's handle, freed with `hamlyn_send_free`;
 // pass NULL when the outcome does not matter (no allocation then).
-// `HAMLYN_RESULT_FULL` when the work queue is full: nothing was queued.
+// `HAMLYN_RESULT_FULL` when the work queue is full, `HAMLYN_RESULT_ENTRIES_BUSY` when no
+// entry was named and every entry the default choice may take is busy with an
+// unfinished long message of this terminus: nothing was queued.
 //
 // # Safety
 //
@@ -2794,9 +2802,8 @@ hamlyn_result hamlyn_terminus_wait_idle(const struct hamlyn_terminus *terminus,
 // it has, 0 at the timeout or if the engine is gone. What a sender that got
 // `HAMLYN_RESULT_FULL` calls before it tries again: the queue stays as full as the engine
 // takes it (an engine this process hosts is run by the waiting thread meanwhile).
-// (`HAMLYN_RESULT_FULL` also means that every metadata entry the default choice may take is
-// busy with a long message: room for that comes when a send finishes, which
-// `hamlyn_send_wait` or `hamlyn_terminus_wait_idle` waits for.)
+// (After `HAMLYN_RESULT_ENTRIES_BUSY`, wait for a send to finish instead:
+// `hamlyn_send_wait` or `hamlyn_terminus_wait_idle`.)
 //
 // # Safety
 //

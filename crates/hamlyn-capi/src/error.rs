@@ -112,10 +112,16 @@ pub enum hamlyn_result {
     State = 43,
     /// The stream was closed by its sender: nothing more will come.
     EndOfStream = 44,
+    /// A send with the default metadata entry (no entry named)
+    /// found every entry of the ticket it may take still used by an unfinished
+    /// multi-packet message of this terminus: nothing was queued. Room comes when one of
+    /// those sends finishes (`hamlyn_send_wait`, `hamlyn_terminus_wait_idle`), not when
+    /// the work queue drains; or name an entry.
+    EntriesBusy = 45,
 }
 
 /// Every code, for `hamlyn_result_name` and the tests.
-const ALL: [(hamlyn_result, &std::ffi::CStr); 45] = [
+const ALL: [(hamlyn_result, &std::ffi::CStr); 46] = [
     (hamlyn_result::Ok, c"HAMLYN_RESULT_OK"),
     (hamlyn_result::NullArgument, c"HAMLYN_RESULT_NULL_ARGUMENT"),
     (
@@ -182,6 +188,7 @@ const ALL: [(hamlyn_result, &std::ffi::CStr); 45] = [
     (hamlyn_result::Malformed, c"HAMLYN_RESULT_MALFORMED"),
     (hamlyn_result::State, c"HAMLYN_RESULT_STATE"),
     (hamlyn_result::EndOfStream, c"HAMLYN_RESULT_END_OF_STREAM"),
+    (hamlyn_result::EntriesBusy, c"HAMLYN_RESULT_ENTRIES_BUSY"),
 ];
 
 /// The name of result code `code` ("HAMLYN_RESULT_FULL"), or "HAMLYN_RESULT_UNKNOWN"
@@ -240,7 +247,8 @@ impl From<SendError> for hamlyn_result {
     fn from(e: SendError) -> hamlyn_result {
         use hamlyn_result as R;
         match e {
-            SendError::Full | SendError::EntriesBusy => R::Full,
+            SendError::Full => R::Full,
+            SendError::EntriesBusy => R::EntriesBusy,
             SendError::EngineGone => R::EngineGone,
             SendError::Ticket(_) => R::BadTicket,
             SendError::NotWritable | SendError::NotGranted(_) => R::NotGranted,
@@ -270,6 +278,22 @@ mod tests {
         // SAFETY: as above.
         let unknown = unsafe { std::ffi::CStr::from_ptr(hamlyn_result_name(9999)) };
         assert_eq!(unknown, c"HAMLYN_RESULT_UNKNOWN");
+    }
+
+    /// A full work queue and busy metadata entries are two codes: a C sender that waits
+    /// for room (`hamlyn_terminus_wait_room`) after busy entries would find room at once
+    /// and spin, where it must wait for a send to finish.
+    #[test]
+    fn busy_entries_are_not_a_full_queue() {
+        assert_eq!(hamlyn_result::from(SendError::Full), hamlyn_result::Full);
+        assert_eq!(
+            hamlyn_result::from(SendError::EntriesBusy),
+            hamlyn_result::EntriesBusy
+        );
+        assert_eq!(
+            hamlyn_result::from(Error::Send(SendError::EntriesBusy)),
+            hamlyn_result::EntriesBusy
+        );
     }
 }
 

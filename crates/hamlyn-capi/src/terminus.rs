@@ -257,7 +257,9 @@ unsafe fn queue(
 /// queue: `data` is free again when the call returns. `opts` may be NULL (defaults).
 /// `*out` (if `out` is not NULL) is the request's handle, freed with `hamlyn_send_free`;
 /// pass NULL when the outcome does not matter (no allocation then).
-/// `HAMLYN_RESULT_FULL` when the work queue is full: nothing was queued.
+/// `HAMLYN_RESULT_FULL` when the work queue is full, `HAMLYN_RESULT_ENTRIES_BUSY` when no
+/// entry was named and every entry the default choice may take is busy with an
+/// unfinished long message of this terminus: nothing was queued.
 ///
 /// # Safety
 ///
@@ -449,9 +451,8 @@ pub unsafe extern "C" fn hamlyn_terminus_wait_idle(
 /// it has, 0 at the timeout or if the engine is gone. What a sender that got
 /// `HAMLYN_RESULT_FULL` calls before it tries again: the queue stays as full as the engine
 /// takes it (an engine this process hosts is run by the waiting thread meanwhile).
-/// (`HAMLYN_RESULT_FULL` also means that every metadata entry the default choice may take is
-/// busy with a long message: room for that comes when a send finishes, which
-/// `hamlyn_send_wait` or `hamlyn_terminus_wait_idle` waits for.)
+/// (After `HAMLYN_RESULT_ENTRIES_BUSY`, wait for a send to finish instead:
+/// `hamlyn_send_wait` or `hamlyn_terminus_wait_idle`.)
 ///
 /// # Safety
 ///
