@@ -140,7 +140,8 @@ fn class_of(e: &Error) -> &'static str {
 /// The exception class for a refused send.
 fn send_class_of(e: &SendError) -> &'static str {
     match e {
-        SendError::Full | SendError::EntriesBusy => "FullError",
+        SendError::Full => "FullError",
+        SendError::EntriesBusy => "EntriesBusyError",
         SendError::EngineGone => "EngineGoneError",
         SendError::Ticket(_) => "BadTicketError",
         SendError::NotWritable | SendError::NotGranted(_) => "NotGrantedError",

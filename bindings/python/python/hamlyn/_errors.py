@@ -91,8 +91,16 @@ class NotLocalError(HamlynError):
 
 class FullError(HamlynError):
     """Back-pressure: the terminus's work queue is full (or every metadata entry of the
-    ticket is held by a message of this terminus still in flight). Nothing was queued:
-    retry once earlier requests are done."""
+    ticket is held by a message of this terminus still in flight: `EntriesBusyError`).
+    Nothing was queued: retry once earlier requests are done."""
+
+
+class EntriesBusyError(FullError):
+    """Back-pressure of its own kind: no entry was named, and every metadata entry the
+    default choice may take is held by a long message of this terminus still in flight.
+    Nothing was queued. Room comes when one of those sends finishes (`SendHandle.wait`,
+    `Terminus.wait_idle`), not when the work queue drains (`Terminus.wait_room`); or name
+    an entry."""
 
 
 class BadTicketError(HamlynError, ValueError):
