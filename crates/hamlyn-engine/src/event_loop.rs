@@ -30,6 +30,10 @@ use hamlyn_fabric::Fabric;
 
 /// How long an idle engine sleeps at most while a queue owes an Overflow report.
 const LOSS_REPORT_EVERY: Duration = Duration::from_millis(1);
+/// The longest the engine thread sleeps while something waits for room a client makes
+/// without ringing (`Engine::waits_for_room`): its sleeps double from
+/// [`LOSS_REPORT_EVERY`] up to this while the wait lasts.
+const OWED_ROOM_WAIT_MOST: Duration = Duration::from_millis(100);
 /// Glances a waiting thread may make in a row instead of turns while the engine is quiet
 /// (`EngineState::quiet`); the next is a turn regardless, for what only a turn looks at
 /// (the sweep of termini whose clients set no hints, the cold ports' backstop). A glance
@@ -72,7 +76,8 @@ pub(crate) struct Engine {
     buf: Vec<u8>,
     /// When connections that never attached were last looked for.
     last_sweep: std::time::Instant,
-    /// Turns run by waiting threads ([`Engine::driven_turn`]).
+    /// Tries of waiting threads ([`Engine::driven_turn`]): turns, and glances at a quiet
+    /// engine ([`crate::Drove::Glance`]).
     driven_turns: u64,
     /// Times the engine thread let go because a waiting thread drove.
     let_go: u64,
@@ -98,6 +103,12 @@ pub(crate) struct Engine {
     /// Waiters' glances in a row that found the engine quiet and ran no turn
     /// (`EngineState::quiet`; at most [`QUIET_GLANCES`], then a turn).
     glances: u32,
+    /// All glances so far (counted in `driven_turns` too, which is waiters' tries).
+    glances_total: u64,
+    /// The engine thread's sleep bound while something waits for room
+    /// (`Engine::waits_for_room`): [`LOSS_REPORT_EVERY`], doubled at each sleep the
+    /// wait outlasts, up to [`OWED_ROOM_WAIT_MOST`].
+    owed_room_wait: Duration,
     /// The clients' doorbells are armed: the engine thread sleeps, or is about to.
     doorbells_armed: bool,
     /// The last turn was the first after a sleep.
@@ -325,6 +336,8 @@ impl Engine {
             ignore_drivers: false,
             driven_busy: false,
             glances: 0,
+            glances_total: 0,
+            owed_room_wait: LOSS_REPORT_EVERY,
             doorbells_armed: false,
             woke: false,
             sleep_ends: std::time::Instant::now(),
@@ -454,6 +467,14 @@ impl Engine {
             self.doorbells_armed = true;
             self.state.counters.sleeps += 1;
             let sleep = self.idle_sleep();
+            // Still waiting for room at this sleep: the next such sleep is twice as long
+            // (up to `OWED_ROOM_WAIT_MOST`); a client that never reads its ring costs the
+            // engine ten wake-ups a second, not a thousand.
+            self.owed_room_wait = if self.waits_for_room() {
+                (self.owed_room_wait * 2).min(OWED_ROOM_WAIT_MOST)
+            } else {
+                LOSS_REPORT_EVERY
+            };
             self.sleep_ends = std::time::Instant::now() + sleep;
             return Ok(Step::Sleep(sleep));
         }
@@ -504,18 +525,22 @@ impl Engine {
             .state
             .fabric_sleep_bound()
             .min(self.state.cfg.max_sleep);
-        // Something waits for room a client makes without ringing (a consumer draining
-        // its queue or its error ring does not ring the doorbell): look again soon. A
-        // queue owes its owner an Overflow report; an error completion waits for room in
-        // an error ring (`Clients::fail`, NACKs: a fabric's timers bound the sleep too);
-        // or a refused request's error does (`EngineState::held_for_room`).
-        if self.state.clients.has_unreported_losses()
-            || self.state.clients.has_late_errors()
-            || self.state.held_for_room
-        {
-            sleep = sleep.min(LOSS_REPORT_EVERY);
+        if self.waits_for_room() {
+            sleep = sleep.min(self.owed_room_wait);
         }
         sleep
+    }
+
+    /// Whether something waits for room a client makes without ringing (a consumer
+    /// draining its queue or its error ring does not ring the doorbell), so the engine
+    /// must look again soon: a queue owes its owner an Overflow report; an error
+    /// completion waits for room in an error ring (`Clients::fail`, NACKs: a fabric's
+    /// timers bound the sleep too); or a refused request's error does
+    /// (`EngineState::held_for_room`).
+    fn waits_for_room(&self) -> bool {
+        self.state.clients.has_unreported_losses()
+            || self.state.clients.has_late_errors()
+            || self.state.held_for_room
     }
 
     /// After the engine thread's sleep in `io` (which it slept in without holding the
@@ -606,7 +631,8 @@ impl Engine {
     /// What progress by the waiting thread did so far.
     pub(crate) fn drive_stats(&self) -> crate::hosted::DriveStats {
         crate::hosted::DriveStats {
-            turns_by_waiters: self.driven_turns,
+            turns_by_waiters: self.driven_turns.wrapping_sub(self.glances_total),
+            glances_by_waiters: self.glances_total,
             engine_thread_let_go: self.let_go,
             engine_thread_resumed: self.resumed,
             stalled_drivers: self.stalled_drivers,
@@ -696,6 +722,7 @@ impl Engine {
         self.driven_since_served = true;
         if !keep_armed && self.glances < QUIET_GLANCES && self.state.quiet() {
             self.glances += 1;
+            self.glances_total += 1;
             self.driven_busy = false;
             return crate::Drove::Glance;
         }

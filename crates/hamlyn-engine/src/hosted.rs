@@ -518,7 +518,9 @@ pub enum Drove {
     /// A turn ran and found nothing.
     Idle,
     /// No turn: a look found the engine quiet (nothing announced, queued or owed, no
-    /// fabric), which a turn would have found too; a turn runs again after a few.
+    /// fabric). A turn would have served nothing announced either; what only a turn
+    /// looks at (the sweep of termini whose clients set no hints, the cold ports'
+    /// backstop) waits for the turn that comes after a few glances.
     Glance,
 }
 
@@ -544,6 +546,9 @@ const FABRIC_BUDGET_FACTOR: u32 = 10;
 pub struct DriveStats {
     /// Engine turns run by waiting threads.
     pub turns_by_waiters: u64,
+    /// Tries of waiting threads that found the engine quiet and ran no turn
+    /// ([`Drove::Glance`]).
+    pub glances_by_waiters: u64,
     /// Times the engine's thread let go (and slept) because a thread drove.
     pub engine_thread_let_go: u64,
     /// Times the engine's thread served again after waiting threads ran turns (it took

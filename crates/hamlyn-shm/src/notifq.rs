@@ -76,11 +76,6 @@ pub mod header {
 /// the post then fails as [`Full`] (and is counted) rather than spinning forever.
 const MAX_RESERVE_ATTEMPTS: u32 = 1024;
 
-/// CAS attempts to publish an entry's `seq`: the first expects the previous lap's value,
-/// the second what the slot really held (a skipped position's tombstone); more failures
-/// mean a scribbler, and the post is refused.
-const MAX_PUBLISH_ATTEMPTS: u32 = 3;
-
 /// How long the consumer lets the position at its head stay reserved but unwritten
 /// before it gives up on the producer (see the module doc). Writing one entry takes
 /// nanoseconds; a producer this late has died or been stopped.
@@ -287,6 +282,20 @@ impl<M: RingMemory> Producer<M> {
                 // slot we are about to reuse.
                 h = head.load(Ordering::Acquire);
                 if pos.wrapping_sub(h) >= o.cap {
+                    // `head` ahead of our `pos`: our read of `tail` is older than what
+                    // the consumer took since (this thread paused after it while others
+                    // posted), not a full queue; read `tail` again. A scribbled `head`
+                    // stays ahead and runs out of attempts.
+                    // (A full queue has `pos` a capacity ahead of `head`: then
+                    // `head - pos` wraps past 2^63.)
+                    if h.wrapping_sub(pos) < 1 << 63 {
+                        attempts += 1;
+                        if attempts >= MAX_RESERVE_ATTEMPTS {
+                            return Err(self.refuse());
+                        }
+                        pos = tail.load(Ordering::Relaxed);
+                        continue;
+                    }
                     return Err(self.refuse());
                 }
                 // Release: pairs with the Acquire load above, in this handle's next
@@ -324,22 +333,26 @@ impl<M: RingMemory> Producer<M> {
         // ...then `seq`, with a CAS from what an honest queue holds there now: the
         // previous lap's `seq`, or 0 in fresh memory. No load first: a load would fetch
         // the line shared (the consumer polls it) and the CAS fetch it again to write; a
-        // stream of posts paid both (about a tenth of its rate, 2026-11-25). A CAS that
-        // finds the previous lap's tombstone (or anything else a scribbler left) retries
-        // once from it; one that finds our own tombstone means `Consumer::skip_stalled`
-        // gave up on us meanwhile, and the post is refused rather than published unseen.
-        // Release: pairs with the Acquire load of `seq` in `Consumer::poll` (and
-        // `Consumer::ready`): the entry's other 28 bytes are visible before it.
-        let mut before = if pos < o.cap { 0 } else { seq_for(pos - o.cap) };
-        let mut tries = 0;
-        while let Err(now) =
-            seq.compare_exchange(before, seq_for(pos), Ordering::Release, Ordering::Relaxed)
+        // stream of posts paid both (about a tenth of its rate, 2026-11-25). The one
+        // other value that lets us publish is the previous lap's tombstone (its position
+        // was skipped): one more CAS from it. Anything else refuses the post: our own
+        // tombstone (`Consumer::skip_stalled` gave up on us meanwhile), a later lap's
+        // `seq` (we were stopped past the bound while a whole lap was posted: publishing
+        // over it would hide that entry), or a scribbler's value. Release: pairs with the
+        // Acquire load of `seq` in `Consumer::poll` (and `Consumer::ready`): the entry's
+        // other 28 bytes are visible before it.
+        let expected = if pos < o.cap { 0 } else { seq_for(pos - o.cap) };
+        if let Err(now) =
+            seq.compare_exchange(expected, seq_for(pos), Ordering::Release, Ordering::Relaxed)
         {
-            tries += 1;
-            if now == tombstone_for(pos) || tries >= MAX_PUBLISH_ATTEMPTS {
+            let skipped_before = pos >= o.cap && now == tombstone_for(pos - o.cap);
+            if !skipped_before
+                || seq
+                    .compare_exchange(now, seq_for(pos), Ordering::Release, Ordering::Relaxed)
+                    .is_err()
+            {
                 return Err(self.refuse());
             }
-            before = now;
         }
         if !wake {
             return Ok(());
@@ -762,6 +775,86 @@ mod tests {
             assert_eq!(c.poll().map(|e| e.word.get()), Some(i));
         }
         assert_eq!(c.skipped(), 1);
+    }
+
+    /// A memory that runs `hook` once, inside the first `store_bytes`: in a post, between
+    /// the reservation and the publishing CAS, where a producer that is stopped stays.
+    struct StopsMidPost<'a> {
+        mem: &'a ShmRegion,
+        hook: std::cell::RefCell<Option<Box<dyn FnOnce() + 'a>>>,
+    }
+
+    impl RingMemory for StopsMidPost<'_> {
+        fn len(&self) -> usize {
+            RingMemory::len(self.mem)
+        }
+        fn atomic_u32(&self, off: usize) -> Option<&crate::sync::AtomicU32> {
+            RingMemory::atomic_u32(self.mem, off)
+        }
+        fn atomic_u64(&self, off: usize) -> Option<&crate::sync::AtomicU64> {
+            RingMemory::atomic_u64(self.mem, off)
+        }
+        fn load_bytes(&self, off: usize, dst: &mut [u8]) -> bool {
+            RingMemory::load_bytes(self.mem, off, dst)
+        }
+        fn store_bytes(&self, off: usize, src: &[u8]) -> bool {
+            let ok = RingMemory::store_bytes(self.mem, off, src);
+            if let Some(h) = self.hook.borrow_mut().take() {
+                h();
+            }
+            ok
+        }
+    }
+
+    /// A producer stopped mid-post past the stall bound, while the consumer skips its
+    /// position and a whole lap more is posted (the lap's last entry in its slot): when
+    /// it resumes, its post is refused and counted, and the next lap's entry is
+    /// received. Publishing from whatever the slot held (as a build of 2026-11-25 did)
+    /// returned Ok for the late post and lost the next lap's entry (review, found by
+    /// this test).
+    #[test]
+    fn a_producer_stopped_for_a_lap_cannot_publish_over_the_next_laps_entry() {
+        const CAP: u64 = 64;
+        let (mem, l) = queue(CAP as u32);
+        let consumer = std::cell::RefCell::new(
+            Consumer::attach(&mem, l)
+                .expect("attach")
+                .with_stall_bound(Duration::ZERO),
+        );
+        let polled = std::cell::RefCell::new(Vec::new());
+        let other = Producer::attach(&mem, l).expect("attach");
+        let stops = StopsMidPost {
+            mem: &mem,
+            hook: std::cell::RefCell::new(None),
+        };
+        *stops.hook.borrow_mut() = Some(Box::new(|| {
+            let mut c = consumer.borrow_mut();
+            assert!(c.skip_stalled(Instant::now()), "position 0 given up");
+            // A whole lap: the last of it lands in slot 0, which the stopped post holds.
+            for w in 1..=CAP {
+                other.post(&notif(w)).expect("room");
+                if w < CAP {
+                    polled
+                        .borrow_mut()
+                        .push(c.poll().expect("posted").word.get());
+                }
+            }
+        }));
+        let late = Producer::attach(&stops, l).expect("attach");
+        assert_eq!(late.post(&notif(0)), Err(Full), "the late post is refused");
+        drop(late);
+        drop(stops);
+        let mut c = consumer.into_inner();
+        let mut polled = polled.into_inner();
+        while let Some(e) = c.poll() {
+            polled.push(e.word.get());
+        }
+        assert_eq!(
+            polled,
+            (1..=CAP).collect::<Vec<_>>(),
+            "the next lap's entry"
+        );
+        assert_eq!((c.skipped(), c.overflows()), (1, 1));
     }
 
     #[test]

@@ -31,6 +31,11 @@ use crate::request::{check_span, plan, Data, SendOptions};
 /// sum; only the number of atomic adds differs.)
 pub const DIRECT_PACKET_BYTES: u64 = 256 * 1024;
 
+// A message `plan` passed in packets of `BUDGET_PACKET_BYTES` passes the same checks in
+// packets of this size (fewer packets against the same budget): the one-packet path
+// deposits before it builds its header on that ground.
+const _: () = assert!(crate::request::BUDGET_PACKET_BYTES <= DIRECT_PACKET_BYTES);
+
 /// A direct slot mapped for one ticket: send to it with [`DirectTarget::send`], which
 /// deposits, counts and notifies in this process, without the engine.
 ///
@@ -286,6 +291,8 @@ impl DirectTarget {
             self.deposit(&data, 0, spec.offset, len)?;
             return match spec.only_packet(DIRECT_PACKET_BYTES)? {
                 Some(seg) => self.count(opts, &seg.header),
+                // Not reached: one packet of at most `DIRECT_PACKET_BYTES` by the test
+                // above, and `plan`'s checks hold for it (the assertion by the constant).
                 None => Err(rejected(RejectReason::TooLarge)),
             };
         }
