@@ -185,14 +185,19 @@ impl EngineState {
     pub(crate) fn quiet(&self) -> bool {
         !self.look_at_all
             && !self.read_all_hints
-            && !self.held_for_room
-            && self.remote.is_none()
-            && !self.sched.has_ready()
-            && self.replies.is_empty()
-            && !self.registry.has_resend()
-            && !self.clients.has_late_errors()
-            && !self.clients.has_unreported_losses()
+            && !self.may_have_more()
+            && !self.waits_for_room()
             && !self.hint_ports.hot_hinted()
+    }
+
+    /// Whether something waits for room a client makes without ringing (a consumer
+    /// draining its queue or its error ring does not ring the doorbell), so the engine
+    /// must look again soon: a queue owes its owner an Overflow report; an error
+    /// completion waits for room in an error ring (`Clients::fail`, NACKs: a fabric's
+    /// timers bound the sleep too); or a refused request's error does
+    /// (`EngineState::held_for_room`).
+    pub(crate) fn waits_for_room(&self) -> bool {
+        self.clients.has_unreported_losses() || self.clients.has_late_errors() || self.held_for_room
     }
 
     /// Takes the ready hints ([`hamlyn_shm::ready`]) of the hot ports and of a share of

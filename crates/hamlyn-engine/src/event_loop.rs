@@ -31,7 +31,7 @@ use hamlyn_fabric::Fabric;
 /// How long an idle engine sleeps at most while a queue owes an Overflow report.
 const LOSS_REPORT_EVERY: Duration = Duration::from_millis(1);
 /// The longest the engine thread sleeps while something waits for room a client makes
-/// without ringing (`Engine::waits_for_room`): its sleeps double from
+/// without ringing (`EngineState::waits_for_room`): its sleeps double from
 /// [`LOSS_REPORT_EVERY`] up to this while the wait lasts.
 const OWED_ROOM_WAIT_MOST: Duration = Duration::from_millis(100);
 /// Glances a waiting thread may make in a row instead of turns while the engine is quiet
@@ -106,7 +106,7 @@ pub(crate) struct Engine {
     /// All glances so far (counted in `driven_turns` too, which is waiters' tries).
     glances_total: u64,
     /// The engine thread's sleep bound while something waits for room
-    /// (`Engine::waits_for_room`): [`LOSS_REPORT_EVERY`], doubled at each sleep the
+    /// (`EngineState::waits_for_room`): [`LOSS_REPORT_EVERY`], doubled at each sleep the
     /// wait outlasts, up to [`OWED_ROOM_WAIT_MOST`].
     owed_room_wait: Duration,
     /// The clients' doorbells are armed: the engine thread sleeps, or is about to.
@@ -470,7 +470,7 @@ impl Engine {
             // Still waiting for room at this sleep: the next such sleep is twice as long
             // (up to `OWED_ROOM_WAIT_MOST`); a client that never reads its ring costs the
             // engine ten wake-ups a second, not a thousand.
-            self.owed_room_wait = if self.waits_for_room() {
+            self.owed_room_wait = if self.state.waits_for_room() {
                 (self.owed_room_wait * 2).min(OWED_ROOM_WAIT_MOST)
             } else {
                 LOSS_REPORT_EVERY
@@ -525,22 +525,10 @@ impl Engine {
             .state
             .fabric_sleep_bound()
             .min(self.state.cfg.max_sleep);
-        if self.waits_for_room() {
+        if self.state.waits_for_room() {
             sleep = sleep.min(self.owed_room_wait);
         }
         sleep
-    }
-
-    /// Whether something waits for room a client makes without ringing (a consumer
-    /// draining its queue or its error ring does not ring the doorbell), so the engine
-    /// must look again soon: a queue owes its owner an Overflow report; an error
-    /// completion waits for room in an error ring (`Clients::fail`, NACKs: a fabric's
-    /// timers bound the sleep too); or a refused request's error does
-    /// (`EngineState::held_for_room`).
-    fn waits_for_room(&self) -> bool {
-        self.state.clients.has_unreported_losses()
-            || self.state.clients.has_late_errors()
-            || self.state.held_for_room
     }
 
     /// After the engine thread's sleep in `io` (which it slept in without holding the

@@ -826,24 +826,20 @@ fn a_throttled_push_nobody_waits_for_leaves_when_its_tokens_are_back() {
         )
         .expect("terminus");
     let body = [7u8; 100];
-    let first = t
-        .send(
+    let mut send = || {
+        t.send(
             &ticket,
             &SendOptions::new().fast(),
             hamlyn::Data::Inline(&body),
         )
-        .expect("queued");
+        .expect("queued")
+    };
+    let first = send();
     assert_eq!(first.wait(Some(WAIT)), Status::Sent);
     // Time for the engine's thread to finish its spin and sleep (a minute at most).
     std::thread::sleep(Duration::from_millis(20));
     let sender_turns = stats(&engine).turns_by_senders;
-    let second = t
-        .send(
-            &ticket,
-            &SendOptions::new().fast(),
-            hamlyn::Data::Inline(&body),
-        )
-        .expect("queued");
+    let second = send();
     let deadline = std::time::Instant::now() + WAIT;
     while second.status() == Status::Pending {
         assert!(

@@ -207,6 +207,22 @@ impl RawClient {
         out
     }
 
+    /// Reads the error ring, and only reads it, until `n` error completions came, each
+    /// with status `status` (a reject reason's code); panics if they did not within 30 s.
+    pub fn read_errors_until(&mut self, n: u64, status: u16) {
+        let mut got = 0u64;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while got < n {
+            assert!(Instant::now() < deadline, "{got} of {n} refusals came out");
+            for c in self.errors() {
+                assert_eq!(c.status, status);
+                got += 1;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(got, n);
+    }
+
     pub fn wait_notif(&mut self, q: usize) -> Option<NotifEntry> {
         self.queues[q]
             .wait(1000, Some(Duration::from_secs(10)))
