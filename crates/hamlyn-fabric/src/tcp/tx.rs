@@ -22,6 +22,9 @@ use crate::fabric::SharedBytes;
 /// Most slices handed to one `writev` (well below every IOV_MAX).
 const MAX_IOV: usize = 64;
 
+/// Slices of the short gather list most packets need (three fixed pieces, a payload).
+const FEW_IOV: usize = 8;
+
 /// Packets (header, metadata and payload) up to this many bytes may be held to share a
 /// write; longer ones are written straight from the caller's memory.
 pub(crate) const HOLD_PACKET: usize = 8 << 10;
@@ -81,26 +84,17 @@ pub(crate) fn write_gather<W: Write>(
     skip: usize,
 ) -> io::Result<usize> {
     let mut written = 0;
-    loop {
-        let mut iov = [IoSlice::new(&[]); MAX_IOV];
-        let mut n_iov = 0;
-        let mut skip_left = skip + written;
-        for p in pieces.iter() {
-            if skip_left >= p.len() {
-                skip_left -= p.len();
-                continue;
-            }
-            if n_iov == MAX_IOV {
-                break;
-            }
-            iov[n_iov] = p.tail(skip_left).io_slice();
-            skip_left = 0;
-            n_iov += 1;
-        }
-        if n_iov == 0 {
-            return Ok(written);
-        }
-        match w.write_vectored(&iov[..n_iov]) {
+    // Stops when everything is out, without building an empty gather list to learn so.
+    let left = packet_len(pieces).saturating_sub(skip);
+    // A packet is a few pieces: a short list to set up for it, not 64 slices.
+    let few = pieces.iter().count() <= FEW_IOV;
+    while written < left {
+        let wrote = if few {
+            write_once::<W, FEW_IOV>(w, pieces, skip + written)
+        } else {
+            write_once::<W, MAX_IOV>(w, pieces, skip + written)
+        };
+        match wrote {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => written += n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(written),
@@ -108,6 +102,31 @@ pub(crate) fn write_gather<W: Write>(
             Err(e) => return Err(e),
         }
     }
+    Ok(written)
+}
+
+/// One vectored write of `pieces` from byte `skip` on, at most `N` slices of them.
+fn write_once<W: Write, const N: usize>(
+    w: &mut W,
+    pieces: &Pieces<'_>,
+    skip: usize,
+) -> io::Result<usize> {
+    let mut iov = [IoSlice::new(&[]); N];
+    let mut n_iov = 0;
+    let mut skip_left = skip;
+    for p in pieces.iter() {
+        if skip_left >= p.len() {
+            skip_left -= p.len();
+            continue;
+        }
+        if n_iov == N {
+            break;
+        }
+        iov[n_iov] = p.tail(skip_left).io_slice();
+        skip_left = 0;
+        n_iov += 1;
+    }
+    w.write_vectored(&iov[..n_iov])
 }
 
 /// Bytes accepted for sending that the socket has not taken yet: held by choice (small
