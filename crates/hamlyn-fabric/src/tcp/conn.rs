@@ -115,6 +115,8 @@ pub(crate) struct RxCounts {
     pub(crate) whole: u64,
     /// The highest acknowledgement a heartbeat carried (packets of ours the peer has).
     pub(crate) acked: Option<u64>,
+    /// Reads of the socket that found nothing (`WouldBlock`).
+    pub(crate) empty_reads: u64,
 }
 
 /// What [`Rx::pump`] needs to know about the connection and the fabric.
@@ -245,6 +247,7 @@ impl Rx {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.ready = false;
+                    ctx.counts.empty_reads += 1;
                     return RxStop::Idle;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -287,14 +290,19 @@ impl Rx {
                 Ok(Opened::NeedMore) => {}
                 Err(e) => return link_close(e, ctx.handshake),
             }
-            if let Some(stop) = self.read_link(r, link) {
+            if let Some(stop) = self.read_link(r, link, ctx.counts) {
                 return stop;
             }
         }
     }
 
     /// Reads ciphertext into the link's buffer; `None` to go on opening.
-    fn read_link<R: Read>(&mut self, r: &mut R, link: &mut Link) -> Option<RxStop> {
+    fn read_link<R: Read>(
+        &mut self,
+        r: &mut R,
+        link: &mut Link,
+        counts: &mut RxCounts,
+    ) -> Option<RxStop> {
         if !self.ready {
             return Some(RxStop::Idle);
         }
@@ -324,6 +332,7 @@ impl Rx {
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 self.ready = false;
+                counts.empty_reads += 1;
                 Some(RxStop::Idle)
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => None,

@@ -169,7 +169,9 @@
 //! directly instead of asking the poller first (lower latency under constant traffic,
 //! one syscall per rail when idle), and consults the poller only every
 //! [`BUSY_POLL_EVENTS_EVERY`] polls for new connections (and on every poll while a
-//! handshake is in progress).
+//! handshake is in progress). While the caller streams, it reads them at most once per
+//! quarter of the hold time, as the poller is asked without busy polling
+//! ([`RailStats::empty_reads`] counts the reads that found nothing).
 
 mod ack;
 mod conn;
@@ -231,7 +233,8 @@ pub struct TcpConfig {
     pub peers: Vec<(NodeId, SocketAddr)>,
     /// Connections per peer session when this node dials (1..=16).
     pub rails: usize,
-    /// Read up rails directly on every poll instead of asking the poller first.
+    /// Read up rails directly on every poll instead of asking the poller first (while
+    /// the caller streams, once per quarter of [`TcpConfig::hold`]).
     pub busy_poll: bool,
     /// Idle time after which a rail sends a heartbeat.
     pub heartbeat_interval: Duration,
@@ -1748,6 +1751,7 @@ impl TcpFabric {
                     let r = p.stats.rail(rail);
                     r.packets_received += counts.packets + counts.heartbeats;
                     r.bytes_received += counts.bytes + counts.heartbeats * HEADER_LEN as u64;
+                    r.empty_reads += counts.empty_reads;
                 }
                 match stop {
                     RxStop::Hello(h) => {
@@ -2202,18 +2206,18 @@ impl Fabric for TcpFabric {
         self.streaming = sent;
         self.sends_since_poll = 0;
         let handshakes = self.conns.iter().flatten().any(|c| c.phase != Phase::Open);
+        // While the caller streams, its polls come once per packet: a system call (or one
+        // per rail) to look for input each time would cost as much as the packets' writes.
+        // Look at most once per quarter of the hold time then (bytes already staged are
+        // read regardless).
+        let look = !sent || handshakes || self.timing.hold == 0 || now >= self.next_ask;
+        if look && sent {
+            self.next_ask = now.plus_nanos(self.timing.hold / 4);
+        }
         let ask_poller = if self.config.busy_poll {
             self.polls % BUSY_POLL_EVENTS_EVERY == 1 || handshakes
         } else {
-            // While the caller streams, its polls come once per packet: one system call
-            // for the poller each time would cost as much as the packets' writes. Ask at
-            // most once per quarter of the hold time then (bytes already staged are
-            // read regardless).
-            let ask = !sent || handshakes || self.timing.hold == 0 || now >= self.next_ask;
-            if ask && sent {
-                self.next_ask = now.plus_nanos(self.timing.hold / 4);
-            }
-            ask
+            look
         };
         if ask_poller {
             match self.poll.poll(&mut self.events, Some(Duration::ZERO)) {
@@ -2225,7 +2229,7 @@ impl Fabric for TcpFabric {
                 }
             }
         }
-        if self.config.busy_poll {
+        if self.config.busy_poll && look {
             for conn in self.conns.iter_mut().flatten() {
                 if conn.phase == Phase::Open {
                     conn.rx.ready = true;

@@ -226,6 +226,10 @@ pub struct RailStats {
     pub packets_received: u64,
     /// Bytes that arrived on this rail in packets (headers included).
     pub bytes_received: u64,
+    /// Reads of this rail's socket that found nothing: what looking for input costs (a
+    /// system call each), on every poll with [`super::TcpConfig::busy_poll`] unless the
+    /// caller streams.
+    pub empty_reads: u64,
 }
 
 /// Counters of one peer.
