@@ -33,8 +33,9 @@ the notification and A's again in its wait for B's acknowledgement, with idle tu
 polls of the sockets while a packet is in the kernel, and the engines' own threads wake
 for the sockets too. So its row gives the deterministic parts, one call per message
 each: the send side as above; A's work for the message (`EngineState::first_packet`:
-the request decoded to a sealed packet written to the socket); B's (`Rx::pump`: the
-socket read, the packet opened and checked, deposited, notified); and, as a figure that
+the request decoded to a sealed packet written to the socket); B's (`TcpFabric::read_conn`:
+the socket read, the packet opened and checked, deposited, notified, the rail's counts
+and acknowledgement); and, as a figure that
 varies from run to run, all this thread ran per message (`TcpRig::one`).
 """
 
@@ -114,7 +115,7 @@ def tcp(incl, n):
     _, drop = find(incl, HANDLE_DROP)
     _, nudge = find(incl, NUDGE)
     _, a = find(incl, r"^hamlyn_engine::engine::EngineState::first_packet$")
-    calls, b = find(incl, r"^hamlyn_fabric::tcp::conn::Rx::pump$")
+    calls, b = find(incl, r"^hamlyn_fabric::tcp::TcpFabric::read_conn$")
     _, whole = find(incl, r"path8::TcpRig::one$")
     return ((send + drop - nudge) / n, a / n, b / n, whole / n, calls / n)
 
