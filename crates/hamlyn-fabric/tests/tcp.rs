@@ -1106,3 +1106,101 @@ fn busy_polling_stream(secure: bool) {
         assert!(!time.expired(), "{} of {sent} arrived", rb.packets.len());
     }
 }
+
+/// A connection that never finishes its handshake (a client that never says HELLO, until
+/// the handshake deadline) does not make a streaming sender look for input on every
+/// packet: a look every `HANDSHAKE_LOOK` at least (or per quarter hold, if shorter) keeps
+/// handshakes going, not one per poll, which cost a busy-polling sender a read per rail
+/// per packet. The connection is still read meanwhile: when it sends garbage halfway
+/// through the stream, the fabric closes it before the stream ends (without busy polling
+/// only the handshake look asks the poller then; with it, the poller's every-16th ask
+/// does too).
+#[test]
+fn a_handshake_that_never_finishes_does_not_cost_a_stream_a_look_per_packet() {
+    silent_handshake_beside_a_stream(true);
+    silent_handshake_beside_a_stream(false);
+}
+
+fn silent_handshake_beside_a_stream(busy: bool) {
+    const RAILS: usize = 2;
+    const STREAM: u32 = 2_000;
+    let time = Time::new();
+    let mut c = TcpConfig::new(NodeId(0), SocketAddr::from(([127, 0, 0, 1], 0)));
+    c.secret = Some(ClusterSecret::from_bytes([0x5e; 32]));
+    c.rails = RAILS;
+    c.busy_poll = busy;
+    // A long hold: only the handshake look bounds the time between looks.
+    c.hold = Duration::from_secs(1);
+    let mut v = tcp_cluster(2, &c).unwrap();
+    let mut b = v.pop().unwrap();
+    let mut a = v.pop().unwrap();
+    let (mut ra, mut rb) = (Rec::default(), Rec::default());
+    while ra.up(1).is_none() || rb.up(0).is_none() {
+        a.poll(time.now(), &mut ra, 64).unwrap();
+        b.poll(time.now(), &mut rb, 64).unwrap();
+        assert!(!time.expired(), "the pair comes up");
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    // A client that connects and says nothing.
+    let accepted = a.stats().accepted;
+    let mut rogue = raw(a.local_addr());
+    while a.stats().accepted == accepted {
+        a.poll(time.now(), &mut ra, 64).unwrap();
+        assert!(!time.expired(), "the rogue connection is accepted");
+    }
+    let closes = |a: &TcpFabric| -> u64 { a.stats().closes.iter().map(|(_, n)| n).sum() };
+    let closed_before = closes(&a);
+    let empty_reads = |a: &TcpFabric| -> u64 {
+        a.peer_stats(NodeId(1))
+            .map_or(0, |p| p.rails.iter().map(|r| r.empty_reads).sum())
+    };
+    let start = std::time::Instant::now();
+    let before = empty_reads(&a);
+    let mut seq = 0;
+    let mut closed_at = None;
+    while seq < STREAM || closed_at.is_none() {
+        assert!(
+            !time.expired(),
+            "the rogue's garbage never closed it while streaming"
+        );
+        if seq == STREAM / 2 {
+            let mut garbage = [0u8; 64];
+            SimRng::new(7).fill(&mut garbage);
+            rogue.write_all(&garbage).unwrap();
+        }
+        let (h, m, p) = packet(0, 1, seq, 8);
+        loop {
+            match a.send(time.now(), &h, &m, &[(&p).into()]) {
+                Ok(()) => break,
+                Err(FabricError::Full) => {
+                    b.poll(time.now(), &mut rb, 64).unwrap();
+                    assert!(!time.expired(), "stuck on Full");
+                }
+                Err(e) => panic!("send failed: {e}"),
+            }
+        }
+        a.poll(time.now(), &mut ra, 64).unwrap();
+        if closed_at.is_none() && closes(&a) > closed_before {
+            closed_at = Some(seq);
+        }
+        seq += 1;
+    }
+    // Without busy polling, rails are read only when the poller says so: nothing to
+    // bound there.
+    let streaming = empty_reads(&a) - before;
+    let looks = start.elapsed().as_nanos() / hamlyn_fabric::tcp::HANDSHAKE_LOOK.as_nanos() + 3;
+    let bound = RAILS as u64 * looks as u64;
+    assert!(
+        !busy || streaming <= bound,
+        "{seq} polls of a stream beside a silent handshake read the rails {streaming} times \
+         with nothing there; at most {RAILS} per handshake look, {bound} in {:?}",
+        start.elapsed()
+    );
+    let sent = seq as usize;
+    let _ = a.prepare_sleep(time.now());
+    while rb.packets.len() < sent {
+        a.poll(time.now(), &mut ra, 64).unwrap();
+        b.poll(time.now(), &mut rb, 64).unwrap();
+        assert!(!time.expired(), "{} of {sent} arrived", rb.packets.len());
+    }
+}

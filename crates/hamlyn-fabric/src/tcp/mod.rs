@@ -123,7 +123,8 @@
 //! waited [`TcpConfig::hold`], with the next packet written at once (a large one, in the
 //! same gather write), or before [`TcpFabric::wait`] sleeps. A lone packet (a
 //! ping-pong, a request) is never held. While streaming, the poller is asked at most
-//! once per quarter of the hold time rather than on every poll.
+//! once per quarter of the hold time rather than on every poll (and at least every
+//! [`HANDSHAKE_LOOK`] while a connection is in its handshake).
 //!
 //! [`Fabric::poll`] reads each ready rail into a 64 KiB staging buffer: a frame's header
 //! and metadata are validated ([`frame::FrameDecoder`]: `Header::parse`, payload at most
@@ -169,9 +170,9 @@
 //! directly instead of asking the poller first (lower latency under constant traffic,
 //! one syscall per rail when idle), and consults the poller only every
 //! [`BUSY_POLL_EVENTS_EVERY`] polls for new connections (and on every poll while a
-//! handshake is in progress). While the caller streams, it reads them at most once per
-//! quarter of the hold time, as the poller is asked without busy polling
-//! ([`RailStats::empty_reads`] counts the reads that found nothing).
+//! handshake is in progress, unless the caller streams). While the caller streams, it
+//! reads them at most once per quarter of the hold time, as the poller is asked without
+//! busy polling ([`RailStats::empty_reads`] counts the reads that found nothing).
 
 mod ack;
 mod conn;
@@ -212,6 +213,10 @@ pub use stats::{CloseCounts, CloseReason, PeerStats, RailStats, TcpStats};
 
 /// In busy-poll mode, the poller is consulted once every this many polls.
 pub const BUSY_POLL_EVENTS_EVERY: u64 = 16;
+
+/// While the caller streams and a connection is in its handshake, the longest time
+/// between two looks for input (the hold's quarter when that is shorter).
+pub const HANDSHAKE_LOOK: Duration = Duration::from_micros(50);
 
 const LISTENER: Token = Token(0);
 
@@ -484,6 +489,9 @@ pub struct TcpFabric {
     streaming: bool,
     /// While streaming, the poller is not asked again before this time.
     next_ask: Instant,
+    /// While streaming with a handshake in progress, the poller is asked again at this
+    /// time at the latest ([`HANDSHAKE_LOOK`]), however long the hold.
+    next_handshake_look: Instant,
     shut: bool,
     stats: TcpStats,
     /// Ephemeral keys of the last first handshake messages the listener accepted.
@@ -589,6 +597,7 @@ impl TcpFabric {
             sends_since_poll: 0,
             streaming: false,
             next_ask: Instant(0),
+            next_handshake_look: Instant(0),
             shut: false,
             stats: TcpStats::default(),
             replay: ReplayGuard::new(REPLAY_MEMORY),
@@ -2227,12 +2236,21 @@ impl Fabric for TcpFabric {
         // per rail) to look for input each time would cost as much as the packets' writes.
         // Look at most once per quarter of the hold time then (bytes already staged are
         // read regardless).
-        let look = !sent || handshakes || self.timing.hold == 0 || now >= self.next_ask;
+        let mut look = !sent || self.timing.hold == 0 || now >= self.next_ask;
         if look && sent {
             self.next_ask = now.plus_nanos(self.timing.hold / 4);
         }
+        // A handshake in progress is looked at every `HANDSHAKE_LOOK` at least, however
+        // long the hold, but not on every packet of a stream: a dial that hangs or a
+        // client that never says HELLO (until the handshake deadline) would otherwise cost
+        // the stream a system call per packet (per rail, busy polling).
+        let handshake_look = handshakes && !look && now >= self.next_handshake_look;
+        if handshake_look {
+            look = true;
+            self.next_handshake_look = now.plus_nanos(HANDSHAKE_LOOK.as_nanos() as u64);
+        }
         let ask_poller = if self.config.busy_poll {
-            self.polls % BUSY_POLL_EVENTS_EVERY == 1 || handshakes
+            self.polls % BUSY_POLL_EVENTS_EVERY == 1 || (handshakes && look)
         } else {
             look
         };
