@@ -1017,9 +1017,7 @@ fn a_busy_polling_sender_that_streams_reads_its_rails_once_per_quarter_hold() {
 }
 
 fn busy_polling_stream(secure: bool) {
-    const RAILS: usize = 2;
     const HOLD: Duration = Duration::from_millis(20);
-    const STREAM: u32 = 2_000;
     let time = Time::new();
     let mut c = TcpConfig::new(NodeId(0), SocketAddr::from(([127, 0, 0, 1], 0)));
     if secure {
@@ -1030,20 +1028,7 @@ fn busy_polling_stream(secure: bool) {
     c.rails = RAILS;
     c.busy_poll = true;
     c.hold = HOLD;
-    let mut v = tcp_cluster(2, &c).unwrap();
-    let mut b = v.pop().unwrap();
-    let mut a = v.pop().unwrap();
-    let (mut ra, mut rb) = (Rec::default(), Rec::default());
-    while ra.up(1).is_none() || rb.up(0).is_none() {
-        a.poll(time.now(), &mut ra, 64).unwrap();
-        b.poll(time.now(), &mut rb, 64).unwrap();
-        assert!(!time.expired(), "the pair comes up");
-        std::thread::sleep(Duration::from_micros(100));
-    }
-    let empty_reads = |a: &TcpFabric| -> u64 {
-        a.peer_stats(NodeId(1))
-            .map_or(0, |p| p.rails.iter().map(|r| r.empty_reads).sum())
-    };
+    let (mut a, mut b, mut ra, mut rb) = pair_up(&time, &c);
     // Idle polls (no send before them) read every rail each time.
     let before = empty_reads(&a);
     for _ in 0..10 {
@@ -1058,35 +1043,18 @@ fn busy_polling_stream(secure: bool) {
     // stream goes on until it is taken in (should loopback hand it over late).
     let start = std::time::Instant::now();
     let before = empty_reads(&a);
-    let mut back_at = None;
-    let mut seq = 0;
-    while seq < STREAM || back_at.is_none() {
-        assert!(
-            !time.expired(),
-            "the peer's packet was never taken in while streaming"
-        );
-        if seq == STREAM / 2 {
+    let sent = stream(
+        &time,
+        [&mut a, &mut b],
+        [&mut ra, &mut rb],
+        STREAM,
+        &mut |b| {
             let (h, m, p) = packet(1, 0, 0, 8);
             b.send(time.now(), &h, &m, &[(&p).into()]).unwrap();
-        }
-        let (h, m, p) = packet(0, 1, seq, 8);
-        loop {
-            match a.send(time.now(), &h, &m, &[(&p).into()]) {
-                Ok(()) => break,
-                Err(FabricError::Full) => {
-                    b.poll(time.now(), &mut rb, 64).unwrap();
-                    assert!(!time.expired(), "stuck on Full");
-                }
-                Err(e) => panic!("send failed: {e}"),
-            }
-        }
-        a.poll(time.now(), &mut ra, 64).unwrap();
-        if back_at.is_none() && !ra.packets.is_empty() {
-            back_at = Some(seq);
-        }
-        seq += 1;
-    }
-    let sent = seq as usize;
+        },
+        &|_, ra| !ra.packets.is_empty(),
+        "the peer's packet taken in",
+    );
     let streaming = empty_reads(&a) - before;
     // One look per quarter hold begun, the first poll's, and a stale readiness event per
     // rail after the input (read directly, its event is still queued in the poller).
@@ -1098,13 +1066,7 @@ fn busy_polling_stream(secure: bool) {
          at most {RAILS} per quarter hold, {bound} in {:?}",
         start.elapsed()
     );
-    // Everything still arrives.
-    let _ = a.prepare_sleep(time.now());
-    while rb.packets.len() < sent {
-        a.poll(time.now(), &mut ra, 64).unwrap();
-        b.poll(time.now(), &mut rb, 64).unwrap();
-        assert!(!time.expired(), "{} of {sent} arrived", rb.packets.len());
-    }
+    all_arrive(&time, [&mut a, &mut b], [&mut ra, &mut rb], sent);
 }
 
 /// A connection that never finishes its handshake (a client that never says HELLO, until
@@ -1122,8 +1084,6 @@ fn a_handshake_that_never_finishes_does_not_cost_a_stream_a_look_per_packet() {
 }
 
 fn silent_handshake_beside_a_stream(busy: bool) {
-    const RAILS: usize = 2;
-    const STREAM: u32 = 2_000;
     let time = Time::new();
     let mut c = TcpConfig::new(NodeId(0), SocketAddr::from(([127, 0, 0, 1], 0)));
     c.secret = Some(ClusterSecret::from_bytes([0x5e; 32]));
@@ -1131,16 +1091,7 @@ fn silent_handshake_beside_a_stream(busy: bool) {
     c.busy_poll = busy;
     // A long hold: only the handshake look bounds the time between looks.
     c.hold = Duration::from_secs(1);
-    let mut v = tcp_cluster(2, &c).unwrap();
-    let mut b = v.pop().unwrap();
-    let mut a = v.pop().unwrap();
-    let (mut ra, mut rb) = (Rec::default(), Rec::default());
-    while ra.up(1).is_none() || rb.up(0).is_none() {
-        a.poll(time.now(), &mut ra, 64).unwrap();
-        b.poll(time.now(), &mut rb, 64).unwrap();
-        assert!(!time.expired(), "the pair comes up");
-        std::thread::sleep(Duration::from_micros(100));
-    }
+    let (mut a, mut b, mut ra, mut rb) = pair_up(&time, &c);
     // A client that connects and says nothing.
     let accepted = a.stats().accepted;
     let mut rogue = raw(a.local_addr());
@@ -1150,41 +1101,21 @@ fn silent_handshake_beside_a_stream(busy: bool) {
     }
     let closes = |a: &TcpFabric| -> u64 { a.stats().closes.iter().map(|(_, n)| n).sum() };
     let closed_before = closes(&a);
-    let empty_reads = |a: &TcpFabric| -> u64 {
-        a.peer_stats(NodeId(1))
-            .map_or(0, |p| p.rails.iter().map(|r| r.empty_reads).sum())
-    };
     let start = std::time::Instant::now();
     let before = empty_reads(&a);
-    let mut seq = 0;
-    let mut closed_at = None;
-    while seq < STREAM || closed_at.is_none() {
-        assert!(
-            !time.expired(),
-            "the rogue's garbage never closed it while streaming"
-        );
-        if seq == STREAM / 2 {
+    let sent = stream(
+        &time,
+        [&mut a, &mut b],
+        [&mut ra, &mut rb],
+        STREAM,
+        &mut |_| {
             let mut garbage = [0u8; 64];
             SimRng::new(7).fill(&mut garbage);
             rogue.write_all(&garbage).unwrap();
-        }
-        let (h, m, p) = packet(0, 1, seq, 8);
-        loop {
-            match a.send(time.now(), &h, &m, &[(&p).into()]) {
-                Ok(()) => break,
-                Err(FabricError::Full) => {
-                    b.poll(time.now(), &mut rb, 64).unwrap();
-                    assert!(!time.expired(), "stuck on Full");
-                }
-                Err(e) => panic!("send failed: {e}"),
-            }
-        }
-        a.poll(time.now(), &mut ra, 64).unwrap();
-        if closed_at.is_none() && closes(&a) > closed_before {
-            closed_at = Some(seq);
-        }
-        seq += 1;
-    }
+        },
+        &|a, _| closes(a) > closed_before,
+        "the rogue's garbage closing it",
+    );
     // Without busy polling, rails are read only when the poller says so: nothing to
     // bound there.
     let streaming = empty_reads(&a) - before;
@@ -1192,15 +1123,83 @@ fn silent_handshake_beside_a_stream(busy: bool) {
     let bound = RAILS as u64 * looks as u64;
     assert!(
         !busy || streaming <= bound,
-        "{seq} polls of a stream beside a silent handshake read the rails {streaming} times \
+        "{sent} polls of a stream beside a silent handshake read the rails {streaming} times \
          with nothing there; at most {RAILS} per handshake look, {bound} in {:?}",
         start.elapsed()
     );
-    let sent = seq as usize;
-    let _ = a.prepare_sleep(time.now());
-    while rb.packets.len() < sent {
+    all_arrive(&time, [&mut a, &mut b], [&mut ra, &mut rb], sent);
+}
+
+/// Rails of the pairs in the stream tests below.
+const RAILS: usize = 2;
+/// Packets those streams send at least.
+const STREAM: u32 = 2_000;
+
+/// Fabrics of nodes 0 and 1 set up as `c` says, polled until each sees the other up.
+fn pair_up(time: &Time, c: &TcpConfig) -> (TcpFabric, TcpFabric, Rec, Rec) {
+    let mut v = tcp_cluster(2, c).unwrap();
+    let mut b = v.pop().unwrap();
+    let mut a = v.pop().unwrap();
+    let (mut ra, mut rb) = (Rec::default(), Rec::default());
+    while ra.up(1).is_none() || rb.up(0).is_none() {
         a.poll(time.now(), &mut ra, 64).unwrap();
         b.poll(time.now(), &mut rb, 64).unwrap();
+        assert!(!time.expired(), "the pair comes up");
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    (a, b, ra, rb)
+}
+
+/// Reads of node 1's rails by `a` that found nothing.
+fn empty_reads(a: &TcpFabric) -> u64 {
+    a.peer_stats(NodeId(1))
+        .map_or(0, |p| p.rails.iter().map(|r| r.empty_reads).sum())
+}
+
+/// Streams 8-byte packets from `a` to `b`, a send before each of `a`'s polls (as an
+/// engine sends a packet per turn): at least `count`, and on until `done(a, ra)` holds
+/// (bounded by the test deadline, `what` naming it); `midway(b)` runs once, halfway
+/// through `count`. Returns how many were sent.
+fn stream(
+    time: &Time,
+    [a, b]: [&mut TcpFabric; 2],
+    [ra, rb]: [&mut Rec; 2],
+    count: u32,
+    midway: &mut dyn FnMut(&mut TcpFabric),
+    done: &dyn Fn(&TcpFabric, &Rec) -> bool,
+    what: &str,
+) -> usize {
+    let mut seen = false;
+    let mut seq = 0;
+    while seq < count || !seen {
+        assert!(!time.expired(), "streaming, no sign of {what}");
+        if seq == count / 2 {
+            midway(b);
+        }
+        let (h, m, p) = packet(0, 1, seq, 8);
+        loop {
+            match a.send(time.now(), &h, &m, &[(&p).into()]) {
+                Ok(()) => break,
+                Err(FabricError::Full) => {
+                    b.poll(time.now(), rb, 64).unwrap();
+                    assert!(!time.expired(), "stuck on Full");
+                }
+                Err(e) => panic!("send failed: {e}"),
+            }
+        }
+        a.poll(time.now(), ra, 64).unwrap();
+        seen = seen || done(a, ra);
+        seq += 1;
+    }
+    seq as usize
+}
+
+/// Flushes what `a` holds and polls both until `b` has `sent` packets.
+fn all_arrive(time: &Time, [a, b]: [&mut TcpFabric; 2], [ra, rb]: [&mut Rec; 2], sent: usize) {
+    let _ = a.prepare_sleep(time.now());
+    while rb.packets.len() < sent {
+        a.poll(time.now(), ra, 64).unwrap();
+        b.poll(time.now(), rb, 64).unwrap();
         assert!(!time.expired(), "{} of {sent} arrived", rb.packets.len());
     }
 }

@@ -1818,6 +1818,34 @@ impl TcpFabric {
         Some(stop)
     }
 
+    /// Whether this poll looks for input (asks the poller; busy polling, reads every
+    /// rail). While the caller streams (`sent` since its last poll), its polls come once
+    /// per packet, and a system call (or one per rail) each time would cost as much as the
+    /// packets' writes: it looks at most once per quarter of the hold time then (bytes
+    /// already staged are read regardless), and a connection in its handshake every
+    /// [`HANDSHAKE_LOOK`] at least, however long the hold, but not on every packet (a dial
+    /// that hangs, or a client that never says HELLO until the handshake deadline, would
+    /// cost the stream a system call per packet).
+    fn look_for_input(&mut self, now: Instant, sent: bool) -> bool {
+        if !sent || self.timing.hold == 0 {
+            return true;
+        }
+        if now >= self.next_ask {
+            self.next_ask = now.plus_nanos(self.timing.hold / 4);
+            return true;
+        }
+        if now >= self.next_handshake_look && self.in_handshake() {
+            self.next_handshake_look = now.plus_nanos(HANDSHAKE_LOOK.as_nanos() as u64);
+            return true;
+        }
+        false
+    }
+
+    /// Whether a connection is in its handshake (not yet a rail, or not one any more).
+    fn in_handshake(&self) -> bool {
+        self.conns.iter().flatten().any(|c| c.phase != Phase::Open)
+    }
+
     /// Heartbeats, timeouts, reconnects.
     fn timers(&mut self, now: Instant) {
         if now < self.next_tick {
@@ -2231,26 +2259,9 @@ impl Fabric for TcpFabric {
         let keep_holding = sent && self.streaming;
         self.streaming = sent;
         self.sends_since_poll = 0;
-        let handshakes = self.conns.iter().flatten().any(|c| c.phase != Phase::Open);
-        // While the caller streams, its polls come once per packet: a system call (or one
-        // per rail) to look for input each time would cost as much as the packets' writes.
-        // Look at most once per quarter of the hold time then (bytes already staged are
-        // read regardless).
-        let mut look = !sent || self.timing.hold == 0 || now >= self.next_ask;
-        if look && sent {
-            self.next_ask = now.plus_nanos(self.timing.hold / 4);
-        }
-        // A handshake in progress is looked at every `HANDSHAKE_LOOK` at least, however
-        // long the hold, but not on every packet of a stream: a dial that hangs or a
-        // client that never says HELLO (until the handshake deadline) would otherwise cost
-        // the stream a system call per packet (per rail, busy polling).
-        let handshake_look = handshakes && !look && now >= self.next_handshake_look;
-        if handshake_look {
-            look = true;
-            self.next_handshake_look = now.plus_nanos(HANDSHAKE_LOOK.as_nanos() as u64);
-        }
+        let look = self.look_for_input(now, sent);
         let ask_poller = if self.config.busy_poll {
-            self.polls % BUSY_POLL_EVENTS_EVERY == 1 || (handshakes && look)
+            self.polls % BUSY_POLL_EVENTS_EVERY == 1 || (look && self.in_handshake())
         } else {
             look
         };

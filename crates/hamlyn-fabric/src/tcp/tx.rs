@@ -84,10 +84,11 @@ pub(crate) fn write_gather<W: Write>(
     skip: usize,
 ) -> io::Result<usize> {
     let mut written = 0;
-    // Stops when everything is out, without building an empty gather list to learn so.
-    let left = packet_len(pieces).saturating_sub(skip);
-    // A packet is a few pieces: a short list to set up for it, not 64 slices.
-    let few = pieces.iter().count() <= FEW_IOV;
+    // Stops when everything is out, without building an empty gather list to learn so;
+    // a packet is a few pieces, and a short list to set up for it, not 64 slices.
+    let (total, count) = pieces.iter().fold((0, 0), |(l, n), p| (l + p.len(), n + 1));
+    let left = total.saturating_sub(skip);
+    let few = count <= FEW_IOV;
     while written < left {
         let wrote = if few {
             write_once::<W, FEW_IOV>(w, pieces, skip + written)
