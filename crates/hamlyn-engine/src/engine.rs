@@ -2,7 +2,8 @@
 //! own file with its own state — `clients` (ports, error completions, notifications),
 //! `deliver` (check, deposit, commit, notify), `remote` and `fabric_rx` (other nodes),
 //! `one_sided` (answers to reads and atomics), `registry`, `counters` — and one turn
-//! serves termini round robin, one packet per terminus per turn, then the answers being
+//! serves termini round robin, one quantum per terminus per turn (a packet, and the next
+//! small single-packet messages after it: `serve_quantum`), then the answers being
 //! sent and the error completions waiting for room.
 //!
 //! A request taken from a terminus ring is checked where it lies (its one copy, out of
@@ -214,16 +215,20 @@ impl EngineState {
             });
     }
 
-    /// A visit of the scheduler's walk: serves the terminus (one packet at most) and
+    /// A visit of the scheduler's walk: serves the terminus (a packet, or a quantum) and
     /// says whether it stays in its ready queue. A terminus swept while queued is left
-    /// to its queue's visit (one packet per terminus per turn).
+    /// to its queue's visit (one quantum per terminus per turn).
     fn visit(&mut self, key: TerminusKey, visit: Visit) -> Served {
         if visit == Visit::Swept && self.terminus_mut(key).is_none_or(|t| t.queued) {
             return Served::default();
         }
+        let bytes_before = self.counters.bytes;
         let work = self.serve(key);
-        if work && visit == Visit::Swept {
-            self.counters.found_by_sweep += 1;
+        if work {
+            if visit == Visit::Swept {
+                self.counters.found_by_sweep += 1;
+            }
+            self.serve_quantum(key, bytes_before);
         }
         let Some(term) = self.terminus_mut(key) else {
             return Served {
@@ -288,6 +293,34 @@ impl EngineState {
         }
         self.counters.drains_cut += 1;
         false
+    }
+
+    /// A visit's quantum after its first packet: while that terminus's requests went out
+    /// whole in one packet each, its next ones follow in the same visit, up to
+    /// [`QUANTUM_PACKETS`] packets and [`QUANTUM_BYTES`] bytes in all. A stream of small
+    /// messages then pays a turn's fixed work (the ready words, the walk, the hand-off
+    /// of a waiting thread's drive) once per quantum, not once per message, while round
+    /// robin stays fair (every busy terminus of a level gets the same quantum per turn)
+    /// and a higher level waits at most one quantum per terminus (a few microseconds of
+    /// small packets). A multi-packet message, a fabric without room (a packet left
+    /// pending), a throttled or held terminus, or an empty ring ends the quantum: large
+    /// messages still go one packet per terminus per turn.
+    fn serve_quantum(&mut self, key: TerminusKey, bytes_before: u64) {
+        for _ in 1..QUANTUM_PACKETS {
+            if self.counters.bytes.wrapping_sub(bytes_before) >= QUANTUM_BYTES {
+                return;
+            }
+            let Some(term) = self.terminus_mut(key) else {
+                return;
+            };
+            if term.current.is_some() || term.throttled_until.is_some() {
+                return;
+            }
+            if !self.serve(key) {
+                return;
+            }
+            self.counters.quantum_packets += 1;
+        }
     }
 
     /// Sends at most one packet of terminus `key`; whether it had work. A request ends
@@ -968,6 +1001,13 @@ impl EngineState {
         }
     }
 }
+
+/// Most packets one visit of a terminus sends ([`EngineState::serve_quantum`]): its first
+/// and up to this many minus one small single-packet messages after it.
+pub(crate) const QUANTUM_PACKETS: usize = 16;
+/// A visit sends no further packet once it sent this many payload bytes: a higher
+/// priority level, or the next terminus, waits at most a few microseconds of copies.
+pub(crate) const QUANTUM_BYTES: u64 = 4096;
 
 /// Most turns a goodbye spends sending what its client queued
 /// ([`EngineState::drain_client`]): a full ring of multi-packet messages, with room.

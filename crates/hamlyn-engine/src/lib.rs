@@ -14,7 +14,8 @@
 //! - `hosted`: progress by the waiting thread: an embedded engine run by the threads of
 //!   its application that wait for it ([`Driver`]), its own thread asleep meanwhile;
 //! - `engine`: the state (the components below) and one turn: termini served round robin,
-//!   a request decoded, segmented and sent one packet per turn;
+//!   a request decoded, segmented and sent one packet per turn (small single-packet
+//!   messages of one terminus a quantum per visit);
 //! - `deliver`: a packet for this node is checked, deposited, committed and notified;
 //! - `clients`: who is attached, their ports, error completions and notifications;
 //! - `remote`, `fabric_rx`: the fabric, its peers (a sans-IO `hamlyn_core::PeerTable`),

@@ -1,5 +1,8 @@
 //! Terminus scheduling: strict priority between levels, round robin within a level,
-//! one packet per terminus per turn (seed 000 §2.3, seed 002 priorities).
+//! one visit per terminus per turn (seed 000 §2.3, seed 002 priorities). A visit sends
+//! one packet, or a quantum of small single-packet messages (the engine's
+//! `serve_quantum`: up to 16 packets and 4 KiB), the same for every terminus: round
+//! robin by quanta, as fair as packet by packet.
 //!
 //! The scheduler knows termini only by an opaque key; the engine tells it which termini
 //! have work and asks it for the order in which to visit them this turn.
@@ -153,7 +156,7 @@ impl Scheduler {
 
     /// One turn: visits the levels from highest priority down; within a level, the
     /// termini of its ready queue (in order, each once), then its sweep share (every
-    /// terminus when `all`), calling `serve`, which sends at most one packet. A
+    /// terminus when `all`), calling `serve`, which sends one packet or one quantum. A
     /// lower level is visited only if no terminus of a higher level had work. Returns
     /// whether anything had work. This is the engine's own walk. `serve` is also told
     /// whether the terminus is above the lowest level in use (its single-packet messages

@@ -1,7 +1,8 @@
-//! The engine's own priority walk, through a real engine with four priority levels: work
-//! queued on termini of every level while the engine is held (inside a fabric poll, by a
-//! test fabric with a gate) is delivered level by level, highest first, checked by the
-//! order of the receiver's notifications — never by time.
+//! The engine's own walk, through a real engine: work queued on termini while the engine
+//! is held (inside a fabric poll, by a test fabric with a gate) is delivered level by
+//! level, highest first, and within a level in quanta (a visit sends a terminus's next
+//! small single-packet messages after its first, `QUANTUM_PACKETS` and `QUANTUM_BYTES`
+//! at most), checked by the order of the receiver's notifications — never by time.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -13,6 +14,7 @@ use common::{inline, receiver_slot, RawClient};
 use hamlyn_core::Instant;
 use hamlyn_engine::{EngineConfig, EngineHandle};
 use hamlyn_fabric::{Fabric, FabricError, PacketSink, SharedBytes};
+use hamlyn_wire::request::{Gather, Payload, MAX_GATHER};
 use hamlyn_wire::{Header, NodeId};
 
 /// Whether polls block, and whether one is blocked now.
@@ -163,4 +165,164 @@ fn requests_without_hints_are_found_by_the_sweep() {
     assert_eq!(got, picked.iter().map(|&t| t as u64).collect::<Vec<_>>());
     let found = c.stats().engine.found_by_sweep - before;
     assert_eq!(found, picked.len() as u64, "each counted once");
+}
+
+/// A visit's quantum: the engine's constants, as a test sees them (`engine.rs`).
+const QUANTUM_PACKETS: u64 = 16;
+const QUANTUM_BYTES: u64 = 4096;
+
+/// Engine `cfg` with a gated fabric, a receiver slot, and a client with `termini` termini
+/// at priority 0. The caller closes the gate ([`hold`]) once it has asked the engine
+/// what it needs (no control request is answered while the engine is held).
+fn gated_engine(
+    cfg: EngineConfig,
+    termini: u16,
+) -> (
+    Gate,
+    EngineHandle,
+    RawClient,
+    u32,
+    u64,
+    std::sync::Arc<hamlyn_shm::region::ShmRegion>,
+) {
+    let gate = Gate::default();
+    let engine =
+        EngineHandle::start_with_fabric(cfg, Some(Box::new(GateFabric(gate.clone())))).unwrap();
+    let c = RawClient::attach(engine.socket_path(), termini, 1, 1024);
+    let (slot, key, region) = receiver_slot(&c, 1 << 16, 4);
+    for t in 0..termini {
+        c.open(t, 0);
+    }
+    (gate, engine, c, slot, key, region)
+}
+
+/// Holds the engine inside its fabric's poll.
+fn hold(gate: &Gate) {
+    gate.close();
+    gate.wait_held();
+}
+
+fn node1() -> EngineConfig {
+    let mut cfg = EngineConfig::embedded();
+    cfg.node = 1;
+    cfg
+}
+
+/// A message of `len` bytes gathered from offset 0 of `area` to metadata entry `entry`,
+/// tagged `tag`.
+fn gathered(
+    slot: u32,
+    key: u64,
+    entry: u32,
+    area: u32,
+    len: u64,
+    tag: u64,
+) -> hamlyn_wire::request::SendRequest {
+    let mut req = inline(1, slot, key, entry, 0, b"", tag);
+    let mut list = [Gather::default(); MAX_GATHER];
+    list[0] = Gather {
+        area,
+        offset: 0,
+        len,
+    };
+    req.payload = Payload::Gather { list, count: 1 };
+    req
+}
+
+/// The tags of the next `n` notifications of queue 0.
+fn tags(c: &mut RawClient, n: usize) -> Vec<u64> {
+    (0..n)
+        .map(|_| c.wait_notif(0).expect("notified").word.get())
+        .collect()
+}
+
+/// Two termini of one level, 40 small messages queued on each: every visit sends a
+/// quantum of 16 (its first and 15 more), and the two take turns quantum by quantum, as
+/// they took turns packet by packet before (round robin keeps equal shares). The engine
+/// counts the packets its quanta sent after their first.
+#[test]
+fn a_visit_sends_a_quantum_of_small_messages_and_termini_take_turns_by_quanta() {
+    let (gate, _engine, mut c, slot, key, _region) = gated_engine(node1(), 2);
+    hold(&gate);
+    const PER: u64 = 40;
+    for i in 0..PER {
+        for t in 0..2u64 {
+            let tag = t * 1000 + i;
+            c.push(t as usize, inline(1, slot, key, 0, 0, b"q", tag))
+                .unwrap();
+        }
+    }
+    gate.open();
+    let got = tags(&mut c, 2 * PER as usize);
+    let mut want = Vec::new();
+    let mut next = [0u64; 2];
+    while next.iter().any(|&n| n < PER) {
+        for t in 0..2u64 {
+            let from = next[t as usize];
+            let to = (from + QUANTUM_PACKETS).min(PER);
+            want.extend((from..to).map(|i| t * 1000 + i));
+            next[t as usize] = to;
+        }
+    }
+    assert_eq!(
+        got, want,
+        "quanta of {QUANTUM_PACKETS}, terminus by terminus"
+    );
+    // Three visits each (16, 16, 8): all but the first packet of each came in a quantum.
+    let visits = 2 * PER.div_ceil(QUANTUM_PACKETS);
+    assert_eq!(c.stats().engine.quantum_packets, 2 * PER - visits);
+}
+
+/// Bytes end a quantum too: 1 KiB messages go four to a visit (`QUANTUM_BYTES`), while
+/// the other terminus's small ones go sixteen.
+#[test]
+fn a_quantum_ends_at_its_bytes() {
+    let (gate, _engine, mut c, slot, key, _region) = gated_engine(node1(), 2);
+    let (area, _src) = c.area(4096);
+    hold(&gate);
+    const KIB: u64 = 1024;
+    let per_visit = QUANTUM_BYTES / KIB;
+    for i in 0..12u64 {
+        c.push(0, gathered(slot, key, 0, area, KIB, i)).unwrap();
+        c.push(1, inline(1, slot, key, 0, 0, b"s", 1000 + i))
+            .unwrap();
+    }
+    gate.open();
+    let got = tags(&mut c, 24);
+    let mut want: Vec<u64> = (0..per_visit).collect();
+    want.extend(1000..1012);
+    want.extend(per_visit..12);
+    assert_eq!(
+        got, want,
+        "{per_visit} of 1 KiB in a visit, the small ones all in one"
+    );
+}
+
+/// A message of several packets ends a quantum: it goes on one packet per visit, and the
+/// small messages after it join the visit of its last packet.
+#[test]
+fn a_message_of_several_packets_ends_a_quantum() {
+    let mut cfg = node1();
+    cfg.intra_mtu = 1024;
+    let (gate, _engine, mut c, slot, key, _region) = gated_engine(cfg, 2);
+    let (area, _src) = c.area(4096);
+    hold(&gate);
+    c.push(0, inline(1, slot, key, 0, 0, b"a", 0)).unwrap();
+    c.push(0, inline(1, slot, key, 0, 0, b"a", 1)).unwrap();
+    // On an entry of its own: its packets are counted there while the others land.
+    c.push(0, gathered(slot, key, 1, area, 3 * 1024, 2))
+        .unwrap();
+    c.push(0, inline(1, slot, key, 0, 0, b"a", 3)).unwrap();
+    c.push(0, inline(1, slot, key, 0, 0, b"a", 4)).unwrap();
+    for i in 0..5u64 {
+        c.push(1, inline(1, slot, key, 0, 0, b"b", 1000 + i))
+            .unwrap();
+    }
+    gate.open();
+    // Visit 1: 0, 1 and the first packet of 2; then the other terminus whole; visit 2:
+    // the second packet of 2; visit 3: its last, then 3 and 4.
+    assert_eq!(
+        tags(&mut c, 10),
+        [0, 1, 1000, 1001, 1002, 1003, 1004, 2, 3, 4]
+    );
 }

@@ -205,6 +205,10 @@ counters! {
         /// ready words read now and then only, its doorbell left armed, so its next
         /// push rings (or its own turn reads every port).
         ports_gone_cold,
+        /// Packets a terminus's visit sent after its first (its quantum: the next small
+        /// single-packet messages of a stream, `EngineState::serve_quantum`): turns this
+        /// saved.
+        quantum_packets,
     }
 }
 

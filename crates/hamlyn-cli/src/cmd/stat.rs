@@ -131,6 +131,10 @@ pub fn render(s: &Stats) -> String {
             e.found_by_sweep,
         ),
         ("idle ports gone cold", e.ports_gone_cold),
+        (
+            "packets sent in a visit's quantum, after its first",
+            e.quantum_packets,
+        ),
         ("direct slots opened", e.direct_opens),
         ("direct opens refused", e.direct_refusals),
         ("quota refusals", e.quota_refusals),
