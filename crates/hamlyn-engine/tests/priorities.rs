@@ -13,7 +13,7 @@ use std::time::{Duration, Instant as StdInstant};
 use common::{inline, receiver_slot, RawClient};
 use hamlyn_core::Instant;
 use hamlyn_engine::{EngineConfig, EngineHandle};
-use hamlyn_fabric::{Fabric, FabricError, PacketSink, SharedBytes};
+use hamlyn_fabric::{Fabric, FabricError, PacketSink, PeerEvent, SharedBytes};
 use hamlyn_wire::request::{Gather, Payload, MAX_GATHER};
 use hamlyn_wire::{Header, NodeId};
 
@@ -51,9 +51,35 @@ impl Gate {
     }
 }
 
-/// A fabric with no peers whose `poll` blocks while the gate is closed: it holds the
-/// engine's thread between two turns.
-struct GateFabric(Gate);
+/// What a logging [`GateFabric`] saw, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Seen {
+    /// A poll returned.
+    Poll,
+    /// A packet with this tag (its header's word) was sent.
+    Sent(u64),
+}
+
+type Log = Arc<Mutex<Vec<Seen>>>;
+
+/// A fabric whose `poll` blocks while the gate is closed: it holds the engine's thread
+/// between two turns. Without a log it has no peers; with one, node 2 is up from its
+/// first poll, every packet to it is taken, and sends and polls are logged.
+struct GateFabric {
+    gate: Gate,
+    log: Option<Log>,
+    announced: bool,
+}
+
+impl GateFabric {
+    fn new(gate: Gate, log: Option<Log>) -> GateFabric {
+        GateFabric {
+            gate,
+            log,
+            announced: false,
+        }
+    }
+}
 
 impl Fabric for GateFabric {
     fn local(&self) -> NodeId {
@@ -62,19 +88,34 @@ impl Fabric for GateFabric {
     fn send(
         &mut self,
         _now: Instant,
-        _header: &Header,
+        h: &Header,
         _meta: &[u8],
         _payload: &[SharedBytes<'_>],
     ) -> Result<(), FabricError> {
-        Err(FabricError::PeerDown(NodeId(0)))
+        match &self.log {
+            Some(log) => {
+                log.lock().unwrap().push(Seen::Sent(h.word));
+                Ok(())
+            }
+            None => Err(FabricError::PeerDown(NodeId(0))),
+        }
     }
     fn poll(
         &mut self,
         _now: Instant,
-        _sink: &mut dyn PacketSink,
+        sink: &mut dyn PacketSink,
         _budget: usize,
     ) -> Result<usize, FabricError> {
-        let (m, cv) = &*self.0 .0;
+        if let Some(log) = &self.log {
+            if !std::mem::replace(&mut self.announced, true) {
+                sink.on_peer(PeerEvent::Up {
+                    node: NodeId(2),
+                    incarnation: 1,
+                });
+            }
+            log.lock().unwrap().push(Seen::Poll);
+        }
+        let (m, cv) = &*self.gate.0;
         let mut st = m.lock().unwrap();
         while st.closed {
             st.inside = true;
@@ -92,7 +133,8 @@ fn queued_work_is_delivered_level_by_level_highest_first() {
     let mut cfg = EngineConfig::embedded();
     cfg.node = 1;
     let engine =
-        EngineHandle::start_with_fabric(cfg, Some(Box::new(GateFabric(gate.clone())))).unwrap();
+        EngineHandle::start_with_fabric(cfg, Some(Box::new(GateFabric::new(gate.clone(), None))))
+            .unwrap();
     let mut c = RawClient::attach(engine.socket_path(), 5, 1, 1024);
     let (slot, key, _region) = receiver_slot(&c, 1 << 16, 4);
     // Terminus t at priority 3 - t, so index order is not priority order; two termini
@@ -187,7 +229,8 @@ fn gated_engine(
 ) {
     let gate = Gate::default();
     let engine =
-        EngineHandle::start_with_fabric(cfg, Some(Box::new(GateFabric(gate.clone())))).unwrap();
+        EngineHandle::start_with_fabric(cfg, Some(Box::new(GateFabric::new(gate.clone(), None))))
+            .unwrap();
     let c = RawClient::attach(engine.socket_path(), termini, 1, 1024);
     let (slot, key, region) = receiver_slot(&c, 1 << 16, 4);
     for t in 0..termini {
@@ -325,4 +368,52 @@ fn a_message_of_several_packets_ends_a_quantum() {
         tags(&mut c, 10),
         [0, 1, 1000, 1001, 1002, 1003, 1004, 2, 3, 4]
     );
+}
+
+/// Packets to another node go one per visit, as before quanta: the fabric coalesces a
+/// stream's small packets itself, and sixteen between two of its polls cost the TCP
+/// message rate. Twenty queued small messages to node 2 leave with a poll of the fabric
+/// between any two of them, and the engine counts them sent and none in a quantum.
+#[test]
+fn packets_to_another_node_go_one_per_visit() {
+    let gate = Gate::default();
+    let log = Log::default();
+    let engine = EngineHandle::start_with_fabric(
+        node1(),
+        Some(Box::new(GateFabric::new(gate.clone(), Some(log.clone())))),
+    )
+    .unwrap();
+    let mut c = RawClient::attach(engine.socket_path(), 1, 1, 1024);
+    c.open(0, 0);
+    // Node 2 is up from the fabric's first poll.
+    let deadline = StdInstant::now() + Duration::from_secs(30);
+    while !c.stats().peer(2).is_some_and(|p| p.up) {
+        assert!(StdInstant::now() < deadline, "node 2 never came up");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    hold(&gate);
+    const N: u64 = 20;
+    for i in 0..N {
+        c.push(0, inline(2, 9, 0x5107, 0, 0, b"r", i)).unwrap();
+    }
+    gate.open();
+    c.wait_finished(0, N);
+    let seen = log.lock().unwrap().clone();
+    let sent: Vec<u64> = seen
+        .iter()
+        .filter_map(|s| match s {
+            Seen::Sent(tag) => Some(*tag),
+            Seen::Poll => None,
+        })
+        .collect();
+    assert_eq!(sent, (0..N).collect::<Vec<_>>());
+    let most_between_polls = seen
+        .split(|s| *s == Seen::Poll)
+        .map(<[Seen]>::len)
+        .max()
+        .unwrap_or(0);
+    assert_eq!(most_between_polls, 1, "{seen:?}");
+    let e = c.stats().engine;
+    assert_eq!(e.remote_sent, N);
+    assert_eq!(e.quantum_packets, 0);
 }

@@ -120,10 +120,12 @@ counters! {
         completed,
         /// Error completions handed to clients.
         error_completions,
-        /// Packets delivered.
+        /// Packets delivered here or sent to other nodes.
         packets,
-        /// Payload bytes delivered.
+        /// Payload bytes delivered here or sent to other nodes.
         bytes,
+        /// Packets sent to other nodes (counted in `packets` too).
+        remote_sent,
         /// Notifications posted.
         notifications,
         /// Notifications refused by a full queue (counted in the queue too).
@@ -206,8 +208,8 @@ counters! {
         /// push rings (or its own turn reads every port).
         ports_gone_cold,
         /// Packets a terminus's visit sent after its first (its quantum: the next small
-        /// single-packet messages of a stream, `EngineState::serve_quantum`): turns this
-        /// saved.
+        /// single-packet messages of a stream to this node, `EngineState::serve_quantum`):
+        /// turns this saved.
         quantum_packets,
     }
 }

@@ -149,6 +149,7 @@ pub fn render(s: &Stats) -> String {
     let _ = writeln!(out, "Totals\n{totals}\n");
 
     let remote = counter_table(&[
+        ("packets sent", e.remote_sent),
         ("packets received", e.remote_packets),
         ("bytes received", e.remote_bytes),
         ("NACKs received", e.nacks_received),
