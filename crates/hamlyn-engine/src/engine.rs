@@ -3,7 +3,7 @@
 //! `deliver` (check, deposit, commit, notify), `remote` and `fabric_rx` (other nodes),
 //! `one_sided` (answers to reads and atomics), `registry`, `counters` — and one turn
 //! serves termini round robin, one quantum per terminus per turn (a packet, and the next
-//! small single-packet messages after it: `serve_quantum`), then the answers being
+//! small single-packet messages after it: `visit`), then the answers being
 //! sent and the error completions waiting for room.
 //!
 //! A request taken from a terminus ring is checked where it lies (its one copy, out of
@@ -215,39 +215,73 @@ impl EngineState {
             });
     }
 
-    /// A visit of the scheduler's walk: serves the terminus (a packet, or a quantum) and
-    /// says whether it stays in its ready queue. A terminus swept while queued is left
-    /// to its queue's visit (one quantum per terminus per turn).
+    /// A visit of the scheduler's walk: serves the terminus and says whether it stays in
+    /// its ready queue. A terminus swept while queued is left to its queue's visit (one
+    /// visit per terminus per turn).
+    ///
+    /// A visit sends a quantum: after its first packet, while the terminus's requests go
+    /// out whole in one packet each to this node, its next ones follow in the same visit,
+    /// up to [`QUANTUM_PACKETS`] packets and [`QUANTUM_BYTES`] bytes in all. A stream of
+    /// small messages then pays a turn's fixed work (the ready words, the walk, the
+    /// hand-off of a waiting thread's drive) once per quantum, not once per message,
+    /// while round robin stays fair (every busy terminus of a level gets the same
+    /// quantum per turn) and a higher level waits at most one quantum per terminus (a few
+    /// microseconds of small packets). A multi-packet message, a fabric without room (a
+    /// packet left pending), a throttled or held terminus, or an empty ring ends the
+    /// quantum: large messages still go one packet per terminus per turn. So does a
+    /// packet sent to another node: the fabric coalesces a stream's small packets itself
+    /// (the TCP fabric holds them), and sixteen of them between two polls of it cost the
+    /// TCP 8 B message rate about a tenth (quick runs 2026-11-25: 0.98-1.32 M/s with,
+    /// 1.13-1.44 without). The look at the ring that decides whether the terminus stays
+    /// queued also decides whether the quantum goes on: a single message costs no
+    /// second look (a second `serve` to find the ring empty cost 135 instructions).
     fn visit(&mut self, key: TerminusKey, visit: Visit) -> Served {
         if visit == Visit::Swept && self.terminus_mut(key).is_none_or(|t| t.queued) {
             return Served::default();
         }
         let before = (self.counters.bytes, self.counters.remote_sent);
         let work = self.serve(key);
-        if work {
-            if visit == Visit::Swept {
-                self.counters.found_by_sweep += 1;
-            }
-            self.serve_quantum(key, before);
+        if work && visit == Visit::Swept {
+            self.counters.found_by_sweep += 1;
         }
-        let Some(term) = self.terminus_mut(key) else {
-            return Served {
-                work,
-                requeue: false,
+        // Whether the last serve sent something, and the serves of this visit.
+        let (mut served, mut serves) = (work, 1);
+        loop {
+            // Room left in the quantum, read before the terminus is borrowed.
+            let room = serves < QUANTUM_PACKETS
+                && self.counters.bytes.wrapping_sub(before.0) < QUANTUM_BYTES
+                && self.counters.remote_sent == before.1;
+            let Some(term) = self.terminus_mut(key) else {
+                return Served {
+                    work,
+                    requeue: false,
+                };
             };
-        };
-        // A swept terminus that had no work has an empty ring, unless its rate holds it
-        // (then it waits in the queue for its tokens) or a refused request waits for
-        // room for its error: no second look at the ring for the common case.
-        let more = if work || visit == Visit::Ready || term.throttled_until.is_some() {
-            term.has_more()
-        } else {
-            term.current.is_some()
-        };
-        term.queued = more;
-        Served {
-            work,
-            requeue: more,
+            // A swept terminus that had no work has an empty ring, unless its rate holds
+            // it (then it waits in the queue for its tokens) or a refused request waits
+            // for room for its error: no second look at the ring for the common case.
+            let more = if work || visit == Visit::Ready || term.throttled_until.is_some() {
+                term.has_more()
+            } else {
+                term.current.is_some()
+            };
+            let quantum_goes_on = served
+                && more
+                && term.current.is_none()
+                && term.throttled_until.is_none()
+                && room;
+            if !quantum_goes_on {
+                term.queued = more;
+                return Served {
+                    work,
+                    requeue: more,
+                };
+            }
+            served = self.serve(key);
+            serves += 1;
+            if served {
+                self.counters.quantum_packets += 1;
+            }
         }
     }
 
@@ -293,40 +327,6 @@ impl EngineState {
         }
         self.counters.drains_cut += 1;
         false
-    }
-
-    /// A visit's quantum after its first packet: while that terminus's requests went out
-    /// whole in one packet each to this node, its next ones follow in the same visit, up
-    /// to [`QUANTUM_PACKETS`] packets and [`QUANTUM_BYTES`] bytes in all (`before`: the
-    /// byte and remote-packet counters before the visit). A stream of small messages then
-    /// pays a turn's fixed work (the ready words, the walk, the hand-off of a waiting
-    /// thread's drive) once per quantum, not once per message, while round robin stays
-    /// fair (every busy terminus of a level gets the same quantum per turn) and a higher
-    /// level waits at most one quantum per terminus (a few microseconds of small
-    /// packets). A multi-packet message, a fabric without room (a packet left pending),
-    /// a throttled or held terminus, or an empty ring ends the quantum: large messages
-    /// still go one packet per terminus per turn. So does a packet sent to another node:
-    /// the fabric coalesces a stream's small packets itself (the TCP fabric holds them),
-    /// and sixteen of them between two polls of it cost the TCP 8 B message rate about a
-    /// tenth (quick runs 2026-11-25: 0.98-1.32 M/s with, 1.13-1.44 without).
-    fn serve_quantum(&mut self, key: TerminusKey, (bytes_before, remote_before): (u64, u64)) {
-        for _ in 1..QUANTUM_PACKETS {
-            if self.counters.bytes.wrapping_sub(bytes_before) >= QUANTUM_BYTES
-                || self.counters.remote_sent != remote_before
-            {
-                return;
-            }
-            let Some(term) = self.terminus_mut(key) else {
-                return;
-            };
-            if term.current.is_some() || term.throttled_until.is_some() {
-                return;
-            }
-            if !self.serve(key) {
-                return;
-            }
-            self.counters.quantum_packets += 1;
-        }
     }
 
     /// Sends at most one packet of terminus `key`; whether it had work. A request ends
@@ -1009,7 +1009,7 @@ impl EngineState {
     }
 }
 
-/// Most packets one visit of a terminus sends ([`EngineState::serve_quantum`]): its first
+/// Most packets one visit of a terminus sends ([`EngineState::visit`]): its first
 /// and up to this many minus one small single-packet messages after it.
 pub(crate) const QUANTUM_PACKETS: usize = 16;
 /// A visit sends no further packet once it sent this many payload bytes: a higher

@@ -1,7 +1,7 @@
 //! Terminus scheduling: strict priority between levels, round robin within a level,
 //! one visit per terminus per turn (seed 000 §2.3, seed 002 priorities). A visit sends
 //! one packet, or a quantum of small single-packet messages (the engine's
-//! `serve_quantum`: up to 16 packets and 4 KiB), the same for every terminus: round
+//! `visit`: up to 16 packets and 4 KiB), the same for every terminus: round
 //! robin by quanta, as fair as packet by packet.
 //!
 //! The scheduler knows termini only by an opaque key; the engine tells it which termini

@@ -208,7 +208,7 @@ counters! {
         /// push rings (or its own turn reads every port).
         ports_gone_cold,
         /// Packets a terminus's visit sent after its first (its quantum: the next small
-        /// single-packet messages of a stream to this node, `EngineState::serve_quantum`):
+        /// single-packet messages of a stream to this node, `EngineState::visit`):
         /// turns this saved.
         quantum_packets,
     }
