@@ -219,17 +219,20 @@ impl EngineState {
     /// its ready queue. A terminus swept while queued is left to its queue's visit (one
     /// visit per terminus per turn).
     ///
-    /// A visit sends a quantum: after its first packet, while the terminus's requests go
-    /// out whole in one packet each to this node, its next ones follow in the same visit,
-    /// up to [`QUANTUM_PACKETS`] packets and [`QUANTUM_BYTES`] bytes in all. A stream of
-    /// small messages then pays a turn's fixed work (the ready words, the walk, the
-    /// hand-off of a waiting thread's drive) once per quantum, not once per message,
-    /// while round robin stays fair (every busy terminus of a level gets the same
-    /// quantum per turn) and a higher level waits at most one quantum per terminus (a few
-    /// microseconds of small packets). A multi-packet message, a fabric without room (a
-    /// packet left pending), a throttled or held terminus, or an empty ring ends the
-    /// quantum: large messages still go one packet per terminus per turn. So does a
-    /// packet sent to another node: the fabric coalesces a stream's small packets itself
+    /// A visit sends a quantum: after its first packet, while each of the terminus's
+    /// requests was a write delivered here whole in one packet, its next ones follow in
+    /// the same visit, up to [`QUANTUM_PACKETS`] packets, and none once
+    /// [`QUANTUM_BYTES`] were delivered. A stream of small messages then pays a turn's
+    /// fixed work (the ready words, the walk, the hand-off of a waiting thread's drive)
+    /// once per quantum, not once per message. Every busy terminus of a level goes by the
+    /// same rule each turn, so termini of like messages get equal shares (a stream of
+    /// small ones up to 16 messages a turn, of multi-packet ones a packet), and a higher
+    /// level waits at most one quantum per terminus (a few microseconds of small
+    /// packets). A multi-packet message, a fabric without room (a packet left pending), a
+    /// throttled or held terminus, a refused request, or an empty ring ends the quantum.
+    /// So does a read or atomic executed here, and any answer waiting to be copied (a
+    /// read's bytes are copied on later turns: a write behind it in the same quantum
+    /// would be read in its place). So does a packet sent to another node: the fabric coalesces a stream's small packets itself
     /// (the TCP fabric holds them), and sixteen of them between two polls of it cost the
     /// TCP 8 B message rate about a tenth (quick runs 2026-11-25: 0.98-1.32 M/s with,
     /// 1.13-1.44 without). The look at the ring that decides whether the terminus stays
@@ -240,17 +243,13 @@ impl EngineState {
             return Served::default();
         }
         let before = (self.counters.bytes, self.counters.remote_sent);
+        let mut packets_at = self.counters.packets;
         let work = self.serve(key);
         if work && visit == Visit::Swept {
             self.counters.found_by_sweep += 1;
         }
-        // Whether the last serve sent something, and the serves of this visit.
-        let (mut served, mut serves) = (work, 1);
+        let (mut serves, mut in_quantum) = (1, false);
         loop {
-            // Room left in the quantum, read before the terminus is borrowed.
-            let room = serves < QUANTUM_PACKETS
-                && self.counters.bytes.wrapping_sub(before.0) < QUANTUM_BYTES
-                && self.counters.remote_sent == before.1;
             let Some(term) = self.terminus_mut(key) else {
                 return Served {
                     work,
@@ -265,23 +264,35 @@ impl EngineState {
             } else {
                 term.current.is_some()
             };
-            let quantum_goes_on = served
-                && more
-                && term.current.is_none()
-                && term.throttled_until.is_none()
-                && room;
-            if !quantum_goes_on {
-                term.queued = more;
+            term.queued = more;
+            let next_whole = more && term.current.is_none() && term.throttled_until.is_none();
+            // Whether the last serve delivered a packet here: not a read or atomic
+            // executed here (its answer is copied on later turns, so a write behind it
+            // must wait), not a refusal, not a packet to another node. Asked only in a
+            // quantum or when a next request waits: a lone message pays for none of it.
+            let delivered_here =
+                |c: &EngineCounters| c.packets != packets_at && c.remote_sent == before.1;
+            if in_quantum && delivered_here(&self.counters) {
+                self.counters.quantum_packets += 1;
+            }
+            // Room left in the quantum. No answer may wait to be copied: a read this
+            // terminus asked for earlier reads what its later writes would overwrite.
+            let goes_on = next_whole
+                && delivered_here(&self.counters)
+                && serves < QUANTUM_PACKETS
+                && self.counters.bytes.wrapping_sub(before.0) < QUANTUM_BYTES
+                && self.replies.is_empty();
+            if !goes_on {
                 return Served {
                     work,
                     requeue: more,
                 };
             }
-            served = self.serve(key);
+            packets_at = self.counters.packets;
+            in_quantum = true;
             serves += 1;
-            if served {
-                self.counters.quantum_packets += 1;
-            }
+            // Whether it had work shows in the counters (`delivered_here`).
+            let _ = self.serve(key);
         }
     }
 

@@ -1,8 +1,8 @@
 //! Terminus scheduling: strict priority between levels, round robin within a level,
 //! one visit per terminus per turn (seed 000 §2.3, seed 002 priorities). A visit sends
-//! one packet, or a quantum of small single-packet messages (the engine's
-//! `visit`: up to 16 packets and 4 KiB), the same for every terminus: round
-//! robin by quanta, as fair as packet by packet.
+//! one packet, or a quantum of small single-packet writes to this node (the engine's
+//! `visit`: up to 16 packets, none once 4 KiB were delivered), by the same rule for
+//! every terminus: termini of like messages get equal shares.
 //!
 //! The scheduler knows termini only by an opaque key; the engine tells it which termini
 //! have work and asks it for the order in which to visit them this turn.

@@ -372,8 +372,9 @@ fn a_message_of_several_packets_ends_a_quantum() {
 
 /// Packets to another node go one per visit, as before quanta: the fabric coalesces a
 /// stream's small packets itself, and sixteen between two of its polls cost the TCP
-/// message rate. Twenty queued small messages to node 2 leave with a poll of the fabric
-/// between any two of them, and the engine counts them sent and none in a quantum.
+/// message rate. Twenty queued small messages to node 2 leave a turn's worth at a time
+/// (one, or two when a spinning engine's first busy turn skips its idle-cadence poll,
+/// never a quantum), and the engine counts them sent and none in a quantum.
 #[test]
 fn packets_to_another_node_go_one_per_visit() {
     let gate = Gate::default();
@@ -412,8 +413,40 @@ fn packets_to_another_node_go_one_per_visit() {
         .map(<[Seen]>::len)
         .max()
         .unwrap_or(0);
-    assert_eq!(most_between_polls, 1, "{seen:?}");
+    assert!(most_between_polls <= 2, "{seen:?}");
     let e = c.stats().engine;
     assert_eq!(e.remote_sent, N);
     assert_eq!(e.quantum_packets, 0);
+}
+
+/// A read of this node's memory, then a write over the bytes it reads, on one terminus:
+/// the read answers with the bytes from before the write. (A read's answer is copied on
+/// later turns; a quantum that went on past the read delivered the write first.)
+#[test]
+fn a_read_then_a_write_on_one_terminus_reads_the_bytes_before_the_write() {
+    use common::{read_req, reply_ticket, slot_with_perms};
+    use hamlyn_wire::control::perm;
+    let (gate, _engine, mut c, _, _, _) = gated_engine(node1(), 1);
+    let (s, skey, data) = slot_with_perms(&c, 4096, 1, perm::WRITE | perm::READ);
+    data.write(0, &[0xAA; 8]).unwrap();
+    let (rslot, rkey, reply) = slot_with_perms(&c, 4096, 1, perm::WRITE);
+    let rt = reply_ticket(&c, rslot, rkey, 4096);
+    hold(&gate);
+    c.push(0, read_req(1, s, skey, 0, 8, rt, 0)).unwrap();
+    for i in 0..3u64 {
+        c.push(0, inline(1, s, skey, 0, 0, b"BBBBBBBB", 7 + i))
+            .unwrap();
+    }
+    gate.open();
+    c.wait_finished(0, 4);
+    // The three writes' notifications and the read's.
+    for _ in 0..4 {
+        c.wait_notif(0).expect("notified");
+    }
+    let mut got = [0u8; 8];
+    reply.read(0, &mut got).unwrap();
+    assert_eq!(got, [0xAA; 8], "the read saw a later write");
+    let mut now = [0u8; 8];
+    data.read(0, &mut now).unwrap();
+    assert_eq!(&now, b"BBBBBBBB");
 }

@@ -261,13 +261,28 @@ impl<M: RingMemory> Producer<M> {
     /// when something else wakes it or its wait times out.
     #[inline]
     pub fn post_with(&self, entry: &NotifEntry, wake: bool) -> Result<(), Full> {
+        self.post_from(entry, wake, None)
+    }
+
+    /// [`Producer::post_with`] whose first guess of `tail` is `guess` (a test's stale
+    /// read: a thread that paused after reading `tail` while others posted and the
+    /// consumer took their entries) instead of a load of it.
+    #[cfg(all(test, not(loom)))]
+    fn post_with_tail_guess(&self, entry: &NotifEntry, wake: bool, guess: u64) -> Result<(), Full> {
+        self.post_from(entry, wake, Some(guess))
+    }
+
+    /// [`Producer::post_with`], starting from `guess` for `tail` if given (tests), else
+    /// from a load of it.
+    #[inline(always)]
+    fn post_from(&self, entry: &NotifEntry, wake: bool, guess: Option<u64>) -> Result<(), Full> {
         let o = &self.o;
         let (Some(tail), Some(head)) = (self.mem.atomic_u64(o.tail), self.mem.atomic_u64(o.head))
         else {
             return Err(self.refuse());
         };
         // Relaxed: only a starting guess for the CAS, which re-validates it.
-        let mut pos = tail.load(Ordering::Relaxed);
+        let mut pos = guess.unwrap_or_else(|| tail.load(Ordering::Relaxed));
         // Acquire: pairs with the Release store of `head_seen` below, by whichever thread
         // of this process read `head` last, so that what its Acquire load of `head`
         // ordered (the consumer's copy out of the slots below it) is ordered before us.
@@ -686,6 +701,41 @@ mod tests {
             assert_eq!(e.kind(), Some(NotifKind::Fast));
         }
         assert_eq!(c.poll(), None);
+    }
+
+    /// A post whose read of `tail` went stale (its thread paused while others posted and
+    /// the consumer took their entries, so `head` is past it) reads `tail` again and
+    /// posts at the real end: it is neither refused as full nor written over a slot the
+    /// consumer already passed.
+    #[test]
+    fn a_post_with_a_stale_tail_reads_it_again() {
+        const CAP: u64 = 64;
+        let (mem, l) = queue(CAP as u32);
+        let p = Producer::attach(&mem, l).expect("attach");
+        let mut c = Consumer::attach(&mem, l).expect("attach");
+        // A lap posted and taken one by one (its posts never read `head`), then one more,
+        // which does (a lap past the handle's `head_seen` of 0: it becomes CAP), taken
+        // too: `head` and `tail` are CAP + 1.
+        for i in 0..=CAP {
+            p.post(&notif(i)).expect("room");
+            assert_eq!(c.poll().expect("posted").word.get(), i);
+        }
+        // A post that read `tail` as 0 long ago: `head` is ahead of its guess.
+        let next = CAP + 1;
+        p.post_with_tail_guess(&notif(next), false, 0)
+            .expect("a stale guess is not a full queue");
+        let e = c.poll().expect("posted at the real end");
+        assert_eq!((e.word.get(), e.seq.get()), (next, seq_for(next)));
+        assert_eq!(c.poll(), None);
+        assert_eq!(p.overflows(), 0);
+        // The queue goes on from there: a full lap fits, one more does not.
+        for i in 0..CAP {
+            p.post(&notif(next + 1 + i)).expect("room");
+        }
+        assert_eq!(p.post(&notif(0)), Err(Full));
+        for i in 0..CAP {
+            assert_eq!(c.poll().expect("posted").word.get(), next + 1 + i);
+        }
     }
 
     /// A producer that reserved a position and died (its `tail` bump is all it left):

@@ -124,8 +124,6 @@ counters! {
         packets,
         /// Payload bytes delivered here or sent to other nodes.
         bytes,
-        /// Packets sent to other nodes (counted in `packets` too).
-        remote_sent,
         /// Notifications posted.
         notifications,
         /// Notifications refused by a full queue (counted in the queue too).
@@ -207,10 +205,12 @@ counters! {
         /// ready words read now and then only, its doorbell left armed, so its next
         /// push rings (or its own turn reads every port).
         ports_gone_cold,
-        /// Packets a terminus's visit sent after its first (its quantum: the next small
-        /// single-packet messages of a stream to this node, `EngineState::visit`):
+        /// Packets a terminus's visit delivered here after its first (its quantum: the
+        /// next small single-packet writes of a stream to this node, `EngineState::visit`):
         /// turns this saved.
         quantum_packets,
+        /// Packets sent to other nodes (counted in `packets` too).
+        remote_sent,
     }
 }
 

@@ -112,8 +112,8 @@
 //! drops. A send to a peer that has not come up yet is `Full` (try later); to a peer
 //! announced Down, `PeerDown`.
 //!
-//! **Small packets in a stream are held.** An engine sends a packet (or a quantum of
-//! small ones) per terminus per turn and polls between turns; a `writev` per 8-byte message would cost a system call
+//! **Small packets in a stream are held.** An engine sends one packet per terminus per
+//! turn and polls between turns; a `writev` per 8-byte message would cost a system call
 //! on this side and a wake-up and a read on the other, each several times what the
 //! message itself costs. So while the caller streams (it sent packets between its last
 //! two polls, or already since the last one), a packet of at most 8 KiB is copied into
