@@ -1039,6 +1039,13 @@ fn busy_polling_stream(secure: bool) {
         idle >= 10 * RAILS as u64,
         "ten idle busy polls of {RAILS} rails read them {idle} times with nothing there"
     );
+    // The peer's link (what `hamlyn stat` lists per peer) counts its rails' empty reads.
+    let link = a
+        .link_stats()
+        .into_iter()
+        .find(|(n, _)| *n == NodeId(1))
+        .map(|(_, l)| l.counters.empty_reads);
+    assert_eq!(link, Some(empty_reads(&a)));
     // A stream: each poll follows a send. Halfway, the peer sends one packet back; the
     // stream goes on until it is taken in (should loopback hand it over late).
     let start = std::time::Instant::now();

@@ -330,6 +330,10 @@ counters! {
         dials,
         /// Dialed sessions that failed before coming up.
         dial_failures,
+        /// Reads of its rails' sockets that found nothing, over all its sessions: what
+        /// looking for input costs (a system call each; with a busy-polling fabric, one
+        /// per rail on every poll while the caller does not stream).
+        empty_reads,
     }
 }
 
@@ -1213,6 +1217,7 @@ mod tests {
                         counters: LinkCounters {
                             heartbeats_sent: 5,
                             heartbeats_received: 4,
+                            empty_reads: 9,
                             ..LinkCounters::default()
                         },
                     }),

@@ -262,6 +262,7 @@ pub fn render(s: &Stats) -> String {
             "bytes sent",
             "bytes received",
             "reconnects",
+            "empty reads",
         ]);
         for p in &s.peers {
             let mut row = vec![
@@ -282,9 +283,10 @@ pub fn render(s: &Stats) -> String {
                         c.bytes_sent.to_string(),
                         c.bytes_received.to_string(),
                         c.dials.saturating_sub(1).to_string(),
+                        c.empty_reads.to_string(),
                     ]);
                 }
-                None => row.extend(std::iter::repeat_n("-".to_string(), 9)),
+                None => row.extend(std::iter::repeat_n("-".to_string(), 10)),
             }
             pt.add_row(row);
         }

@@ -300,6 +300,7 @@ impl PeerStats {
                 downs: self.downs,
                 dials: self.dials,
                 dial_failures: self.dial_failures,
+                empty_reads: self.rails.iter().map(|r| r.empty_reads).sum(),
             },
         }
     }
