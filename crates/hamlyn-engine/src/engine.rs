@@ -232,10 +232,10 @@ impl EngineState {
     /// throttled or held terminus, a refused request, or an empty ring ends the quantum.
     /// So does a read or atomic executed here, and any answer waiting to be copied (a
     /// read's bytes are copied on later turns: a write behind it in the same quantum
-    /// would be read in its place). So does a packet sent to another node: the fabric coalesces a stream's small packets itself
-    /// (the TCP fabric holds them), and sixteen of them between two polls of it cost the
-    /// TCP 8 B message rate about a tenth (quick runs 2026-11-25: 0.98-1.32 M/s with,
-    /// 1.13-1.44 without). The look at the ring that decides whether the terminus stays
+    /// would be read in its place). So does a packet sent to another node: the fabric
+    /// coalesces a stream's small packets itself (the TCP fabric holds them), and sixteen
+    /// of them between two polls of it cost the TCP 8 B message rate about a tenth (quick
+    /// runs 2026-11-25: 0.98-1.32 M/s with, 1.13-1.44 without). The look at the ring that decides whether the terminus stays
     /// queued also decides whether the quantum goes on: a single message costs no
     /// second look (a second `serve` to find the ring empty cost 135 instructions).
     fn visit(&mut self, key: TerminusKey, visit: Visit) -> Served {
@@ -270,15 +270,16 @@ impl EngineState {
             // executed here (its answer is copied on later turns, so a write behind it
             // must wait), not a refusal, not a packet to another node. Asked only in a
             // quantum or when a next request waits: a lone message pays for none of it.
-            let delivered_here =
-                |c: &EngineCounters| c.packets != packets_at && c.remote_sent == before.1;
-            if in_quantum && delivered_here(&self.counters) {
+            let delivered_here = (in_quantum || next_whole)
+                && self.counters.packets != packets_at
+                && self.counters.remote_sent == before.1;
+            if in_quantum && delivered_here {
                 self.counters.quantum_packets += 1;
             }
             // Room left in the quantum. No answer may wait to be copied: a read this
             // terminus asked for earlier reads what its later writes would overwrite.
             let goes_on = next_whole
-                && delivered_here(&self.counters)
+                && delivered_here
                 && serves < QUANTUM_PACKETS
                 && self.counters.bytes.wrapping_sub(before.0) < QUANTUM_BYTES
                 && self.replies.is_empty();

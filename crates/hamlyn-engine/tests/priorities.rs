@@ -127,14 +127,23 @@ impl Fabric for GateFabric {
     }
 }
 
-#[test]
-fn queued_work_is_delivered_level_by_level_highest_first() {
+/// An engine of node 1 on a gated fabric (logging what it sees if `log`), and its gate.
+fn engine_on_gate(cfg: EngineConfig, log: Option<Log>) -> (Gate, EngineHandle) {
     let gate = Gate::default();
+    let fabric = GateFabric::new(gate.clone(), log);
+    let engine = EngineHandle::start_with_fabric(cfg, Some(Box::new(fabric))).unwrap();
+    (gate, engine)
+}
+
+fn node1() -> EngineConfig {
     let mut cfg = EngineConfig::embedded();
     cfg.node = 1;
-    let engine =
-        EngineHandle::start_with_fabric(cfg, Some(Box::new(GateFabric::new(gate.clone(), None))))
-            .unwrap();
+    cfg
+}
+
+#[test]
+fn queued_work_is_delivered_level_by_level_highest_first() {
+    let (gate, engine) = engine_on_gate(node1(), None);
     let mut c = RawClient::attach(engine.socket_path(), 5, 1, 1024);
     let (slot, key, _region) = receiver_slot(&c, 1 << 16, 4);
     // Terminus t at priority 3 - t, so index order is not priority order; two termini
@@ -227,10 +236,7 @@ fn gated_engine(
     u64,
     std::sync::Arc<hamlyn_shm::region::ShmRegion>,
 ) {
-    let gate = Gate::default();
-    let engine =
-        EngineHandle::start_with_fabric(cfg, Some(Box::new(GateFabric::new(gate.clone(), None))))
-            .unwrap();
+    let (gate, engine) = engine_on_gate(cfg, None);
     let c = RawClient::attach(engine.socket_path(), termini, 1, 1024);
     let (slot, key, region) = receiver_slot(&c, 1 << 16, 4);
     for t in 0..termini {
@@ -243,12 +249,6 @@ fn gated_engine(
 fn hold(gate: &Gate) {
     gate.close();
     gate.wait_held();
-}
-
-fn node1() -> EngineConfig {
-    let mut cfg = EngineConfig::embedded();
-    cfg.node = 1;
-    cfg
 }
 
 /// A message of `len` bytes gathered from offset 0 of `area` to metadata entry `entry`,
@@ -377,13 +377,8 @@ fn a_message_of_several_packets_ends_a_quantum() {
 /// never a quantum), and the engine counts them sent and none in a quantum.
 #[test]
 fn packets_to_another_node_go_one_per_visit() {
-    let gate = Gate::default();
     let log = Log::default();
-    let engine = EngineHandle::start_with_fabric(
-        node1(),
-        Some(Box::new(GateFabric::new(gate.clone(), Some(log.clone())))),
-    )
-    .unwrap();
+    let (gate, engine) = engine_on_gate(node1(), Some(log.clone()));
     let mut c = RawClient::attach(engine.socket_path(), 1, 1, 1024);
     c.open(0, 0);
     // Node 2 is up from the fabric's first poll.

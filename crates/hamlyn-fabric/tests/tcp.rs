@@ -1048,9 +1048,11 @@ fn busy_polling_stream(secure: bool) {
     assert_eq!(link, Some(empty_reads(&a)));
     // A stream: each poll follows a send. Halfway, the peer sends one packet back; the
     // stream goes on until it is taken in (should loopback hand it over late).
-    let start = std::time::Instant::now();
-    let before = empty_reads(&a);
-    let sent = stream(
+    let Streamed {
+        sent,
+        empty_reads: streaming,
+        took,
+    } = stream(
         &time,
         [&mut a, &mut b],
         [&mut ra, &mut rb],
@@ -1062,16 +1064,14 @@ fn busy_polling_stream(secure: bool) {
         &|_, ra| !ra.packets.is_empty(),
         "the peer's packet taken in",
     );
-    let streaming = empty_reads(&a) - before;
     // One look per quarter hold begun, the first poll's, and a stale readiness event per
     // rail after the input (read directly, its event is still queued in the poller).
-    let looks = start.elapsed().as_nanos() / (HOLD / 4).as_nanos() + 3;
+    let looks = took.as_nanos() / (HOLD / 4).as_nanos() + 3;
     let bound = RAILS as u64 * looks as u64;
     assert!(
         streaming <= bound,
         "{sent} polls of a stream read the rails {streaming} times with nothing there; \
-         at most {RAILS} per quarter hold, {bound} in {:?}",
-        start.elapsed()
+         at most {RAILS} per quarter hold, {bound} in {took:?}"
     );
     all_arrive(&time, [&mut a, &mut b], [&mut ra, &mut rb], sent);
 }
@@ -1108,9 +1108,11 @@ fn silent_handshake_beside_a_stream(busy: bool) {
     }
     let closes = |a: &TcpFabric| -> u64 { a.stats().closes.iter().map(|(_, n)| n).sum() };
     let closed_before = closes(&a);
-    let start = std::time::Instant::now();
-    let before = empty_reads(&a);
-    let sent = stream(
+    let Streamed {
+        sent,
+        empty_reads: streaming,
+        took,
+    } = stream(
         &time,
         [&mut a, &mut b],
         [&mut ra, &mut rb],
@@ -1125,14 +1127,12 @@ fn silent_handshake_beside_a_stream(busy: bool) {
     );
     // Without busy polling, rails are read only when the poller says so: nothing to
     // bound there.
-    let streaming = empty_reads(&a) - before;
-    let looks = start.elapsed().as_nanos() / hamlyn_fabric::tcp::HANDSHAKE_LOOK.as_nanos() + 3;
+    let looks = took.as_nanos() / hamlyn_fabric::tcp::HANDSHAKE_LOOK.as_nanos() + 3;
     let bound = RAILS as u64 * looks as u64;
     assert!(
         !busy || streaming <= bound,
         "{sent} polls of a stream beside a silent handshake read the rails {streaming} times \
-         with nothing there; at most {RAILS} per handshake look, {bound} in {:?}",
-        start.elapsed()
+         with nothing there; at most {RAILS} per handshake look, {bound} in {took:?}"
     );
     all_arrive(&time, [&mut a, &mut b], [&mut ra, &mut rb], sent);
 }
@@ -1163,10 +1163,20 @@ fn empty_reads(a: &TcpFabric) -> u64 {
         .map_or(0, |p| p.rails.iter().map(|r| r.empty_reads).sum())
 }
 
+/// What [`stream`] did.
+struct Streamed {
+    /// Packets sent.
+    sent: usize,
+    /// Reads of node 1's rails by `a` that found nothing meanwhile.
+    empty_reads: u64,
+    /// How long it took.
+    took: Duration,
+}
+
 /// Streams 8-byte packets from `a` to `b`, a send before each of `a`'s polls (as an
 /// engine sends a packet per turn): at least `count`, and on until `done(a, ra)` holds
 /// (bounded by the test deadline, `what` naming it); `midway(b)` runs once, halfway
-/// through `count`. Returns how many were sent.
+/// through `count`.
 fn stream(
     time: &Time,
     [a, b]: [&mut TcpFabric; 2],
@@ -1175,7 +1185,9 @@ fn stream(
     midway: &mut dyn FnMut(&mut TcpFabric),
     done: &dyn Fn(&TcpFabric, &Rec) -> bool,
     what: &str,
-) -> usize {
+) -> Streamed {
+    let start = std::time::Instant::now();
+    let before = empty_reads(a);
     let mut seen = false;
     let mut seq = 0;
     while seq < count || !seen {
@@ -1198,7 +1210,11 @@ fn stream(
         seen = seen || done(a, ra);
         seq += 1;
     }
-    seq as usize
+    Streamed {
+        sent: seq as usize,
+        empty_reads: empty_reads(a) - before,
+        took: start.elapsed(),
+    }
 }
 
 /// Flushes what `a` holds and polls both until `b` has `sent` packets.
