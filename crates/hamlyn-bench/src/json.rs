@@ -29,8 +29,13 @@
 //!  "layers": {"results": [{"layer": "am" | "endpoints" | "rats", "mode": S, "op": S,
 //!                          "size": N, "count": N, "p50_us": F, "p99_us": F, "gbps": F,
 //!                          "msgs_per_s": F, "reference": S}, ...],
-//!             "ucx": {"results": [ as peers.results ], "missing": [S, ...]} | null}}
+//!             "ucx": {"results": [ as peers.results ], "missing": [S, ...]} | null},
+//!  "placement": [{"phase": "direct" | "mediated", "this_process": [N, ...],
+//!                 "peer": [N, ...]}, ...]}
 //! ```
+//!
+//! `placement` lists the CPUs the two processes' measuring threads could run on while
+//! each mode on the one engine was measured (one each with `--pin`).
 //!
 //! `layers` holds the rows of `--layers am,endpoints,rats` (empty without): `op` names
 //! what was measured (`short_rtt`, `short_rate`, `bulk_bandwidth`, `channels_rtt` for
@@ -83,6 +88,15 @@ struct ReportJson<'a> {
     peers: Option<PeersJson<'a>>,
     targets: Vec<TargetJson>,
     layers: LayersJson<'a>,
+    placement: Vec<PlacementJson<'a>>,
+}
+
+/// An element of `placement`.
+#[derive(Serialize)]
+struct PlacementJson<'a> {
+    phase: &'static str,
+    this_process: &'a [usize],
+    peer: &'a [usize],
 }
 
 /// `layers`.
@@ -162,6 +176,15 @@ impl<'a> ReportJson<'a> {
                     missing: &p.missing,
                 }),
             },
+            placement: r
+                .placement
+                .iter()
+                .map(|p| PlacementJson {
+                    phase: p.phase,
+                    this_process: &p.this_process,
+                    peer: &p.peer,
+                })
+                .collect(),
         }
     }
 }
@@ -448,6 +471,7 @@ mod tests {
             peers: None,
             layers: Vec::new(),
             layer_peers: None,
+            placement: Vec::new(),
         };
         let v = parse(&to_json(&r).unwrap()).unwrap();
         let top: Vec<&str> = v
@@ -458,7 +482,17 @@ mod tests {
             .collect();
         assert_eq!(
             top,
-            ["floor", "results", "loopback", "fairness", "scaling", "peers", "targets", "layers"]
+            [
+                "floor",
+                "results",
+                "loopback",
+                "fairness",
+                "scaling",
+                "peers",
+                "targets",
+                "layers",
+                "placement"
+            ]
         );
         let f = &v.get("fairness").unwrap().as_array().unwrap()[0];
         assert_eq!(f.get("jain").unwrap().as_f64(), Some(0.8));
@@ -571,6 +605,7 @@ mod tests {
             peers: None,
             layers: Vec::new(),
             layer_peers: None,
+            placement: Vec::new(),
         };
         let v = parse(&to_json(&r).unwrap()).unwrap();
         let floor = v.get("floor").unwrap();
@@ -655,6 +690,7 @@ mod tests {
             }),
             layers: Vec::new(),
             layer_peers: None,
+            placement: Vec::new(),
         };
         let v = parse(&to_json(&r).unwrap()).unwrap();
         let p = v.get("peers").unwrap();
@@ -754,6 +790,7 @@ mod tests {
                 missing: vec!["ucx_perftest not installed".into()],
                 notes: vec![],
             }),
+            placement: Vec::new(),
         };
         let v = parse(&to_json(&r).unwrap()).unwrap();
         let layers = v.get("layers").unwrap();

@@ -47,6 +47,7 @@ mod floor;
 mod json;
 mod latency;
 mod layers;
+mod listeners;
 pub mod peer;
 mod peers;
 mod pin;
@@ -188,10 +189,12 @@ pub struct BenchArgs {
     /// Write SVG plots of latency and bandwidth against message size into DIR.
     #[arg(long, value_name = "DIR")]
     pub plot: Option<PathBuf>,
-    /// Pin threads to the first two allowed CPUs, A and B. The floor runs between A (this
-    /// process) and B (the peer). On one engine, its thread gets B to itself and both
-    /// processes share A (with a daemon, the peer stays on B). Over TCP, each node gets a
-    /// CPU: engine 0 and this process on A, engine 1 and the peer on B.
+    /// Pin threads to the first two allowed CPUs, A and B. The floor, the direct mode and
+    /// every peer's pair of processes (UCX's server and client, sockperf's) run with one
+    /// process on A (this one, a server) and the other on B. In the mediated mode the
+    /// engine's thread gets B to itself and both processes share A (with a daemon, the
+    /// peer stays on B). Over TCP, each node gets a CPU: engine 0 and this process on A,
+    /// engine 1 and the peer on B.
     #[arg(long)]
     pub pin: bool,
     /// Polls a waiting receiver spins through before it sleeps (default: the library's).
@@ -289,10 +292,26 @@ fn setup_text(
         ));
     }
     let pin = match cpus {
-        Some((a, b)) => format!(
-            ", pinned: on one engine, the engine on CPU {b} and both processes on {a}; over \
-             TCP, node 0 (engine and this process) on {a}, node 1 on {b}"
-        ),
+        Some((a, b)) => {
+            let mediated = if args.socket.is_some() {
+                format!("mediated, this process on {a} and the peer on {b} (the daemon unpinned)")
+            } else {
+                format!("mediated, the engine on {b} and both processes on {a}")
+            };
+            let busy = if engine.busy_poll && args.socket.is_none() {
+                format!(
+                    " (busy-poll: the engine's thread spins on {b} beside the direct mode's peer)"
+                )
+            } else {
+                String::new()
+            };
+            format!(
+                ", pinned: direct, the floor and UCX's and sockperf's processes with one process \
+                 on CPU {a} and the other on {b}{busy}; {mediated}; over TCP, node 0 (engine \
+                 and this process) on {a}, node 1 on {b}; the layers and UCX's active messages \
+                 on {a}"
+            )
+        }
         None => String::new(),
     };
     let spin = args
@@ -306,8 +325,12 @@ fn setup_text(
             .map(|(l, m)| format!("{} {}", l.name(), m.name()))
             .collect();
         format!(
-            "; layers ({}) on engines of their own, not pinned",
-            names.join(", ")
+            "; layers ({}) on engines of their own{}",
+            names.join(", "),
+            match cpus {
+                Some((a, _)) => format!(", on CPU {a} (inherited)"),
+                None => ", not pinned".into(),
+            }
         )
     };
     format!(
@@ -526,6 +549,12 @@ fn measure(args: &BenchArgs, engine: &EngineConfig, plan: &Plan) -> Result<Repor
     // waker runs), and the next measurement would pay for that placement.
     let mut tcp_floor = None;
     if args.interface() && args.has_tcp() {
+        // Pinned, one process per CPU, as the shared-memory floor and the TCP engines
+        // run (the mediated mode left the peer beside this process: there a spinning
+        // ping-pong waits a time slice per message).
+        if let Some((_, b)) = cpus {
+            pin_peer(&mut peer, b)?;
+        }
         tcp_floor = Some(raw_tcp_floor(&mut peer, plan, &progress)?);
     }
     for mode in [Mode::Tcp, Mode::TcpPlain]
@@ -566,6 +595,7 @@ fn measure(args: &BenchArgs, engine: &EngineConfig, plan: &Plan) -> Result<Repor
             &BANDWIDTH_SIZES,
             RATE_SIZE,
             !matches!(plan.name, "full"),
+            cpus,
             &progress,
         );
         progress.done();
@@ -577,8 +607,7 @@ fn measure(args: &BenchArgs, engine: &EngineConfig, plan: &Plan) -> Result<Repor
     // The floor again, the engines stopped: the vCPUs may have moved meanwhile.
     progress.start("floor: shared-memory ping-pong again");
     if let Some((_, b)) = cpus {
-        peer.send(&format!("pin {b}"))?;
-        peer.expect("ok", ANSWER_WAIT)?;
+        pin_peer(&mut peer, b)?;
     }
     let after = floor_pingpong(&mut peer, plan)?;
     progress.done();
@@ -600,12 +629,36 @@ fn measure(args: &BenchArgs, engine: &EngineConfig, plan: &Plan) -> Result<Repor
         peers,
         layers,
         layer_peers,
+        placement: measured.placement,
+    })
+}
+
+/// Pins the peer's measuring thread to `cpu` (`--pin`).
+fn pin_peer(peer: &mut PeerProcess, cpu: usize) -> Result<(), BenchError> {
+    peer.send(&format!("pin {cpu}"))?;
+    peer.expect("ok", ANSWER_WAIT).map(drop)
+}
+
+/// Where this thread and the peer's may run as `mode` is measured.
+fn placement(mode: Mode, peer: &mut PeerProcess) -> Result<report::Placement, BenchError> {
+    peer.send("cpus")?;
+    let answer = peer.expect("cpus", ANSWER_WAIT)?;
+    let peer_cpus = answer
+        .split(',')
+        .map(|c| c.trim().parse())
+        .collect::<Result<Vec<usize>, _>>()
+        .map_err(|_| BenchError::Peer(format!("answered cpus {answer:?}")))?;
+    Ok(report::Placement {
+        phase: mode.name(),
+        this_process: pin::allowed_cpus()?,
+        peer: peer_cpus,
     })
 }
 
 /// What the engine phases measured.
 #[derive(Debug, Default)]
 struct Measured {
+    placement: Vec<report::Placement>,
     rows: Vec<Row>,
     loopback: Vec<Row>,
     fairness: Vec<fairness::Fairness>,
@@ -833,8 +886,7 @@ fn one_engine(
             let e = EngineHandle::start(fresh_engine(engine))?;
             if let Some((a, _)) = cpus {
                 pin::pin_to(a)?;
-                peer.send(&format!("pin {a}"))?;
-                peer.expect("ok", ANSWER_WAIT)?;
+                pin_peer(peer, a)?;
             }
             Engines::Local(e)
         }
@@ -845,9 +897,24 @@ fn one_engine(
             at.ep.open_direct(&mut at.to_peer)?;
             peer.send("open-direct")?;
             peer.expect("ok", ANSWER_WAIT)?;
+            // Pinned, the direct mode's two processes sit as the floor's and every
+            // peer's do, one on each CPU: nothing of the engine's thread is on their
+            // path (on one CPU each message would wait for a context switch). With
+            // --busy-poll that thread spins on B beside the peer (the setup line says
+            // so).
+            if let Some((_, b)) = cpus {
+                pin_peer(peer, b)?;
+            }
+            out.placement.push(placement(Mode::Direct, peer)?);
             measure_mode(Mode::Direct, plan, peer, &mut at, progress, out)?;
         }
         if args.has(Mode::Mediated) {
+            // Back on A beside this process, the engine's thread alone on B (a daemon's
+            // peer stays on B; without the direct mode it is on A already).
+            if let (Some((a, _)), None) = (cpus, &args.socket) {
+                pin_peer(peer, a)?;
+            }
+            out.placement.push(placement(Mode::Mediated, peer)?);
             measure_mode(Mode::Mediated, plan, peer, &mut at, progress, out)?;
             for &size in &LOOPBACK_SIZES {
                 let step = format!("mediated: latency {} to itself", size_name(size));
@@ -917,8 +984,7 @@ fn two_engines(
     out: &mut Measured,
 ) -> Result<(), BenchError> {
     if let Some((_, b)) = cpus {
-        peer.send(&format!("pin {b}"))?;
-        peer.expect("ok", ANSWER_WAIT)?;
+        pin_peer(peer, b)?;
     }
     let setup = tcp_setup(args, engine, mode == Mode::TcpPlain);
     let engines = Engines::Tcp(SplitTcpEngines::start(engine, &setup, cpus, peer)?);

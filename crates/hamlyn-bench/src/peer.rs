@@ -32,7 +32,7 @@ use super::endpoint::{Endpoint, Remote, Tickets, Via};
 use super::error::BenchError;
 use super::floor::FloorShm;
 use super::latency::{pong, Exchange, PingPong};
-use super::pin::pin_to;
+use super::pin::{allowed_cpus, pin_to};
 use super::tcp::{PeerNode, RawTcp, Wait};
 
 /// `hamlyn bench-peer` arguments.
@@ -131,6 +131,11 @@ fn obey(
         Some("pin") => {
             pin_to(arg(words.next(), line)?)?;
             say(out, "ok")?;
+        }
+        // The CPUs the peer's thread may run on (the driver records where each phase ran).
+        Some("cpus") => {
+            let cpus: Vec<String> = allowed_cpus()?.iter().map(|c| c.to_string()).collect();
+            say(out, &format!("cpus {}", cpus.join(",")))?;
         }
         Some("disconnect") => {
             state.endpoint = None;

@@ -113,12 +113,15 @@ pub struct Peers {
 /// with `quick` (fewer sizes and iterations), on an idle machine; on a busy one UCX stops
 /// after 8.5 s per transport (3 s quick) and records what it left out, so at most some
 /// 27 s (9 s quick). Names what runs on `progress` but counts no step (the caller counts
-/// the peers as one).
+/// the peers as one). `cpus` (`--pin`): each server runs on the first CPU and each client
+/// on the second, as the bench's own two processes do in the direct mode; `None`: where
+/// they inherit from the calling thread.
 pub fn measure(
     sizes_lat: &[usize],
     sizes_bw: &[usize],
     rate_size: usize,
     quick: bool,
+    cpus: Option<(usize, usize)>,
     progress: &Progress,
 ) -> Peers {
     let mut peers = Peers::default();
@@ -144,6 +147,7 @@ pub fn measure(
                     budget,
                     slowdown: 1.0,
                     stop_at: Instant::now() + ucx_limit / 2,
+                    cpus,
                     peers: &mut peers,
                     progress,
                 };
@@ -158,7 +162,7 @@ pub fn measure(
     }
     match find_program("sockperf") {
         Some(exe) => sockperf_all(
-            &exe, sizes_lat, sizes_bw, rate_size, quick, &mut peers, progress,
+            &exe, sizes_lat, sizes_bw, rate_size, quick, cpus, &mut peers, progress,
         ),
         None => peers
             .missing
@@ -206,6 +210,9 @@ pub fn measure_am(
             budget,
             slowdown: 1.0,
             stop_at: Instant::now() + ucx_limit / 2,
+            // Where the calling thread is, as the layers' own processes and engines
+            // (which `--pin` leaves on its first CPU).
+            cpus: None,
             peers: &mut peers,
             progress,
         };
@@ -269,6 +276,12 @@ impl Proc {
             text: String::new(),
             closed: false,
         })
+    }
+
+    /// Pins the process (its threads so far: sockperf's one) to `cpu` (`--pin`).
+    fn pin_to(&self, cpu: usize) -> Result<(), String> {
+        crate::pin::pin_process(self.child.id(), cpu)
+            .map_err(|e| format!("pinning to CPU {cpu}: {e}"))
     }
 
     /// Collects output until `until` holds of everything so far, the output closes, or
@@ -361,9 +374,16 @@ fn free_port() -> Result<u16, String> {
         .map_err(|e| format!("finding a free port: {e}"))
 }
 
-/// Whether some socket listens on TCP `port` (any address), from `/proc/net/tcp{,6}`.
+/// Whether some socket listens on TCP `port` (any address): asked over netlink
+/// ([`crate::listeners`]), or where that is refused read from `/proc/net/tcp{,6}`.
 /// (Connecting to find out would use up a server that accepts one connection.)
 fn listening(port: u16) -> bool {
+    crate::listeners::listening(port).unwrap_or_else(|| listening_by_proc(port))
+}
+
+/// [`listening`] from `/proc/net/tcp{,6}`: each read walks the kernel's whole table of
+/// established sockets (milliseconds on a machine with much memory).
+fn listening_by_proc(port: u16) -> bool {
     let want = format!(":{port:04X}");
     ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|file| {
         std::fs::read_to_string(file).is_ok_and(|text| {
@@ -390,6 +410,10 @@ fn start_server(cmd: Command, port: u16, what: &str) -> Result<Proc, String> {
             return Err(format!("{what} server exited: {}", error_line(&text)));
         }
         if Instant::now() >= deadline {
+            // Netlink may answer wrongly in a sandbox: the files have the last word.
+            if listening_by_proc(port) {
+                return Ok(server);
+            }
             return Err(format!(
                 "{what} server did not listen on port {port} within 5 s"
             ));
@@ -597,6 +621,9 @@ struct Ucx<'a> {
     slowdown: f64,
     /// When the remaining tests are left out.
     stop_at: Instant,
+    /// `--pin`: the server's CPU and the client's (the two processes of the bench's own
+    /// two-process figures sit the same way).
+    cpus: Option<(usize, usize)>,
     peers: &'a mut Peers,
     progress: &'a Progress,
 }
@@ -700,6 +727,9 @@ impl Ucx<'_> {
             let port = free_port().map_err(UcxFailure::Failed)?;
             let mut cmd = self.command(test);
             cmd.args(["-p", &port.to_string()]);
+            if let Some((server_cpu, _)) = self.cpus {
+                cmd.args(["-c", &server_cpu.to_string()]);
+            }
             match start_server(cmd, port, "ucx_perftest") {
                 Ok(server) => break (server, port),
                 Err(e) if tries >= 2 => return Err(UcxFailure::Failed(e)),
@@ -710,6 +740,9 @@ impl Ucx<'_> {
         cmd.arg("127.0.0.1").args(["-p", &port.to_string()]);
         cmd.args(["-t", test.name, "-s", &size.to_string()]);
         cmd.args(["-n", &iters.to_string(), "-w", &warmup.to_string()]);
+        if let Some((_, client_cpu)) = self.cpus {
+            cmd.args(["-c", &client_cpu.to_string()]);
+        }
         if test.uct {
             cmd.args(self.kind.uct_args());
         }
@@ -1098,12 +1131,14 @@ fn sockperf_jobs(
 /// counted). The next client is started 1.6 s after the last began sleeping, so it
 /// connects while the last sleeps and starts measuring after the last has finished; the
 /// one after that is started only once the last has exited.
+#[allow(clippy::too_many_arguments)]
 fn sockperf_all(
     exe: &Path,
     sizes_lat: &[usize],
     sizes_bw: &[usize],
     rate_size: usize,
     quick: bool,
+    cpus: Option<(usize, usize)>,
     peers: &mut Peers,
     progress: &Progress,
 ) {
@@ -1124,7 +1159,7 @@ fn sockperf_all(
             },
             size_text(job.size)
         ));
-        let started = sockperf_start(exe, job);
+        let started = sockperf_start(exe, job, cpus);
         if let Some(running) = last.take() {
             sockperf_finish(running, peers);
         }
@@ -1152,18 +1187,30 @@ fn sockperf_test(job: SockperfJob) -> &'static str {
 
 /// Starts a server and a client for `job`, and waits until the client has connected and
 /// begun its warm-up sleep.
-fn sockperf_start(exe: &Path, job: SockperfJob) -> Result<Running, String> {
+fn sockperf_start(
+    exe: &Path,
+    job: SockperfJob,
+    cpus: Option<(usize, usize)>,
+) -> Result<Running, String> {
     let port = free_port()?;
     let port_text = port.to_string();
     let mut cmd = Command::new(exe);
     cmd.args(["sr", "--tcp", "-i", "127.0.0.1", "-p", &port_text]);
     cmd.args(["-m", &SOCKPERF_MAX.to_string()]);
     let server = start_server(cmd, port, "sockperf")?;
+    // sockperf has no affinity option: its processes are pinned once started (the
+    // client before its warm-up sleep ends, well before it measures).
+    if let Some((server_cpu, _)) = cpus {
+        server.pin_to(server_cpu)?;
+    }
     let mut cmd = Command::new(exe);
     cmd.arg(if job.pingpong { "pp" } else { "tp" });
     cmd.args(["--tcp", "-i", "127.0.0.1", "-p", &port_text]);
     cmd.args(["-m", &job.actual.to_string(), "-t", "1"]);
     let mut client = Proc::spawn(cmd, "sockperf")?;
+    if let Some((_, client_cpu)) = cpus {
+        client.pin_to(client_cpu)?;
+    }
     let deadline = Instant::now() + Duration::from_secs(3);
     if client.read_until(deadline, |t| t.contains("Warmup stage")) {
         Ok(Running {
@@ -1507,6 +1554,7 @@ sockperf: ERROR: Can`t connect socket (errno=111 Connection refused)
             &[64, 512, 4096, 65536, 1 << 20, 4 << 20],
             8,
             quick,
+            None,
             &progress,
         );
         progress.finish();

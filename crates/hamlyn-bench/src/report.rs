@@ -267,6 +267,20 @@ pub struct Report {
     pub layers: Vec<LayerRow>,
     /// UCX `am_lat` and `am_bw` at the layers' sizes (`--peers` with `--layers`).
     pub layer_peers: Option<Peers>,
+    /// Where the two processes' measuring threads could run in each phase on the one
+    /// engine (`--pin` narrows it to a CPU each).
+    pub placement: Vec<Placement>,
+}
+
+/// The CPUs this process's thread and the peer's could run on while a phase was measured.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// The phase: a mode's name.
+    pub phase: &'static str,
+    /// This process's measuring thread.
+    pub this_process: Vec<usize>,
+    /// The peer's.
+    pub peer: Vec<usize>,
 }
 
 impl Report {
@@ -783,6 +797,9 @@ impl Report {
             us(f.shm_relay_oneway_us),
             memcpy.join(", ")
         );
+        if let Some(note) = floor_moved(&f.shm_runs_us) {
+            text.push_str(&note);
+        }
         if let Some(tcp) = &f.tcp {
             let us_by_size = |v: &[(usize, f64, f64)]| {
                 v.iter()
@@ -919,10 +936,64 @@ impl Report {
         t
     }
 }
+
+/// Runs of the shared-memory floor this far apart (the slower one at least this many
+/// times the faster, and by [`FLOOR_MOVED_US`] at least) say that the two processes'
+/// placement changed during the run.
+const FLOOR_MOVED: f64 = 2.0;
+/// What a move of the two CPUs adds to the floor at least (0.05 to 0.25 µs here): two
+/// runs of a quick plan in one placement may differ twofold at 20-50 ns.
+const FLOOR_MOVED_US: f64 = 0.1;
+
+/// A warning when the shared-memory floor's runs (before and after the rest) differ by
+/// [`FLOOR_MOVED`] times and [`FLOOR_MOVED_US`]: its two processes sat differently at
+/// the two ends. Unpinned, the kernel may have put them on one CPU (a context switch a
+/// message); or, on a virtual machine, the host placed the two virtual CPUs differently
+/// (the same physical core, 0.05 µs here; two cores apart, 0.25 µs), and a cache line
+/// then crosses in a different time. Every two-process figure moves with it, Hamlyn's
+/// and the peers' alike, so figures measured at the two ends of the run are not
+/// comparable.
+fn floor_moved(runs: &[f64]) -> Option<String> {
+    let lo = runs.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = runs.iter().copied().fold(0.0, f64::max);
+    (lo > 0.0 && hi >= FLOOR_MOVED * lo && hi - lo >= FLOOR_MOVED_US).then(|| {
+        format!(
+            "\nwarning: the shared-memory floor moved during the run ({} to {}): its two \
+             processes were placed differently at its two ends (on one CPU or two, or a \
+             virtual machine's host moved its CPUs; --pin rules out the first); figures \
+             measured far apart in the run, Hamlyn's or a peer's, are not comparable",
+            us(lo),
+            us(hi)
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::peers::PeerResult;
+
+    /// The warning comes when one floor run is twice the other or more, not for the
+    /// few percent two runs of one placement differ by.
+    #[test]
+    fn a_floor_that_moved_during_the_run_is_reported() {
+        let note = floor_moved(&[0.05, 0.25]).expect("moved");
+        assert!(note.contains("0.05 µs to 0.25 µs"), "{note}");
+        assert!(floor_moved(&[0.26, 0.05]).is_some());
+        assert!(floor_moved(&[0.05, 0.06]).is_none());
+        // Twofold, but 30 ns: a quick plan's floor runs differ so in one placement.
+        assert!(floor_moved(&[0.02, 0.05]).is_none());
+        assert!(floor_moved(&[0.2]).is_none());
+        assert!(floor_moved(&[]).is_none());
+        let mut r = report();
+        r.floor.shm_runs_us = vec![0.05, 0.25];
+        assert!(r
+            .render()
+            .contains("warning: the shared-memory floor moved"));
+        assert!(!report()
+            .render()
+            .contains("warning: the shared-memory floor moved"));
+    }
 
     fn lat(p50: f64) -> Latency {
         Latency {
@@ -966,6 +1037,7 @@ mod tests {
             peers: None,
             layers: Vec::new(),
             layer_peers: None,
+            placement: Vec::new(),
         }
     }
 

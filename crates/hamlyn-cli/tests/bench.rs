@@ -69,7 +69,17 @@ fn check_report(v: &Value, modes: &[&str]) {
         .collect();
     assert_eq!(
         top,
-        ["floor", "results", "loopback", "fairness", "scaling", "peers", "targets", "layers"]
+        [
+            "floor",
+            "results",
+            "loopback",
+            "fairness",
+            "scaling",
+            "peers",
+            "targets",
+            "layers",
+            "placement"
+        ]
     );
     let floor = v.get("floor").expect("floor");
     assert!(positive(floor.get("shm_pingpong_oneway_us")));
@@ -250,6 +260,57 @@ fn bench_of_one_mode_measures_only_that_mode() {
         Some(0)
     );
     assert_eq!(v.get("scaling"), Some(&Value::Null));
+}
+
+/// `--pin` on a machine of two CPUs or more: every figure of both modes is measured, and
+/// the report's placement (the CPUs each process's thread reported as it was about to be
+/// measured) shows the direct mode's two processes on two CPUs and the mediated mode's
+/// on one. Skipped on one CPU, where `--pin` is refused.
+#[test]
+fn bench_pinned_measures_both_modes_one_process_per_cpu_for_direct() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus < 2 {
+        eprintln!("skipped: --pin needs two CPUs, this machine has {cpus}");
+        return;
+    }
+    let dir = TempDir::new("bench-pinned");
+    let (stdout, v) = bench_smoke(
+        &dir,
+        &["--pin", "--modes", "direct,mediated", "--no-extras"],
+    );
+    check_report(&v, &["direct", "mediated"]);
+    assert!(stdout.contains(", pinned: direct, "), "{stdout}");
+    // Where each phase ran, as the two processes' threads reported it.
+    let cpus = |p: &Value, who: &str| -> Vec<u64> {
+        p.get(who)
+            .and_then(Value::as_array)
+            .expect("a list of CPUs")
+            .iter()
+            .map(|c| c.as_u64().expect("a CPU number"))
+            .collect()
+    };
+    let placement = v
+        .get("placement")
+        .and_then(Value::as_array)
+        .expect("placement");
+    let phase = |name: &str| {
+        placement
+            .iter()
+            .find(|p| p.get("phase").and_then(Value::as_str) == Some(name))
+            .unwrap_or_else(|| panic!("no placement for {name}: {placement:?}"))
+    };
+    let (direct, mediated) = (phase("direct"), phase("mediated"));
+    let a = cpus(direct, "this_process");
+    assert_eq!(a.len(), 1, "this process pinned to one CPU: {a:?}");
+    let b = cpus(direct, "peer");
+    assert_eq!(b.len(), 1, "the peer pinned to one CPU: {b:?}");
+    assert_ne!(a, b, "direct: one process per CPU");
+    assert_eq!(cpus(mediated, "this_process"), a);
+    assert_eq!(
+        cpus(mediated, "peer"),
+        a,
+        "mediated: both processes beside each other"
+    );
 }
 
 /// The (layer, mode, op, size) rows `--layers am,endpoints,rats,rpc` must report, in order.
