@@ -540,6 +540,13 @@ fn a_polling_loop_over_tcp_shares_one_drive_and_gives_it_back() {
 /// wait's end hands nothing back, so a few leases serve hundreds of rounds (a lease per
 /// wait took and gave back the fabric's wake-ups each time); the pushes between the
 /// waits find the engine's thread asleep under the lease and run their own turns.
+///
+/// Each side is a thread of its own that waits right after it sent, so that its wait
+/// begins before the other side can have answered: there is something to wait for, and
+/// the wait drives. One thread that sent to the other side and only then waited for that
+/// message raced the receiving engine's thread, awake after the setup: on a fast machine
+/// that thread took every message in before the wait looked, nothing was ever waited
+/// for, and no lease began (CI, 2026-11-26).
 #[test]
 fn the_waits_of_a_ping_pong_over_tcp_share_one_lease() {
     const ROUNDS: u64 = 300;
@@ -558,37 +565,55 @@ fn the_waits_of_a_ping_pong_over_tcp_share_one_lease() {
     let mut tb = b.terminus(0).expect("terminus");
     let before = stats(&ea);
     let opts = SendOptions::new();
-    let mut handles = Vec::new();
-    for round in 0..ROUNDS {
-        let word = round.to_le_bytes();
-        handles.push(
-            ta.send(&inboxes[1].2, &opts, hamlyn::Data::Inline(&word))
-                .expect("send"),
-        );
-        let n = qb.wait(Some(WAIT)).expect("wait").expect("arrives at b");
-        assert_eq!(n.len, 8);
-        handles.push(
-            tb.send(&inboxes[0].2, &opts, hamlyn::Data::Inline(&word))
-                .expect("send"),
-        );
-        let n = qa.wait(Some(WAIT)).expect("wait").expect("arrives at a");
-        assert_eq!(n.len, 8);
-        assert_eq!(inboxes[0].0.read_vec(0, 8).expect("read"), word);
+    // Sends `word` to `to` through `t`, keeping the handle; waits for the sends so far
+    // once more than 64 are out.
+    let send = |t: &mut hamlyn::Terminus,
+                to: &hamlyn::Ticket,
+                word: &[u8; 8],
+                handles: &mut Vec<hamlyn::SendHandle>| {
+        handles.push(t.send(to, &opts, hamlyn::Data::Inline(word)).expect("send"));
         if handles.len() > 64 {
             for h in handles.drain(..) {
                 assert_eq!(h.wait(Some(WAIT)), Status::Sent);
             }
         }
-    }
-    for h in handles {
-        assert_eq!(h.wait(Some(WAIT)), Status::Sent);
-    }
-    for engine in [&ea, &eb] {
+    };
+    std::thread::scope(|scope| {
+        // b: waits for each round, then answers it.
+        let (to_a, b_inbox) = (&inboxes[0].2, &inboxes[1].0);
+        let answerer = scope.spawn(|| {
+            let mut handles = Vec::new();
+            for round in 0..ROUNDS {
+                let n = qb.wait(Some(WAIT)).expect("wait").expect("arrives at b");
+                assert_eq!(n.len, 8);
+                let word = round.to_le_bytes();
+                assert_eq!(b_inbox.read_vec(0, 8).expect("read"), word);
+                send(&mut tb, to_a, &word, &mut handles);
+            }
+            for h in handles {
+                assert_eq!(h.wait(Some(WAIT)), Status::Sent);
+            }
+        });
+        // a: sends each round, then waits for its answer.
+        let mut handles = Vec::new();
+        for round in 0..ROUNDS {
+            let word = round.to_le_bytes();
+            send(&mut ta, &inboxes[1].2, &word, &mut handles);
+            let n = qa.wait(Some(WAIT)).expect("wait").expect("arrives at a");
+            assert_eq!(n.len, 8);
+            assert_eq!(inboxes[0].0.read_vec(0, 8).expect("read"), word);
+        }
+        for h in handles {
+            assert_eq!(h.wait(Some(WAIT)), Status::Sent);
+        }
+        answerer.join().expect("the answering side");
+    });
+    for (engine, name) in [(&ea, "a"), (&eb, "b")] {
         let s = stats(engine);
-        assert!(s.leases >= 1, "the waits held a lease: {s:?}");
+        assert!(s.leases >= 1, "the waits at {name} held a lease: {s:?}");
         assert!(
             s.leases < ROUNDS / 4,
-            "{} leases for {ROUNDS} rounds: {s:?}",
+            "{} leases at {name} for {ROUNDS} rounds: {s:?}",
             s.leases
         );
     }
