@@ -286,13 +286,20 @@ fn a_client_that_leaves_its_error_ring_full_holds_only_itself() {
     let deadline = StdInstant::now() + Duration::from_secs(60);
     while pushed < BAD {
         assert!(StdInstant::now() < deadline, "pushed only {pushed}");
-        // Push what fits; a held terminus fills up and refuses (back-pressure).
+        // Push what fits, at most 64 a round, so that the good client's round trip
+        // below paces them: all 3,000 pushed at once, while engine b lags, could be
+        // taken in before their refusals come back, and with nothing left on the
+        // terminus nothing visits it to hold it. A held terminus fills up and refuses
+        // (back-pressure).
+        let mut this_round = 0;
         while pushed < BAD
+            && this_round < 64
             && stopped
                 .push(0, inline(2, slot, key ^ 1, 0, 0, b"forged?", pushed))
                 .is_ok()
         {
             pushed += 1;
+            this_round += 1;
         }
         // Meanwhile the other client's messages keep arriving.
         let msg = rounds.to_le_bytes();

@@ -504,33 +504,48 @@ fn leases_end(engine: &EngineHandle, polling: Option<&Node>) -> DriveStats {
 /// 400 rounds with a drive per call). When the
 /// calls stop, the engine's thread ends the lease and takes the fabric back: writes then
 /// arrive with nobody polling.
+///
+/// Bounded: the engine's thread also serves, correctly, when the polling thread is off
+/// its CPU for a millisecond or two (a stalled driver, or a lease that lapsed for lack
+/// of calls), which a loaded machine may do often; the rounds are run again up to five
+/// times and the fewest resumptions asserted on. A drive per call (the breakage this
+/// guards) shows in every attempt.
 #[test]
 fn a_polling_loop_over_tcp_shares_one_drive_and_gives_it_back() {
     const ROUNDS: u64 = 400;
     let (ea, _eb, a, b) = polled_over_tcp();
     let (inbox, _meta, ticket, mut t) = polled_inbox(&a, &b);
-    // A first call starts the lease (the engine's thread may serve until it sees it).
-    a.progress();
-    write_and_poll(&mut t, &ticket, &a, &inbox, 1, true);
-    let before = stats(&ea);
-    assert!(before.leases >= 1, "a lease started: {before:?}");
-    for round in 2..ROUNDS {
+    let mut fewest = u64::MAX;
+    let mut round = 0;
+    for _attempt in 0..5 {
+        // A first call starts the lease (the engine's thread may serve until it sees it).
+        a.progress();
+        round += 1;
         write_and_poll(&mut t, &ticket, &a, &inbox, round, true);
+        let before = stats(&ea);
+        assert!(before.leases >= 1, "a lease started: {before:?}");
+        for _ in 1..ROUNDS {
+            round += 1;
+            write_and_poll(&mut t, &ticket, &a, &inbox, round, true);
+        }
+        let during = stats(&ea);
+        assert!(
+            during.turns_by_waiters > before.turns_by_waiters + ROUNDS / 2,
+            "the loop ran the turns: {during:?}"
+        );
+        fewest = fewest.min(during.engine_thread_resumed - before.engine_thread_resumed);
+        if fewest < ROUNDS / 8 {
+            break;
+        }
     }
-    let during = stats(&ea);
-    let resumed = during.engine_thread_resumed - before.engine_thread_resumed;
     assert!(
-        resumed < ROUNDS / 8,
-        "the engine's thread served again {resumed} times in {ROUNDS} rounds: {during:?}"
-    );
-    assert!(
-        during.turns_by_waiters > before.turns_by_waiters + ROUNDS / 2,
-        "the loop ran the turns: {during:?}"
+        fewest < ROUNDS / 8,
+        "the engine's thread served again {fewest} times in {ROUNDS} rounds (the fewest)"
     );
     let after = leases_end(&ea, None);
     assert!(after.leases >= 1);
     // Nobody polls now: the engine's thread takes the writes in.
-    for round in ROUNDS..ROUNDS + 5 {
+    for round in round + 1..round + 6 {
         write_and_poll(&mut t, &ticket, &a, &inbox, round, false);
     }
     assert_eq!(stats(&ea).leases, after.leases, "no lease without calls");
@@ -547,6 +562,12 @@ fn a_polling_loop_over_tcp_shares_one_drive_and_gives_it_back() {
 /// message raced the receiving engine's thread, awake after the setup: on a fast machine
 /// that thread took every message in before the wait looked, nothing was ever waited
 /// for, and no lease began (CI, 2026-11-26).
+///
+/// Bounded: a lease also ends, correctly, when one side's thread is off its CPU long
+/// enough for the other side's wait to use up its budget and sleep, which a loaded
+/// machine may do often; the rounds are run again (each time after the leases so far
+/// ended) up to five times, and the fewest leases are asserted on. A lease per wait
+/// (the breakage this guards) shows in every attempt.
 #[test]
 fn the_waits_of_a_ping_pong_over_tcp_share_one_lease() {
     const ROUNDS: u64 = 300;
@@ -563,7 +584,6 @@ fn the_waits_of_a_ping_pong_over_tcp_share_one_lease() {
     let mut qb = b.queue(0).expect("queue");
     let mut ta = a.terminus(0).expect("terminus");
     let mut tb = b.terminus(0).expect("terminus");
-    let before = stats(&ea);
     let opts = SendOptions::new();
     // Sends `word` to `to` through `t`, keeping the handle; waits for the sends so far
     // once more than 64 are out.
@@ -578,49 +598,66 @@ fn the_waits_of_a_ping_pong_over_tcp_share_one_lease() {
             }
         }
     };
-    std::thread::scope(|scope| {
-        // b: waits for each round, then answers it.
-        let (to_a, b_inbox) = (&inboxes[0].2, &inboxes[1].0);
-        let answerer = scope.spawn(|| {
+    // Per attempt: the leases begun at a and at b, and a's sending turns.
+    let mut fewest: Option<(u64, u64, u64)> = None;
+    for _attempt in 0..5 {
+        let (before_a, before_b) = (leases_end(&ea, None), leases_end(&eb, None));
+        std::thread::scope(|scope| {
+            // b: waits for each round, then answers it.
+            let (to_a, b_inbox) = (&inboxes[0].2, &inboxes[1].0);
+            let (qb, tb) = (&mut qb, &mut tb);
+            let answerer = scope.spawn(move || {
+                let mut handles = Vec::new();
+                for round in 0..ROUNDS {
+                    let n = qb.wait(Some(WAIT)).expect("wait").expect("arrives at b");
+                    assert_eq!(n.len, 8);
+                    let word = round.to_le_bytes();
+                    assert_eq!(b_inbox.read_vec(0, 8).expect("read"), word);
+                    send(tb, to_a, &word, &mut handles);
+                }
+                for h in handles {
+                    assert_eq!(h.wait(Some(WAIT)), Status::Sent);
+                }
+            });
+            // a: sends each round, then waits for its answer.
             let mut handles = Vec::new();
             for round in 0..ROUNDS {
-                let n = qb.wait(Some(WAIT)).expect("wait").expect("arrives at b");
-                assert_eq!(n.len, 8);
                 let word = round.to_le_bytes();
-                assert_eq!(b_inbox.read_vec(0, 8).expect("read"), word);
-                send(&mut tb, to_a, &word, &mut handles);
+                send(&mut ta, &inboxes[1].2, &word, &mut handles);
+                let n = qa.wait(Some(WAIT)).expect("wait").expect("arrives at a");
+                assert_eq!(n.len, 8);
+                assert_eq!(inboxes[0].0.read_vec(0, 8).expect("read"), word);
             }
             for h in handles {
                 assert_eq!(h.wait(Some(WAIT)), Status::Sent);
             }
+            answerer.join().expect("the answering side");
         });
-        // a: sends each round, then waits for its answer.
-        let mut handles = Vec::new();
-        for round in 0..ROUNDS {
-            let word = round.to_le_bytes();
-            send(&mut ta, &inboxes[1].2, &word, &mut handles);
-            let n = qa.wait(Some(WAIT)).expect("wait").expect("arrives at a");
-            assert_eq!(n.len, 8);
-            assert_eq!(inboxes[0].0.read_vec(0, 8).expect("read"), word);
-        }
-        for h in handles {
-            assert_eq!(h.wait(Some(WAIT)), Status::Sent);
-        }
-        answerer.join().expect("the answering side");
-    });
-    for (engine, name) in [(&ea, "a"), (&eb, "b")] {
-        let s = stats(engine);
-        assert!(s.leases >= 1, "the waits at {name} held a lease: {s:?}");
-        assert!(
-            s.leases < ROUNDS / 4,
-            "{} leases at {name} for {ROUNDS} rounds: {s:?}",
-            s.leases
+        let (sa, sb) = (stats(&ea), stats(&eb));
+        let this = (
+            sa.leases - before_a.leases,
+            sb.leases - before_b.leases,
+            sa.turns_by_senders - before_a.turns_by_senders,
         );
+        assert!(
+            this.0 >= 1 && this.1 >= 1,
+            "the waits held a lease at a and at b: {sa:?}, {sb:?}"
+        );
+        if fewest.is_none_or(|f| this.0.max(this.1) < f.0.max(f.1)) {
+            fewest = Some(this);
+        }
+        if this.0.max(this.1) < ROUNDS / 4 {
+            break;
+        }
     }
-    let after = stats(&ea);
+    let (at_a, at_b, sending_turns) = fewest.expect("an attempt ran");
     assert!(
-        after.turns_by_senders > before.turns_by_senders,
-        "pushes under the lease ran their own turns: {after:?}"
+        at_a < ROUNDS / 4 && at_b < ROUNDS / 4,
+        "{at_a} leases at a and {at_b} at b for {ROUNDS} rounds"
+    );
+    assert!(
+        sending_turns > 0,
+        "pushes under the lease ran their own turns"
     );
     leases_end(&ea, None);
     leases_end(&eb, None);
@@ -781,9 +818,15 @@ fn a_port_gone_cold_is_served_at_its_next_push() {
     let mut nudged = false;
     for attempt in 0..50u64 {
         // 2,048 messages of the busy port: at least as many engine turns, so the idle
-        // port (and the child's) went 1,024 turns without a hint: cold.
+        // port (and the child's) went 1,024 turns without a hint; and a pause longer
+        // than `COLD_AFTER` halfway, so that they also went that long without one,
+        // however fast the messages go (without it, a machine that sends 2,048 in under
+        // 2 ms left the idle port hot): cold.
         let before = gone_cold();
         for round in 0..2048u64 {
+            if round == 1024 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
             bt.send(
                 &ticket,
                 &SendOptions::new().tag(round),
