@@ -23,6 +23,7 @@ use hamlyn_wire::{Flags, Header, NodeId, Ticket, FAST_META_INDEX, META_ENTRY_LEN
 use std::os::fd::OwnedFd;
 
 use crate::error::{Error, SendError};
+use crate::one_packet::OnePacket;
 use crate::request::{check_span, plan, Data, SendOptions};
 
 /// Payload bytes counted as one packet by a direct send: the engine's default intra-node
@@ -73,6 +74,10 @@ pub struct DirectTarget {
     /// A receive endpoint's layout: then `data` maps the whole endpoint (ring and
     /// buffers), and a send claims the next posted buffer as the engine would.
     endpoint: Option<EndpointLayout>,
+    /// The small message's way (`one_packet`): what the ticket decides for every
+    /// one-packet send, decided once. None for endpoints, and for tickets the general
+    /// way must decide every send of.
+    one_packet: Option<OnePacket>,
 }
 
 /// The metadata entries as the core's commit sees them: the same adapter the engine uses
@@ -212,6 +217,10 @@ impl DirectTarget {
             }
             None => None,
         };
+        let one_packet = match endpoint {
+            Some(_) => None,
+            None => OnePacket::for_ticket(ticket.node, ticket, fast),
+        };
         Ok(DirectTarget {
             ticket: *ticket,
             node: ticket.node,
@@ -221,6 +230,7 @@ impl DirectTarget {
             entries,
             queue,
             endpoint,
+            one_packet,
         })
     }
 
@@ -275,6 +285,15 @@ impl DirectTarget {
     }
 
     fn send_message(&self, opts: &SendOptions<'_>, data: Data<'_>) -> Result<(), SendError> {
+        // The small message's way: one packet, decided from what was worked out when
+        // the target was opened (`one_packet`); its bytes go in before the header's
+        // count, as on the general way below.
+        if let (Some(quick), Data::Inline(bytes)) = (&self.one_packet, data) {
+            if let Some(h) = quick.header(opts, bytes.len() as u64) {
+                self.deposit_inline(opts.offset, bytes)?;
+                return self.count(opts, &h);
+            }
+        }
         let len = self.data_len(&data)?;
         let spec = plan(self.node, &self.ticket, opts, len)?;
         if (spec.meta_index == FAST_META_INDEX) != self.fast {
@@ -425,6 +444,19 @@ impl DirectTarget {
                 Ok(total)
             }
         }
+    }
+
+    /// Copies `bytes` to byte `rel` of the ticket's range (which the caller checked they
+    /// fit in): [`DirectTarget::deposit`] for a whole inline message.
+    #[inline]
+    fn deposit_inline(&self, rel: u64, bytes: &[u8]) -> Result<(), SendError> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let gone = || rejected(RejectReason::AreaGone);
+        let dst = self.data.as_ref().ok_or_else(gone)?;
+        let at = usize::try_from(rel).map_err(|_| gone())?;
+        dst.write(at, bytes).map_err(|_| gone())
     }
 
     /// Copies bytes `start..start + len` of the message to slot offset `slot_off` (which

@@ -74,6 +74,7 @@ mod error;
 mod group;
 mod keys;
 mod node;
+mod one_packet;
 mod queue;
 mod request;
 pub mod seed;
