@@ -101,7 +101,12 @@ impl<'a> SendSpec<'a> {
         }
         let meta_index = match meta_rel {
             None => FAST_META_INDEX,
-            Some(i) if i < ticket.meta_count => ticket.meta_first + i,
+            // Checked: a ticket is the holder's to build, and one whose entries run
+            // past u32::MAX names no entry there.
+            Some(i) if i < ticket.meta_count => ticket
+                .meta_first
+                .checked_add(i)
+                .ok_or(SegmentError::MetaIndexOutsideTicket(i))?,
             Some(i) => return Err(SegmentError::MetaIndexOutsideTicket(i)),
         };
         Ok(SendSpec {

@@ -20,7 +20,8 @@ use crate::request::{MetaIndex, SendOptions, BUDGET_PACKET_BYTES};
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct OnePacket {
     /// Op, source, destination, slot, key, `FIRST` and `LAST`; `delta` is the ticket's
-    /// share (the last packet's delta: the share less one per packet before it, none).
+    /// start value `Y` (its share mod 2^32: the last packet's delta, `Y` less one per
+    /// packet before it, of which there are none).
     base: Header,
     /// The ticket's byte range, for the per-send range check.
     ticket_len: u64,
@@ -38,7 +39,9 @@ pub(crate) struct OnePacket {
 impl OnePacket {
     /// The header's fixed part for sends from `src` with `ticket` to a slot that is a
     /// fast one or not (`slot_fast`); `None` if the general way must decide every send
-    /// (the ticket is not writable, or has no packet budget).
+    /// (the ticket is not writable, or has no packet budget). The caller has checked
+    /// that the ticket's range lies in the slot (`DirectTarget::new`), so that a
+    /// header's offset (the ticket's plus the send's, within the range) cannot overflow.
     pub(crate) fn for_ticket(src: NodeId, ticket: &Ticket, slot_fast: bool) -> Option<OnePacket> {
         if !ticket.flags.contains(TicketFlags::WRITE) || ticket.packet_budget() == 0 {
             return None;
@@ -74,7 +77,7 @@ impl OnePacket {
         };
         let meta_index = match rel {
             None => FAST_META_INDEX,
-            Some(i) if i < self.meta_count => self.meta_first + i,
+            Some(i) if i < self.meta_count => self.meta_first.checked_add(i)?,
             Some(_) => return None,
         };
         let fast = meta_index == FAST_META_INDEX;
@@ -167,10 +170,16 @@ mod tests {
             slot_as_ticket in prop_oneof![3 => Just(true), 1 => Just(false)],
             t_off in prop_oneof![Just(0u64), 0u64..10_000],
             t_len in prop_oneof![Just(0u64), Just(4096u64), Just(8192u64), 0u64..20_000],
-            meta in prop_oneof![3 => Just((0u32, 1u32)), 2 => (0u32..4, 0u32..4)],
+            meta in prop_oneof![
+                3 => Just((0u32, 1u32)),
+                2 => (0u32..4, 0u32..4),
+                1 => (u32::MAX - 3..=u32::MAX, 0u32..4),
+            ],
+            // A budget of 0, 1 and more (the budget is the share's high bits).
             share in prop_oneof![
                 3 => Just(1u64 << 32),
                 2 => (0u64..4, 0u64..3).prop_map(|(b, y)| (b << 32) | y),
+                2 => prop_oneof![Just(255u64), Just(256), Just(257), Just(511), Just(512)],
                 1 => any::<u64>(),
             ],
             off in prop_oneof![3 => Just(0u64), 2 => 0u64..5_000, 1 => Just(u64::MAX - 3)],

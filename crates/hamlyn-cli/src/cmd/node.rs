@@ -429,13 +429,19 @@ mod tests {
 
     #[test]
     fn clock_incarnations_grow() {
-        // From the wall clock, which a time daemon may step back a little: looked at
-        // again for up to two seconds.
-        let a = clock_incarnation();
-        let grew = (0..20).any(|_| {
+        // Tenths of a second: 120 ms on, the incarnation has grown. From the wall
+        // clock, which a time daemon may step back: only then is it looked at again
+        // (the clock read after the incarnation, so that this 120 ms covers it).
+        let (a, start) = (clock_incarnation(), std::time::SystemTime::now());
+        for _ in 0..20 {
             std::thread::sleep(Duration::from_millis(120));
-            clock_incarnation() > a
-        });
-        assert!(grew, "the incarnation grows with the clock");
+            let b = clock_incarnation();
+            let on = std::time::SystemTime::now().duration_since(start);
+            if on.is_ok_and(|d| d >= Duration::from_millis(120)) {
+                assert!(b > a, "120 ms on, the incarnation grew: {a} -> {b}");
+                return;
+            }
+        }
+        panic!("the wall clock never moved 120 ms on in 2.4 s");
     }
 }
