@@ -47,6 +47,8 @@ pub mod bytes;
 pub mod cpu_demand;
 pub mod drive;
 pub mod endpoint;
+#[cfg(not(loom))]
+pub mod entry_mem;
 pub mod fdpass;
 pub mod keys;
 pub mod memory;

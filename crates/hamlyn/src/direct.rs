@@ -14,6 +14,7 @@
 use hamlyn_core::SlotMode;
 use hamlyn_core::{count_packet, endpoint, notification_entry, RejectReason};
 use hamlyn_shm::area_mem::AreaMem;
+use hamlyn_shm::entry_mem::EntryMem;
 use hamlyn_shm::notifq::{self, NotifLayout};
 use hamlyn_shm::region::ShmRegion;
 use hamlyn_shm::wake::EventFd;
@@ -350,10 +351,15 @@ impl DirectTarget {
         let kind = match (&self.entries, self.fast) {
             (_, true) => count_packet::<Entries<'_>>(mode, None, h, meta),
             (Some(entries), false) => {
-                // `plan` kept the index inside the ticket's entries, all mapped.
+                // `plan` kept the index inside the ticket's entries, all mapped. The
+                // entry is checked once here; the count's dozen accesses then only
+                // against its constant length (`EntryMem`).
                 let rel = h.meta_index.wrapping_sub(self.ticket.meta_first);
                 let off = u64::from(rel) * META_ENTRY_LEN as u64;
-                count_packet(mode, Some((&mut AreaMem(entries), off)), h, meta)
+                match EntryMem::new(entries, off) {
+                    Ok(mut entry) => count_packet(mode, Some((&mut entry, 0)), h, meta),
+                    Err(_) => Err(RejectReason::AreaGone),
+                }
             }
             (None, false) => Err(RejectReason::BadMetaIndex),
         }
