@@ -23,7 +23,8 @@ use crate::region::{RegionError, ShmRegion};
 use crate::sync::{AtomicU32, Ordering};
 
 /// The entry at some offset of a region (see the module docs). Borrows the region, whose
-/// mapping therefore outlives it.
+/// mapping therefore outlives it. Made where a count happens and dropped after it, so
+/// it is neither `Send` nor `Sync` (a raw pointer).
 #[derive(Debug)]
 pub struct EntryMem<'a> {
     /// The entry's first byte: inside the region's mapping with all `META_ENTRY_LEN`
@@ -31,13 +32,6 @@ pub struct EntryMem<'a> {
     base: NonNull<u8>,
     _region: PhantomData<&'a ShmRegion>,
 }
-
-// SAFETY: an `EntryMem` is a borrow of a `ShmRegion` (which is `Send` and `Sync`) in
-// another form: every access through it is a raw-pointer copy or an atomic, as through
-// the region itself.
-unsafe impl Send for EntryMem<'_> {}
-// SAFETY: as for `Send`; `&EntryMem` allows only reads.
-unsafe impl Sync for EntryMem<'_> {}
 
 impl<'a> EntryMem<'a> {
     /// The entry at byte `off` of `region`: `META_ENTRY_LEN` bytes that must lie in the
