@@ -81,10 +81,6 @@ pub struct DirectTarget {
     one_packet: Option<OnePacket>,
 }
 
-/// The metadata entries as the core's commit sees them: the same adapter the engine uses
-/// for its areas (`hamlyn_shm::area_mem`).
-type Entries<'a> = AreaMem<&'a ShmRegion>;
-
 /// The descriptors of a `Direct` reply, in the order the engine sends them.
 struct DirectFds {
     area: OwnedFd,
@@ -349,7 +345,7 @@ impl DirectTarget {
             SlotMode::Normal
         };
         let kind = match (&self.entries, self.fast) {
-            (_, true) => count_packet::<Entries<'_>>(mode, None, h, meta),
+            (_, true) => count_packet::<EntryMem<'_>>(mode, None, h, meta),
             (Some(entries), false) => {
                 // `plan` kept the index inside the ticket's entries, all mapped. The
                 // entry is checked once here; the count's dozen accesses then only
@@ -487,16 +483,17 @@ impl DirectTarget {
             return Ok(());
         }
         let gone = || rejected(RejectReason::AreaGone);
-        let dst = self.data.as_ref().ok_or_else(gone)?;
-        let mut at = usize::try_from(slot_off - self.ticket.offset).map_err(|_| gone())?;
+        let rel = slot_off - self.ticket.offset;
         match *data {
             Data::Inline(bytes) => {
                 let from = usize::try_from(start).map_err(|_| gone())?;
                 let to = usize::try_from(start + len).map_err(|_| gone())?;
                 let src = bytes.get(from..to).ok_or_else(gone)?;
-                dst.write(at, src).map_err(|_| gone())
+                self.deposit_inline(rel, src)
             }
             Data::Gather(spans) => {
+                let dst = self.data.as_ref().ok_or_else(gone)?;
+                let mut at = usize::try_from(rel).map_err(|_| gone())?;
                 // Walk the spans to the piece holding byte `start`, then copy on.
                 let (mut skip, mut left) = (start, len);
                 for s in spans {

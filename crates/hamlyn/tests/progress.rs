@@ -586,6 +586,12 @@ fn the_waits_of_a_ping_pong_over_tcp_share_one_lease() {
     let mut ta = a.terminus(0).expect("terminus");
     let mut tb = b.terminus(0).expect("terminus");
     let opts = SendOptions::new();
+    // Waits for every send kept in `handles`.
+    let all_sent = |handles: &mut Vec<hamlyn::SendHandle>| {
+        for h in handles.drain(..) {
+            assert_eq!(h.wait(Some(WAIT)), Status::Sent);
+        }
+    };
     // Sends `word` to `to` through `t`, keeping the handle; waits for the sends so far
     // once more than 64 are out.
     let send = |t: &mut hamlyn::Terminus,
@@ -594,9 +600,7 @@ fn the_waits_of_a_ping_pong_over_tcp_share_one_lease() {
                 handles: &mut Vec<hamlyn::SendHandle>| {
         handles.push(t.send(to, &opts, hamlyn::Data::Inline(word)).expect("send"));
         if handles.len() > 64 {
-            for h in handles.drain(..) {
-                assert_eq!(h.wait(Some(WAIT)), Status::Sent);
-            }
+            all_sent(handles);
         }
     };
     // Per attempt: the leases begun at a and at b, and a's sending turns.
@@ -616,9 +620,7 @@ fn the_waits_of_a_ping_pong_over_tcp_share_one_lease() {
                     assert_eq!(b_inbox.read_vec(0, 8).expect("read"), word);
                     send(tb, to_a, &word, &mut handles);
                 }
-                for h in handles {
-                    assert_eq!(h.wait(Some(WAIT)), Status::Sent);
-                }
+                all_sent(&mut handles);
             });
             // a: sends each round, then waits for its answer.
             let mut handles = Vec::new();
@@ -629,9 +631,7 @@ fn the_waits_of_a_ping_pong_over_tcp_share_one_lease() {
                 assert_eq!(n.len, 8);
                 assert_eq!(inboxes[0].0.read_vec(0, 8).expect("read"), word);
             }
-            for h in handles {
-                assert_eq!(h.wait(Some(WAIT)), Status::Sent);
-            }
+            all_sent(&mut handles);
             answerer.join().expect("the answering side");
         });
         let (sa, sb) = (stats(&ea), stats(&eb));
