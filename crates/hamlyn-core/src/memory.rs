@@ -36,6 +36,9 @@ pub trait Memory {
     fn write(&mut self, offset: u64, src: &[u8]) -> Result<(), OutOfRange>;
     /// Adds `v` (wrapping) to the 4-byte-aligned u32 at `offset`; returns the new value.
     fn fetch_add_u32(&mut self, offset: u64, v: u32) -> Result<u32, OutOfRange>;
+    /// Reads the 4-byte-aligned u32 at `offset` with Acquire ordering (shared-memory
+    /// implementations), pairing with the AcqRel `fetch_add_u32` of whoever added to it.
+    fn load_u32(&self, offset: u64) -> Result<u32, OutOfRange>;
     /// Atomically: if the 8-byte-aligned u64 at `offset` equals `current`, store `new`.
     /// Returns the value found (the old value).
     fn compare_swap_u64(&mut self, offset: u64, current: u64, new: u64) -> Result<u64, OutOfRange>;
@@ -67,6 +70,10 @@ pub trait EntryMemory {
     /// to every other user of the memory (other processes included); returns the new
     /// value.
     fn add_u32_at(&mut self, offset: u64, v: u32) -> Result<u32, OutOfRange>;
+    /// Reads the 4-byte-aligned u32 at `offset` atomically (Acquire), as
+    /// [`EntryMemory::add_u32_at`]'s words are read: pairs with the adds of every other
+    /// user of the memory.
+    fn load_u32_at(&self, offset: u64) -> Result<u32, OutOfRange>;
 }
 
 impl<M: Memory + ?Sized> EntryMemory for M {
@@ -78,6 +85,9 @@ impl<M: Memory + ?Sized> EntryMemory for M {
     }
     fn add_u32_at(&mut self, offset: u64, v: u32) -> Result<u32, OutOfRange> {
         self.fetch_add_u32(offset, v)
+    }
+    fn load_u32_at(&self, offset: u64) -> Result<u32, OutOfRange> {
+        self.load_u32(offset)
     }
 }
 
@@ -127,6 +137,15 @@ impl Memory for Vec<u8> {
         let new = u32::from_le_bytes(word).wrapping_add(v);
         self[r].copy_from_slice(&new.to_le_bytes());
         Ok(new)
+    }
+    fn load_u32(&self, offset: u64) -> Result<u32, OutOfRange> {
+        if offset % 4 != 0 {
+            return Err(OutOfRange { offset, len: 4 });
+        }
+        let r = check(Memory::len(self), offset, 4)?;
+        let mut word = [0u8; 4];
+        word.copy_from_slice(&self[r]);
+        Ok(u32::from_le_bytes(word))
     }
     fn compare_swap_u64(&mut self, offset: u64, current: u64, new: u64) -> Result<u64, OutOfRange> {
         let old = word64(self, offset)?;

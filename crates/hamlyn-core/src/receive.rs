@@ -718,12 +718,15 @@ fn count<A: Areas>(
 /// the source node; in a group every member's first packet writes there and the last one
 /// wins. Then the packet's delta is added to the 32-bit accumulator with
 /// [`EntryMemory::add_u32_at`] (an atomic shared with every other depositor: the engine
-/// and direct senders, in any process). NOTIFY_NOW skips the add, but only on an idle
-/// entry: mid-group (a non-zero accumulator) it counts like any packet, adding its delta
-/// of 0.
+/// and direct senders, in any process). NOTIFY_NOW skips the count, but only on an idle
+/// entry (an accumulator read as 0): it is then the whole message, completed at once with
+/// its own length and offset, and the assembling words (`assembling_bytes`,
+/// `assembling_low`) are left as they were; mid-group (a non-zero accumulator) it counts
+/// like any packet, adding its delta of 0.
 ///
 /// When the message is complete (the accumulator returned to 0, or NOTIFY_NOW on an idle
-/// entry; a fast message at once), the entry's completed count is bumped, a one-shot
+/// entry; a fast message at once), the message's first offset is stored, the entry's
+/// completed count is bumped, a one-shot
 /// entry is disarmed, and the kind of notification it earns is returned; `None` while
 /// packets are still missing. Whether a notification is posted, and where, is the
 /// caller's business ([`notification_entry`] builds it).
@@ -742,7 +745,8 @@ pub fn count_packet<M: EntryMemory + ?Sized>(
     }
     let gone = |_| RejectReason::AreaGone;
     let (mem, off) = entry.ok_or(RejectReason::BadMetaIndex)?;
-    if h.flags.contains(Flags::FIRST) {
+    let first_packet = h.flags.contains(Flags::FIRST);
+    if first_packet {
         let n = meta.len().min(hamlyn_wire::MAX_META_LEN);
         let mut user = [0u8; hamlyn_wire::MAX_META_LEN];
         user[..n].copy_from_slice(&meta[..n]);
@@ -752,6 +756,19 @@ pub fn count_packet<M: EntryMemory + ?Sized>(
             .map_err(gone)?;
         mem.write_at(off + meta_off::SRC_NODE as u64, &h.src.0.to_le_bytes())
             .map_err(gone)?;
+    }
+    let acc_off = off + meta_off::ACCUMULATOR as u64;
+    let now = h.flags.contains(Flags::NOTIFY_NOW);
+    // A lone message (NOTIFY_NOW: one packet, delta 0) that finds its entry idle is the
+    // whole message: its length and offset are its own, and it leaves the assembling
+    // words alone, as it would leave them as it found them. (A lone message that a
+    // concurrent member's add beats to the accumulator is counted below; one that beats
+    // such a member completes here, leaving that member's bytes and offset for its group:
+    // either order is a place in the accumulator's order of modification.)
+    if now && mem.load_u32_at(acc_off).map_err(gone)? == 0 {
+        return complete_message(mode, mem, off, h, h.offset, h.payload_len);
+    }
+    if first_packet {
         // The message's first offset is the lowest first packet's (a group has one per
         // member). Read-modify-write: the engine is one thread; direct senders of one
         // group racing here may leave a higher member's offset (ARCHITECTURE.md).
@@ -769,13 +786,8 @@ pub fn count_packet<M: EntryMemory + ?Sized>(
     // counted stay.
     let bytes_off = off + meta_off::ASSEMBLING_BYTES as u64;
     let total = mem.add_u32_at(bytes_off, h.payload_len).map_err(gone)?;
-    let acc_off = off + meta_off::ACCUMULATOR as u64;
-    let complete = if h.flags.contains(Flags::NOTIFY_NOW) {
-        mem.add_u32_at(acc_off, 0).map_err(gone)? == 0
-    } else {
-        mem.add_u32_at(acc_off, h.delta).map_err(gone)? == 0
-    };
-    if !complete {
+    let delta = if now { 0 } else { h.delta };
+    if mem.add_u32_at(acc_off, delta).map_err(gone)? != 0 {
         return Ok(None);
     }
     mem.add_u32_at(bytes_off, total.wrapping_neg())
@@ -786,6 +798,22 @@ pub fn count_packet<M: EntryMemory + ?Sized>(
     // Inverted, 0 = none yet: a message always has a first packet, so !0 never shows.
     let first = !u64::from_le_bytes(b);
     mem.write_at(low_off, &0u64.to_le_bytes()).map_err(gone)?;
+    complete_message(mode, mem, off, h, first, total)
+}
+
+/// The end of [`count_packet`] for a packet that completed its message, first byte at
+/// slot offset `first`, `total` payload bytes: the offset stored in the entry, its
+/// completed count bumped, a one-shot entry disarmed, and what the notification reports.
+#[inline]
+fn complete_message<M: EntryMemory + ?Sized>(
+    mode: SlotMode,
+    mem: &mut M,
+    off: u64,
+    h: &Header,
+    first: u64,
+    total: u32,
+) -> Result<Option<MessageDone>, RejectReason> {
+    let gone = |_| RejectReason::AreaGone;
     mem.write_at(off + meta_off::MESSAGE_OFFSET as u64, &first.to_le_bytes())
         .map_err(gone)?;
     mem.add_u32_at(off + meta_off::COMPLETED as u64, 1)
@@ -940,5 +968,49 @@ mod tests {
             let got = count_three([1, 0, 2], &mut entry);
             assert_eq!(got[2].map(|d| d.len), Some(300));
         }
+    }
+
+    /// A lone message (NOTIFY_NOW) on an idle entry is the whole message, with its own
+    /// length and offset, even when another packet has deposited its bytes and first
+    /// offset and not yet added its delta (a direct sender between its two adds): that
+    /// assembly is left to the message it belongs to, not taken into the lone one's.
+    #[test]
+    fn a_lone_message_on_an_idle_entry_leaves_another_assembly_alone() {
+        let mut entry = vec![0u8; hamlyn_wire::META_ENTRY_LEN];
+        let bytes_at = meta_off::ASSEMBLING_BYTES as u64;
+        let low_at = meta_off::ASSEMBLING_LOW as u64;
+        // Another packet between its adds: 100 bytes from offset 100.
+        entry.write_at(bytes_at, &100u32.to_le_bytes()).unwrap();
+        entry.write_at(low_at, &(!100u64).to_le_bytes()).unwrap();
+        let mut lone = header(Op::Write);
+        lone.flags = Flags::FIRST | Flags::LAST | Flags::NOTIFY | Flags::NOTIFY_NOW;
+        lone.delta = 0;
+        lone.offset = 3000;
+        lone.payload_len = 8;
+        let done = count_packet(SlotMode::Normal, Some((&mut entry, 0)), &lone, b"lone");
+        assert_eq!(
+            done.unwrap(),
+            Some(MessageDone {
+                kind: NotifKind::Message,
+                len: 8
+            }),
+            "its own length, not the other packet's bytes with it"
+        );
+        let e = MetaEntry::read(&entry).unwrap();
+        assert_eq!(e.message_offset.get(), 3000);
+        assert_eq!(e.completed.get(), 1);
+        assert_eq!(e.metadata(), b"lone");
+        assert_eq!(e.accumulator.get(), 0);
+        assert_eq!(
+            (e.assembling_bytes.get(), e.assembling_low.get()),
+            (100, !100),
+            "the other assembly is left as it was"
+        );
+        // The message that other packet belongs to completes with its bytes and offset.
+        let got = count_three([0, 1, 2], &mut entry);
+        assert_eq!(got[2].map(|d| d.len), Some(400));
+        let e = MetaEntry::read(&entry).unwrap();
+        assert_eq!((e.message_offset.get(), e.completed.get()), (100, 2));
+        assert_eq!((e.assembling_bytes.get(), e.assembling_low.get()), (0, 0));
     }
 }

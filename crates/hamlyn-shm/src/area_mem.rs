@@ -93,6 +93,17 @@ impl<R: Deref<Target = ShmRegion>> Memory for AreaMem<R> {
         Ok(old.wrapping_add(v))
     }
 
+    fn load_u32(&self, offset: u64) -> Result<u32, OutOfRange> {
+        let word = self
+            .0
+            .atomic_u32(at(offset, 4)?)
+            .map_err(|_| oor(offset, 4))?;
+        // Acquire: pairs with the AcqRel `fetch_add_u32` above of every depositor into
+        // this word; a lone message that finds its entry idle sees every completed
+        // message's deposit before it writes its own (`hamlyn_core::count_packet`).
+        Ok(word.load(Ordering::Acquire))
+    }
+
     fn compare_swap_u64(&mut self, offset: u64, current: u64, new: u64) -> Result<u64, OutOfRange> {
         // AcqRel/Acquire: a remote atomic is a synchronisation point with local atomics on
         // the same word in the owner's process (Thekkath's locks): it must see what they

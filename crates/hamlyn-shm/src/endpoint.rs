@@ -284,6 +284,10 @@ mod loom_tests {
             let w = self.0.atomic_u32(offset as usize).ok_or(oor(offset, 4))?;
             Ok(w.fetch_add(v, Ordering::AcqRel).wrapping_add(v))
         }
+        fn load_u32(&self, offset: u64) -> Result<u32, OutOfRange> {
+            let w = self.0.atomic_u32(offset as usize).ok_or(oor(offset, 4))?;
+            Ok(w.load(Ordering::Acquire))
+        }
         fn compare_swap_u64(&mut self, offset: u64, cur: u64, new: u64) -> Result<u64, OutOfRange> {
             let w = self.0.atomic_u64(offset as usize).ok_or(oor(offset, 8))?;
             Ok(

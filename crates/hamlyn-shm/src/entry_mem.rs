@@ -115,6 +115,20 @@ impl EntryMemory for EntryMem<'_> {
         // other depositor into this entry (the engine's or another direct sender's).
         Ok(word.fetch_add(v, Ordering::AcqRel).wrapping_add(v))
     }
+
+    #[inline]
+    fn load_u32_at(&self, offset: u64) -> Result<u32, OutOfRange> {
+        let at = Self::within(offset, 4)?;
+        if at % 4 != 0 {
+            return Err(OutOfRange { offset, len: 4 });
+        }
+        // SAFETY: as in `add_u32_at`: 4 bytes inside the entry, 4-aligned, in a live
+        // mapping, a word only ever accessed atomically.
+        let word = unsafe { AtomicU32::from_ptr(self.base.as_ptr().add(at).cast::<u32>()) };
+        // Acquire: pairs with the AcqRel adds of every depositor into this word
+        // (`add_u32_at`, here or in the engine's `AreaMem`).
+        Ok(word.load(Ordering::Acquire))
+    }
 }
 
 #[cfg(test)]
@@ -134,6 +148,7 @@ mod tests {
         e.write_at(META_ENTRY_LEN as u64 - 2, &[9, 9]).unwrap();
         assert_eq!(e.add_u32_at(8, 5).unwrap(), 5);
         assert_eq!(e.add_u32_at(8, u32::MAX).unwrap(), 4);
+        assert_eq!(e.load_u32_at(8).unwrap(), 4, "the word the adds left");
         let mut got = [0u8; 3];
         e.read_at(0, &mut got).unwrap();
         assert_eq!(got, [1, 2, 3]);
@@ -159,6 +174,8 @@ mod tests {
         assert!(e.read_at(end, &mut [0u8; 1]).is_err());
         assert!(e.add_u32_at(end - 2, 1).is_err());
         assert!(e.add_u32_at(2, 1).is_err(), "misaligned");
+        assert!(e.load_u32_at(end - 2).is_err());
+        assert!(e.load_u32_at(2).is_err(), "misaligned");
         region.read(0, &mut all).unwrap();
         assert!(all[..at].iter().all(|&b| b == 0));
         assert!(all[at + META_ENTRY_LEN..].iter().all(|&b| b == 0));
