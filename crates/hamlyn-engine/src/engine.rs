@@ -32,6 +32,7 @@ use crate::registry::{Place, Registry};
 use crate::remote::Remote;
 use crate::sched::{Scheduler, Served, TerminusKey, Visit};
 use crate::source::{Piece, Source};
+use crate::step_clock::StepClock;
 use hamlyn_shm::sync::AtomicBool;
 
 /// Everything the engine knows, by component.
@@ -81,8 +82,8 @@ pub(crate) struct EngineState {
     replies: Replies,
     /// The name registry (entries on the registry node, forwarded requests everywhere).
     pub(crate) registry: Registry,
-    /// Monotonic origin for `Instant`.
-    origin: std::time::Instant,
+    /// The monotonic clock, read at most once per step (`step_clock`).
+    pub(crate) clock: StepClock,
 }
 
 impl EngineState {
@@ -114,13 +115,26 @@ impl EngineState {
             remote,
             replies: Replies::default(),
             registry: Registry::default(),
-            origin: std::time::Instant::now(),
+            clock: StepClock::new(),
         }
     }
 
     /// Now, for the core.
     pub(crate) fn now(&self) -> Instant {
-        Instant(self.origin.elapsed().as_nanos() as u64)
+        self.clock.now()
+    }
+
+    /// The start of a step of the engine's clock (`step_clock`), for an engine with a
+    /// fabric: a turn there reads the clock for each packet sent and for the fabric's
+    /// poll. An engine of one node reads it at most once a turn (a rate-limited
+    /// terminus), so it keeps fresh readings and pays nothing for steps.
+    #[inline]
+    pub(crate) fn begin_step(&self) -> crate::step_clock::Began {
+        if self.remote.is_some() {
+            self.clock.begin()
+        } else {
+            self.clock.no_step()
+        }
     }
 
     /// One scheduling turn over the termini with work; whether any had work. `cold`:
@@ -381,7 +395,7 @@ impl EngineState {
             }
         }
         if term.rate.is_some()
-            && !Self::tokens_ready(&mut term.rate, &mut term.throttled_until, self.origin)
+            && !Self::tokens_ready(&mut term.rate, &mut term.throttled_until, &self.clock)
         {
             return false;
         }
@@ -418,9 +432,9 @@ impl EngineState {
     fn tokens_ready(
         rate: &mut Option<hamlyn_core::TokenBucket>,
         throttled_until: &mut Option<Instant>,
-        origin: std::time::Instant,
+        clock: &StepClock,
     ) -> bool {
-        let now = Instant(origin.elapsed().as_nanos() as u64);
+        let now = clock.now();
         let Some(bucket) = rate.as_mut() else {
             return true;
         };
@@ -974,17 +988,17 @@ impl EngineState {
     /// Before a sleep: the fabric writes what it holds back and drains its poller
     /// (`Remote::prepare_sleep`); `true` if it has work now (do not sleep).
     pub(crate) fn prepare_fabric_sleep(&mut self) -> bool {
-        let now = self.now();
+        // The clock is read only for a fabric: an engine of one node hands back without.
+        let clock = &self.clock;
         self.remote
             .as_mut()
-            .is_some_and(|remote| remote.prepare_sleep(now))
+            .is_some_and(|remote| remote.prepare_sleep(clock.now()))
     }
 
     /// Writes what the fabric holds back (`Fabric::flush_held`).
     pub(crate) fn flush_fabric(&mut self) {
-        let now = self.now();
         if let Some(remote) = self.remote.as_mut() {
-            remote.flush_held(now);
+            remote.flush_held(self.clock.now());
         }
     }
 

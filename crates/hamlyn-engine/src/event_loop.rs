@@ -26,7 +26,14 @@ use crate::error::EngineError;
 use crate::hint_ports::ColdLook;
 use crate::port::Port;
 use crate::remote::Remote;
+use hamlyn_core::Instant;
 use hamlyn_fabric::Fabric;
+
+/// A duration in whole nanoseconds for the core's `Instant` (saturating: `Duration::MAX`
+/// is never reached by a sleep, which `max_sleep` bounds).
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
 
 /// How long an idle engine sleeps at most while a queue owes an Overflow report.
 const LOSS_REPORT_EVERY: Duration = Duration::from_millis(1);
@@ -113,9 +120,12 @@ pub(crate) struct Engine {
     doorbells_armed: bool,
     /// The last turn was the first after a sleep.
     woke: bool,
-    /// When the engine thread's current (or last) sleep ends at the latest: a hand-back
-    /// that leaves it asleep wakes it if a timer set meanwhile comes sooner.
-    sleep_ends: std::time::Instant,
+    /// When the engine thread's current (or last) sleep ends at the latest, on the
+    /// engine's clock: a hand-back that leaves it asleep wakes it if a timer set
+    /// meanwhile comes sooner. Computed from the same reading as the sleep's length, so
+    /// that a sleep bounded by a timer ends exactly at that timer's instant, and the
+    /// hand-back finds the same timer not sooner (`Engine::hand_back`).
+    sleep_ends: Instant,
     /// The engine thread gives the engine up between the turns of its idle spin
     /// ([`Step::Spin`]): set for an engine its application's threads may drive.
     spin_unheld: bool,
@@ -340,7 +350,7 @@ impl Engine {
             owed_room_wait: LOSS_REPORT_EVERY,
             doorbells_armed: false,
             woke: false,
-            sleep_ends: std::time::Instant::now(),
+            sleep_ends: Instant(0),
             spin_unheld: false,
             spins_for_clients: true,
             idle_spin: None,
@@ -389,7 +399,7 @@ impl Engine {
                 }
                 self.turns_at_let_go = self.driven_turns;
                 let sleep = self.state.cfg.max_sleep.min(DRIVER_STALL);
-                self.sleep_ends = std::time::Instant::now() + sleep;
+                self.sleep_ends = self.state.now().plus_nanos(nanos(sleep));
                 return Ok(Step::Sleep(sleep));
             }
             self.gone_for_driver = false;
@@ -397,12 +407,15 @@ impl Engine {
                 self.resumed += 1;
             }
             turns = turns.wrapping_add(1);
+            // One clock reading for the turn and its fabric poll (`step_clock`).
+            let step = self.state.begin_step();
             let mut busy = self.state.turn(ColdLook::Share);
             // Polling the fabric is a system call: every turn while there is traffic,
             // every FABRIC_IDLE_EVERY-th turn while spinning idle.
             if self.state.remote.is_some() && idle % FABRIC_IDLE_EVERY == 0 {
                 busy |= self.state.poll_fabric();
             }
+            self.state.clock.end(step);
             if busy {
                 idle = 0;
                 self.woke = false;
@@ -466,6 +479,8 @@ impl Engine {
             }
             self.doorbells_armed = true;
             self.state.counters.sleeps += 1;
+            // The sleep's length and its end from one reading of the clock (`sleep_ends`).
+            let step = self.state.begin_step();
             let sleep = self.idle_sleep();
             // Still waiting for room at this sleep: the next such sleep is twice as long
             // (up to `OWED_ROOM_WAIT_MOST`); a client that never reads its ring costs the
@@ -475,7 +490,8 @@ impl Engine {
             } else {
                 LOSS_REPORT_EVERY
             };
-            self.sleep_ends = std::time::Instant::now() + sleep;
+            self.sleep_ends = self.state.now().plus_nanos(nanos(sleep));
+            self.state.clock.end(step);
             return Ok(Step::Sleep(sleep));
         }
         tracing::info!("engine stopping");
@@ -589,6 +605,20 @@ impl Engine {
             self.turn_for_waiter(false);
             more += 1;
         }
+        // One clock reading for the fabric's sleep preparation, the sleep bound and its
+        // comparison with the engine thread's sleep (`step_clock`). Not for the turns
+        // above: each is a step of its own, since packets a stream holds must see time
+        // pass between turns to go out.
+        let step = self.state.begin_step();
+        let ring = self.hand_back_after_turns();
+        self.state.clock.end(step);
+        ring
+    }
+
+    /// [`Engine::hand_back`] after its turns: the fabric's sleep preparation, the
+    /// doorbells armed, and whether a timer comes before the engine thread's sleep ends.
+    #[inline]
+    fn hand_back_after_turns(&mut self) -> bool {
         if self.state.prepare_fabric_sleep() {
             return true;
         }
@@ -605,8 +635,16 @@ impl Engine {
         if work {
             return true;
         }
+        // The bound and the instant it ends from one reading (this step's, taken only
+        // if a timer asks for it), as the sleep's own end was (`sleep_ends`): the timer
+        // the engine's thread sleeps for is then not sooner than itself. With two
+        // readings (the length from one, the instant from the next), a stream's
+        // hand-backs found the tick it slept for sooner by the jitter between them and
+        // woke it for nothing: one in ten, nine in ten once the length came from an
+        // earlier reading than the sleep's end.
         let bound = self.idle_sleep();
-        bound < self.state.cfg.max_sleep && std::time::Instant::now() + bound < self.sleep_ends
+        bound < self.state.cfg.max_sleep
+            && self.state.now().plus_nanos(nanos(bound)) < self.sleep_ends
     }
 
     /// A drive ends while others (a lease) keep the engine's thread asleep: what the
@@ -692,6 +730,7 @@ impl Engine {
     }
 
     /// [`Engine::turn_for_waiter`], saying whether a turn ran or only a glance.
+    #[inline]
     fn waiter_step(&mut self, keep_armed: bool) -> crate::Drove {
         // Acquire: pairs with the Release store of the stop flag in `EngineHandle::drop`.
         if self.state.stop.load(StdOrdering::Acquire) {
@@ -716,6 +755,8 @@ impl Engine {
         }
         self.glances = 0;
         let disarmed = self.state.hint_ports.disarmed();
+        // One clock reading for the turn and its fabric poll (`step_clock`).
+        let step = self.state.begin_step();
         let mut busy = self.state.turn(ColdLook::Backstop);
         if self.doorbells_armed && self.state.hint_ports.disarmed() != disarmed {
             // Kept armed, but a port turned hot (its doorbell cleared) or withdrew its
@@ -727,6 +768,7 @@ impl Engine {
         {
             busy |= self.state.poll_fabric();
         }
+        self.state.clock.end(step);
         self.driven_busy = busy;
         if busy {
             crate::Drove::Work
@@ -1179,5 +1221,99 @@ mod tests {
             engine.state.counters.sleeps, 0,
             "a let-go, not an idle sleep"
         );
+    }
+
+    /// A fabric with no traffic whose next timer the test sets.
+    struct TimedFabric {
+        wakes: std::os::unix::net::UnixStream,
+        at: Arc<hamlyn_shm::sync::AtomicU64>,
+    }
+
+    impl Fabric for TimedFabric {
+        fn local(&self) -> hamlyn_wire::NodeId {
+            hamlyn_wire::NodeId(0)
+        }
+        fn send(
+            &mut self,
+            _now: Instant,
+            _header: &hamlyn_wire::Header,
+            _meta: &[u8],
+            _payload: &[hamlyn_shm::bytes::SharedBytes<'_>],
+        ) -> Result<(), hamlyn_fabric::FabricError> {
+            Ok(())
+        }
+        fn poll(
+            &mut self,
+            _now: Instant,
+            _sink: &mut dyn hamlyn_fabric::PacketSink,
+            _budget: usize,
+        ) -> Result<usize, hamlyn_fabric::FabricError> {
+            Ok(0)
+        }
+        fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
+            Some(self.wakes.as_fd())
+        }
+        fn next_timer(&self) -> Option<Instant> {
+            Some(Instant(self.at.load(Ordering::Relaxed)))
+        }
+    }
+
+    /// The engine's thread sleeps until its fabric's next timer; a waiting thread that
+    /// hands the engine back wakes it only for a timer that comes sooner than that
+    /// sleep's end, never for the one it sleeps for. The sleep's end and the hand-back's
+    /// deadline are each one reading of the clock plus a length from that reading: with
+    /// two readings each, the same timer came out sooner than itself by the jitter
+    /// between them, and a stream's hand-backs woke the engine's thread for nothing
+    /// (one in ten, nine in ten once the hand-back took one reading for both; TCP 8 B
+    /// message rate 1.0 -> 0.6 M/s, 2026-11-26).
+    #[test]
+    fn a_hand_back_wakes_the_engine_thread_only_for_a_sooner_timer() {
+        let at = Arc::new(hamlyn_shm::sync::AtomicU64::new(u64::MAX));
+        let (wakes, _other) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+        let fabric = TimedFabric {
+            wakes,
+            at: at.clone(),
+        };
+        let cfg = EngineConfig {
+            spin_turns: 1,
+            max_sleep: Duration::from_secs(1),
+            ..EngineConfig::embedded()
+        };
+        let (mut engine, mut io) = Engine::with_fabric(
+            cfg,
+            Arc::new(AtomicBool::new(false)),
+            Some(Box::new(fabric)),
+        )
+        .expect("engine");
+        let relaxed = Ordering::Relaxed;
+        // The fabric's timer 100 ms on: the engine's thread sleeps until then.
+        let timer = engine.state.now().plus_nanos(100_000_000);
+        at.store(timer.0, relaxed);
+        let sleep = loop {
+            match engine.serve(&mut io, &|| false).expect("serve") {
+                Step::Sleep(d) => break d,
+                Step::Spin => {}
+                Step::Stop => panic!("stopped"),
+            }
+        };
+        assert!(
+            sleep > Duration::ZERO && sleep <= Duration::from_millis(100),
+            "a sleep until the timer: {sleep:?}"
+        );
+        // Waiting threads drive and hand back, the timer unchanged: never a wake-up.
+        for i in 0..200 {
+            engine.driven_step();
+            assert!(
+                !engine.hand_back(),
+                "hand-back {i} woke the thread for its own timer"
+            );
+        }
+        // A timer sooner than the sleep's end wakes it; a later one does not.
+        at.store(timer.0 - 1_000_000, relaxed);
+        engine.driven_step();
+        assert!(engine.hand_back(), "a timer a millisecond sooner");
+        at.store(timer.0 + 1_000_000, relaxed);
+        engine.driven_step();
+        assert!(!engine.hand_back(), "a timer a millisecond later");
     }
 }

@@ -53,6 +53,7 @@ mod remote;
 mod sched;
 mod source;
 mod stats;
+mod step_clock;
 
 pub use config::{EngineConfig, Quotas};
 pub use error::EngineError;
