@@ -716,13 +716,14 @@ fn count<A: Areas>(
 /// fast slots have none. On the first packet the whole 60 bytes of user metadata are
 /// written (zero-padded, so a shorter metadata leaves no stale tail), with its length and
 /// the source node; in a group every member's first packet writes there and the last one
-/// wins. Then the packet's delta is added to the 32-bit accumulator with
+/// wins. Then the packet's bytes are added to `assembling_bytes` and its delta is added to the 32-bit accumulator with
 /// [`EntryMemory::add_u32_at`] (an atomic shared with every other depositor: the engine
-/// and direct senders, in any process). NOTIFY_NOW skips the count, but only on an idle
-/// entry (an accumulator read as 0): it is then the whole message, completed at once with
-/// its own length and offset, and the assembling words (`assembling_bytes`,
-/// `assembling_low`) are left as they were; mid-group (a non-zero accumulator) it counts
-/// like any packet, adding its delta of 0.
+/// and direct senders, in any process). A NOTIFY_NOW packet is not counted: it reads the
+/// accumulator, and on an idle entry (0) it is the whole message, completed at once with
+/// its own length and offset; mid-count it completes nothing, so that a key holder cannot
+/// end someone else's group early. It never touches the accumulator or the assembling
+/// words (`assembling_bytes`, `assembling_low`), which belong to the message in progress,
+/// and mid-count it writes nothing at all (its metadata goes in only when it completes).
 ///
 /// When the message is complete (the accumulator returned to 0, or NOTIFY_NOW on an idle
 /// entry; a fast message at once), the message's first offset is stored, the entry's
@@ -746,29 +747,25 @@ pub fn count_packet<M: EntryMemory + ?Sized>(
     let gone = |_| RejectReason::AreaGone;
     let (mem, off) = entry.ok_or(RejectReason::BadMetaIndex)?;
     let first_packet = h.flags.contains(Flags::FIRST);
-    if first_packet {
-        let n = meta.len().min(hamlyn_wire::MAX_META_LEN);
-        let mut user = [0u8; hamlyn_wire::MAX_META_LEN];
-        user[..n].copy_from_slice(&meta[..n]);
-        mem.write_at(off + meta_off::USER as u64, &user)
-            .map_err(gone)?;
-        mem.write_at(off + meta_off::META_LEN as u64, &(n as u16).to_le_bytes())
-            .map_err(gone)?;
-        mem.write_at(off + meta_off::SRC_NODE as u64, &h.src.0.to_le_bytes())
-            .map_err(gone)?;
-    }
     let acc_off = off + meta_off::ACCUMULATOR as u64;
-    let now = h.flags.contains(Flags::NOTIFY_NOW);
-    // A lone message (NOTIFY_NOW: one packet, delta 0) that finds its entry idle is the
-    // whole message: its length and offset are its own, and it leaves the assembling
-    // words alone, as it would leave them as it found them. (A lone message that a
-    // concurrent member's add beats to the accumulator is counted below; one that beats
-    // such a member completes here, leaving that member's bytes and offset for its group:
-    // either order is a place in the accumulator's order of modification.)
-    if now && mem.load_u32_at(acc_off).map_err(gone)? == 0 {
+    if h.flags.contains(Flags::NOTIFY_NOW) {
+        // A lone message (one packet, delta 0) only looks at the accumulator: on an idle
+        // entry it is the whole message, its length and offset its own; mid-count it
+        // completes nothing (a key holder cannot end someone else's group early) and adds
+        // nothing. Either way it leaves the assembling words to the message they belong
+        // to: a packet of it counted with them could complete between its adds and take
+        // them with it, or leave them short. A single load is a place in the
+        // accumulator's order of modification, whatever other depositors do around it.
+        if mem.load_u32_at(acc_off).map_err(gone)? != 0 {
+            return Ok(None);
+        }
+        if first_packet {
+            deposit_metadata(mem, off, h, meta)?;
+        }
         return complete_message(mode, mem, off, h, h.offset, h.payload_len);
     }
     if first_packet {
+        deposit_metadata(mem, off, h, meta)?;
         // The message's first offset is the lowest first packet's (a group has one per
         // member). Read-modify-write: the engine is one thread; direct senders of one
         // group racing here may leave a higher member's offset (ARCHITECTURE.md).
@@ -786,8 +783,7 @@ pub fn count_packet<M: EntryMemory + ?Sized>(
     // counted stay.
     let bytes_off = off + meta_off::ASSEMBLING_BYTES as u64;
     let total = mem.add_u32_at(bytes_off, h.payload_len).map_err(gone)?;
-    let delta = if now { 0 } else { h.delta };
-    if mem.add_u32_at(acc_off, delta).map_err(gone)? != 0 {
+    if mem.add_u32_at(acc_off, h.delta).map_err(gone)? != 0 {
         return Ok(None);
     }
     mem.add_u32_at(bytes_off, total.wrapping_neg())
@@ -799,6 +795,27 @@ pub fn count_packet<M: EntryMemory + ?Sized>(
     let first = !u64::from_le_bytes(b);
     mem.write_at(low_off, &0u64.to_le_bytes()).map_err(gone)?;
     complete_message(mode, mem, off, h, first, total)
+}
+
+/// A first packet's part of [`count_packet`]: the whole 60 bytes of user metadata
+/// (zero-padded), its length and the source node.
+#[inline(always)]
+fn deposit_metadata<M: EntryMemory + ?Sized>(
+    mem: &mut M,
+    off: u64,
+    h: &Header,
+    meta: &[u8],
+) -> Result<(), RejectReason> {
+    let gone = |_| RejectReason::AreaGone;
+    let n = meta.len().min(hamlyn_wire::MAX_META_LEN);
+    let mut user = [0u8; hamlyn_wire::MAX_META_LEN];
+    user[..n].copy_from_slice(&meta[..n]);
+    mem.write_at(off + meta_off::USER as u64, &user)
+        .map_err(gone)?;
+    mem.write_at(off + meta_off::META_LEN as u64, &(n as u16).to_le_bytes())
+        .map_err(gone)?;
+    mem.write_at(off + meta_off::SRC_NODE as u64, &h.src.0.to_le_bytes())
+        .map_err(gone)
 }
 
 /// The end of [`count_packet`] for a packet that completed its message, first byte at
@@ -874,6 +891,7 @@ pub fn notification_entry(done: MessageDone, h: &Header) -> NotifEntry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::memory::OutOfRange;
     use hamlyn_wire::{NodeId, RequestId, SlotId};
 
     fn header(op: Op) -> Header {
@@ -979,15 +997,10 @@ mod tests {
         let mut entry = vec![0u8; hamlyn_wire::META_ENTRY_LEN];
         let bytes_at = meta_off::ASSEMBLING_BYTES as u64;
         let low_at = meta_off::ASSEMBLING_LOW as u64;
-        // Another packet between its adds: 100 bytes from offset 100.
+        // Another first packet between its adds: 100 bytes from offset 50.
         entry.write_at(bytes_at, &100u32.to_le_bytes()).unwrap();
-        entry.write_at(low_at, &(!100u64).to_le_bytes()).unwrap();
-        let mut lone = header(Op::Write);
-        lone.flags = Flags::FIRST | Flags::LAST | Flags::NOTIFY | Flags::NOTIFY_NOW;
-        lone.delta = 0;
-        lone.offset = 3000;
-        lone.payload_len = 8;
-        let done = count_packet(SlotMode::Normal, Some((&mut entry, 0)), &lone, b"lone");
+        entry.write_at(low_at, &(!50u64).to_le_bytes()).unwrap();
+        let done = count_packet(SlotMode::Normal, Some((&mut entry, 0)), &lone(), b"lone");
         assert_eq!(
             done.unwrap(),
             Some(MessageDone {
@@ -1003,14 +1016,129 @@ mod tests {
         assert_eq!(e.accumulator.get(), 0);
         assert_eq!(
             (e.assembling_bytes.get(), e.assembling_low.get()),
-            (100, !100),
+            (100, !50),
             "the other assembly is left as it was"
         );
-        // The message that other packet belongs to completes with its bytes and offset.
+        // The message that packet belongs to (here counted with `count_three`'s, which
+        // bring the accumulator back to 0) completes with its bytes and first offset.
         let got = count_three([0, 1, 2], &mut entry);
         assert_eq!(got[2].map(|d| d.len), Some(400));
         let e = MetaEntry::read(&entry).unwrap();
-        assert_eq!((e.message_offset.get(), e.completed.get()), (100, 2));
+        assert_eq!((e.message_offset.get(), e.completed.get()), (50, 2));
         assert_eq!((e.assembling_bytes.get(), e.assembling_low.get()), (0, 0));
+    }
+
+    /// The lone 8-byte message at offset 3000 of these tests.
+    fn lone() -> Header {
+        let mut h = header(Op::Write);
+        h.flags = Flags::FIRST | Flags::LAST | Flags::NOTIFY | Flags::NOTIFY_NOW;
+        h.delta = 0;
+        h.offset = 3000;
+        h.payload_len = 8;
+        h
+    }
+
+    /// An entry whose accumulator read runs another depositor's count first, or right
+    /// after: the two orders in which a lone message and a group's last packet (another
+    /// process) can meet on one entry.
+    struct Meeting<'a> {
+        entry: std::cell::RefCell<&'a mut Vec<u8>>,
+        other: std::cell::Cell<Option<Header>>,
+        other_first: bool,
+        other_done: std::cell::Cell<Option<Option<MessageDone>>>,
+    }
+
+    impl Meeting<'_> {
+        /// The other depositor's count, once, to its end (as another process would).
+        fn run_other(&self) {
+            if let Some(h) = self.other.take() {
+                let mut entry = self.entry.borrow_mut();
+                let done = count_packet(SlotMode::Normal, Some((&mut **entry, 0)), &h, b"");
+                self.other_done.set(Some(done.unwrap()));
+            }
+        }
+    }
+
+    impl EntryMemory for Meeting<'_> {
+        fn read_at(&self, offset: u64, dst: &mut [u8]) -> Result<(), OutOfRange> {
+            self.entry.borrow().read_at(offset, dst)
+        }
+        fn write_at(&mut self, offset: u64, src: &[u8]) -> Result<(), OutOfRange> {
+            self.entry.borrow_mut().write_at(offset, src)
+        }
+        fn add_u32_at(&mut self, offset: u64, v: u32) -> Result<u32, OutOfRange> {
+            self.entry.borrow_mut().add_u32_at(offset, v)
+        }
+        fn load_u32_at(&self, offset: u64) -> Result<u32, OutOfRange> {
+            if self.other_first {
+                self.run_other();
+            }
+            let v = self.entry.borrow().load_u32_at(offset);
+            if !self.other_first {
+                self.run_other();
+            }
+            v
+        }
+    }
+
+    /// A lone message and a group's last packet meeting on one entry, in either order:
+    /// the group reports exactly its own bytes and first offset, the lone message either
+    /// completes alone (the group was done when it looked) or completes nothing (it was
+    /// not), and the assembling words end at 0 for the next message. Counting the lone
+    /// packet's bytes like a group member's, as before, let the group complete between
+    /// its two adds: the group reported the lone bytes, the lone message completed too
+    /// with the group's, and `assembling_bytes` was left at -108 for good.
+    #[test]
+    fn a_lone_message_and_a_group_meeting_on_an_entry_each_keep_their_bytes() {
+        for other_first in [true, false] {
+            let mut entry = vec![0u8; hamlyn_wire::META_ENTRY_LEN];
+            // The group's first member: 100 bytes at offset 100, delta -1.
+            let mut first = header(Op::Write);
+            first.flags = Flags::FIRST | Flags::LAST | Flags::NOTIFY;
+            first.offset = 100;
+            first.payload_len = 100;
+            first.delta = 1u32.wrapping_neg();
+            let got = count_packet(SlotMode::Normal, Some((&mut entry, 0)), &first, b"g");
+            assert_eq!(got.unwrap(), None);
+            // Its last member: 100 bytes at offset 200, delta +1.
+            let mut last = first;
+            last.offset = 200;
+            last.delta = 1;
+            let (lone_done, group_done) = {
+                let mut m = Meeting {
+                    entry: std::cell::RefCell::new(&mut entry),
+                    other: std::cell::Cell::new(Some(last)),
+                    other_first,
+                    other_done: std::cell::Cell::new(None),
+                };
+                let done = count_packet(SlotMode::Normal, Some((&mut m, 0)), &lone(), b"lone");
+                (done.unwrap(), m.other_done.get())
+            };
+            let group_done = group_done.expect("the group's last packet ran");
+            assert_eq!(
+                group_done.map(|d| d.len),
+                Some(200),
+                "the group's own bytes ({other_first})"
+            );
+            let want = other_first.then_some(MessageDone {
+                kind: NotifKind::Message,
+                len: 8,
+            });
+            assert_eq!(lone_done, want, "done alone, or nothing ({other_first})");
+            let e = MetaEntry::read(&entry).unwrap();
+            assert_eq!(
+                (
+                    e.accumulator.get(),
+                    e.assembling_bytes.get(),
+                    e.assembling_low.get()
+                ),
+                (0, 0, 0),
+                "ready for the next message ({other_first})"
+            );
+            let completions = 1 + u32::from(other_first);
+            assert_eq!(e.completed.get(), completions);
+            let offset = if other_first { 3000 } else { 100 };
+            assert_eq!(e.message_offset.get(), offset, "{other_first}");
+        }
     }
 }

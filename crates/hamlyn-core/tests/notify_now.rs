@@ -1,5 +1,6 @@
 //! NOTIFY_NOW cannot end someone else's group early: it must carry delta 0, and on an
-//! entry whose accumulator is mid-count it is counted like any packet.
+//! entry whose accumulator is mid-count it completes nothing and adds nothing (its bytes
+//! are not the group's).
 
 use hamlyn_core::{
     Interface, MetaRange, OwnerId, RejectReason, SendSpec, SlotConfig, SlotMode, SlotPerms,
@@ -65,7 +66,7 @@ fn notify_now_cannot_complete_a_group_early() {
         None
     );
 
-    // A key holder's lone NOTIFY_NOW packet (delta 0) is counted, not an early end.
+    // A key holder's lone NOTIFY_NOW packet (delta 0) mid-count: no early end.
     let mut lone = segs[0].header;
     lone.flags = Flags::FIRST | Flags::LAST | Flags::NOTIFY | Flags::NOTIFY_NOW;
     lone.delta = 0;
@@ -102,10 +103,15 @@ fn notify_now_cannot_complete_a_group_early() {
         !last[0].header.flags.contains(Flags::NOTIFY_NOW),
         "a group member never uses NOTIFY_NOW"
     );
-    assert!(iface
+    let done = iface
         .receive(&last[0].header, &[], &[2; 10], &mut areas)
         .unwrap()
-        .is_some());
+        .expect("the group completes");
+    assert_eq!(
+        done.entry.len.get(),
+        2048 + 10,
+        "the group's own bytes, not the lone packet's with them"
+    );
 
     // On an idle entry a lone message still completes at once.
     let mut lone = last[0].header;

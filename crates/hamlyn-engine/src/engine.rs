@@ -126,8 +126,8 @@ impl EngineState {
 
     /// The start of a step of the engine's clock (`step_clock`), for an engine with a
     /// fabric: a turn there reads the clock for each packet sent and for the fabric's
-    /// poll. An engine of one node reads it at most once a turn (a rate-limited
-    /// terminus), so it keeps fresh readings and pays nothing for steps.
+    /// poll. An engine of one node reads it only for rate-limited termini (once per
+    /// visit of one), so it keeps fresh readings and pays nothing for steps.
     #[inline]
     pub(crate) fn begin_step(&self) -> crate::step_clock::Began {
         if self.remote.is_some() {

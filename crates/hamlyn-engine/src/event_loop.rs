@@ -381,6 +381,8 @@ impl Engine {
         io: &mut Io,
         driven: &dyn Fn() -> bool,
     ) -> Result<Step, EngineError> {
+        // No step of the clock is open between turns (one left by a panic ends here).
+        self.state.clock.reset();
         // Armed for a sleep (ours, or while a waiting thread drove): we serve now.
         if self.doorbells_armed {
             self.disarm_doorbells();
@@ -1265,7 +1267,10 @@ mod tests {
     /// two readings each, the same timer came out sooner than itself by the jitter
     /// between them, and a stream's hand-backs woke the engine's thread for nothing
     /// (one in ten, nine in ten once the hand-back took one reading for both; TCP 8 B
-    /// message rate 1.0 -> 0.6 M/s, 2026-11-26).
+    /// message rate 1.0 -> 0.6 M/s, 2026-11-26). Fails if the sleep's end is taken from
+    /// a later reading than its length (a hand-back's deadline from a later reading only
+    /// errs the other way, towards not waking). The timer is seconds away, so that a
+    /// test thread off its CPU for a while still finds it ahead.
     #[test]
     fn a_hand_back_wakes_the_engine_thread_only_for_a_sooner_timer() {
         let at = Arc::new(hamlyn_shm::sync::AtomicU64::new(u64::MAX));
@@ -1276,7 +1281,7 @@ mod tests {
         };
         let cfg = EngineConfig {
             spin_turns: 1,
-            max_sleep: Duration::from_secs(1),
+            max_sleep: Duration::from_secs(100),
             ..EngineConfig::embedded()
         };
         let (mut engine, mut io) = Engine::with_fabric(
@@ -1286,8 +1291,8 @@ mod tests {
         )
         .expect("engine");
         let relaxed = Ordering::Relaxed;
-        // The fabric's timer 100 ms on: the engine's thread sleeps until then.
-        let timer = engine.state.now().plus_nanos(100_000_000);
+        // The fabric's timer 10 s on: the engine's thread sleeps until then.
+        let timer = engine.state.now().plus_nanos(10_000_000_000);
         at.store(timer.0, relaxed);
         let sleep = loop {
             match engine.serve(&mut io, &|| false).expect("serve") {
@@ -1297,7 +1302,7 @@ mod tests {
             }
         };
         assert!(
-            sleep > Duration::ZERO && sleep <= Duration::from_millis(100),
+            sleep > Duration::from_secs(9) && sleep <= Duration::from_secs(10),
             "a sleep until the timer: {sleep:?}"
         );
         // Waiting threads drive and hand back, the timer unchanged: never a wake-up.

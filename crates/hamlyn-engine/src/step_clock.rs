@@ -9,12 +9,17 @@
 //! instant; outside one every read is fresh, so a path nobody marked as a step reads
 //! the clock as it always did.
 //!
-//! A step lasts one turn: at most a visit's quantum of packets and one poll of the
-//! fabric (microseconds; a 256 KiB packet's copy is the longest). What the core times
-//! with it (a packet held for coalescing, a retransmission's deadline, a rail's empty
-//! reads) is then late by at most that much. Never more than one turn: the packets a
-//! stream holds go out once their hold has passed, which a run of turns sharing one
-//! instant would never see (a hand-back's turns are each a step of their own).
+//! A step lasts one turn: every ready terminus's quantum of packets and one poll of the
+//! fabric (up to 64 packets) — microseconds for small packets, up to milliseconds for
+//! many 256 KiB ones. What the core times with its instant (a packet held for
+//! coalescing, a retransmission's deadline, a rail's empty reads) then starts that much
+//! early at most. Never more than one turn: the packets a stream holds go out once their
+//! hold has passed, which a run of turns sharing one instant would never see (a
+//! hand-back's turns are each a step of their own).
+//!
+//! Steps do not nest, and a step left open (a panic inside one: the engine lives on, a
+//! holder's panic lets go of it) ends at the next step's start, which also starts
+//! afresh: the engine's thread begins one every turn.
 //!
 //! Comparisons of instants must take both from readings of this clock made for that
 //! purpose, not one from a step and one from a fresh read: the engine thread's sleep
@@ -41,7 +46,7 @@ pub(crate) struct StepClock {
 }
 
 /// Whether [`StepClock::begin`] began a step (and the matching [`StepClock::end`] ends
-/// it) or found one in progress (a step inside a step keeps the outer one's instant).
+/// it) or [`StepClock::no_step`] stands for none.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[must_use = "a begun step must be ended, or later reads keep its instant"]
 pub(crate) struct Began(bool);
@@ -77,14 +82,18 @@ impl StepClock {
     }
 
     /// The start of a step: reads until [`StepClock::end`] share the first one's instant.
-    /// No clock read here: a step that never asks (an idle turn) costs none.
+    /// No clock read here: a step that never asks (an idle turn) costs none. Always a
+    /// fresh step: one found open was left by a panic, and its instant is stale.
     #[inline]
     pub(crate) fn begin(&self) -> Began {
-        if self.step.get() != OFF {
-            return Began(false);
-        }
         self.step.set(UNREAD);
         Began(true)
+    }
+
+    /// Ends any step left open (by a panic inside it); reads are fresh again.
+    #[inline]
+    pub(crate) fn reset(&self) {
+        self.step.set(OFF);
     }
 
     /// No step: [`StepClock::end`] of it does nothing, and reads stay fresh (an engine
@@ -94,7 +103,7 @@ impl StepClock {
         Began(false)
     }
 
-    /// The end of the step `begun` began (nothing, for a step inside another).
+    /// The end of the step `begun` began (nothing, for [`StepClock::no_step`]).
     #[inline]
     pub(crate) fn end(&self, begun: Began) {
         if begun.0 {
@@ -129,19 +138,35 @@ mod tests {
         let first = c.now();
         pause();
         assert_eq!(c.now(), first, "inside a step: the first reading");
-        // A step inside the step keeps the outer one's instant, and its end ends nothing.
-        let inner = c.begin();
-        pause();
-        assert_eq!(c.now(), first);
-        c.end(inner);
-        assert_eq!(c.now(), first, "the outer step goes on");
+        // No step (an engine without a fabric) ends nothing.
+        c.end(c.no_step());
+        assert_eq!(c.now(), first, "the step goes on");
         c.end(began);
         pause();
         let after = c.now();
         assert!(
-            after.0 >= first.0 + 6_000_000,
+            after.0 >= first.0 + 4_000_000,
             "after the step: fresh ({first:?}, {after:?})"
         );
+    }
+
+    /// A step left open (its end never ran: a panic) does not outlive the next step's
+    /// start, which reads afresh, nor a reset.
+    #[test]
+    fn a_step_left_open_ends_at_the_next_start_or_a_reset() {
+        let c = StepClock::new();
+        let _lost = c.begin();
+        let stale = c.now();
+        pause();
+        let began = c.begin();
+        let fresh = c.now();
+        assert!(fresh.0 >= stale.0 + 2_000_000, "a fresh reading");
+        c.end(began);
+        let _lost = c.begin();
+        let stale = c.now();
+        c.reset();
+        pause();
+        assert!(c.now().0 >= stale.0 + 2_000_000, "fresh after a reset");
     }
 
     /// A step that never reads costs no reading: the next step reads its own.

@@ -99,8 +99,8 @@ impl<R: Deref<Target = ShmRegion>> Memory for AreaMem<R> {
             .atomic_u32(at(offset, 4)?)
             .map_err(|_| oor(offset, 4))?;
         // Acquire: pairs with the AcqRel `fetch_add_u32` above of every depositor into
-        // this word; a lone message that finds its entry idle sees every completed
-        // message's deposit before it writes its own (`hamlyn_core::count_packet`).
+        // this word. Conservative: a lone message's count (`hamlyn_core::count_packet`)
+        // reads nothing after it that another depositor published.
         Ok(word.load(Ordering::Acquire))
     }
 

@@ -126,7 +126,7 @@ impl EntryMemory for EntryMem<'_> {
         // mapping, a word only ever accessed atomically.
         let word = unsafe { AtomicU32::from_ptr(self.base.as_ptr().add(at).cast::<u32>()) };
         // Acquire: pairs with the AcqRel adds of every depositor into this word
-        // (`add_u32_at`, here or in the engine's `AreaMem`).
+        // (`add_u32_at`, here or in the engine's `AreaMem`); conservative, as there.
         Ok(word.load(Ordering::Acquire))
     }
 }
