@@ -237,6 +237,29 @@ impl ShmRegion {
         })
     }
 
+    /// Faults every page of the mapping in now, writable (`MADV_POPULATE_WRITE`), so that
+    /// no access on a fast path pays a first-touch page fault later: a page of the file
+    /// allocated and zeroed, this process's page table filled, several microseconds on a
+    /// virtual machine, and a wait on the page's lock when the other process faults on it
+    /// at the same moment. For the mappings each message reaches a new part of: the
+    /// notification queues and rings, metadata entries. A ping-pong crossed a fresh page of
+    /// its 2 MiB queue every 128 messages, about 1% of them, on each side (2026-11-26).
+    /// Not for message areas, which may be large and sparse. A kernel older than 5.14
+    /// refuses (`EINVAL`): callers go on without, as before.
+    pub fn populate(&self) -> Result<(), RegionError> {
+        // SAFETY: the range is exactly this region's own mapping (`map`, `map_len`), alive
+        // while `&self` is. MADV_POPULATE_WRITE faults the pages in as a write would,
+        // without changing a byte, so nothing any process reads is affected.
+        unsafe {
+            rustix::mm::madvise(
+                self.map.as_ptr().cast(),
+                self.map_len,
+                rustix::mm::Advice::LinuxPopulateWrite,
+            )
+        }
+        .map_err(|e| RegionError::sys("madvise(MADV_POPULATE_WRITE)", e))
+    }
+
     /// Bytes mapped.
     #[inline]
     pub fn len(&self) -> usize {
@@ -463,6 +486,54 @@ impl RingMemory for ShmRegion {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Minor page faults of this thread so far (field 10 of `/proc/thread-self/stat`),
+    /// read into a buffer on the stack so that the reading itself faults nothing new.
+    fn minor_faults() -> u64 {
+        use std::io::Read;
+        let mut buf = [0u8; 1024];
+        let mut f = std::fs::File::open("/proc/thread-self/stat").expect("stat");
+        let n = f.read(&mut buf).expect("read");
+        let text = std::str::from_utf8(&buf[..n]).expect("text");
+        // After the command's closing parenthesis: state is field 3, minflt field 10.
+        let rest = &text[text.rfind(')').expect("comm") + 2..];
+        rest.split(' ')
+            .nth(7)
+            .expect("minflt")
+            .parse()
+            .expect("number")
+    }
+
+    /// After `populate`, a write to every page of a fresh region takes no page fault;
+    /// without it, one per page.
+    #[test]
+    fn a_populated_region_takes_no_fault_when_first_written() {
+        const PAGES: usize = 64;
+        let page = rustix::param::page_size();
+        let touch = |r: &ShmRegion| {
+            for p in 0..PAGES {
+                r.write(p * page, &[1]).expect("in range");
+            }
+        };
+        let cold = ShmRegion::create("test-cold", PAGES * page).expect("memfd");
+        let before = minor_faults();
+        touch(&cold);
+        let cold_faults = minor_faults() - before;
+        assert!(
+            cold_faults >= PAGES as u64 - 4,
+            "one fault a page: {cold_faults}"
+        );
+
+        let warm = ShmRegion::create("test-warm", PAGES * page).expect("memfd");
+        warm.populate().expect("MADV_POPULATE_WRITE (Linux 5.14)");
+        let before = minor_faults();
+        touch(&warm);
+        let warm_faults = minor_faults() - before;
+        assert!(
+            warm_faults <= 4,
+            "populated: {warm_faults} faults for {PAGES} pages"
+        );
+    }
 
     #[test]
     fn create_read_write_atomics() -> Result<(), RegionError> {

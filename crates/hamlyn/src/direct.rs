@@ -211,7 +211,11 @@ impl DirectTarget {
                     .ok_or(Error::Protocol("metadata base"))?;
                 let n = usize::try_from(u64::from(ticket.meta_count) * entry)
                     .map_err(|_| Error::InvalidArgument("too many entries to map"))?;
-                Some(ShmRegion::from_fd_range(fd, at, n)?)
+                let entries = ShmRegion::from_fd_range(fd, at, n)?;
+                // Faulted in now, not on the way (`ShmRegion::populate`; without it, on
+                // first touch as before).
+                let _ = entries.populate();
+                Some(entries)
             }
             _ => None,
         };
@@ -219,6 +223,9 @@ impl DirectTarget {
             Some((qfd, efd)) => {
                 let layout = NotifLayout::new(0, queue_cap)?;
                 let region = ShmRegion::from_fd_range(qfd, queue_offset, layout.bytes())?;
+                // Each post reaches a new part of it: faulted in now, not one page per 128
+                // posts (`ShmRegion::populate`; without it, on first touch as before).
+                let _ = region.populate();
                 Some(notifq::Producer::attach(region, layout)?.with_eventfd(EventFd::from_fd(efd)))
             }
             None => None,
