@@ -361,9 +361,9 @@ impl EngineState {
             ShmRegion::create("hamlyn-queues", layout.queue_total).map_err(|e| e.to_string())?,
         );
         // The engine takes requests from the one and posts to the other, each time a new
-        // part: faulted in now (`ShmRegion::populate`; without it, on first touch).
-        let _ = region.populate();
-        let _ = queue_region.populate();
+        // part: faulted in now.
+        region.fault_in();
+        queue_region.fault_in();
         // The engine (and direct senders) poke; the client waits on the other end.
         let (eventfd, client_end) = EventFd::pair().map_err(|e| e.to_string())?;
         let mut queues = Vec::with_capacity(layout.queues.len());

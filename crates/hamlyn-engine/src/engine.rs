@@ -137,6 +137,12 @@ impl EngineState {
         }
     }
 
+    /// The end of a step [`EngineState::begin_step`] began: later readings are fresh.
+    #[inline]
+    pub(crate) fn end_step(&self, step: crate::step_clock::Began) {
+        self.clock.end(step);
+    }
+
     /// One scheduling turn over the termini with work; whether any had work. `cold`:
     /// how many cold ports' ready words it reads (`hint_ports`).
     pub(crate) fn turn(&mut self, cold: ColdLook) -> bool {

@@ -29,12 +29,6 @@ use crate::remote::Remote;
 use hamlyn_core::Instant;
 use hamlyn_fabric::Fabric;
 
-/// A duration in whole nanoseconds for the core's `Instant` (saturating: `Duration::MAX`
-/// is never reached by a sleep, which `max_sleep` bounds).
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
 /// How long an idle engine sleeps at most while a queue owes an Overflow report.
 const LOSS_REPORT_EVERY: Duration = Duration::from_millis(1);
 /// The longest the engine thread sleeps while something waits for room a client makes
@@ -401,7 +395,7 @@ impl Engine {
                 }
                 self.turns_at_let_go = self.driven_turns;
                 let sleep = self.state.cfg.max_sleep.min(DRIVER_STALL);
-                self.sleep_ends = self.state.now().plus_nanos(nanos(sleep));
+                self.sleep_ends = self.state.now().plus(sleep);
                 return Ok(Step::Sleep(sleep));
             }
             self.gone_for_driver = false;
@@ -417,7 +411,7 @@ impl Engine {
             if self.state.remote.is_some() && idle % FABRIC_IDLE_EVERY == 0 {
                 busy |= self.state.poll_fabric();
             }
-            self.state.clock.end(step);
+            self.state.end_step(step);
             if busy {
                 idle = 0;
                 self.woke = false;
@@ -492,8 +486,8 @@ impl Engine {
             } else {
                 LOSS_REPORT_EVERY
             };
-            self.sleep_ends = self.state.now().plus_nanos(nanos(sleep));
-            self.state.clock.end(step);
+            self.sleep_ends = self.state.now().plus(sleep);
+            self.state.end_step(step);
             return Ok(Step::Sleep(sleep));
         }
         tracing::info!("engine stopping");
@@ -613,7 +607,7 @@ impl Engine {
         // pass between turns to go out.
         let step = self.state.begin_step();
         let ring = self.hand_back_after_turns();
-        self.state.clock.end(step);
+        self.state.end_step(step);
         ring
     }
 
@@ -645,8 +639,7 @@ impl Engine {
         // woke it for nothing: one in ten, nine in ten once the length came from an
         // earlier reading than the sleep's end.
         let bound = self.idle_sleep();
-        bound < self.state.cfg.max_sleep
-            && self.state.now().plus_nanos(nanos(bound)) < self.sleep_ends
+        bound < self.state.cfg.max_sleep && self.state.now().plus(bound) < self.sleep_ends
     }
 
     /// A drive ends while others (a lease) keep the engine's thread asleep: what the
@@ -770,7 +763,7 @@ impl Engine {
         {
             busy |= self.state.poll_fabric();
         }
-        self.state.clock.end(step);
+        self.state.end_step(step);
         self.driven_busy = busy;
         if busy {
             crate::Drove::Work

@@ -260,6 +260,14 @@ impl ShmRegion {
         .map_err(|e| RegionError::sys("madvise(MADV_POPULATE_WRITE)", e))
     }
 
+    /// [`ShmRegion::populate`], best effort, for the mappings a fast path walks (rings,
+    /// notification queues, metadata entries): a kernel that refuses (before 5.14) leaves
+    /// the pages to fault on first touch, as they did before, and nothing else changes.
+    pub fn fault_in(&self) {
+        // Refused: the pages fault on first touch instead, which is all this saves.
+        let _ = self.populate();
+    }
+
     /// Bytes mapped.
     #[inline]
     pub fn len(&self) -> usize {

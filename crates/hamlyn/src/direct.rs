@@ -212,9 +212,8 @@ impl DirectTarget {
                 let n = usize::try_from(u64::from(ticket.meta_count) * entry)
                     .map_err(|_| Error::InvalidArgument("too many entries to map"))?;
                 let entries = ShmRegion::from_fd_range(fd, at, n)?;
-                // Faulted in now, not on the way (`ShmRegion::populate`; without it, on
-                // first touch as before).
-                let _ = entries.populate();
+                // Faulted in now, not on the way.
+                entries.fault_in();
                 Some(entries)
             }
             _ => None,
@@ -224,8 +223,8 @@ impl DirectTarget {
                 let layout = NotifLayout::new(0, queue_cap)?;
                 let region = ShmRegion::from_fd_range(qfd, queue_offset, layout.bytes())?;
                 // Each post reaches a new part of it: faulted in now, not one page per 128
-                // posts (`ShmRegion::populate`; without it, on first touch as before).
-                let _ = region.populate();
+                // posts.
+                region.fault_in();
                 Some(notifq::Producer::attach(region, layout)?.with_eventfd(EventFd::from_fd(efd)))
             }
             None => None,

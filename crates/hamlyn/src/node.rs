@@ -475,10 +475,9 @@ impl Node {
         let layout = PortLayout::read_header(&*port)?;
         let queue_file = Arc::new(ShmRegion::from_fd(queue_fd, layout.queue_total)?);
         // Every request and notification reaches a new part of these: faulted in now,
-        // not one page per 16 requests or 128 notifications on the way. A kernel without
-        // `MADV_POPULATE_WRITE` faults them on first touch, as before.
-        let _ = port.populate();
-        let _ = queue_file.populate();
+        // not one page per 16 requests or 128 notifications on the way.
+        port.fault_in();
+        queue_file.fault_in();
         let g = layout.geometry;
         if g.termini != options.termini || g.queues != options.queues {
             return Err(control.violation("port geometry differs from the one asked for"));
@@ -551,9 +550,8 @@ impl Node {
     pub fn meta_area(&self, count: u32) -> Result<MetaArea, Error> {
         let len = u64::from(count) * hamlyn_wire::META_ENTRY_LEN as u64;
         let area = self.area(len)?;
-        // Its entries are written as messages complete: faulted in now, not on the way
-        // (`ShmRegion::populate`; without it, on first touch as before).
-        let _ = area.inner.region.populate();
+        // Its entries are written as messages complete: faulted in now, not on the way.
+        area.inner.region.fault_in();
         MetaArea::new(&area, 0, count)
     }
 

@@ -192,6 +192,7 @@ use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::time::Duration;
 
+use hamlyn_core::time::duration_nanos as nanos;
 use hamlyn_core::Instant;
 use hamlyn_wire::stats::{FabricStats, LinkState, LinkStats};
 use hamlyn_wire::{Header, NodeId, HEADER_LEN};
@@ -455,10 +456,6 @@ struct Timing {
     tick: u64,
     /// Longest hold of a small packet (0: never held).
     hold: u64,
-}
-
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// One node's TCP fabric; see the module documentation.
@@ -1835,7 +1832,7 @@ impl TcpFabric {
             return true;
         }
         if now >= self.next_handshake_look && self.in_handshake() {
-            self.next_handshake_look = now.plus_nanos(HANDSHAKE_LOOK.as_nanos() as u64);
+            self.next_handshake_look = now.plus(HANDSHAKE_LOOK);
             return true;
         }
         false
