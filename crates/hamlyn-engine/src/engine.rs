@@ -818,6 +818,12 @@ impl EngineState {
         }
     }
 
+    /// Packets other nodes' engines sent here, all polls so far (0 without a fabric).
+    #[inline]
+    pub(crate) fn fabric_packets_in(&self) -> u64 {
+        self.remote.as_ref().map_or(0, |r| r.packets_in)
+    }
+
     /// Polls the fabric: delivers what arrived, sends queued NACKs, answers reads,
     /// atomics and registry packets, and handles peers coming and going. Whether anything
     /// happened.

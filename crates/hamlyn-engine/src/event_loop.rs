@@ -125,9 +125,25 @@ pub(crate) struct Engine {
     spin_unheld: bool,
     /// Where an idle spin given up for a step ([`Step::Spin`]) resumes.
     idle_spin: Option<IdleSpin>,
-    /// What [`Engine::spin_wanted`] said when the engine last went idle
+    /// What [`Engine::spin_wanted`] said of the clients when the engine last went idle
     /// ([`Engine::spins_for_clients`]).
     spins_for_clients: bool,
+    /// Packets from other nodes when the engine thread last went idle
+    /// ([`EngineState::fabric_packets_in`], [`Engine::spin_wanted`]).
+    packets_at_idle: u64,
+    /// When the engine thread last went idle ([`Engine::spin_wanted`]).
+    went_idle_at: std::time::Instant,
+}
+
+/// Whom the engine thread, gone idle, spins for before it sleeps ([`Engine::spin_wanted`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct SpinFor {
+    /// A client that cannot drive the engine: one in another process.
+    clients: bool,
+    /// Other nodes whose packets this thread served itself, nobody of this process
+    /// waiting for them, and lately (a passive target of reads and atomics, a stream
+    /// into a process that does not wait).
+    peers: bool,
 }
 
 /// An idle spin between two calls of [`Engine::serve`] ([`Step::Spin`]).
@@ -347,6 +363,8 @@ impl Engine {
             sleep_ends: Instant(0),
             spin_unheld: false,
             spins_for_clients: true,
+            packets_at_idle: 0,
+            went_idle_at: std::time::Instant::now(),
             idle_spin: None,
         };
         Ok((engine, io))
@@ -432,8 +450,9 @@ impl Engine {
             }
             if idle == 0 && !busy_poll {
                 idle_since = std::time::Instant::now();
-                spin_wanted = self.spin_wanted();
-                self.spins_for_clients = spin_wanted;
+                let spin_for = self.spin_wanted(idle_since);
+                self.spins_for_clients = spin_for.clients;
+                spin_wanted = spin_for.clients || spin_for.peers;
             }
             idle = idle.saturating_add(1);
             // A busy-polling engine never sleeps, so it never reads the clock; one that
@@ -494,8 +513,9 @@ impl Engine {
         Ok(Step::Stop)
     }
 
-    /// Whether the engine thread, gone idle, spins before it sleeps: only for a client
-    /// that cannot run the engine's turns itself. An engine its application's threads
+    /// Whom the engine thread, gone idle at `now`, spins for before it sleeps (asked
+    /// once per idle spell): only parties that cannot run the engine's turns
+    /// themselves. An engine its application's threads
     /// drive whose attached clients all run in its process sleeps at once: their waiting
     /// threads drive it (and poll the fabric for what comes from other nodes), and their
     /// pushes run the turn that takes them in (`Driver::nudge`). A spinning engine thread
@@ -511,16 +531,39 @@ impl Engine {
     /// other), each hop a sleep and a wake-up, 6.8-10 µs one-way instead of 0.6
     /// (2026-11-25, `perf sched`). Without that spin the other core is idle when one
     /// of them wakes, and the scheduler puts it there.
-    fn spin_wanted(&mut self) -> bool {
+    ///
+    /// Other nodes get the spin on the same terms ([`SpinFor::peers`]): when this thread
+    /// served packets from them itself since it last went idle (no waiting thread drove
+    /// meanwhile: nobody here waits for them), and went idle less than the spin's length
+    /// (`EngineConfig::spin`) before, so that the next packet is likely to come within
+    /// the spin. A process whose memory other nodes read or update while its own threads
+    /// do something else (seed 004's remote memory, the point of which is that the
+    /// target process takes no part) otherwise had its engine thread sleep after every
+    /// answer and be woken by the next request: an 8-byte remote read over TCP took
+    /// 24 µs instead of 11 (2026-12-07, `hamlyn bench --modes tcp`). Heartbeats are not
+    /// packets, and a trickle slower than the spin's length does not keep the thread
+    /// awake.
+    fn spin_wanted(&mut self, now: std::time::Instant) -> SpinFor {
+        let packets = self.state.fabric_packets_in();
+        let served_peers = packets != self.packets_at_idle;
+        self.packets_at_idle = packets;
+        let since_idle =
+            now.saturating_duration_since(std::mem::replace(&mut self.went_idle_at, now));
         if !self.spin_unheld {
-            return true;
+            return SpinFor {
+                clients: true,
+                peers: true,
+            };
         }
         // Waiting threads' turns only: a push's own turn (`sender_turn`) happens because
         // this thread sleeps, and would keep it from spinning for good.
         let waiter_turns = self.driven_turns.wrapping_sub(self.sender_turns);
         let drove = waiter_turns != self.turns_at_idle;
         self.turns_at_idle = waiter_turns;
-        !drove && self.state.clients.any_in_other_process()
+        SpinFor {
+            clients: !drove && self.state.clients.any_in_other_process(),
+            peers: !drove && served_peers && since_idle < self.state.cfg.spin,
+        }
     }
 
     /// Whether the engine spun for its clients when it last went idle
@@ -1216,6 +1259,150 @@ mod tests {
             engine.state.counters.sleeps, 0,
             "a let-go, not an idle sleep"
         );
+    }
+
+    /// A fabric from whose peer node 1 the test sends packets: each poll delivers those
+    /// released so far (writes to a slot that does not exist, which the engine refuses
+    /// and NACKs, as it would a stranger's).
+    struct PeerFabric {
+        wakes: std::os::unix::net::UnixStream,
+        released: Arc<hamlyn_shm::sync::AtomicU64>,
+        delivered: u64,
+    }
+
+    impl Fabric for PeerFabric {
+        fn local(&self) -> hamlyn_wire::NodeId {
+            hamlyn_wire::NodeId(0)
+        }
+        fn send(
+            &mut self,
+            _now: Instant,
+            _header: &hamlyn_wire::Header,
+            _meta: &[u8],
+            _payload: &[hamlyn_shm::bytes::SharedBytes<'_>],
+        ) -> Result<(), hamlyn_fabric::FabricError> {
+            Ok(())
+        }
+        fn poll(
+            &mut self,
+            _now: Instant,
+            sink: &mut dyn hamlyn_fabric::PacketSink,
+            budget: usize,
+        ) -> Result<usize, hamlyn_fabric::FabricError> {
+            let mut n = 0;
+            while n < budget && self.delivered < self.released.load(Ordering::Relaxed) {
+                let mut h = hamlyn_wire::Header::new(hamlyn_wire::Op::Write);
+                h.src = hamlyn_wire::NodeId(1);
+                h.dst = hamlyn_wire::NodeId(0);
+                h.slot = hamlyn_wire::SlotId(99);
+                let landing = sink.on_header(h.src, &h, &[]);
+                assert!(
+                    matches!(landing, hamlyn_fabric::Landing::Discard),
+                    "a write to no slot is refused"
+                );
+                self.delivered += 1;
+                n += 1;
+            }
+            Ok(n)
+        }
+        fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
+            Some(self.wakes.as_fd())
+        }
+    }
+
+    /// An engine on a [`PeerFabric`] whose threads may drive it, with one client of its
+    /// own process (which drives, so never needs the spin), spinning at most `turns`
+    /// idle turns; and the count of packets the test has released.
+    fn peer_engine(turns: u32) -> (Engine, Io, Arc<hamlyn_shm::sync::AtomicU64>) {
+        let released = Arc::new(hamlyn_shm::sync::AtomicU64::new(0));
+        let (wakes, _other) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+        let fabric = PeerFabric {
+            wakes,
+            released: released.clone(),
+            delivered: 0,
+        };
+        let cfg = EngineConfig {
+            spin_turns: turns,
+            spin: Duration::from_secs(60),
+            ..EngineConfig::embedded()
+        };
+        let (mut engine, io) = Engine::with_fabric(
+            cfg,
+            Arc::new(AtomicBool::new(false)),
+            Some(Box::new(fabric)),
+        )
+        .expect("engine");
+        engine.set_spin_unheld(true);
+        let (a, _b) = rustix::net::socketpair(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .expect("socketpair");
+        engine.state.clients.insert(a, 0, true);
+        (engine, io, released)
+    }
+
+    /// Serves until the engine thread sleeps: the idle turns it spun through first.
+    fn spins_before_sleep(engine: &mut Engine, io: &mut Io) -> u32 {
+        let mut spins = 0;
+        loop {
+            match engine.serve(io, &|| false).expect("serve") {
+                Step::Spin => spins += 1,
+                Step::Sleep(_) => return spins,
+                Step::Stop => panic!("stopped"),
+            }
+            assert!(spins < 1000, "the spin never ended");
+        }
+    }
+
+    /// A drivable engine whose only client drives it sleeps at once, unless its own
+    /// thread served other nodes' packets since it last went idle, lately: then it spins
+    /// before it sleeps (the next request to a passive target finds it awake). Not when a
+    /// waiting thread took the packets in (it is about), not after an idle spell with no
+    /// packet, and not when the packets came after a gap longer than the spin.
+    #[test]
+    fn the_engine_thread_spins_after_serving_other_nodes_itself() {
+        let (mut engine, mut io, released) = peer_engine(6);
+        let relaxed = Ordering::Relaxed;
+        assert_eq!(spins_before_sleep(&mut engine, &mut io), 0, "nothing came");
+        // A packet served by this thread: a spin of the whole budget (idle turns 1-5),
+        // then the sleep.
+        released.store(1, relaxed);
+        assert_eq!(spins_before_sleep(&mut engine, &mut io), 5, "served a peer");
+        assert_eq!(engine.state.fabric_packets_in(), 1);
+        // Woken with nothing new: it sleeps at once.
+        assert_eq!(
+            spins_before_sleep(&mut engine, &mut io),
+            0,
+            "no packet since"
+        );
+        // Again and again while packets come.
+        for n in 2..5 {
+            released.store(n, relaxed);
+            assert_eq!(spins_before_sleep(&mut engine, &mut io), 5, "packet {n}");
+        }
+        // A waiting thread's turn takes the next packet in: somebody here waits, no spin.
+        released.store(5, relaxed);
+        while engine.driven_step() != crate::Drove::Work {}
+        assert_eq!(engine.state.fabric_packets_in(), 5);
+        assert_eq!(
+            spins_before_sleep(&mut engine, &mut io),
+            0,
+            "a waiter drove"
+        );
+        // A packet after a gap longer than the spin: it sleeps at once.
+        engine.went_idle_at -= Duration::from_secs(61);
+        released.store(6, relaxed);
+        assert_eq!(
+            spins_before_sleep(&mut engine, &mut io),
+            0,
+            "after a long gap"
+        );
+        assert_eq!(engine.state.fabric_packets_in(), 6);
+        // The spin for peers is the engine thread's own: a driver is never spun for.
+        assert!(!engine.spins_for_clients());
     }
 
     /// A fabric with no traffic whose next timer the test sets.

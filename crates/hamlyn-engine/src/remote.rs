@@ -36,6 +36,10 @@ pub(crate) struct Remote {
     nacks: VecDeque<Header>,
     /// The receiving state.
     inbound: Inbound,
+    /// Packets the fabric delivered, over all polls (whoever polled): whether the engine
+    /// thread served peers' traffic itself since it last went idle
+    /// (`Engine::spin_wanted`).
+    pub(crate) packets_in: u64,
 }
 
 impl std::fmt::Debug for Remote {
@@ -69,6 +73,7 @@ impl Remote {
             expected: Expected::new(),
             nacks: VecDeque::new(),
             inbound: Inbound::default(),
+            packets_in: 0,
         }
     }
 
@@ -177,6 +182,7 @@ impl Remote {
             }
         };
         busy |= got > 0;
+        self.packets_in += got as u64;
         busy |= self.send_nacks(now, counters);
         let deferred = std::mem::take(&mut self.inbound.deferred);
         let events = std::mem::take(&mut self.inbound.events);
