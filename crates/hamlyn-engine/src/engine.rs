@@ -354,7 +354,7 @@ impl EngineState {
                 return true;
             }
             if self.remote.is_some() {
-                self.poll_fabric();
+                self.poll_fabric(false);
             }
         }
         self.counters.drains_cut += 1;
@@ -826,8 +826,11 @@ impl EngineState {
 
     /// Polls the fabric: delivers what arrived, sends queued NACKs, answers reads,
     /// atomics and registry packets, and handles peers coming and going. Whether anything
-    /// happened.
-    pub(crate) fn poll_fabric(&mut self) -> bool {
+    /// happened. `spinning`: the caller polls in a loop until something arrives (a
+    /// waiting thread, the engine thread's idle spin): the fabric may read its
+    /// connections directly rather than ask its poller first
+    /// (`hamlyn_fabric::Fabric::poll_spinning`).
+    pub(crate) fn poll_fabric(&mut self, spinning: bool) -> bool {
         let now = self.now();
         let Some(remote) = self.remote.as_mut() else {
             return false;
@@ -836,6 +839,7 @@ impl EngineState {
         let polled = remote.poll(
             now,
             hold,
+            spinning,
             &mut self.delivery,
             &mut self.clients,
             &mut self.counters,

@@ -427,7 +427,7 @@ impl Engine {
             // Polling the fabric is a system call: every turn while there is traffic,
             // every FABRIC_IDLE_EVERY-th turn while spinning idle.
             if self.state.remote.is_some() && idle % FABRIC_IDLE_EVERY == 0 {
-                busy |= self.state.poll_fabric();
+                busy |= self.state.poll_fabric(idle > 0);
             }
             self.state.end_step(step);
             if busy {
@@ -641,7 +641,7 @@ impl Engine {
             if more == HAND_BACK_TURNS {
                 return true;
             }
-            self.turn_for_waiter(false);
+            self.waiter_step(false, false);
             more += 1;
         }
         // One clock reading for the fabric's sleep preparation, the sleep bound and its
@@ -711,14 +711,17 @@ impl Engine {
     /// while idle). The control sockets stay with the engine's thread, which sleeps in
     /// its poller meanwhile and wakes for them. Whether there was work. Nothing once the
     /// engine is stopping.
-    pub(crate) fn driven_turn(&mut self) -> bool {
-        self.turn_for_waiter(false)
+    /// `arrival`: the waiting thread waits for what other nodes send
+    /// (`Driving::awaiting_arrival`): the turn's look at the fabric reads its
+    /// connections directly.
+    pub(crate) fn driven_turn(&mut self, arrival: bool) -> bool {
+        self.waiter_step(false, arrival) == crate::Drove::Work
     }
 
     /// [`Engine::driven_turn`], saying whether a turn ran or only a glance
     /// ([`crate::Drove`]).
-    pub(crate) fn driven_step(&mut self) -> crate::Drove {
-        self.waiter_step(false)
+    pub(crate) fn driven_step(&mut self, arrival: bool) -> crate::Drove {
+        self.waiter_step(false, arrival)
     }
 
     /// A turn run by a thread that pushed a request and found the engine asleep
@@ -736,7 +739,7 @@ impl Engine {
     pub(crate) fn sender_turn(&mut self, cold: bool) -> bool {
         self.sender_turns = self.sender_turns.wrapping_add(1);
         self.state.read_all_hints |= cold;
-        self.turn_for_waiter(true)
+        self.waiter_step(true, false) == crate::Drove::Work
     }
 
     /// The count of clients in other processes, kept up to date as they come and go:
@@ -761,15 +764,12 @@ impl Engine {
         Some((self.registry.try_clone().ok()?, fd))
     }
 
-    /// A turn for a thread of the host; `keep_armed`: leave the clients' doorbells armed
-    /// if they are (a sending thread's one turn, [`Engine::sender_turn`]).
-    fn turn_for_waiter(&mut self, keep_armed: bool) -> bool {
-        self.waiter_step(keep_armed) == crate::Drove::Work
-    }
-
-    /// [`Engine::turn_for_waiter`], saying whether a turn ran or only a glance.
+    /// A turn for a thread of the host, or a glance at a quiet engine; `keep_armed`:
+    /// leave the clients' doorbells armed if they are (a sending thread's one turn,
+    /// [`Engine::sender_turn`]); `arrival`: the thread waits for what other nodes send
+    /// ([`Engine::driven_turn`]).
     #[inline]
-    fn waiter_step(&mut self, keep_armed: bool) -> crate::Drove {
+    fn waiter_step(&mut self, keep_armed: bool, arrival: bool) -> crate::Drove {
         // Acquire: pairs with the Release store of the stop flag in `EngineHandle::drop`.
         if self.state.stop.load(StdOrdering::Acquire) {
             return crate::Drove::Idle;
@@ -804,7 +804,7 @@ impl Engine {
         if self.state.remote.is_some()
             && (self.driven_busy || self.driven_turns % u64::from(FABRIC_DRIVEN_EVERY) == 0)
         {
-            busy |= self.state.poll_fabric();
+            busy |= self.state.poll_fabric(arrival);
         }
         self.state.end_step(step);
         self.driven_busy = busy;
@@ -1170,7 +1170,7 @@ mod tests {
     #[test]
     fn a_quiet_engine_is_glanced_at_and_still_turned_every_few_tries() {
         let (mut engine, _io) = idle_engine(8, true, true);
-        let steps: Vec<_> = (0..12).map(|_| engine.driven_step()).collect();
+        let steps: Vec<_> = (0..12).map(|_| engine.driven_step(false)).collect();
         let turns = steps.iter().filter(|s| **s == crate::Drove::Idle).count();
         assert_eq!(
             turns,
@@ -1193,10 +1193,10 @@ mod tests {
             |e: &mut Engine| e.state.held_for_room = true,
             |e: &mut Engine| e.state.look_at_all = true,
         ] {
-            while engine.driven_step() != crate::Drove::Glance {}
+            while engine.driven_step(false) != crate::Drove::Glance {}
             ask(&mut engine);
             assert!(!engine.state.quiet());
-            assert_eq!(engine.driven_step(), crate::Drove::Idle);
+            assert_eq!(engine.driven_step(false), crate::Drove::Idle);
         }
     }
 
@@ -1385,7 +1385,7 @@ mod tests {
         }
         // A waiting thread's turn takes the next packet in: somebody here waits, no spin.
         released.store(5, relaxed);
-        while engine.driven_step() != crate::Drove::Work {}
+        while engine.driven_step(false) != crate::Drove::Work {}
         assert_eq!(engine.state.fabric_packets_in(), 5);
         assert_eq!(
             spins_before_sleep(&mut engine, &mut io),
@@ -1487,7 +1487,7 @@ mod tests {
         );
         // Waiting threads drive and hand back, the timer unchanged: never a wake-up.
         for i in 0..200 {
-            engine.driven_step();
+            engine.driven_step(false);
             assert!(
                 !engine.hand_back(),
                 "hand-back {i} woke the thread for its own timer"
@@ -1495,10 +1495,10 @@ mod tests {
         }
         // A timer sooner than the sleep's end wakes it; a later one does not.
         at.store(timer.0 - 1_000_000, relaxed);
-        engine.driven_step();
+        engine.driven_step(false);
         assert!(engine.hand_back(), "a timer a millisecond sooner");
         at.store(timer.0 + 1_000_000, relaxed);
-        engine.driven_step();
+        engine.driven_step(false);
         assert!(!engine.hand_back(), "a timer a millisecond later");
     }
 }

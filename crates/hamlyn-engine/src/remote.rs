@@ -149,10 +149,13 @@ impl Remote {
     /// NACKs. Returns what the engine must still handle. `hold`: take nothing new this
     /// time (the engine's answers are backed up); NACKs still go out. Nothing new is taken
     /// either while NACKs are backed up: the peers wait (their sends see `Full`).
+    /// `spinning`: the caller polls in a loop until something arrives
+    /// ([`Fabric::poll_spinning`]).
     pub(crate) fn poll(
         &mut self,
         now: Instant,
         hold: bool,
+        spinning: bool,
         delivery: &mut Delivery,
         clients: &mut Clients,
         counters: &mut EngineCounters,
@@ -174,7 +177,12 @@ impl Remote {
             clients,
             counters,
         };
-        let got = match self.fabric.poll(now, &mut rx, POLL_BUDGET) {
+        let polled = if spinning {
+            self.fabric.poll_spinning(now, &mut rx, POLL_BUDGET)
+        } else {
+            self.fabric.poll(now, &mut rx, POLL_BUDGET)
+        };
+        let got = match polled {
             Ok(n) => n,
             Err(e) => {
                 tracing::warn!(error = %e, "fabric poll failed");

@@ -200,6 +200,20 @@ pub trait Fabric {
         budget: usize,
     ) -> Result<usize, FabricError>;
 
+    /// [`Fabric::poll`] by a caller that polls in a loop until something arrives (a
+    /// thread spinning before it sleeps): a fabric whose look for input is a system call
+    /// of its own (the TCP fabric asks its poller, then reads) may read its connections
+    /// straight away instead, so that the call that finds a packet is the read itself.
+    /// An ordinary poll by default.
+    fn poll_spinning(
+        &mut self,
+        now: Instant,
+        sink: &mut dyn PacketSink,
+        budget: usize,
+    ) -> Result<usize, FabricError> {
+        self.poll(now, sink, budget)
+    }
+
     /// A descriptor that becomes readable when the fabric has something for
     /// [`Fabric::poll`], so an idle engine can sleep in its own epoll set; `None` if the
     /// fabric cannot wake a sleeper (it must then be polled on a short period).
@@ -272,6 +286,14 @@ impl<F: Fabric + ?Sized> Fabric for &mut F {
         budget: usize,
     ) -> Result<usize, FabricError> {
         (**self).poll(now, sink, budget)
+    }
+    fn poll_spinning(
+        &mut self,
+        now: Instant,
+        sink: &mut dyn PacketSink,
+        budget: usize,
+    ) -> Result<usize, FabricError> {
+        (**self).poll_spinning(now, sink, budget)
     }
     fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         (**self).wait_fd()

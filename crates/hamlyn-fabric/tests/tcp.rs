@@ -1002,6 +1002,33 @@ fn a_rail_that_fills_the_budget_does_not_starve_the_other() {
     assert_eq!(seqs, (0..COUNT).collect::<Vec<_>>());
 }
 
+/// How the streaming side of the stream tests below polls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Polls {
+    /// [`Fabric::poll`] of a fabric without busy polling: it asks its poller.
+    Ordinary,
+    /// [`Fabric::poll`] of a fabric set to busy-poll ([`TcpConfig::busy_poll`]).
+    Busy,
+    /// [`Fabric::poll_spinning`] of a fabric without busy polling (a waiting thread's).
+    Spinning,
+}
+
+impl Polls {
+    /// One poll of `f` this way.
+    fn poll(self, f: &mut TcpFabric, time: &Time, r: &mut Rec) {
+        if self == Polls::Spinning {
+            f.poll_spinning(time.now(), r, 64).unwrap();
+        } else {
+            f.poll(time.now(), r, 64).unwrap();
+        }
+    }
+
+    /// Whether these polls read the rails directly.
+    fn direct(self) -> bool {
+        self != Polls::Ordinary
+    }
+}
+
 /// A busy-polling sender that streams (a send between each of its polls, as an engine
 /// sends a packet per turn) looks for input on its rails at most once per quarter of the
 /// hold time, as a sender without busy polling asks its poller: one read per rail per
@@ -1009,14 +1036,63 @@ fn a_rail_that_fills_the_budget_does_not_starve_the_other() {
 /// message rate fell from about 0.6 to 0.3 M/s. It still takes in what comes meanwhile
 /// (a packet its peer sends in the middle of the stream arrives before the stream ends),
 /// and between streams (a poll with no send before it) every poll reads every rail, as
-/// busy polling promises. Secured links and links in clear read differently; both.
+/// busy polling promises. Secured links and links in clear read differently; both. And
+/// the same for a spinning poll ([`Fabric::poll_spinning`]), which reads the rails as
+/// busy polling does.
 #[test]
 fn a_busy_polling_sender_that_streams_reads_its_rails_once_per_quarter_hold() {
-    busy_polling_stream(true);
-    busy_polling_stream(false);
+    for polls in [Polls::Busy, Polls::Spinning] {
+        busy_polling_stream(true, polls);
+        busy_polling_stream(false, polls);
+    }
 }
 
-fn busy_polling_stream(secure: bool) {
+/// An ordinary poll of a fabric without busy polling asks its poller and reads no rail
+/// when nothing came; a spinning poll of the same fabric ([`Fabric::poll_spinning`], a
+/// thread that waits for what the peer sends) reads every rail, and takes in a packet
+/// the peer sends.
+#[test]
+fn a_spinning_poll_reads_the_rails_and_an_ordinary_one_asks_the_poller() {
+    let time = Time::new();
+    let mut c = TcpConfig::new(NodeId(0), SocketAddr::from(([127, 0, 0, 1], 0)));
+    c.danger_insecure = true;
+    c.rails = RAILS;
+    let (mut a, mut b, mut ra, mut rb) = pair_up(&time, &c);
+    // Readiness the pairing left in the poller is read once.
+    for _ in 0..3 {
+        a.poll(time.now(), &mut ra, 64).unwrap();
+    }
+    let before = empty_reads(&a);
+    for _ in 0..10 {
+        a.poll(time.now(), &mut ra, 64).unwrap();
+    }
+    assert_eq!(
+        empty_reads(&a),
+        before,
+        "ordinary polls read a rail for nothing"
+    );
+    for _ in 0..10 {
+        a.poll_spinning(time.now(), &mut ra, 64).unwrap();
+    }
+    let spun = empty_reads(&a) - before;
+    assert!(
+        spun >= 10 * RAILS as u64,
+        "ten spinning polls of {RAILS} rails read them {spun} times with nothing there"
+    );
+    let (h, m, p) = packet(1, 0, 7, 8);
+    b.send(time.now(), &h, &m, &[(&p).into()]).unwrap();
+    b.poll(time.now(), &mut rb, 64).unwrap();
+    while ra.packets.is_empty() {
+        a.poll_spinning(time.now(), &mut ra, 64).unwrap();
+        assert!(
+            !time.expired(),
+            "the peer's packet taken in by spinning polls"
+        );
+    }
+    assert_eq!(ra.packets[0].1.request.seq, 7);
+}
+
+fn busy_polling_stream(secure: bool, polls: Polls) {
     const HOLD: Duration = Duration::from_millis(20);
     let time = Time::new();
     let mut c = TcpConfig::new(NodeId(0), SocketAddr::from(([127, 0, 0, 1], 0)));
@@ -1026,13 +1102,13 @@ fn busy_polling_stream(secure: bool) {
         c.danger_insecure = true;
     }
     c.rails = RAILS;
-    c.busy_poll = true;
+    c.busy_poll = polls == Polls::Busy;
     c.hold = HOLD;
     let (mut a, mut b, mut ra, mut rb) = pair_up(&time, &c);
     // Idle polls (no send before them) read every rail each time.
     let before = empty_reads(&a);
     for _ in 0..10 {
-        a.poll(time.now(), &mut ra, 64).unwrap();
+        polls.poll(&mut a, &time, &mut ra);
     }
     let idle = empty_reads(&a) - before;
     assert!(
@@ -1056,7 +1132,7 @@ fn busy_polling_stream(secure: bool) {
         &time,
         [&mut a, &mut b],
         [&mut ra, &mut rb],
-        STREAM,
+        (polls, STREAM),
         &mut |b| {
             let (h, m, p) = packet(1, 0, 0, 8);
             b.send(time.now(), &h, &m, &[(&p).into()]).unwrap();
@@ -1086,16 +1162,17 @@ fn busy_polling_stream(secure: bool) {
 /// does too).
 #[test]
 fn a_handshake_that_never_finishes_does_not_cost_a_stream_a_look_per_packet() {
-    silent_handshake_beside_a_stream(true);
-    silent_handshake_beside_a_stream(false);
+    for polls in [Polls::Busy, Polls::Spinning, Polls::Ordinary] {
+        silent_handshake_beside_a_stream(polls);
+    }
 }
 
-fn silent_handshake_beside_a_stream(busy: bool) {
+fn silent_handshake_beside_a_stream(polls: Polls) {
     let time = Time::new();
     let mut c = TcpConfig::new(NodeId(0), SocketAddr::from(([127, 0, 0, 1], 0)));
     c.secret = Some(ClusterSecret::from_bytes([0x5e; 32]));
     c.rails = RAILS;
-    c.busy_poll = busy;
+    c.busy_poll = polls == Polls::Busy;
     // A long hold: only the handshake look bounds the time between looks.
     c.hold = Duration::from_secs(1);
     let (mut a, mut b, mut ra, mut rb) = pair_up(&time, &c);
@@ -1116,7 +1193,7 @@ fn silent_handshake_beside_a_stream(busy: bool) {
         &time,
         [&mut a, &mut b],
         [&mut ra, &mut rb],
-        STREAM,
+        (polls, STREAM),
         &mut |_| {
             let mut garbage = [0u8; 64];
             SimRng::new(7).fill(&mut garbage);
@@ -1130,7 +1207,7 @@ fn silent_handshake_beside_a_stream(busy: bool) {
     let looks = took.as_nanos() / hamlyn_fabric::tcp::HANDSHAKE_LOOK.as_nanos() + 3;
     let bound = RAILS as u64 * looks as u64;
     assert!(
-        !busy || streaming <= bound,
+        !polls.direct() || streaming <= bound,
         "{sent} polls of a stream beside a silent handshake read the rails {streaming} times \
          with nothing there; at most {RAILS} per handshake look, {bound} in {took:?}"
     );
@@ -1174,14 +1251,15 @@ struct Streamed {
 }
 
 /// Streams 8-byte packets from `a` to `b`, a send before each of `a`'s polls (as an
-/// engine sends a packet per turn): at least `count`, and on until `done(a, ra)` holds
+/// engine sends a packet per turn; `a` polls as `polls` says): at least `count`, and on
+/// until `done(a, ra)` holds
 /// (bounded by the test deadline, `what` naming it); `midway(b)` runs once, halfway
 /// through `count`.
 fn stream(
     time: &Time,
     [a, b]: [&mut TcpFabric; 2],
     [ra, rb]: [&mut Rec; 2],
-    count: u32,
+    (polls, count): (Polls, u32),
     midway: &mut dyn FnMut(&mut TcpFabric),
     done: &dyn Fn(&TcpFabric, &Rec) -> bool,
     what: &str,
@@ -1206,7 +1284,7 @@ fn stream(
                 Err(e) => panic!("send failed: {e}"),
             }
         }
-        a.poll(time.now(), ra, 64).unwrap();
+        polls.poll(a, time, ra);
         seen = seen || done(a, ra);
         seq += 1;
     }

@@ -219,7 +219,10 @@ impl Shared {
     /// [`TIGHT_IDLE_TURNS`] (to the thread that is to act, if it waits for this core). A
     /// turn that another thread holds is not retried: that thread sees the same work. While it drives, data from other nodes does not
     /// wake the engine's thread ([`hamlyn_engine::Driver::drive_waiting`]): these turns
-    /// poll the fabric.
+    /// poll the fabric. `arrival`: what the caller waits for may come from another node
+    /// (a notification), not only from the engine's own work (room in a ring, a send's
+    /// completion): the turns then read the fabric's connections directly
+    /// ([`hamlyn_engine::Driving::awaiting_arrival`]).
     ///
     /// `Err(polls)` if `got()` never yielded: the caller then waits its usual way,
     /// `polls` spins on its own word (the whole budget, unless the drive used it up
@@ -229,6 +232,7 @@ impl Shared {
         &self,
         turns: u32,
         timeout: Option<Duration>,
+        arrival: bool,
         mut got: impl FnMut() -> Option<T>,
     ) -> Result<T, u32> {
         if timeout == Some(Duration::ZERO) {
@@ -237,6 +241,9 @@ impl Shared {
         let Some(mut driving) = self.driver.as_ref().and_then(|d| d.drive_waiting()) else {
             return Err(turns);
         };
+        if arrival {
+            driving.awaiting_arrival();
+        }
         // Counted in half turns: a glance (`Drove::Glance`, the engine quiet) costs
         // about half an idle turn, and the budget, the leave and the yields below were
         // set in turns of time.

@@ -325,7 +325,7 @@ impl NotifyQueue {
         let (shared, consumer, adaptive) = (&self.shared, &mut self.consumer, &mut self.spin);
         // This process hosts the engine: run its turns instead of spinning idle.
         let spin = shared.options.spin;
-        let spin = match shared.drive_until(spin, timeout, || consumer.poll()) {
+        let spin = match shared.drive_until(spin, timeout, true, || consumer.poll()) {
             Ok(e) => return Ok(Some(self.resolve(Notification::from_entry(&e)))),
             Err(spin) => spin,
         };

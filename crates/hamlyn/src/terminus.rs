@@ -439,7 +439,7 @@ impl Terminus {
         if room() > 0 {
             return true;
         }
-        let spin = match shared.drive_until(shared.options.spin, timeout, || {
+        let spin = match shared.drive_until(shared.options.spin, timeout, false, || {
             (room() >= half).then_some(())
         }) {
             Ok(()) => return true,
@@ -503,7 +503,7 @@ impl Terminus {
         let t = self.index;
         // This process hosts the engine: run its turns instead of spinning idle.
         let spin = shared.options.spin;
-        let driven = shared.drive_until(spin, timeout, || {
+        let driven = shared.drive_until(spin, timeout, false, || {
             self.drain_errors();
             (self.finished() >= last).then_some(())
         });
@@ -694,7 +694,7 @@ impl SendHandle {
             return self.status();
         }
         // This process hosts the engine: run its turns instead of spinning idle.
-        let driven = s.drive_until(s.options.spin, timeout, || {
+        let driven = s.drive_until(s.options.spin, timeout, false, || {
             if self.is_done() {
                 return Some(());
             }

@@ -2246,6 +2246,31 @@ impl Fabric for TcpFabric {
         sink: &mut dyn PacketSink,
         budget: usize,
     ) -> Result<usize, FabricError> {
+        self.poll_reading(now, sink, budget, self.config.busy_poll)
+    }
+
+    /// Reads every up rail directly, as [`TcpConfig::busy_poll`] does on every poll.
+    fn poll_spinning(
+        &mut self,
+        now: Instant,
+        sink: &mut dyn PacketSink,
+        budget: usize,
+    ) -> Result<usize, FabricError> {
+        self.poll_reading(now, sink, budget, true)
+    }
+}
+
+impl TcpFabric {
+    /// [`Fabric::poll`]; `direct`: look for input by reading every up rail, asking the
+    /// poller only every [`BUSY_POLL_EVENTS_EVERY`] polls (new connections, handshakes),
+    /// rather than asking the poller which rails to read.
+    fn poll_reading(
+        &mut self,
+        now: Instant,
+        sink: &mut dyn PacketSink,
+        budget: usize,
+        direct: bool,
+    ) -> Result<usize, FabricError> {
         if self.shut {
             return Err(FabricError::LocalDown);
         }
@@ -2257,7 +2282,7 @@ impl Fabric for TcpFabric {
         self.streaming = sent;
         self.sends_since_poll = 0;
         let look = self.look_for_input(now, sent);
-        let ask_poller = if self.config.busy_poll {
+        let ask_poller = if direct {
             self.polls % BUSY_POLL_EVENTS_EVERY == 1 || (look && self.in_handshake())
         } else {
             look
@@ -2272,7 +2297,7 @@ impl Fabric for TcpFabric {
                 }
             }
         }
-        if self.config.busy_poll && look {
+        if direct && look {
             for conn in self.conns.iter_mut().flatten() {
                 if conn.phase == Phase::Open {
                     conn.rx.ready = true;
