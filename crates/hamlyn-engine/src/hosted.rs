@@ -21,7 +21,7 @@ use hamlyn_shm::sync::{AtomicU32, AtomicU64, Ordering};
 use hamlyn_shm::wake::EventFd;
 
 use crate::error::EngineError;
-use crate::event_loop::{Engine, Io, Step, DRIVER_STALL};
+use crate::event_loop::{Engine, Io, Step, DRIVER_LOOK_MOST, DRIVER_STALL};
 
 /// The environment variable that turns progress by the waiting thread off for every
 /// engine this process starts (`0`); [`crate::EngineConfig::driven`] defaults from it.
@@ -216,26 +216,30 @@ impl Hosted {
         self.lease_ends.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// How long the engine's thread may sleep for `want`: at most [`LEASE_LOOK_EVERY`]
+    /// How long the engine's thread may sleep for `want`: at most [`LEASE_LOOK_MOST`]
     /// while the lease is held, so that it ends within two looks of the last call.
     fn sleep_for(&self, want: std::time::Duration) -> std::time::Duration {
         if self.lease.is_held() {
-            want.min(LEASE_LOOK_EVERY)
+            want.min(LEASE_LOOK_MOST)
         } else {
             want
         }
     }
 }
 
-/// How often the engine's thread looks at a held lease ([`Hosted::lapse_lease`]): a
-/// lease ends between one and two of these after the last wait or polling call (its
-/// start rings the engine's thread out of a longer idle sleep, `Hosted::hold_lease`). Until
-/// then the fabric's arrivals wait for a call or for that look (the first look that
-/// finds no driven turn since the one before serves them, as for a stalled driver): up
-/// to 2 ms for the first one after the process's threads stop calling without going to
-/// sleep in a wait (a thread that computes between two waits; a wait that sleeps ends
-/// the lease first).
-const LEASE_LOOK_EVERY: std::time::Duration = DRIVER_STALL;
+/// The longest the engine's thread goes between two looks at a held lease
+/// ([`Hosted::lapse_lease`]). The lease holds a driver's count, so the thread sleeps as
+/// for any driver: [`DRIVER_STALL`] at first, this once a look found the drivers
+/// running turns (`Engine::driver_look`). A lease ends between
+/// one and two looks after the last wait or polling call (its start rings the engine's
+/// thread out of a longer idle sleep, `Hosted::hold_lease`). Until then the fabric's
+/// arrivals wait for a call or for that look (the first look that finds no driven turn
+/// since the one before serves them, as for a stalled driver): up to twice this for the
+/// first one after the process's threads stop calling without going to sleep in a wait
+/// (a thread that computes between two waits; a wait that sleeps ends the lease first).
+/// It was one look a millisecond until 2026-12-07 (up to 2 ms for that arrival), and
+/// those looks were the TCP ping-pong's p99 (`DRIVER_LOOK_MOST`).
+const LEASE_LOOK_MOST: std::time::Duration = DRIVER_LOOK_MOST;
 
 /// The engines this process runs and lets waiting threads drive, by control socket. Only
 /// touched when an engine starts and when a client connects (never on a fast path).
@@ -277,6 +281,9 @@ pub(crate) fn run_engine_thread(host: &Hosted, io: &mut Io) -> Result<(), Engine
     // runs (quick runs 0.63-0.98x raw sends, 0.97-1.02 spinning).
     let sleeps_for_driver = |spins: bool| hosted.driven() && !spins;
     let mut held = HeldWordWait::default();
+    // How long the engine last slept for drivers (`Engine::driver_look`): its sleeps
+    // between tries at a word a driver holds are as long.
+    let mut look = DRIVER_STALL;
     loop {
         // Holds the ownership word while it serves: a driver finds it held until the
         // engine thread sees the driver count on its next turn and lets go.
@@ -288,9 +295,13 @@ pub(crate) fn run_engine_thread(host: &Hosted, io: &mut Io) -> Result<(), Engine
         let step = match served {
             Some(step) => {
                 held.had();
-                step?
+                let step = step?;
+                if let (Step::Sleep(d), true) = (step, hosted.driven()) {
+                    look = d;
+                }
+                step
             }
-            None if sleeps_for_driver(spins) => Step::Sleep(DRIVER_STALL),
+            None if sleeps_for_driver(spins) => Step::Sleep(look),
             // A hand-back's last turns (the count is zero), or a driver while the
             // engine spins for a foreign client: over in a moment (`HeldWordWait`).
             None => {
@@ -312,7 +323,7 @@ pub(crate) fn run_engine_thread(host: &Hosted, io: &mut Io) -> Result<(), Engine
                 // doorbell, and the wait ends at once.
                 while hosted.try_run(|engine| engine.after_sleep(io)).is_none() {
                     if sleeps_for_driver(spins) {
-                        io.wait(DRIVER_STALL)?;
+                        io.wait(look)?;
                         host.lapse_lease(&mut lease_seen);
                     } else {
                         held.held();
