@@ -1272,7 +1272,7 @@ mod tests {
     #[test]
     fn the_engine_thread_looks_at_drivers_that_keep_turning_less_often() {
         let (mut engine, mut io) = idle_engine(1000, true, false);
-        let mut let_go =
+        let let_go =
             |engine: &mut Engine, io: &mut Io| match engine.serve(io, &|| true).expect("serve") {
                 Step::Sleep(d) => d,
                 other => panic!("let go for the drivers, not {other:?}"),
