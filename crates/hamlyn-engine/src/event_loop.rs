@@ -586,6 +586,17 @@ impl Engine {
         }
     }
 
+    /// How long the engine thread sleeps while waiting threads drive: the sleep of its
+    /// current let-go for them (`driver_look`), or [`DRIVER_STALL`] if it has not let go
+    /// for them since it last served.
+    pub(crate) fn driver_look(&self) -> Duration {
+        if self.gone_for_driver {
+            self.driver_look
+        } else {
+            DRIVER_STALL
+        }
+    }
+
     /// Whether the engine spun for its clients when it last went idle
     /// ([`Engine::spin_wanted`], asked once per idle spell, not per turn): what its
     /// thread does while a driver holds it (`crate::hosted::run_engine_thread`).
@@ -1283,6 +1294,8 @@ mod tests {
             engine.after_sleep(&mut io);
             assert_eq!(let_go(&mut engine, &mut io), DRIVER_LOOK_MOST);
         }
+        // What the engine's thread sleeps between tries at a word a driver holds.
+        assert_eq!(engine.driver_look(), DRIVER_LOOK_MOST);
         // No turn since the last look: a stall, served; then a first let-go again.
         engine.after_sleep(&mut io);
         assert_eq!(engine.stalled_drivers, 1);
@@ -1291,6 +1304,11 @@ mod tests {
             Step::Sleep(_)
         ));
         assert!(!engine.gone_for_driver, "served for the stalled drivers");
+        assert_eq!(
+            engine.driver_look(),
+            DRIVER_STALL,
+            "not let go since it served"
+        );
         assert_eq!(let_go(&mut engine, &mut io), DRIVER_STALL);
     }
 

@@ -281,7 +281,7 @@ pub(crate) fn run_engine_thread(host: &Hosted, io: &mut Io) -> Result<(), Engine
     // runs (quick runs 0.63-0.98x raw sends, 0.97-1.02 spinning).
     let sleeps_for_driver = |spins: bool| hosted.driven() && !spins;
     let mut held = HeldWordWait::default();
-    // How long the engine last slept for drivers (`Engine::driver_look`): its sleeps
+    // How long the engine sleeps for its drivers now (`Engine::driver_look`): its sleeps
     // between tries at a word a driver holds are as long.
     let mut look = DRIVER_STALL;
     loop {
@@ -290,16 +290,13 @@ pub(crate) fn run_engine_thread(host: &Hosted, io: &mut Io) -> Result<(), Engine
         let served = hosted.try_run(|engine| {
             let step = engine.serve(io, &|| hosted.driven());
             spins = engine.spins_for_clients();
+            look = engine.driver_look();
             step
         });
         let step = match served {
             Some(step) => {
                 held.had();
-                let step = step?;
-                if let (Step::Sleep(d), true) = (step, hosted.driven()) {
-                    look = d;
-                }
-                step
+                step?
             }
             None if sleeps_for_driver(spins) => Step::Sleep(look),
             // A hand-back's last turns (the count is zero), or a driver while the
