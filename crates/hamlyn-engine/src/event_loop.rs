@@ -1183,6 +1183,13 @@ mod tests {
         };
         let (mut engine, io) = Engine::new(cfg, Arc::new(AtomicBool::new(false))).expect("engine");
         engine.set_spin_unheld(unheld);
+        attach_client(&mut engine, !foreign);
+        (engine, io)
+    }
+
+    /// A client attached to `engine` (its socket's other end closed at once), of the
+    /// engine's own process or not.
+    fn attach_client(engine: &mut Engine, own_process: bool) {
         let (a, _b) = rustix::net::socketpair(
             AddressFamily::UNIX,
             SocketType::STREAM,
@@ -1190,8 +1197,7 @@ mod tests {
             None,
         )
         .expect("socketpair");
-        engine.state.clients.insert(a, 0, !foreign);
-        (engine, io)
+        engine.state.clients.insert(a, 0, own_process);
     }
 
     /// A waiting thread's tries at a quiet engine are glances, with a turn after every
@@ -1329,16 +1335,45 @@ mod tests {
         );
     }
 
-    /// A fabric from whose peer node 1 the test sends packets: each poll delivers those
-    /// released so far (writes to a slot that does not exist, which the engine refuses
-    /// and NACKs, as it would a stranger's).
-    struct PeerFabric {
+    /// A fabric for the tests below: from its peer node 1 the test sends packets (each
+    /// poll delivers those `released` so far: writes to a slot that does not exist, which
+    /// the engine refuses and NACKs, as it would a stranger's), and its next timer is
+    /// `at` (`u64::MAX`: none due).
+    struct TestFabric {
         wakes: std::os::unix::net::UnixStream,
+        /// The other end of `wakes`, kept open (closed, `wakes` would read as ready).
+        _peer_end: std::os::unix::net::UnixStream,
+        at: Arc<hamlyn_shm::sync::AtomicU64>,
         released: Arc<hamlyn_shm::sync::AtomicU64>,
         delivered: u64,
     }
 
-    impl Fabric for PeerFabric {
+    /// The handles a test keeps of its [`TestFabric`]: the next timer and the packets
+    /// released.
+    #[derive(Clone, Default)]
+    struct FabricKnobs {
+        at: Arc<hamlyn_shm::sync::AtomicU64>,
+        released: Arc<hamlyn_shm::sync::AtomicU64>,
+    }
+
+    impl TestFabric {
+        /// A fabric with no packet released and no timer due, and its knobs.
+        fn new() -> (TestFabric, FabricKnobs) {
+            let knobs = FabricKnobs::default();
+            knobs.at.store(u64::MAX, Ordering::Relaxed);
+            let (wakes, peer_end) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+            let fabric = TestFabric {
+                wakes,
+                _peer_end: peer_end,
+                at: knobs.at.clone(),
+                released: knobs.released.clone(),
+                delivered: 0,
+            };
+            (fabric, knobs)
+        }
+    }
+
+    impl Fabric for TestFabric {
         fn local(&self) -> hamlyn_wire::NodeId {
             hamlyn_wire::NodeId(0)
         }
@@ -1376,19 +1411,17 @@ mod tests {
         fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
             Some(self.wakes.as_fd())
         }
+        fn next_timer(&self) -> Option<Instant> {
+            Some(Instant(self.at.load(Ordering::Relaxed)))
+        }
     }
 
-    /// An engine on a [`PeerFabric`] whose threads may drive it, with one client of its
+    /// An engine on a [`TestFabric`] whose threads may drive it, with one client of its
     /// own process (which drives, so never needs the spin), spinning at most `turns`
     /// idle turns; and the count of packets the test has released.
     fn peer_engine(turns: u32) -> (Engine, Io, Arc<hamlyn_shm::sync::AtomicU64>) {
-        let released = Arc::new(hamlyn_shm::sync::AtomicU64::new(0));
-        let (wakes, _other) = std::os::unix::net::UnixStream::pair().expect("socketpair");
-        let fabric = PeerFabric {
-            wakes,
-            released: released.clone(),
-            delivered: 0,
-        };
+        let (fabric, knobs) = TestFabric::new();
+        let released = knobs.released;
         let cfg = EngineConfig {
             spin_turns: turns,
             spin: Duration::from_secs(60),
@@ -1401,14 +1434,7 @@ mod tests {
         )
         .expect("engine");
         engine.set_spin_unheld(true);
-        let (a, _b) = rustix::net::socketpair(
-            AddressFamily::UNIX,
-            SocketType::STREAM,
-            SocketFlags::CLOEXEC,
-            None,
-        )
-        .expect("socketpair");
-        engine.state.clients.insert(a, 0, true);
+        attach_client(&mut engine, true);
         (engine, io, released)
     }
 
@@ -1473,41 +1499,6 @@ mod tests {
         assert!(!engine.spins_for_clients());
     }
 
-    /// A fabric with no traffic whose next timer the test sets.
-    struct TimedFabric {
-        wakes: std::os::unix::net::UnixStream,
-        at: Arc<hamlyn_shm::sync::AtomicU64>,
-    }
-
-    impl Fabric for TimedFabric {
-        fn local(&self) -> hamlyn_wire::NodeId {
-            hamlyn_wire::NodeId(0)
-        }
-        fn send(
-            &mut self,
-            _now: Instant,
-            _header: &hamlyn_wire::Header,
-            _meta: &[u8],
-            _payload: &[hamlyn_shm::bytes::SharedBytes<'_>],
-        ) -> Result<(), hamlyn_fabric::FabricError> {
-            Ok(())
-        }
-        fn poll(
-            &mut self,
-            _now: Instant,
-            _sink: &mut dyn hamlyn_fabric::PacketSink,
-            _budget: usize,
-        ) -> Result<usize, hamlyn_fabric::FabricError> {
-            Ok(0)
-        }
-        fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
-            Some(self.wakes.as_fd())
-        }
-        fn next_timer(&self) -> Option<Instant> {
-            Some(Instant(self.at.load(Ordering::Relaxed)))
-        }
-    }
-
     /// The engine's thread sleeps until its fabric's next timer; a waiting thread that
     /// hands the engine back wakes it only for a timer that comes sooner than that
     /// sleep's end, never for the one it sleeps for. The sleep's end and the hand-back's
@@ -1521,12 +1512,8 @@ mod tests {
     /// test thread off its CPU for a while still finds it ahead.
     #[test]
     fn a_hand_back_wakes_the_engine_thread_only_for_a_sooner_timer() {
-        let at = Arc::new(hamlyn_shm::sync::AtomicU64::new(u64::MAX));
-        let (wakes, _other) = std::os::unix::net::UnixStream::pair().expect("socketpair");
-        let fabric = TimedFabric {
-            wakes,
-            at: at.clone(),
-        };
+        let (fabric, knobs) = TestFabric::new();
+        let at = knobs.at;
         let cfg = EngineConfig {
             spin_turns: 1,
             max_sleep: Duration::from_secs(100),
