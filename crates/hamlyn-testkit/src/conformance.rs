@@ -19,7 +19,11 @@
 //! - a send to a crashed peer fails with [`FabricError::PeerDown`] and the survivors get
 //!   [`PeerEvent::Down`] ([`down_peer_is_reported`]);
 //! - one node's crash does not disturb traffic between the others
-//!   ([`crash_spares_other_traffic`]).
+//!   ([`crash_spares_other_traffic`]);
+//! - all of this whichever way a node is polled: each node's polls alternate between
+//!   [`Fabric::poll`] and [`Fabric::poll_spinning`] (a waiting thread's, which a fabric
+//!   may answer by reading its connections directly), and traffic polled only with
+//!   [`Fabric::poll_spinning`] arrives exactly once too ([`spinning_polls_deliver`]).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
@@ -112,6 +116,7 @@ fn fail<T>(check: &'static str, detail: impl Into<String>) -> Result<T, Failure>
 pub fn run_all<F: FabricFactory>(f: &mut F) -> Outcome {
     peers_are_announced(f)?;
     exactly_once_byte_exact(f)?;
+    spinning_polls_deliver(f)?;
     large_payloads_intact(f)?;
     full_then_resume(f)?;
     discard_skips_payload(f)?;
@@ -311,6 +316,10 @@ struct Run<S: FabricSet> {
     crashed: Vec<bool>,
     /// Every packet a send accepted.
     sent: Vec<Pkt>,
+    /// Poll rounds so far (`poll_round`: spinning polls on every other one).
+    rounds: usize,
+    /// Every poll is a spinning one ([`spinning_polls_deliver`]).
+    only_spinning: bool,
 }
 
 impl<S: FabricSet> Run<S> {
@@ -339,6 +348,8 @@ impl<S: FabricSet> Run<S> {
             outbox: (0..nodes).map(|_| VecDeque::new()).collect(),
             crashed: vec![false; nodes],
             sent: Vec::new(),
+            rounds: 0,
+            only_spinning: false,
         })
     }
 
@@ -381,15 +392,25 @@ impl<S: FabricSet> Run<S> {
         Ok(())
     }
 
-    /// Polls every live node once.
+    /// Polls every live node once: half of them (alternating by round) with
+    /// [`Fabric::poll_spinning`], the others with [`Fabric::poll`].
     fn poll_round(&mut self) -> Outcome {
         let now = self.set.now();
+        self.rounds += 1;
         for i in 0..self.recs.len() {
             if self.crashed[i] {
                 continue;
             }
             let budget = self.limits.poll_budget;
-            let r = self.set.node(i).poll(now, &mut self.recs[i], budget);
+            let spinning = self.only_spinning || (self.rounds + i) % 2 == 1;
+            let r = {
+                let (mut node, rec) = (self.set.node(i), &mut self.recs[i]);
+                if spinning {
+                    node.poll_spinning(now, rec, budget)
+                } else {
+                    node.poll(now, rec, budget)
+                }
+            };
             if let Err(e) = r {
                 return self.fail(format!("node {i} poll failed: {e}"));
             }
@@ -567,7 +588,22 @@ const SIZES: [usize; 12] = [0, 1, 7, 63, 64, 65, 1000, 1500, 4096, 4097, 9000, 6
 /// Every packet sent to a live peer arrives exactly once, byte-exact (header, metadata,
 /// payload), whatever the sizes and gather lists, among three nodes sending to each other.
 pub fn exactly_once_byte_exact<F: FabricFactory>(f: &mut F) -> Outcome {
-    let mut run = Run::new(f, "exactly_once_byte_exact", 3, |_| false)?;
+    exactly_once(f, "exactly_once_byte_exact", false)
+}
+
+/// As [`exactly_once_byte_exact`], every node polled only with [`Fabric::poll_spinning`]:
+/// a fabric that answers it its own way (reading its connections directly) must still
+/// deliver everything, exactly once.
+pub fn spinning_polls_deliver<F: FabricFactory>(f: &mut F) -> Outcome {
+    exactly_once(f, "spinning_polls_deliver", true)
+}
+
+/// Three nodes sending to each other, packets of every size in [`SIZES`], all arriving
+/// exactly once and byte-exact; `only_spinning`: polled with [`Fabric::poll_spinning`]
+/// only.
+fn exactly_once<F: FabricFactory>(f: &mut F, check: &'static str, only_spinning: bool) -> Outcome {
+    let mut run = Run::new(f, check, 3, |_| false)?;
+    run.only_spinning = only_spinning;
     let mut seq = 0u32;
     for k in 0..40 {
         for src in 0..3 {

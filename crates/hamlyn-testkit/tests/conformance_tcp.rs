@@ -43,6 +43,17 @@ impl Fabric for Node<'_> {
             None => Err(FabricError::LocalDown),
         }
     }
+    fn poll_spinning(
+        &mut self,
+        now: Instant,
+        sink: &mut dyn PacketSink,
+        budget: usize,
+    ) -> Result<usize, FabricError> {
+        match &mut self.0 {
+            Some(f) => f.poll_spinning(now, sink, budget),
+            None => Err(FabricError::LocalDown),
+        }
+    }
 }
 
 struct TcpSet {
