@@ -16,6 +16,13 @@ use hamlyn_wire::{Header, NodeId};
 /// One node of the set: its fabric, or nothing once crashed.
 struct Node<'a>(Option<&'a mut TcpFabric>, NodeId);
 
+impl Node<'_> {
+    /// The node's fabric, unless it crashed.
+    fn live(&mut self) -> Result<&mut TcpFabric, FabricError> {
+        self.0.as_deref_mut().ok_or(FabricError::LocalDown)
+    }
+}
+
 impl Fabric for Node<'_> {
     fn local(&self) -> NodeId {
         self.1
@@ -27,10 +34,7 @@ impl Fabric for Node<'_> {
         meta: &[u8],
         payload: &[SharedBytes<'_>],
     ) -> Result<(), FabricError> {
-        match &mut self.0 {
-            Some(f) => f.send(now, header, meta, payload),
-            None => Err(FabricError::LocalDown),
-        }
+        self.live()?.send(now, header, meta, payload)
     }
     fn poll(
         &mut self,
@@ -38,10 +42,7 @@ impl Fabric for Node<'_> {
         sink: &mut dyn PacketSink,
         budget: usize,
     ) -> Result<usize, FabricError> {
-        match &mut self.0 {
-            Some(f) => f.poll(now, sink, budget),
-            None => Err(FabricError::LocalDown),
-        }
+        self.live()?.poll(now, sink, budget)
     }
     fn poll_spinning(
         &mut self,
@@ -49,10 +50,7 @@ impl Fabric for Node<'_> {
         sink: &mut dyn PacketSink,
         budget: usize,
     ) -> Result<usize, FabricError> {
-        match &mut self.0 {
-            Some(f) => f.poll_spinning(now, sink, budget),
-            None => Err(FabricError::LocalDown),
-        }
+        self.live()?.poll_spinning(now, sink, budget)
     }
 }
 
