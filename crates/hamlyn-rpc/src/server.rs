@@ -265,9 +265,6 @@ impl RpcServer {
             .queue(0)
             .create()?;
         let (names, procedures): (Vec<String>, Vec<Procedure>) = procedures.into_iter().unzip();
-        let mut seed = Seed::single(door.ticket_all()?);
-        seed.data = names.join("\n").into_bytes();
-        node.publish(&service_name(service), &seed)?;
         let registered: Vec<(String, u64)> = names
             .iter()
             .map(|n| (procedure_name(service, n), PROCEDURE_FINGERPRINT))
@@ -292,6 +289,12 @@ impl RpcServer {
             scratch_slot,
             _scratch_meta: scratch_meta,
         };
+        // The service's name is published last: a client that finds it must find its
+        // procedures in the handler table too (published first, a client could look
+        // between the two and be told the service has no such procedure).
+        let mut seed = Seed::single(door.ticket_all()?);
+        seed.data = names.join("\n").into_bytes();
+        node.publish(&service_name(service), &seed)?;
         Ok(RpcServer {
             io,
             node,

@@ -527,3 +527,47 @@ fn a_forged_reply_ticket_is_counted_and_the_server_keeps_serving() {
     drop(good);
     engine.stop().unwrap();
 }
+
+/// A client that finds a service's name finds its procedures too: the server registers
+/// them in the handler table before it publishes the name. A watcher on its own
+/// connection looks the name up as fast as it can while the server starts, and reads
+/// the handler table the moment the name is there (published first, the name was
+/// visible for a round trip or two without the procedures, and a client connecting
+/// then was told the service had no procedure "echo").
+#[test]
+fn a_service_found_by_name_has_its_procedures_registered() {
+    let engine = EngineHandle::start(EngineConfig::embedded()).unwrap();
+    for round in 0..40 {
+        let service = format!("race{round}");
+        let watcher = {
+            let (path, service) = (engine.socket_path().to_path_buf(), service.clone());
+            std::thread::spawn(move || {
+                let node = Node::connect(&path).unwrap();
+                let deadline = Instant::now() + WAIT;
+                while node.lookup(&format!("rpc/{service}")).is_err() {
+                    assert!(Instant::now() < deadline, "{service} never published");
+                    std::thread::yield_now();
+                }
+                let (_, table) = node.am_table().unwrap();
+                ["add", "echo", "fail", "sum_and_double", "write_at"]
+                    .iter()
+                    .filter(|p| {
+                        let name = format!("rpc/{service}/{p}");
+                        !table.iter().any(|e| e.name == name && e.live)
+                    })
+                    .map(|p| p.to_string())
+                    .collect::<Vec<_>>()
+            })
+        };
+        // Let the watcher connect and start looking before the server starts.
+        std::thread::sleep(Duration::from_millis(5));
+        let server = Served::start(engine.socket_path(), &service, None, None);
+        let missing = watcher.join().unwrap();
+        assert!(
+            missing.is_empty(),
+            "round {round}: {service} was found without {missing:?}"
+        );
+        server.stop();
+    }
+    engine.stop().unwrap();
+}
