@@ -191,10 +191,9 @@ pub struct BenchArgs {
     pub plot: Option<PathBuf>,
     /// Pin threads to the first two allowed CPUs, A and B. The floor, the direct mode and
     /// every peer's pair of processes (UCX's server and client, sockperf's) run with one
-    /// process on A (this one, a server) and the other on B. In the mediated mode the
-    /// engine's thread gets B to itself and both processes share A (with a daemon, the
-    /// peer stays on B). Over TCP, each node gets a CPU: engine 0 and this process on A,
-    /// engine 1 and the peer on B.
+    /// process on A (this one, a server) and the other on B; so does the mediated mode,
+    /// the engine's thread with this process on A (a daemon is not pinned). Over TCP,
+    /// each node gets a CPU: engine 0 and this process on A, engine 1 and the peer on B.
     #[arg(long)]
     pub pin: bool,
     /// Polls a waiting receiver spins through before it sleeps (default: the library's).
@@ -296,7 +295,7 @@ fn setup_text(
             let mediated = if args.socket.is_some() {
                 format!("mediated, this process on {a} and the peer on {b} (the daemon unpinned)")
             } else {
-                format!("mediated, the engine on {b} and both processes on {a}")
+                format!("mediated, this process and its engine's thread on {a} and the peer on {b}")
             };
             let busy = if engine.busy_poll && args.socket.is_none() {
                 format!(
@@ -550,8 +549,7 @@ fn measure(args: &BenchArgs, engine: &EngineConfig, plan: &Plan) -> Result<Repor
     let mut tcp_floor = None;
     if args.interface() && args.has_tcp() {
         // Pinned, one process per CPU, as the shared-memory floor and the TCP engines
-        // run (the mediated mode left the peer beside this process: there a spinning
-        // ping-pong waits a time slice per message).
+        // run (on one CPU a spinning ping-pong waits a time slice per message).
         if let Some((_, b)) = cpus {
             pin_peer(&mut peer, b)?;
         }
@@ -878,18 +876,10 @@ fn one_engine(
 ) -> Result<(), BenchError> {
     let engines = match &args.socket {
         Some(s) => Engines::Daemon(s.clone()),
-        None => {
-            if let Some((_, b)) = cpus {
-                // The engine thread inherits the affinity of the thread that starts it.
-                pin::pin_to(b)?;
-            }
-            let e = EngineHandle::start(fresh_engine(engine))?;
-            if let Some((a, _)) = cpus {
-                pin::pin_to(a)?;
-                pin_peer(peer, a)?;
-            }
-            Engines::Local(e)
-        }
+        // Started from this thread, on A when pinned: the engine's thread inherits its
+        // affinity and so stays with the process that hosts it, as it would in a
+        // process bound to a core (an MPI rank).
+        None => Engines::Local(EngineHandle::start(fresh_engine(engine))?),
     };
     let mut at = Attached::new(engines, args, peer)?;
     let result = (|| -> Result<(), BenchError> {
@@ -909,10 +899,12 @@ fn one_engine(
             measure_mode(Mode::Direct, plan, peer, &mut at, progress, out)?;
         }
         if args.has(Mode::Mediated) {
-            // Back on A beside this process, the engine's thread alone on B (a daemon's
-            // peer stays on B; without the direct mode it is on A already).
-            if let (Some((a, _)), None) = (cpus, &args.socket) {
-                pin_peer(peer, a)?;
+            // As in the direct mode: this process on A (with its engine's thread), the
+            // peer on B. Until 2026-12-07 both processes shared A and the engine's thread
+            // had B to itself; with the engine driven by the waiting thread that core
+            // idled while the two processes took turns on A (6 µs one-way, 0.4 M/s).
+            if let Some((_, b)) = cpus {
+                pin_peer(peer, b)?;
             }
             out.placement.push(placement(Mode::Mediated, peer)?);
             measure_mode(Mode::Mediated, plan, peer, &mut at, progress, out)?;

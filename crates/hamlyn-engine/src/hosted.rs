@@ -56,7 +56,17 @@ pub(crate) struct Hosted {
     /// Leases started and ended so far ([`DriveStats::leases`]).
     lease_starts: AtomicU64,
     lease_ends: AtomicU64,
+    /// The CPU the engine's thread ran on when it last tried to take the engine
+    /// ([`NO_CPU`]: not yet): a waiting thread that finds the engine held and shares
+    /// that CPU gives it up ([`HeldByEngineThread`]).
+    thread_cpu: AtomicU32,
+    /// Times a waiting thread gave its CPU up at an engine held by the engine's thread
+    /// on that CPU ([`DriveStats::yields_to_engine_thread`]).
+    yields_to_thread: AtomicU64,
 }
+
+/// [`Hosted::thread_cpu`] before the engine's thread first ran.
+const NO_CPU: u32 = u32::MAX;
 
 /// Who is woken when data comes from another node: the engine's thread (its poller
 /// watches the fabric's descriptor), or nobody while waiting threads drive — they poll
@@ -155,6 +165,8 @@ impl Hosted {
             lease: Arc::new(Lease::new()),
             lease_starts: AtomicU64::new(0),
             lease_ends: AtomicU64::new(0),
+            thread_cpu: AtomicU32::new(NO_CPU),
+            yields_to_thread: AtomicU64::new(0),
         })
     }
 
@@ -214,6 +226,17 @@ impl Hosted {
         let _ = self.handoff.leave();
         // Relaxed: a statistic.
         self.lease_ends.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The engine's thread notes the CPU it runs on before it takes the engine (one
+    /// `getcpu`, answered by the vDSO: no system call; a store only when it moved).
+    fn note_thread_cpu(&self) {
+        let cpu = u32::try_from(rustix::thread::sched_getcpu()).unwrap_or(NO_CPU);
+        // Relaxed: a hint for waiters (`HeldByEngineThread`); a stale one costs a
+        // pause or a yield, never a turn.
+        if self.thread_cpu.load(Ordering::Relaxed) != cpu {
+            self.thread_cpu.store(cpu, Ordering::Relaxed);
+        }
     }
 
     /// How long the engine's thread may sleep for `want`: at most [`LEASE_LOOK_MOST`]
@@ -285,6 +308,7 @@ pub(crate) fn run_engine_thread(host: &Hosted, io: &mut Io) -> Result<(), Engine
     // between tries at a word a driver holds are as long.
     let mut look = DRIVER_STALL;
     loop {
+        host.note_thread_cpu();
         // Holds the ownership word while it serves: a driver finds it held until the
         // engine thread sees the driver count on its next turn and lets go.
         let served = hosted.try_run(|engine| {
@@ -318,6 +342,7 @@ pub(crate) fn run_engine_thread(host: &Hosted, io: &mut Io) -> Result<(), Engine
                 // it waits in the poller again between tries (what it reports is kept
                 // with what is pending): a driver that leaves with work rings the
                 // doorbell, and the wait ends at once.
+                host.note_thread_cpu();
                 while hosted.try_run(|engine| engine.after_sleep(io)).is_none() {
                     if sleeps_for_driver(spins) {
                         io.wait(look)?;
@@ -370,6 +395,47 @@ impl HeldWordWait {
     }
 }
 
+/// How a waiting thread waits for an engine another thread holds: pauses (the holder,
+/// running on another CPU, lets go within a turn), and after [`PAUSES_BEFORE_YIELD`] of
+/// them, if the engine's thread last took the engine on this thread's own CPU, gives the
+/// CPU up on every try. The holder may be that thread, preempted in the middle of a
+/// turn by this one (a process and its embedded engine bound to one core, as an MPI
+/// rank is): no number of pauses lets it go, and a waiter that only paused spent its
+/// whole budget on the word, slept, and woke the engine's thread for the next message
+/// (an 8-byte mediated stream to a process bound with its engine to one core of two:
+/// 1.4 M/s, 3.3-3.5 with the yield, 2026-12-07). A holder on another CPU (the engine's
+/// thread there, or another waiting thread) is never yielded to: a yield then cost a
+/// waiter whose CPU another spinning process shares its turn (the same stream's
+/// latency with the engine's thread alone on the other core rose 5.9 -> 6.9 µs).
+#[derive(Debug, Default)]
+struct HeldByEngineThread {
+    /// Tries that found the engine held since the wait began.
+    tries: u32,
+}
+
+impl HeldByEngineThread {
+    /// The engine was found held (another try follows).
+    fn held(&mut self, hosted: &Hosted) {
+        self.tries = self.tries.saturating_add(1);
+        if self.tries > PAUSES_BEFORE_YIELD && hosted.engine_thread_shares_cpu() {
+            // Relaxed: a statistic.
+            hosted.yields_to_thread.fetch_add(1, Ordering::Relaxed);
+            std::thread::yield_now();
+        } else {
+            hamlyn_shm::sync::spin_loop();
+        }
+    }
+}
+
+impl Hosted {
+    /// Whether the engine's thread last took the engine on the CPU this thread runs on.
+    fn engine_thread_shares_cpu(&self) -> bool {
+        // Relaxed: a hint (`note_thread_cpu`).
+        let thread = self.thread_cpu.load(Ordering::Relaxed);
+        thread != NO_CPU && u32::try_from(rustix::thread::sched_getcpu()).ok() == Some(thread)
+    }
+}
+
 /// A way for a thread of this process to run the turns of an engine the process hosts.
 /// Holds no reference that keeps the engine alive: once the engine stops, drives do
 /// nothing.
@@ -414,6 +480,7 @@ impl Driver {
         // Relaxed: statistics.
         stats.leases = hosted.lease_starts.load(Ordering::Relaxed);
         stats.leases_ended = hosted.lease_ends.load(Ordering::Relaxed);
+        stats.yields_to_engine_thread = hosted.yields_to_thread.load(Ordering::Relaxed);
         stats.fabric_takers = hosted
             .fabric
             .as_ref()
@@ -431,6 +498,7 @@ impl Driver {
             took_fabric: false,
             leased_wait: false,
             awaits_arrival: false,
+            held: HeldByEngineThread::default(),
         })
     }
 
@@ -582,6 +650,9 @@ pub struct DriveStats {
     /// Drives holding the fabric's wake-ups now (waiting threads and a lease):
     /// while not zero, data from other nodes does not wake the engine's thread.
     pub fabric_takers: u32,
+    /// Times a waiting thread found the engine held by the engine's thread on its own
+    /// CPU (preempted by the waiter, most likely) and gave that CPU up for it.
+    pub yields_to_engine_thread: u64,
 }
 
 /// A drive in progress (see [`Driver::drive`]); dropping it hands the engine back to its
@@ -597,6 +668,8 @@ pub struct Driving {
     leased_wait: bool,
     /// The drive waits for what other nodes send ([`Driving::awaiting_arrival`]).
     awaits_arrival: bool,
+    /// Its consecutive tries that found the engine held ([`Driving::wait_held`]).
+    held: HeldByEngineThread,
 }
 
 impl Driving {
@@ -626,11 +699,12 @@ impl Driving {
     /// Runs `f` on the engine, trying a held engine again up to [`TURN_TRIES`] times
     /// with a pause between (holders hold it for a turn); `None` if it stayed held.
     fn run_within_tries<R>(&mut self, mut f: impl FnMut(&mut Engine) -> R) -> Option<R> {
+        let mut held = HeldByEngineThread::default();
         for _ in 0..TURN_TRIES {
             if let Some(r) = self.hosted.handoff.try_run(&mut f) {
                 return Some(r);
             }
-            hamlyn_shm::sync::spin_loop();
+            held.held(&self.hosted);
         }
         None
     }
@@ -642,9 +716,22 @@ impl Driving {
     #[inline]
     pub fn try_step(&mut self) -> Option<Drove> {
         let arrival = self.awaits_arrival;
-        self.hosted
+        let step = self
+            .hosted
             .handoff
-            .try_run(|engine| engine.driven_step(arrival))
+            .try_run(|engine| engine.driven_step(arrival));
+        if step.is_some() {
+            self.held.tries = 0;
+        }
+        step
+    }
+
+    /// Waits a moment after a try ([`Driving::try_step`]) found the engine held, before
+    /// the next: a pause, or — the engine's thread having taken it on this thread's CPU,
+    /// and the engine held through [`PAUSES_BEFORE_YIELD`] tries — this CPU given up, so
+    /// that the holder runs and lets go (`HeldByEngineThread`).
+    pub fn wait_held(&mut self) {
+        self.held.held(&self.hosted);
     }
 
     /// Runs one turn of the engine if no other thread holds it (one compare-and-swap):
@@ -798,6 +885,77 @@ mod tests {
         events
             .iter()
             .any(|e| e.token() == crate::event_loop::FABRIC)
+    }
+
+    /// Pins the calling thread to `cpu`.
+    fn pin_to(cpu: usize) {
+        let mut set = rustix::thread::CpuSet::new();
+        set.set(cpu);
+        rustix::thread::sched_setaffinity(None, &set).expect("sched_setaffinity");
+    }
+
+    /// A waiting thread that keeps finding the engine held gives its CPU up only if the
+    /// engine's thread last took the engine on that CPU (`HeldByEngineThread`): then
+    /// the holder is most likely the engine's thread, preempted by the waiter, and only
+    /// a yield lets it go on. The holder here is a thread that keeps the engine for
+    /// 50 ms; the engine thread's CPU is set as `note_thread_cpu` would.
+    #[test]
+    fn a_waiter_at_a_held_engine_yields_only_on_the_engine_threads_cpu() {
+        let cfg = crate::EngineConfig::embedded();
+        let stop = Arc::new(hamlyn_shm::sync::AtomicBool::new(false));
+        let (engine, _io) = crate::event_loop::Engine::new(cfg, stop).expect("engine");
+        let hosted = Arc::new(Hosted::new(engine).expect("hosted"));
+        let cpus: Vec<usize> = {
+            let set = rustix::thread::sched_getaffinity(None).expect("affinity");
+            (0..rustix::thread::CpuSet::MAX_CPU)
+                .filter(|&c| set.is_set(c))
+                .collect()
+        };
+        let here = cpus[0];
+        pin_to(here);
+        let elsewhere = cpus.iter().copied().find(|&c| c != here);
+        let yields_with_engine_thread_on = |cpu: u32| {
+            hosted.thread_cpu.store(cpu, Ordering::Relaxed);
+            let (held_tx, held_rx) = std::sync::mpsc::channel();
+            let holder = {
+                let hosted = hosted.clone();
+                std::thread::spawn(move || {
+                    hosted.handoff.run(|_| {
+                        held_tx.send(()).expect("send");
+                        std::thread::sleep(std::time::Duration::from_millis(50));
+                    });
+                })
+            };
+            held_rx.recv().expect("held");
+            let before = hosted.yields_to_thread.load(Ordering::Relaxed);
+            let mut driving = Driving {
+                hosted: hosted.clone(),
+                took_fabric: false,
+                leased_wait: false,
+                awaits_arrival: false,
+                held: HeldByEngineThread::default(),
+            };
+            hosted.handoff.enter();
+            assert_eq!(driving.try_step(), None, "held");
+            for _ in 0..2 * PAUSES_BEFORE_YIELD {
+                driving.wait_held();
+            }
+            let yields = hosted.yields_to_thread.load(Ordering::Relaxed) - before;
+            holder.join().expect("holder");
+            drop(driving);
+            yields
+        };
+        let cpu = |c: usize| u32::try_from(c).expect("cpu");
+        assert_eq!(
+            yields_with_engine_thread_on(cpu(here)),
+            u64::from(PAUSES_BEFORE_YIELD),
+            "past the pauses, every try yields"
+        );
+        assert_eq!(yields_with_engine_thread_on(NO_CPU), 0, "not run yet");
+        match elsewhere {
+            Some(c) => assert_eq!(yields_with_engine_thread_on(cpu(c)), 0, "another CPU"),
+            None => eprintln!("one CPU: the case of an engine thread elsewhere is skipped"),
+        }
     }
 
     /// While waiting threads drive, data does not wake the engine thread's poller; when

@@ -275,9 +275,10 @@ impl Shared {
                     }
                     cost
                 }
-                // Another thread runs the turn: look at ours again after a pause.
+                // Another thread runs the turn: look at ours again after a pause (or,
+                // if the engine's thread holds it on this CPU, after it has run).
                 None => {
-                    hamlyn_shm::sync::spin_loop();
+                    driving.wait_held();
                     2
                 }
             };
