@@ -456,19 +456,14 @@ impl Registry {
     /// could not reach it (or restarted empty). Every name live clients published
     /// through it is published again, as its client; the answers go to nobody (a name
     /// taken meanwhile by someone else stays theirs). How many were sent.
+    ///
+    /// Handlers go before names: the link is FIFO, so a client elsewhere that finds a
+    /// name again (say an RPC service's) finds the handlers it stands for already live,
+    /// never a name whose procedures are not (`NoProcedure`).
     pub(crate) fn republish(&mut self, at: Place, remote: &mut Remote) -> usize {
         self.resend.clear();
         if at.home == at.me {
             return 0;
-        }
-        for (&cid, names) in &self.published {
-            for (name, seed) in names {
-                let req = Request::Publish {
-                    name: name.clone(),
-                    seed: seed.clone(),
-                };
-                self.resend.push_back((cid, ASK, req.encode()));
-            }
         }
         for (&cid, handlers) in &self.registered {
             let all: Vec<(String, u64)> = handlers.iter().map(|(n, &f)| (n.clone(), f)).collect();
@@ -477,6 +472,15 @@ impl Registry {
                     handlers: batch.to_vec(),
                 };
                 self.resend.push_back((cid, REASSERT, req.encode()));
+            }
+        }
+        for (&cid, names) in &self.published {
+            for (name, seed) in names {
+                let req = Request::Publish {
+                    name: name.clone(),
+                    seed: seed.clone(),
+                };
+                self.resend.push_back((cid, ASK, req.encode()));
             }
         }
         self.send_again(at, remote)
@@ -649,7 +653,15 @@ mod tests {
         assert!(!reg.has_resend());
         let sent = sent.lock().unwrap();
         assert_eq!(sent.len(), 11);
-        let names: Vec<String> = sent[..10]
+        // The handlers first: a name found again must stand for live handlers.
+        assert_eq!(sent[0].0, REASSERT);
+        assert_eq!(
+            Request::decode(&sent[0].2).unwrap(),
+            Request::AmRegister {
+                handlers: vec![("h".into(), 5)]
+            }
+        );
+        let names: Vec<String> = sent[1..]
             .iter()
             .map(|(word, cid, body)| {
                 assert_eq!((*word, *cid), (ASK, 7));
@@ -662,12 +674,5 @@ mod tests {
         let mut want: Vec<String> = (0..10).map(|i| format!("n{i}")).collect();
         want.sort();
         assert_eq!(names, want);
-        assert_eq!(sent[10].0, REASSERT);
-        assert_eq!(
-            Request::decode(&sent[10].2).unwrap(),
-            Request::AmRegister {
-                handlers: vec![("h".into(), 5)]
-            }
-        );
     }
 }
