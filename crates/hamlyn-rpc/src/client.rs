@@ -82,7 +82,9 @@ impl std::fmt::Debug for RpcClient {
 
 impl RpcClient {
     /// Connects to `service` through `node` (a connection the client keeps for itself),
-    /// waiting at most `timeout` for the server to give it frames.
+    /// waiting at most `timeout` for the server to give it frames. A service that is not
+    /// published, or whose door refuses the client's knock (its server is gone), is
+    /// [`RpcError::NoService`].
     pub fn connect(node: Node, service: &str, timeout: Duration) -> Result<RpcClient, RpcError> {
         let deadline = Instant::now() + timeout;
         let door = node
@@ -107,8 +109,13 @@ impl RpcClient {
         let mine = client_name(service, key);
         node.publish(&mine, &Seed::single(reply.ticket_all()?))?;
         let mut terminus = node.terminus(0)?;
-        terminus.send(&door, &SendOptions::new().tag(key), Data::Inline(b"!"))?;
+        let knock = terminus.send(&door, &SendOptions::new().tag(key), Data::Inline(b"!"))?;
         let frames = loop {
+            // A refused knock (the door is gone: the server went away after we found its
+            // name) never brings frames: say so now rather than at the deadline.
+            if knock.status().is_failed() {
+                return Err(RpcError::NoService(service.to_owned()));
+            }
             match node.lookup(&frames_name(service, key)) {
                 Ok(seed) if seed.tickets.len() == FRAMES => break seed.tickets,
                 Ok(_) => return Err(RpcError::Malformed("frames seed")),

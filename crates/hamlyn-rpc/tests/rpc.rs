@@ -571,3 +571,35 @@ fn a_service_found_by_name_has_its_procedures_registered() {
     }
     engine.stop().unwrap();
 }
+
+/// A client whose knock is refused is told at once there is no such service: its name
+/// outlived its door (a server going away), so no frames will ever come. Before, the
+/// knock's refusal went unread and the client looked for frames until its timeout.
+#[test]
+fn a_knock_on_a_dead_door_is_no_service_not_a_timeout() {
+    let engine = EngineHandle::start(EngineConfig::embedded()).unwrap();
+    let gone = Node::connect(engine.socket_path()).unwrap();
+    let area = gone.area(4096).unwrap();
+    let meta = gone.meta_area(4).unwrap();
+    let door = gone
+        .slot(&area)
+        .range(0..64)
+        .meta(&meta)
+        .queue(0)
+        .create()
+        .unwrap();
+    let ticket = door.ticket_all().unwrap();
+    // A service with no procedures whose door is destroyed before anyone knocks.
+    gone.publish("rpc/dead", &hamlyn::Seed::single(ticket))
+        .unwrap();
+    drop(door);
+    let err = RpcClient::connect(
+        Node::connect(engine.socket_path()).unwrap(),
+        "dead",
+        Duration::from_secs(10),
+    )
+    .unwrap_err();
+    assert!(matches!(err, RpcError::NoService(_)), "{err}");
+    drop(gone);
+    engine.stop().unwrap();
+}
