@@ -545,6 +545,19 @@ impl RpcServer {
     }
 }
 
+impl Drop for RpcServer {
+    /// Withdraws the service's name before anything else goes. The fields drop in
+    /// declaration order, the door and the frames before the connection whose Detach
+    /// takes the name with it: in between, a client connecting found the name, knocked
+    /// on a dead door and waited its whole timeout. With the name gone first, it is told
+    /// there is no such service.
+    fn drop(&mut self) {
+        // Best effort: an engine that cannot answer has lost the connection, and the
+        // name goes with it anyway.
+        let _ = self.node.unpublish(&service_name(&self.service));
+    }
+}
+
 /// The cluster-wide numbers of `service`'s procedures `names`, in that order, from the
 /// active-message handler table (each must be there, live, with the procedures' layout).
 pub(crate) fn procedure_numbers(

@@ -603,3 +603,59 @@ fn a_knock_on_a_dead_door_is_no_service_not_a_timeout() {
     drop(gone);
     engine.stop().unwrap();
 }
+
+/// A server's name goes before its door: once a knock is refused because the door is
+/// gone, the name is gone too (it went first), so a client connecting while the server
+/// is dropped is told there is no service. A watcher knocks as fast as it can while the
+/// server is dropped and, at the first refused knock, looks the name up. Before, the
+/// fields dropped in order, the door before the connection whose Detach took the name:
+/// for a few round trips, the name led to a dead door.
+#[test]
+fn a_dropped_servers_name_goes_before_its_door() {
+    let engine = EngineHandle::start(EngineConfig::embedded()).unwrap();
+    for round in 0..40 {
+        let service = format!("dropped{round}");
+        let procs: Vec<(String, hamlyn_rpc::Procedure)> = vec![(
+            "echo".to_string(),
+            Box::new(|b: &[u8], _: &mut Ctx<'_>| Ok(b.to_vec())),
+        )];
+        let server = RpcServer::publish(
+            Node::connect(engine.socket_path()).unwrap(),
+            &service,
+            procs,
+        )
+        .unwrap();
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let watcher = {
+            let (path, name) = (engine.socket_path().to_path_buf(), format!("rpc/{service}"));
+            std::thread::spawn(move || {
+                let node = Node::connect(&path).unwrap();
+                let door = node.lookup(&name).unwrap().tickets[0];
+                let mut t = node.terminus(0).unwrap();
+                ready_tx.send(()).unwrap();
+                let deadline = Instant::now() + WAIT;
+                loop {
+                    assert!(Instant::now() < deadline, "the door never went");
+                    let h = t
+                        .send(&door, &SendOptions::new().tag(1), Data::Inline(b"!"))
+                        .unwrap();
+                    match h.wait(Some(WAIT)) {
+                        Status::Sent => {}
+                        Status::Failed(RejectReason::UnknownSlot) => {
+                            // Whether the name outlived the door.
+                            return node.lookup(&name).is_ok();
+                        }
+                        s => panic!("knock: {s:?}"),
+                    }
+                }
+            })
+        };
+        ready_rx.recv_timeout(WAIT).unwrap();
+        drop(server);
+        assert!(
+            !watcher.join().unwrap(),
+            "round {round}: the name led to a dead door"
+        );
+    }
+    engine.stop().unwrap();
+}
