@@ -135,9 +135,9 @@ pub fn run(args: SeedArgs) -> Result<(), SeedError> {
             // A name lives as long as its publisher's connection: this command attaches
             // as a client, publishes, and holds the name until told to stop (or until
             // the engine goes away).
-            let node = hamlyn::Node::connect(&args.socket).map_err(SeedError::Node)?;
-            node.publish(&name, &parsed).map_err(SeedError::Node)?;
-            eprintln!("published {name:?}; holding it until interrupted");
+            // The interrupt handler goes in before the name is published: whoever finds
+            // the name may interrupt us at once, and an interrupt before the handler
+            // killed the process instead of letting it say goodbye.
             let stop = std::sync::Arc::new(hamlyn_shm::sync::AtomicBool::new(false));
             let flag = stop.clone();
             ctrlc::set_handler(move || {
@@ -145,6 +145,9 @@ pub fn run(args: SeedArgs) -> Result<(), SeedError> {
                 flag.store(true, hamlyn_shm::sync::Ordering::Release);
             })
             .map_err(|e| SeedError::Signal(e.to_string()))?;
+            let node = hamlyn::Node::connect(&args.socket).map_err(SeedError::Node)?;
+            node.publish(&name, &parsed).map_err(SeedError::Node)?;
+            eprintln!("published {name:?}; holding it until interrupted");
             // Acquire: pairs with the handler's Release store.
             while !stop.load(hamlyn_shm::sync::Ordering::Acquire) && !node.engine_gone() {
                 std::thread::sleep(Duration::from_millis(100));
