@@ -133,6 +133,8 @@ pub struct RequestServer {
     id: InstanceId,
     ep: Endpoint,
     seed: Seed,
+    /// Names this server published ([`RequestServer::publish`]), withdrawn when it goes.
+    published: Vec<String>,
     seen: HashMap<u64, u32>,
     seen_order: VecDeque<u64>,
     busy: bool,
@@ -164,6 +166,7 @@ impl RequestServer {
             id,
             ep,
             seed,
+            published: Vec::new(),
             seen: HashMap::new(),
             seen_order: VecDeque::new(),
             busy: false,
@@ -183,9 +186,14 @@ impl RequestServer {
         Ok(hamlyn::seed::to_text(&self.seed)?)
     }
 
-    /// Publishes the seed in the cluster's registry under `name`.
-    pub fn publish(&self, name: &str) -> Result<(), RatsError> {
-        Ok(self.mgr.node().publish(name, &self.seed)?)
+    /// Publishes the seed in the cluster's registry under `name`, until the server is
+    /// dropped (the name lives on the manager's connection, which may outlive it).
+    pub fn publish(&mut self, name: &str) -> Result<(), RatsError> {
+        self.mgr.node().publish(name, &self.seed)?;
+        if !self.published.iter().any(|n| n == name) {
+            self.published.push(name.to_owned());
+        }
+        Ok(())
     }
 
     /// Retransmitted requests dropped as duplicates.
@@ -309,7 +317,20 @@ impl RequestServer {
 }
 
 impl Drop for RequestServer {
+    /// Withdraws the server's names before its endpoint goes (the fields drop after
+    /// this): a client that finds one must not be sent to a slot that is gone, and the
+    /// manager's connection, which would take the names with it, may live on.
     fn drop(&mut self) {
+        let node = self.mgr.node();
+        for name in &self.published {
+            // Only while it still names this server: another server on the same
+            // connection may have published its own seed under it since. Errors are
+            // ignored: a name already gone needs nothing, and an engine that cannot
+            // answer has lost the connection, names and all.
+            if node.lookup(name).is_ok_and(|seed| seed == self.seed) {
+                let _ = node.unpublish(name);
+            }
+        }
         self.mgr.unregister(self.id);
     }
 }

@@ -191,3 +191,35 @@ fn bytes_that_do_not_add_up_to_the_declared_length_are_dropped_and_counted() {
     assert_eq!(client.join().unwrap(), b"elohw");
     assert_eq!(s.mixed(), 1);
 }
+
+/// Whether `name` is gone from the registry (not found, rather than any other error).
+fn not_found(node: &Node, name: &str) -> bool {
+    matches!(
+        node.lookup(name),
+        Err(hamlyn::Error::Refused {
+            code: Some(hamlyn::ControlErrorCode::NotFound),
+            ..
+        })
+    )
+}
+
+/// A server's names go with it, though the manager's connection (which holds them)
+/// stays: a client looking one up after is told there is none rather than sent to a slot
+/// that is gone. A name another server of the same connection published since is that
+/// one's, and stays until it goes too.
+#[test]
+fn a_dropped_servers_names_go_with_it() {
+    let node = Node::embedded().unwrap();
+    let m = Manager::new(&node).unwrap();
+    let mut a = RequestServer::new(&m, 4096).unwrap();
+    a.publish("rats-a").unwrap();
+    a.publish("rats-shared").unwrap();
+    let mut b = RequestServer::new(&m, 4096).unwrap();
+    b.publish("rats-shared").unwrap();
+    assert_eq!(node.lookup("rats-a").unwrap(), a.make_seed());
+    drop(a);
+    assert!(not_found(&node, "rats-a"));
+    assert_eq!(node.lookup("rats-shared").unwrap(), b.make_seed());
+    drop(b);
+    assert!(not_found(&node, "rats-shared"));
+}
