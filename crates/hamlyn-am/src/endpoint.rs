@@ -192,6 +192,16 @@ impl std::fmt::Debug for AmEndpoint {
     }
 }
 
+impl Drop for AmEndpoint {
+    /// Withdraws the endpoint's names before its door and receivers go (the fields drop
+    /// after this). The names live on the connection: left to go with it, they led
+    /// peers to dead slots until it closed (after the slots, or much later if a clone
+    /// of `node` kept it open).
+    fn drop(&mut self) {
+        self.links.withdraw_names();
+    }
+}
+
 impl AmEndpoint {
     /// An endpoint on `node` (a connection it keeps for itself), reachable by
     /// [`AmEndpoint::addr`].

@@ -159,6 +159,19 @@ impl Links {
         )
     }
 
+    /// Withdraws every name this endpoint published (its door first, then the seeds it
+    /// granted peers), while its slots are still there: a peer that finds a name finds a
+    /// live slot, and one that sees the door gone takes the endpoint for gone. Best
+    /// effort: an engine that cannot answer has lost the connection, names and all.
+    pub(crate) fn withdraw_names(&self) {
+        let _ = self.node.unpublish(&door_name(self.me));
+        for &peer in self.granted.keys() {
+            for kind in ["s", "b"] {
+                let _ = self.node.unpublish(&link_name(self.me, peer, kind));
+            }
+        }
+    }
+
     /// Knocks on `peer`'s door (after granting it credits).
     pub(crate) fn hello(&mut self, peer: Addr) -> Result<(), AmError> {
         let door = self.node.lookup(&door_name(peer))?;

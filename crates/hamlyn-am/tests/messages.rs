@@ -421,3 +421,48 @@ fn a_call_to_an_endpoint_that_goes_away_fails_instead_of_waiting_out() {
         e.stop().unwrap();
     }
 }
+
+/// An endpoint's names go with it, before its door and receivers: a connection that
+/// outlives it (a clone of its node) keeps none of them, so no peer is led to its dead
+/// slots. Before, they stayed as long as the connection.
+#[test]
+fn a_dropped_endpoints_names_go_with_it() {
+    let engines = cluster(1);
+    let path = engines[0].socket_path();
+    let peer = serve(path, |_| {}, |_| ());
+    let node = hamlyn::Node::connect(path).unwrap();
+    let mut ep = hamlyn_am::AmEndpoint::new(node.clone(), hamlyn_am::AmOptions::default()).unwrap();
+    ep.connect(peer.addr, WAIT).unwrap();
+    let (me, to) = (ep.addr(), peer.addr);
+    let names = [
+        format!("am.door.{}.{}", me.node.0, me.client),
+        format!(
+            "am.link.{}.{}.{}.{}.s",
+            me.node.0, me.client, to.node.0, to.client
+        ),
+        format!(
+            "am.link.{}.{}.{}.{}.b",
+            me.node.0, me.client, to.node.0, to.client
+        ),
+    ];
+    for name in &names {
+        assert!(node.lookup(name).is_ok(), "{name} published");
+    }
+    drop(ep);
+    for name in &names {
+        assert!(
+            matches!(
+                node.lookup(name),
+                Err(hamlyn::Error::Refused {
+                    code: Some(hamlyn::ControlErrorCode::NotFound),
+                    ..
+                })
+            ),
+            "{name} outlived its endpoint"
+        );
+    }
+    peer.finish();
+    for e in engines {
+        e.stop().unwrap();
+    }
+}
