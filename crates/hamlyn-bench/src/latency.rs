@@ -9,8 +9,9 @@
 //!   answer's notification: a full round trip through the engine(s), not halved; the
 //!   peer process does nothing (its engine answers).
 //! - [`loopback`]: the driver sends to its own inbox and waits for the notification: one
-//!   hop through the engine with only two busy threads (the driver and the engine), so
-//!   on a two-core machine the engine has a core of its own.
+//!   hop through the engine, whose turn the driver's thread runs itself in its push
+//!   (progress by the waiting thread; DESIGN §8's "when the engine has a core" dates from
+//!   when the engine's thread ran every turn).
 
 use std::time::Instant;
 
