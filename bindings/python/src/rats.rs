@@ -833,9 +833,9 @@ impl PyRatsRequestServer {
     }
 
     /// Publishes the seed in the cluster's name registry under `name`.
-    fn publish(&self, py: Python<'_>, name: &str) -> PyResult<()> {
+    fn publish(&mut self, py: Python<'_>, name: &str) -> PyResult<()> {
         self.life.check()?;
-        let s = self.server.get()?;
+        let s = self.server.get_mut()?;
         rats_check(unblocked(py, s, |s| s.publish(name)))
     }
 
