@@ -12,7 +12,7 @@ use hamlyn_shm::memory::RingMemory;
 use hamlyn_shm::port::header;
 use hamlyn_shm::ready;
 use hamlyn_shm::sync::{AtomicBool, Ordering};
-use hamlyn_shm::wake::{self, EventFd, EVENTFD_ARMED};
+use hamlyn_shm::wake::{self, EventFd, EVENTFD_ARMED, HANDED_BACK};
 use hamlyn_wire::control::{Reply, Request, MAX_CONTROL_MSG};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Registry, Token};
@@ -871,7 +871,8 @@ impl Engine {
                 .as_ref()
                 .and_then(|p| p.region.atomic_u32(header::DOORBELL))
             {
-                wake::set_eventfd_armed(word);
+                // The engine's thread sleeps until poked: no grace for pushers.
+                wake::set_eventfd_armed_for_sleep(word);
             }
         }
         wake::armed_fence();
@@ -913,8 +914,12 @@ impl Engine {
 
     /// [`Self::arm_doorbells`], light: the hot ports and the queued termini.
     fn arm_hot_doorbells(&mut self) -> bool {
+        // Only a hand-back arms this way (`hand_back_after_turns`): a thread of the
+        // host that will most likely drive again at its next wait. A client of another
+        // process whose push finds that arming waits a moment for the next wait to
+        // disarm it before it rings (`wake::HANDED_BACK`).
         for (bell, _) in self.state.hint_ports.hot_bells() {
-            wake::set_eventfd_armed(bell);
+            wake::set_eventfd_armed_handed_back(bell);
         }
         wake::armed_fence();
         let mut work = false;
@@ -949,9 +954,16 @@ impl Engine {
     }
 
     fn disarm_doorbells(&mut self) {
-        let _ = self.state.doorbell.drain();
+        self.count_rings();
         self.clear_doorbell_flags();
         self.doorbells_armed = false;
+    }
+
+    /// Takes the doorbell's rings in (the eventfd drained), counting them.
+    fn count_rings(&mut self) {
+        if let Ok(n) = self.state.doorbell.drain() {
+            self.state.counters.doorbell_rings += n;
+        }
     }
 
     /// Clients of hot ports need not ring the doorbell (no system call: what they rang
@@ -960,7 +972,7 @@ impl Engine {
     fn clear_doorbell_flags(&mut self) {
         for (bell, _) in self.state.hint_ports.hot_bells() {
             // Relaxed: only saves clients a needless eventfd write while we are awake.
-            bell.fetch_and(!EVENTFD_ARMED, Ordering::Relaxed);
+            bell.fetch_and(!(EVENTFD_ARMED | HANDED_BACK), Ordering::Relaxed);
         }
     }
 
@@ -977,7 +989,7 @@ impl Engine {
             match token {
                 LISTENER => self.accept(),
                 DOORBELL => {
-                    let _ = self.state.doorbell.drain();
+                    self.count_rings();
                     // A cold port's push rings (`ready::COLD`): read every port's words.
                     self.state.read_all_hints = true;
                 }
@@ -1198,6 +1210,42 @@ mod tests {
         )
         .expect("socketpair");
         engine.state.clients.insert(a, 0, own_process);
+    }
+
+    /// A hand-back arms the hot ports' doorbells marked as handed back
+    /// (`wake::HANDED_BACK`: a client of another process then gives the host's next wait
+    /// a moment before it rings), and the next driven turn takes them back, mark and
+    /// all; a ring taken in is counted.
+    #[test]
+    fn a_hand_back_marks_the_doorbells_it_arms_and_the_next_drive_takes_them_back() {
+        let (mut engine, mut io) = idle_engine(8, true, true);
+        let region =
+            Arc::new(hamlyn_shm::region::ShmRegion::create("bell-test", 4096).expect("region"));
+        engine.state.hint_ports.add(7, region.clone(), 8, 0);
+        engine.state.hint_ports.opened(7, 0);
+        let bell = || {
+            region
+                .atomic_u32(header::DOORBELL)
+                .expect("doorbell")
+                .load(Ordering::Relaxed)
+        };
+        engine.driven_step(false);
+        assert_eq!(bell(), 0, "driven: not armed");
+        assert!(
+            !engine.hand_back(),
+            "nothing to wake the engine's thread for"
+        );
+        assert_eq!(bell(), EVENTFD_ARMED | HANDED_BACK, "armed, handed back");
+        engine.driven_step(false);
+        assert_eq!(bell(), 0, "the next drive took it back, mark and all");
+        // A ring (what a push that found it armed does) is counted when the engine's
+        // thread takes it in (here: it serves, and lets go for the driver at once).
+        engine.hand_back();
+        engine.state.doorbell_poker.notify().expect("ring");
+        let before = engine.state.counters.doorbell_rings;
+        let step = engine.serve(&mut io, &|| true).expect("serve");
+        assert!(matches!(step, Step::Sleep(_)), "{step:?}");
+        assert_eq!(engine.state.counters.doorbell_rings, before + 1);
     }
 
     /// A waiting thread's tries at a quiet engine are glances, with a turn after every

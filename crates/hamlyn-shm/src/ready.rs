@@ -43,7 +43,7 @@
 //! (loom model `loom_a_push_on_a_cold_port_rings`; it fails without F1).
 
 use crate::sync::{fence, AtomicU32, AtomicU64, Ordering};
-use crate::wake::EVENTFD_ARMED;
+use crate::wake::{EVENTFD_ARMED, HANDED_BACK};
 
 /// Doorbell-word bit (beside [`crate::wake`]'s): the port is cold, its doorbell armed
 /// while the engine is awake; a push that finds it armed rings, or runs a turn that
@@ -111,7 +111,7 @@ pub fn go_cold(bell: &AtomicU32, hinted: impl FnOnce() -> bool) -> bool {
 pub fn go_hot(bell: &AtomicU32) {
     // Relaxed: only spares clients an eventfd write while the engine is awake; the
     // engine arms the doorbell again (F1 and a re-check) before it sleeps.
-    bell.fetch_and(!(COLD | EVENTFD_ARMED), Ordering::Relaxed);
+    bell.fetch_and(!(COLD | EVENTFD_ARMED | HANDED_BACK), Ordering::Relaxed);
 }
 
 /// Client side, after F2 and a look at the doorbell that found it armed: whether the

@@ -211,6 +211,10 @@ counters! {
         quantum_packets,
         /// Packets sent to other nodes (counted in `packets` too).
         remote_sent,
+        /// Rings of the engine's doorbell it took in: pushes of clients that found it
+        /// asleep and could not run its turn themselves (clients of other processes,
+        /// cold ports), each a system call of the client and a wake-up of the engine.
+        doorbell_rings,
     }
 }
 

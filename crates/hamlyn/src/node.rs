@@ -168,6 +168,15 @@ const YIELD_EVERY_IDLE: u32 = 8;
 /// the mediated ping-pong as before.
 const TIGHT_IDLE_TURNS: u32 = 32;
 
+/// How long a client of another process waits, after a push that found the engine's
+/// doorbell armed by a hand-back of a thread of the host, for that thread's next wait to
+/// take the engine back (and the push with it) before it rings
+/// (`hamlyn_shm::wake::wake_after_fence_with_grace`): the host answers and waits again
+/// within a microsecond or so; a ring costs a system call here and a wake-up of the
+/// engine's thread on the host's core. If the host does not come back, the push pays
+/// this on top of the ring.
+pub(crate) const RING_GRACE: Duration = Duration::from_micros(2);
+
 /// How long a waiter sleeps before it looks whether the engine is still there.
 const GONE_CHECK: Duration = Duration::from_millis(100);
 
@@ -323,8 +332,16 @@ impl Shared {
                     hamlyn_shm::wake::wake_after_fence(word, Some(&self.doorbell));
                 }
             }
+            // A client of another process (or of a daemon): it cannot drive, it rings;
+            // but a doorbell that a thread of the host armed handing the engine back is
+            // given a moment to be disarmed by that thread's next wait first
+            // (`hamlyn_shm::wake::HANDED_BACK`).
             None => {
-                hamlyn_shm::wake::wake_after_fence(word, Some(&self.doorbell));
+                hamlyn_shm::wake::wake_after_fence_with_grace(
+                    word,
+                    Some(&self.doorbell),
+                    RING_GRACE,
+                );
             }
         }
     }

@@ -150,6 +150,7 @@ pub fn render(s: &Stats) -> String {
 
     let remote = counter_table(&[
         ("packets sent", e.remote_sent),
+        ("doorbell rings", e.doorbell_rings),
         ("packets received", e.remote_packets),
         ("bytes received", e.remote_bytes),
         ("NACKs received", e.nacks_received),
