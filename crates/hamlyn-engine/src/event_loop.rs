@@ -12,7 +12,7 @@ use hamlyn_shm::memory::RingMemory;
 use hamlyn_shm::port::header;
 use hamlyn_shm::ready;
 use hamlyn_shm::sync::{AtomicBool, Ordering};
-use hamlyn_shm::wake::{self, EventFd, EVENTFD_ARMED, HANDED_BACK};
+use hamlyn_shm::wake::{self, EventFd};
 use hamlyn_wire::control::{Reply, Request, MAX_CONTROL_MSG};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Registry, Token};
@@ -971,8 +971,9 @@ impl Engine {
     /// stay armed ([`hamlyn_shm::ready::COLD`]).
     fn clear_doorbell_flags(&mut self) {
         for (bell, _) in self.state.hint_ports.hot_bells() {
-            // Relaxed: only saves clients a needless eventfd write while we are awake.
-            bell.fetch_and(!(EVENTFD_ARMED | HANDED_BACK), Ordering::Relaxed);
+            // Only saves clients a needless eventfd write while we are awake (the
+            // hand-back's mark goes with the flag).
+            wake::withdraw_eventfd_armed(bell);
         }
     }
 
@@ -1235,7 +1236,11 @@ mod tests {
             !engine.hand_back(),
             "nothing to wake the engine's thread for"
         );
-        assert_eq!(bell(), EVENTFD_ARMED | HANDED_BACK, "armed, handed back");
+        assert_eq!(
+            bell(),
+            wake::EVENTFD_ARMED | wake::HANDED_BACK,
+            "armed, handed back"
+        );
         engine.driven_step(false);
         assert_eq!(bell(), 0, "the next drive took it back, mark and all");
         // A ring (what a push that found it armed does) is counted when the engine's

@@ -239,6 +239,13 @@ impl Hosted {
         }
     }
 
+    /// Whether the engine's thread last took the engine on the CPU this thread runs on.
+    fn engine_thread_shares_cpu(&self) -> bool {
+        // Relaxed: a hint (`note_thread_cpu`).
+        let thread = self.thread_cpu.load(Ordering::Relaxed);
+        thread != NO_CPU && u32::try_from(rustix::thread::sched_getcpu()).ok() == Some(thread)
+    }
+
     /// How long the engine's thread may sleep for `want`: at most [`LEASE_LOOK_MOST`]
     /// while the lease is held, so that it ends within two looks of the last call.
     fn sleep_for(&self, want: std::time::Duration) -> std::time::Duration {
@@ -424,15 +431,6 @@ impl HeldByEngineThread {
         } else {
             hamlyn_shm::sync::spin_loop();
         }
-    }
-}
-
-impl Hosted {
-    /// Whether the engine's thread last took the engine on the CPU this thread runs on.
-    fn engine_thread_shares_cpu(&self) -> bool {
-        // Relaxed: a hint (`note_thread_cpu`).
-        let thread = self.thread_cpu.load(Ordering::Relaxed);
-        thread != NO_CPU && u32::try_from(rustix::thread::sched_getcpu()).ok() == Some(thread)
     }
 }
 
