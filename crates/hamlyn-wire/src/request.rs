@@ -148,44 +148,45 @@ impl SendRequest {
         &self.meta[..usize::from(self.meta_len).min(MAX_META_LEN)]
     }
 
-    /// Writes the entry's 256 bytes.
+    /// Writes the entry's 256 bytes (the metadata and inline arrays whole, as they are).
     pub fn encode(&self, out: &mut [u8; REQUEST_LEN]) {
         out.fill(0);
-        let (kind, n_gather, inline_len) = match (&self.payload, self.op) {
-            (Payload::Inline { len, .. }, RequestOp::Write) => (1u8, 0u8, u16::from(*len)),
-            (Payload::Inline { len, .. }, RequestOp::Read) => (3u8, 0u8, u16::from(*len)),
-            (Payload::Inline { len, .. }, RequestOp::Atomic) => (4u8, 0u8, u16::from(*len)),
-            (Payload::Gather { count, .. }, _) => (2u8, *count, 0u16),
+        let (gathered, n_gather, inline_len) = match &self.payload {
+            Payload::Inline { len, .. } => (false, 0u8, u16::from(*len)),
+            Payload::Gather { count, .. } => (true, *count, 0u16),
         };
-        out[0] = kind;
-        out[1] = n_gather;
-        out[2..4].copy_from_slice(&self.flags.to_le_bytes());
-        out[4..6].copy_from_slice(&u16::from(self.meta_len).to_le_bytes());
-        out[6..8].copy_from_slice(&inline_len.to_le_bytes());
-        out[8..12].copy_from_slice(&self.seq.to_le_bytes());
-        out[12..16].copy_from_slice(&self.dst_node.to_le_bytes());
-        out[16..20].copy_from_slice(&self.slot.to_le_bytes());
-        out[20..24].copy_from_slice(&self.meta_index.to_le_bytes());
-        out[24..32].copy_from_slice(&self.key.to_le_bytes());
-        out[32..40].copy_from_slice(&self.offset.to_le_bytes());
-        out[40..48].copy_from_slice(&self.len().to_le_bytes());
-        out[48..52].copy_from_slice(&self.y.to_le_bytes());
-        out[52..56].copy_from_slice(&self.incarnation.to_le_bytes());
-        out[56..64].copy_from_slice(&self.word.to_le_bytes());
-        out[64..64 + MAX_META_LEN].copy_from_slice(&self.meta);
+        write_head(
+            out,
+            &self.head(),
+            gathered,
+            n_gather,
+            u16::from(self.meta_len),
+            inline_len,
+            self.len(),
+        );
+        out[META_AT..META_AT + MAX_META_LEN].copy_from_slice(&self.meta);
         match &self.payload {
-            Payload::Inline { data, .. } => out[128..256].copy_from_slice(data),
+            Payload::Inline { data, .. } => out[BODY_AT..].copy_from_slice(data),
             Payload::Gather { list, count } => {
-                for (i, g) in list[..usize::from(*count).min(MAX_GATHER)]
-                    .iter()
-                    .enumerate()
-                {
-                    let at = 128 + i * 24;
-                    out[at..at + 4].copy_from_slice(&g.area.to_le_bytes());
-                    out[at + 8..at + 16].copy_from_slice(&g.offset.to_le_bytes());
-                    out[at + 16..at + 24].copy_from_slice(&g.len.to_le_bytes());
-                }
+                write_gathers(out, &list[..usize::from(*count).min(MAX_GATHER)]);
             }
+        }
+    }
+
+    /// The request's fields other than its metadata and data.
+    pub fn head(&self) -> EntryHead {
+        EntryHead {
+            op: self.op,
+            seq: self.seq,
+            dst_node: self.dst_node,
+            slot: self.slot,
+            meta_index: self.meta_index,
+            key: self.key,
+            offset: self.offset,
+            y: self.y,
+            incarnation: self.incarnation,
+            word: self.word,
+            flags: self.flags,
         }
     }
 
@@ -207,6 +208,130 @@ pub const GATHER_LEN: usize = 24;
 
 /// Where an entry's inline data or gather list starts.
 const BODY_AT: usize = 128;
+
+/// Where an entry's metadata bytes start.
+const META_AT: usize = 64;
+
+/// An entry's fields other than its metadata and data: what [`encode_entry`] writes
+/// at the head of the entry, with the lengths it works out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EntryHead {
+    /// What the request asks for.
+    pub op: RequestOp,
+    /// The client's sequence number for this request (its handle).
+    pub seq: u32,
+    /// Destination node.
+    pub dst_node: u32,
+    /// Destination slot.
+    pub slot: u32,
+    /// Metadata entry, or all ones for fast mode.
+    pub meta_index: u32,
+    /// Key presented.
+    pub key: u64,
+    /// Destination offset from the slot's base.
+    pub offset: u64,
+    /// Start value Y.
+    pub y: u32,
+    /// The destination's incarnation the ticket was made for (0: do not check).
+    pub incarnation: u32,
+    /// Tag or fast-mode metadata.
+    pub word: u64,
+    /// [`send_flags`] bits.
+    pub flags: u16,
+}
+
+/// An entry's data, borrowed from where the client has it.
+#[derive(Clone, Copy, Debug)]
+pub enum EntryBody<'a> {
+    /// Inline bytes (at most [`MAX_INLINE`]; more are cut off).
+    Inline(&'a [u8]),
+    /// Gather ranges (at most [`MAX_GATHER`]; more are cut off).
+    Gather(&'a [Gather]),
+}
+
+/// Writes a whole entry from its parts, straight into `out`, with no [`SendRequest`]
+/// in between: what a client's send does for every message. Every byte is written (what
+/// the parts do not fill is zero), so the entry equals what [`SendRequest::encode`]
+/// writes for the request with these fields, `meta` in its metadata array and `body`
+/// as its payload, zero-padded. Metadata past [`MAX_META_LEN`] bytes, inline data past
+/// [`MAX_INLINE`] and ranges past [`MAX_GATHER`] are cut off; the caller checked them.
+#[inline]
+pub fn encode_entry(
+    out: &mut [u8; REQUEST_LEN],
+    head: &EntryHead,
+    meta: &[u8],
+    body: EntryBody<'_>,
+) {
+    out.fill(0);
+    let meta = &meta[..meta.len().min(MAX_META_LEN)];
+    out[META_AT..META_AT + meta.len()].copy_from_slice(meta);
+    match body {
+        EntryBody::Inline(data) => {
+            let data = &data[..data.len().min(MAX_INLINE)];
+            out[BODY_AT..BODY_AT + data.len()].copy_from_slice(data);
+            let len = data.len() as u16;
+            write_head(out, head, false, 0, meta.len() as u16, len, u64::from(len));
+        }
+        EntryBody::Gather(list) => {
+            let list = &list[..list.len().min(MAX_GATHER)];
+            write_gathers(out, list);
+            let total = list.iter().fold(0u64, |t, g| t.wrapping_add(g.len));
+            write_head(
+                out,
+                head,
+                true,
+                list.len() as u8,
+                meta.len() as u16,
+                0,
+                total,
+            );
+        }
+    }
+}
+
+/// The first 64 bytes of an entry: kind (`gathered`: a gather list, else inline data
+/// of `head.op`'s kind), counts and lengths, then `head`'s fields.
+#[inline]
+fn write_head(
+    out: &mut [u8; REQUEST_LEN],
+    head: &EntryHead,
+    gathered: bool,
+    n_gather: u8,
+    meta_len: u16,
+    inline_len: u16,
+    total: u64,
+) {
+    out[0] = match (gathered, head.op) {
+        (true, _) => 2,
+        (false, RequestOp::Write) => 1,
+        (false, RequestOp::Read) => 3,
+        (false, RequestOp::Atomic) => 4,
+    };
+    out[1] = n_gather;
+    out[2..4].copy_from_slice(&head.flags.to_le_bytes());
+    out[4..6].copy_from_slice(&meta_len.to_le_bytes());
+    out[6..8].copy_from_slice(&inline_len.to_le_bytes());
+    out[8..12].copy_from_slice(&head.seq.to_le_bytes());
+    out[12..16].copy_from_slice(&head.dst_node.to_le_bytes());
+    out[16..20].copy_from_slice(&head.slot.to_le_bytes());
+    out[20..24].copy_from_slice(&head.meta_index.to_le_bytes());
+    out[24..32].copy_from_slice(&head.key.to_le_bytes());
+    out[32..40].copy_from_slice(&head.offset.to_le_bytes());
+    out[40..48].copy_from_slice(&total.to_le_bytes());
+    out[48..52].copy_from_slice(&head.y.to_le_bytes());
+    out[52..56].copy_from_slice(&head.incarnation.to_le_bytes());
+    out[56..64].copy_from_slice(&head.word.to_le_bytes());
+}
+
+/// An entry's gather list (at most [`MAX_GATHER`] ranges, which `list` must not exceed).
+fn write_gathers(out: &mut [u8; REQUEST_LEN], list: &[Gather]) {
+    for (i, g) in list.iter().enumerate() {
+        let at = BODY_AT + i * GATHER_LEN;
+        out[at..at + 4].copy_from_slice(&g.area.to_le_bytes());
+        out[at + 8..at + 16].copy_from_slice(&g.offset.to_le_bytes());
+        out[at + 16..at + 24].copy_from_slice(&g.len.to_le_bytes());
+    }
+}
 
 /// A list of gather ranges, as an entry holds them or decoded: read one range at a time,
 /// so that an entry's list is never copied out whole.
@@ -747,6 +872,21 @@ mod tests {
             let v = RequestView::check(&buf).expect("a valid request checks");
             assert_view_reads(&v, &r);
             prop_assert_eq!(SendRequest::decode(&buf), Ok(r));
+        }
+
+        /// An entry written from its parts (`encode_entry`, what a client's send
+        /// does) is byte for byte the entry of the request with those parts.
+        #[test]
+        fn an_entry_from_its_parts_is_the_requests_entry(r in any_request()) {
+            let mut whole = [0u8; REQUEST_LEN];
+            r.encode(&mut whole);
+            let mut parts = [0xA5u8; REQUEST_LEN];
+            let body = match &r.payload {
+                Payload::Inline { data, len } => EntryBody::Inline(&data[..usize::from(*len)]),
+                Payload::Gather { list, count } => EntryBody::Gather(&list[..usize::from(*count)]),
+            };
+            encode_entry(&mut parts, &r.head(), r.metadata(), body);
+            prop_assert_eq!(&parts[..], &whole[..]);
         }
 
         /// A valid entry with one byte changed: if it still checks, the view's

@@ -4,7 +4,10 @@
 //! Pure: no port, no engine. [`build`] is what [`crate::Terminus::send`] queues.
 
 use hamlyn_core::{SegmentError, SendSpec};
-use hamlyn_wire::request::{send_flags, Gather, Payload, SendRequest, MAX_GATHER, MAX_INLINE};
+use hamlyn_wire::request::{
+    encode_entry, send_flags, EntryBody, EntryHead, Gather, Payload, SendRequest, MAX_GATHER,
+    MAX_INLINE, REQUEST_LEN,
+};
 use hamlyn_wire::{NodeId, RequestId, Ticket, TicketFlags, MAX_META_LEN};
 
 use crate::area::Span;
@@ -170,24 +173,39 @@ pub(crate) fn plan<'a>(
     Ok(spec)
 }
 
-/// Builds the work-queue entry for one send. `instance` is the sending node handle's
-/// (gather spans must name its areas), `seq` the request's ring position.
-pub(crate) fn build(
+/// Writes the work-queue entry for one send into `entry`, straight from the ticket, the
+/// options and the data (no [`hamlyn_wire::request::SendRequest`] in between: a small
+/// message's send is this, a ring store and a doorbell look). `instance` is the sending
+/// node handle's (gather spans must name its areas), `seq` the request's ring position.
+/// On an error `entry` holds nothing to queue.
+pub(crate) fn build_into(
     instance: u64,
     ticket: &Ticket,
     opts: &SendOptions<'_>,
     data: &Data<'_>,
     seq: u32,
-) -> Result<SendRequest, SendError> {
+    entry: &mut [u8; REQUEST_LEN],
+) -> Result<(), SendError> {
     if !ticket.flags.contains(TicketFlags::WRITE) {
         return Err(SendError::NotWritable);
     }
-    let (payload, len) = payload(instance, data)?;
+    let mut list = [Gather::default(); MAX_GATHER];
+    let (body, len) = match *data {
+        Data::Inline(bytes) => {
+            if bytes.len() > MAX_INLINE {
+                return Err(SendError::InlineTooLong {
+                    len: bytes.len(),
+                    max: MAX_INLINE,
+                });
+            }
+            (EntryBody::Inline(bytes), bytes.len() as u64)
+        }
+        Data::Gather(spans) => {
+            let total = gather_list(instance, spans, &mut list)?;
+            (EntryBody::Gather(&list[..spans.len()]), total)
+        }
+    };
     let spec = plan(NodeId(0), ticket, opts, len)?;
-    let mut meta = [0u8; MAX_META_LEN];
-    // `segment` refused metadata longer than 60 bytes.
-    let n = opts.meta.len().min(MAX_META_LEN);
-    meta[..n].copy_from_slice(&opts.meta[..n]);
     let mut flags = 0;
     if opts.notify {
         flags |= send_flags::NOTIFY;
@@ -195,7 +213,7 @@ pub(crate) fn build(
     if opts.wake {
         flags |= send_flags::WAKE;
     }
-    Ok(SendRequest {
+    let head = EntryHead {
         op: hamlyn_wire::request::RequestOp::Write,
         seq,
         dst_node: spec.dst.0,
@@ -207,10 +225,10 @@ pub(crate) fn build(
         incarnation: ticket.incarnation,
         word: opts.word,
         flags,
-        meta,
-        meta_len: n as u8,
-        payload,
-    })
+    };
+    // `plan` refused metadata longer than 60 bytes.
+    encode_entry(entry, &head, opts.meta, body);
+    Ok(())
 }
 
 /// A gather span must name an area of the sending node handle (`instance`) and lie
@@ -230,56 +248,37 @@ pub(crate) fn check_span(instance: u64, s: &Span<'_>) -> Result<(), SendError> {
     Ok(())
 }
 
-/// The entry's payload and the message length.
-fn payload(instance: u64, data: &Data<'_>) -> Result<(Payload, u64), SendError> {
-    match *data {
-        Data::Inline(bytes) => {
-            if bytes.len() > MAX_INLINE {
-                return Err(SendError::InlineTooLong {
-                    len: bytes.len(),
-                    max: MAX_INLINE,
-                });
-            }
-            let mut buf = [0u8; MAX_INLINE];
-            buf[..bytes.len()].copy_from_slice(bytes);
-            let p = Payload::Inline {
-                data: buf,
-                len: bytes.len() as u8,
-            };
-            Ok((p, bytes.len() as u64))
-        }
-        Data::Gather(spans) => {
-            if spans.len() > MAX_GATHER {
-                return Err(SendError::TooManySpans {
-                    count: spans.len(),
-                    max: MAX_GATHER,
-                });
-            }
-            let mut list = [Gather::default(); MAX_GATHER];
-            let mut total: u64 = 0;
-            for (g, s) in list.iter_mut().zip(spans) {
-                check_span(instance, s)?;
-                // Five spans of areas mapped in this process cannot reach 2^64 bytes, but
-                // a checked sum costs nothing here.
-                total = total.checked_add(s.len).ok_or(SendError::Ticket(
-                    SegmentError::OutsideTicket {
-                        offset: 0,
-                        end: u128::MAX,
-                    },
-                ))?;
-                *g = Gather {
-                    area: s.area.id(),
-                    offset: s.offset,
-                    len: s.len,
-                };
-            }
-            let p = Payload::Gather {
-                list,
-                count: spans.len() as u8,
-            };
-            Ok((p, total))
-        }
+/// Checks `spans` (at most [`MAX_GATHER`], each inside an area of node handle
+/// `instance`) and writes them to `list` as gather ranges; returns the message length.
+fn gather_list(
+    instance: u64,
+    spans: &[Span<'_>],
+    list: &mut [Gather; MAX_GATHER],
+) -> Result<u64, SendError> {
+    if spans.len() > MAX_GATHER {
+        return Err(SendError::TooManySpans {
+            count: spans.len(),
+            max: MAX_GATHER,
+        });
     }
+    let mut total: u64 = 0;
+    for (g, s) in list.iter_mut().zip(spans) {
+        check_span(instance, s)?;
+        // Five spans of areas mapped in this process cannot reach 2^64 bytes, but a
+        // checked sum costs nothing here.
+        total = total
+            .checked_add(s.len)
+            .ok_or(SendError::Ticket(SegmentError::OutsideTicket {
+                offset: 0,
+                end: u128::MAX,
+            }))?;
+        *g = Gather {
+            area: s.area.id(),
+            offset: s.offset,
+            len: s.len,
+        };
+    }
+    Ok(total)
 }
 
 #[cfg(test)]
@@ -303,6 +302,20 @@ mod tests {
             share: FULL_SHARE,
             flags: TicketFlags::WRITE,
         }
+    }
+
+    /// The entry [`build_into`] writes, read back by the engine's checks
+    /// ([`SendRequest::decode`]): what the engine would take from the ring.
+    fn build(
+        instance: u64,
+        ticket: &Ticket,
+        opts: &SendOptions<'_>,
+        data: &Data<'_>,
+        seq: u32,
+    ) -> Result<SendRequest, SendError> {
+        let mut entry = [0x5Au8; REQUEST_LEN];
+        build_into(instance, ticket, opts, data, seq, &mut entry)?;
+        Ok(SendRequest::decode(&entry).expect("a built entry passes the engine's checks"))
     }
 
     #[test]

@@ -15,7 +15,7 @@ use crate::area::{Area, AreaInner};
 use crate::completion::{self, Status};
 use crate::error::{Error, SendError};
 use crate::node::Shared;
-use crate::request::{build, build_rma, Data, MetaIndex, Rma, SendOptions};
+use crate::request::{build_into, build_rma, Data, MetaIndex, Rma, SendOptions};
 
 /// A gather span a pending send is reading; the area stays registered until it is done.
 struct PendingSpan {
@@ -213,12 +213,14 @@ impl Terminus {
         data: Data<'_>,
     ) -> Result<SendHandle, SendError> {
         let (opts, in_use) = self.choose_entry(ticket, opts, &data)?;
-        let req = build(self.shared.instance, ticket, &opts, &data, self.next as u32)?;
+        let mut entry = [0u8; REQUEST_LEN];
+        let seq = self.next as u32;
+        build_into(self.shared.instance, ticket, &opts, &data, seq, &mut entry)?;
         let spans = match data {
             Data::Gather(spans) => spans,
             Data::Inline(_) => &[],
         };
-        let handle = self.push(&req, spans)?;
+        let handle = self.push(&entry, spans)?;
         if let Some(mut e) = in_use {
             e.pos = handle.pos;
             self.entries_in_use.push_back(e);
@@ -300,7 +302,7 @@ impl Terminus {
             args.reply_offset,
             self.next as u32,
         )?;
-        self.push(&req, &[])
+        self.push_request(&req)
     }
 
     /// Compare-and-swap on the 8-byte word at `args.offset` of `args.target`'s range:
@@ -324,7 +326,7 @@ impl Terminus {
             args.reply_offset,
             self.next as u32,
         )?;
-        self.push(&req, &[])
+        self.push_request(&req)
     }
 
     /// Fetch-and-add (wrapping) of `args.addend` on the 8-byte word at `args.offset` of
@@ -343,23 +345,31 @@ impl Terminus {
             args.reply_offset,
             self.next as u32,
         )?;
-        self.push(&req, &[])
+        self.push_request(&req)
     }
 
-    /// Queues a built request; `spans` are its gather spans (kept until it completes).
-    fn push(
+    /// Queues a built request (the RMA operations'): encoded, then [`Terminus::push`].
+    fn push_request(
         &mut self,
         req: &hamlyn_wire::request::SendRequest,
+    ) -> Result<SendHandle, SendError> {
+        let mut entry = [0u8; REQUEST_LEN];
+        req.encode(&mut entry);
+        self.push(&entry, &[])
+    }
+
+    /// Queues an encoded entry; `spans` are its gather spans (kept until it completes).
+    fn push(
+        &mut self,
+        entry: &[u8; REQUEST_LEN],
         spans: &[crate::Span<'_>],
     ) -> Result<SendHandle, SendError> {
         if self.shared.known_gone() {
             return Err(SendError::EngineGone);
         }
-        let mut entry = [0u8; REQUEST_LEN];
-        req.encode(&mut entry);
-        match self.ring.try_push(&entry) {
+        match self.ring.try_push(entry) {
             Ok(()) => {}
-            Err(PushError::Full) => self.push_when_full(&entry)?,
+            Err(PushError::Full) => self.push_when_full(entry)?,
             Err(_) => return Err(SendError::Corrupt),
         }
         if let Ok(word) = self.shared.port.atomic_u32(header::DOORBELL) {
