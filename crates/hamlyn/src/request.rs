@@ -1,7 +1,7 @@
 //! Turning a ticket, send options and data into a terminus work-queue entry, with every
 //! check the engine would make that the client can make first (seed 000 §2.3, §3.2).
 //!
-//! Pure: no port, no engine. [`build`] is what [`crate::Terminus::send`] queues.
+//! Pure: no port, no engine. [`build_into`] writes the entry [`crate::Terminus::send`] queues.
 
 use hamlyn_core::{SegmentError, SendSpec};
 use hamlyn_wire::request::{
