@@ -20,7 +20,7 @@ use std::io::{self, IoSliceMut, Read};
 use std::net::SocketAddr;
 
 use hamlyn_core::Instant;
-use hamlyn_wire::{Header, NodeId, Op, WireError, MAX_META_LEN};
+use hamlyn_wire::{Header, NodeId, Op, WireError, HEADER_LEN, MAX_META_LEN};
 
 use super::ack::{Received, Unacked};
 use super::frame::{FrameDecoder, FrameError, Token};
@@ -371,7 +371,9 @@ impl Rx {
 
     /// Runs `bytes` from `*start` on through the decoder, advancing `*start` past what
     /// it consumed; `None` when it consumed them all and needs more, else why it
-    /// stopped.
+    /// stopped. A frame that lies whole in `bytes` at a frame boundary is taken in one
+    /// step ([`FrameDecoder::whole`]: the common case of small packets); any other goes
+    /// token by token.
     fn decode(
         &mut self,
         bytes: &[u8],
@@ -387,6 +389,26 @@ impl Rx {
                 if *ctx.budget == 0 {
                     return Some(RxStop::Budget);
                 }
+                if let Some((n, h)) = self.decoder.whole(&bytes[*start..]) {
+                    let frame = &bytes[*start..*start + n];
+                    *start += n;
+                    let (meta, payload) = frame[HEADER_LEN..].split_at(usize::from(h.meta_len));
+                    if let Some(stop) = Self::on_frame(&mut self.landing, h, meta, sink, ctx) {
+                        return Some(stop);
+                    }
+                    if !payload.is_empty() {
+                        if let Some(stop) = self.place(0, payload, sink) {
+                            // The frame is consumed: skipped whole now, as its end would
+                            // have been on the token-by-token way's next call.
+                            let _ = self.end_frame(sink, ctx);
+                            return Some(stop);
+                        }
+                    }
+                    if let Some(stop) = self.end_frame(sink, ctx) {
+                        return Some(stop);
+                    }
+                    continue;
+                }
             }
             let (n, token) = match self.decoder.next(&bytes[*start..]) {
                 Ok(x) => x,
@@ -396,49 +418,71 @@ impl Rx {
             match token {
                 Token::NeedMore => return None,
                 Token::Frame(h) => {
-                    if let Some(stop) = self.on_frame(h, sink, ctx) {
+                    let meta = self.decoder.meta();
+                    if let Some(stop) = Self::on_frame(&mut self.landing, h, meta, sink, ctx) {
                         return Some(stop);
                     }
                 }
                 Token::Payload { at, bytes } => {
-                    if let RxLanding::Accept { header, .. } = &self.landing {
-                        let header = *header;
-                        let mut buf = sink.payload_buf(&header);
-                        if buf.len() != header.payload_len as usize {
-                            return Some(self.sink_error(&header, buf.len()));
-                        }
-                        buf.copy_from(at as usize, bytes);
+                    if let Some(stop) = self.place(at, bytes, sink) {
+                        return Some(stop);
                     }
                 }
                 Token::End => {
-                    let landing = std::mem::replace(&mut self.landing, RxLanding::Idle);
-                    // A packet counts as had (and is acknowledged) once its payload is
-                    // placed (after `on_payload`) or skipped whole.
-                    if matches!(landing, RxLanding::Discard) {
-                        ctx.counts.whole += 1;
-                    }
-                    if let (RxLanding::Accept { header, meta }, Some(peer)) = (landing, ctx.peer) {
-                        if header.payload_len == 0 {
-                            let got = sink.payload_buf(&header).len();
-                            if got != 0 {
-                                ctx.counts.whole += 1; // skipped whole
-                                return Some(RxStop::SinkBuffer {
-                                    expected: 0,
-                                    got: got as u64,
-                                });
-                            }
-                        }
-                        sink.on_payload(peer, &header, &meta[..usize::from(header.meta_len)]);
-                        ctx.counts.whole += 1;
+                    if let Some(stop) = self.end_frame(sink, ctx) {
+                        return Some(stop);
                     }
                 }
             }
         }
     }
 
+    /// Payload bytes of the current frame, at offset `at` of its payload: into the
+    /// sink's buffer if the frame was accepted, else dropped.
+    fn place(&mut self, at: u32, bytes: &[u8], sink: &mut dyn PacketSink) -> Option<RxStop> {
+        if let RxLanding::Accept { header, .. } = &self.landing {
+            let header = *header;
+            let mut buf = sink.payload_buf(&header);
+            if buf.len() != header.payload_len as usize {
+                return Some(self.sink_error(&header, buf.len()));
+            }
+            buf.copy_from(at as usize, bytes);
+        }
+        None
+    }
+
+    /// The current frame's end: an accepted one is handed to the sink, and either counts
+    /// as had.
+    fn end_frame(&mut self, sink: &mut dyn PacketSink, ctx: &mut RxCtx<'_>) -> Option<RxStop> {
+        let landing = std::mem::replace(&mut self.landing, RxLanding::Idle);
+        // A packet counts as had (and is acknowledged) once its payload is placed (after
+        // `on_payload`) or skipped whole.
+        if matches!(landing, RxLanding::Discard) {
+            ctx.counts.whole += 1;
+        }
+        if let (RxLanding::Accept { header, meta }, Some(peer)) = (landing, ctx.peer) {
+            if header.payload_len == 0 {
+                let got = sink.payload_buf(&header).len();
+                if got != 0 {
+                    ctx.counts.whole += 1; // skipped whole
+                    return Some(RxStop::SinkBuffer {
+                        expected: 0,
+                        got: got as u64,
+                    });
+                }
+            }
+            sink.on_payload(peer, &header, &meta[..usize::from(header.meta_len)]);
+            ctx.counts.whole += 1;
+        }
+        None
+    }
+
+    /// A frame's header and metadata `meta`: checked against the rail, counted, and shown
+    /// to the sink, which decides where its payload lands (`landing`).
     fn on_frame(
-        &mut self,
+        landing: &mut RxLanding,
         h: Header,
+        meta: &[u8],
         sink: &mut dyn PacketSink,
         ctx: &mut RxCtx<'_>,
     ) -> Option<RxStop> {
@@ -482,7 +526,6 @@ impl Rx {
                 while let Some(ev) = ctx.events.pop_front() {
                     sink.on_peer(ev);
                 }
-                let meta = self.decoder.meta();
                 *ctx.budget = ctx.budget.saturating_sub(1);
                 ctx.counts.packets += 1;
                 ctx.counts.bytes += h.packet_len();
@@ -490,9 +533,9 @@ impl Rx {
                     Landing::Accept => {
                         let mut m = [0u8; MAX_META_LEN];
                         m[..meta.len()].copy_from_slice(meta);
-                        self.landing = RxLanding::Accept { header: h, meta: m };
+                        *landing = RxLanding::Accept { header: h, meta: m };
                     }
-                    Landing::Discard => self.landing = RxLanding::Discard,
+                    Landing::Discard => *landing = RxLanding::Discard,
                 }
                 None
             }
@@ -886,6 +929,75 @@ mod tests {
             RxStop::Close(CloseReason::PeerClosed, _)
         ));
         assert_eq!(sink.done, pkts);
+    }
+
+    /// Frames read as they came, in one chunk (each taken whole at once,
+    /// `FrameDecoder::whole`), cut at random places (both ways), and a byte at a time
+    /// (token by token only) reach the sink alike: the same packets, metadata and
+    /// payloads, the same discards, the same counts.
+    mod whole_and_token_by_token {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// What the sink got (packets, metadata, payloads) and the packets, whole
+        /// packets and bytes counted.
+        type Seen = (Vec<(Header, Vec<u8>, Vec<u8>)>, u64, u64, u64);
+
+        fn feed(chunks: Vec<Vec<u8>>, discard_odd: bool) -> Seen {
+            let mut s = Script {
+                chunks: chunks.into(),
+                eof: true,
+                reads: 0,
+            };
+            let mut rx = Rx::new(100_000);
+            let mut sink = Sink {
+                discard_odd,
+                ..Sink::default()
+            };
+            let (stop, counts) = run(&mut rx, &mut s, &mut sink, true, usize::MAX);
+            assert!(
+                matches!(stop, RxStop::Close(CloseReason::PeerClosed, _)),
+                "{stop:?}"
+            );
+            (sink.done, counts.packets, counts.whole, counts.bytes)
+        }
+
+        proptest! {
+            #[test]
+            fn alike(
+                shapes in proptest::collection::vec((0usize..=60, 0usize..400), 0..10),
+                beats in proptest::collection::vec(any::<bool>(), 0..10),
+                mut cuts in proptest::collection::vec(0usize..8_000, 0..12),
+                discard_odd in any::<bool>(),
+            ) {
+                let mut bytes = Vec::new();
+                for (i, &(meta, len)) in shapes.iter().enumerate() {
+                    if beats.get(i).copied().unwrap_or(false) {
+                        bytes.extend(heartbeat(NodeId(1), NodeId(2), 1, i as u64).to_bytes());
+                    }
+                    let (h, m, p) = pkt(i as u32, meta, len);
+                    bytes.extend(h.to_packet(&m, &p).unwrap());
+                }
+                let whole = feed(vec![bytes.clone()], discard_odd);
+                cuts.retain(|&c| c < bytes.len());
+                cuts.sort_unstable();
+                cuts.dedup();
+                let mut pieces = Vec::new();
+                let mut at = 0;
+                for c in cuts.into_iter().chain([bytes.len()]) {
+                    if c > at {
+                        pieces.push(bytes[at..c].to_vec());
+                        at = c;
+                    }
+                }
+                let cut = feed(pieces, discard_odd);
+                let bytewise = feed(bytes.iter().map(|&b| vec![b]).collect(), discard_odd);
+                prop_assert_eq!(&whole, &bytewise);
+                prop_assert_eq!(&cut, &bytewise);
+                let kept = shapes.len() - if discard_odd { shapes.len() / 2 } else { 0 };
+                prop_assert_eq!(whole.0.len(), kept);
+            }
+        }
     }
 
     #[test]

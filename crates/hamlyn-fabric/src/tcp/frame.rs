@@ -132,6 +132,26 @@ impl FrameDecoder {
         }
     }
 
+    /// A whole frame at the start of `input`, seen without consuming it: its length
+    /// (header, metadata and payload) and its header, if the decoder is between frames
+    /// and `input` holds all of it with a header that parses and a payload it accepts.
+    /// `None` otherwise, also for a bad header: [`FrameDecoder::next`] then takes the
+    /// bytes (and reports the error) as it would have. What a reader does with a small
+    /// frame that came in one read, without copying its header and metadata in and
+    /// walking it token by token; the decoder stays between frames.
+    #[inline]
+    pub fn whole(&self, input: &[u8]) -> Option<(usize, Header)> {
+        if !self.at_boundary() {
+            return None;
+        }
+        let header = Header::parse(input.get(..HEADER_LEN)?).ok()?;
+        if header.payload_len > self.max_payload {
+            return None;
+        }
+        let len = HEADER_LEN + usize::from(header.meta_len) + header.payload_len as usize;
+        (input.len() >= len).then_some((len, header))
+    }
+
     /// Consumes a prefix of `input` and says what it found; returns the number of bytes
     /// consumed with the token. Call again with the rest of the input until
     /// [`Token::NeedMore`] (which consumes everything). After an error the decoder is
