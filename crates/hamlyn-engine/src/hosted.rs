@@ -542,6 +542,11 @@ impl Driver {
     /// turn); if it stays held — its holder descheduled mid-turn — the lease ends here,
     /// so the last driver's hand-back (this one's, or the holder's when it leaves) sees
     /// the push and rings the engine's thread as without a lease.
+    ///
+    /// Kept out of line (as it was across the crate boundary before the release profile
+    /// optimised at link time): `bench/instructions.sh` counts the hand-off as this
+    /// function less the turns it runs.
+    #[inline(never)]
     pub fn nudge(&self, cold: bool) -> bool {
         let Some(mut driving) = self.drive() else {
             return false;

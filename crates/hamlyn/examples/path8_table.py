@@ -20,7 +20,8 @@ callers; none of them is recursive):
   waiting thread pays per look while nothing comes);
 - send side (library): `Terminus::send` plus dropping the `SendHandle`, less the turns it
   ran (`Driver::nudge`); `DirectTarget::send` for direct (the whole path: deposit, count,
-  notify);
+  notify), counted as `path8::direct_send`, which calls it (the release profile's
+  link-time optimisation inlines it into its caller);
 - engine: every `EngineState::turn` of the phase (mediated: the turn that takes,
   delivers, notifies and completes, and the hand-back's turn that finds nothing);
 - hand-off: `Driver::nudge` less its turns (the ownership word, the hand-back's arming
@@ -92,6 +93,7 @@ SEND = r"^hamlyn::terminus::Terminus::send$"
 HANDLE_DROP = r"drop_in_place<hamlyn::terminus::SendHandle>$"
 POLL = r"^(hamlyn::queue::NotifyQueue::poll|path8::receive)$"
 SERVE = r"^hamlyn_engine::event_loop::Engine::serve$"
+DIRECT_SEND = r"^(hamlyn::direct::DirectTarget::send|path8::direct_send)$"
 
 
 def mediated(incl, n):
@@ -142,7 +144,7 @@ def main():
     for part, path in ((3, "normal"), (4, "fast")):
         cols[path] = mediated(parse(f"{prefix}.{part}"), n)
     direct = parse(f"{prefix}.5")
-    _, dsend = find(direct, r"^hamlyn::direct::DirectTarget::send$")
+    _, dsend = find(direct, DIRECT_SEND)
     _, drecv = find(direct, POLL)
     cols["direct"] = (dsend / n, 0.0, 0.0, drecv / n, 0.0)
     print(f"{'per message':<22}" + "".join(f"{p:>10}" for p in cols))
