@@ -96,12 +96,23 @@ SERVE = r"^hamlyn_engine::event_loop::Engine::serve$"
 DIRECT_SEND = r"^(hamlyn::direct::DirectTarget::send|path8::direct_send)$"
 
 
+def called(incl, pattern, n, phase):
+    """`find`, warning when the function was called fewer than `n` times in the phase: the
+    compiler inlined it (link-time optimisation may, across crates), so the row it feeds
+    would silently lose its instructions to the caller."""
+    calls, cost = find(incl, pattern)
+    if calls < n:
+        print(f"warning: {pattern} called {calls} times in the {phase} phase, not {n} or more "
+              "(inlined? keep it out of line, as Driver::nudge and path8::direct_send are)")
+    return calls, cost
+
+
 def mediated(incl, n):
     """(send side, engine, hand-off, receive side, turns per message)."""
-    _, send = find(incl, SEND)
+    _, send = called(incl, SEND, n, "mediated")
     _, drop = find(incl, HANDLE_DROP)
-    _, nudge = find(incl, NUDGE)
-    turns, turn_ir = find(incl, TURN)
+    _, nudge = called(incl, NUDGE, n, "mediated")
+    turns, turn_ir = called(incl, TURN, n, "mediated")
     calls, recv = find(incl, POLL)
     if calls != n:
         print(f"warning: NotifyQueue::poll called {calls} times, not {n}")
@@ -113,12 +124,12 @@ def mediated(incl, n):
 
 def tcp(incl, n):
     """(send side, A's work, B's work, this thread per message)."""
-    _, send = find(incl, SEND)
+    _, send = called(incl, SEND, n, "tcp")
     _, drop = find(incl, HANDLE_DROP)
-    _, nudge = find(incl, NUDGE)
-    _, a = find(incl, r"^hamlyn_engine::engine::EngineState::first_packet$")
-    calls, b = find(incl, r"^hamlyn_fabric::tcp::TcpFabric::read_conn$")
-    _, whole = find(incl, r"path8::TcpRig::one$")
+    _, nudge = called(incl, NUDGE, n, "tcp")
+    _, a = called(incl, r"^hamlyn_engine::engine::EngineState::first_packet$", n, "tcp")
+    calls, b = called(incl, r"^hamlyn_fabric::tcp::TcpFabric::read_conn$", n, "tcp")
+    _, whole = called(incl, r"path8::TcpRig::one$", n, "tcp")
     return ((send + drop - nudge) / n, a / n, b / n, whole / n, calls / n)
 
 
@@ -144,7 +155,7 @@ def main():
     for part, path in ((3, "normal"), (4, "fast")):
         cols[path] = mediated(parse(f"{prefix}.{part}"), n)
     direct = parse(f"{prefix}.5")
-    _, dsend = find(direct, DIRECT_SEND)
+    _, dsend = called(direct, DIRECT_SEND, n, "direct")
     _, drecv = find(direct, POLL)
     cols["direct"] = (dsend / n, 0.0, 0.0, drecv / n, 0.0)
     print(f"{'per message':<22}" + "".join(f"{p:>10}" for p in cols))
