@@ -39,17 +39,22 @@ def test_a_wrong_key_is_bad_key_error_from_result(node):
 
 
 def test_a_full_terminus_is_full_error_and_nothing_is_dropped(node):
-    # 1 MiB sends (many packets each) from an area fill the work queue faster than the
-    # engine empties it. (Naming the entry: the default, the ticket's first free entry,
-    # would be refused as busy first, an EntriesBusyError, before the ring is full.)
-    area = node.area(1 << 20)
+    # 16 MiB sends (many packets each) from another area fill the work queue faster than
+    # the engine empties it: each costs the engine a 16 MiB copy, a millisecond or so,
+    # and this loop a few microseconds. (From the slot's own area, as this test once
+    # sent, the copy is onto itself, which memmove skips: a release build's engine then
+    # kept up with the loop and the ring never filled. Naming the entry: the default, the
+    # ticket's first free entry, would be refused as busy first, an EntriesBusyError,
+    # before the ring is full.)
+    area = node.area(1 << 24)
+    source = node.area(1 << 24)
     slot = node.slot(area, meta=node.meta_area(1))
     ticket = slot.ticket()
     with node.terminus() as t:
         sends, full = [], None
         for _ in range(100_000):
             try:
-                sends.append(t.send_area(ticket, area, notify=False, entry=0))
+                sends.append(t.send_area(ticket, source, notify=False, entry=0))
             except hamlyn.FullError as e:
                 full = e
                 break
@@ -57,7 +62,7 @@ def test_a_full_terminus_is_full_error_and_nothing_is_dropped(node):
         assert "full" in str(full) and "nothing was queued" in str(full)
         # Room comes back before the queue drains: one more send is taken.
         assert t.wait_room(timeout=60.0)
-        sends.append(t.send_area(ticket, area, notify=False, entry=0))
+        sends.append(t.send_area(ticket, source, notify=False, entry=0))
         assert t.wait_idle(timeout=60.0)
         # Every send queued before the refusal was carried out, none dropped.
         assert all(s.wait(timeout=30.0).sent for s in sends)
