@@ -145,7 +145,7 @@ impl FrameDecoder {
             return None;
         }
         let header = Header::parse(input.get(..HEADER_LEN)?).ok()?;
-        if header.payload_len > self.max_payload {
+        if !self.payload_fits(&header) {
             return None;
         }
         let len = HEADER_LEN + usize::from(header.meta_len) + header.payload_len as usize;
@@ -196,16 +196,10 @@ impl FrameDecoder {
             if self.have < HEADER_LEN {
                 return Ok((used, Token::NeedMore));
             }
-            let header = match Header::parse(&self.head[..HEADER_LEN]) {
+            let header = match self.check_head(&self.head[..HEADER_LEN]) {
                 Ok(h) => h,
-                Err(e) => return Err(self.fail(FrameError::Header(e))),
+                Err(e) => return Err(self.fail(e)),
             };
-            if header.payload_len > self.max_payload {
-                return Err(self.fail(FrameError::PayloadTooLong {
-                    len: header.payload_len,
-                    max: self.max_payload,
-                }));
-            }
             self.header = Some(header);
         }
         let Some(header) = self.header else {
@@ -226,6 +220,26 @@ impl FrameDecoder {
             done: 0,
         };
         Ok((used, Token::Frame(header)))
+    }
+
+    /// Whether a parsed header's payload is one this decoder takes: the one check beyond
+    /// [`Header::parse`] that both [`FrameDecoder::next`] and [`FrameDecoder::whole`]
+    /// make, so that the two ways take the same frames.
+    #[inline]
+    fn payload_fits(&self, header: &Header) -> bool {
+        header.payload_len <= self.max_payload
+    }
+
+    /// A frame's 64 header bytes parsed and checked, with the reason if refused.
+    fn check_head(&self, head: &[u8]) -> Result<Header, FrameError> {
+        let header = Header::parse(head).map_err(FrameError::Header)?;
+        if !self.payload_fits(&header) {
+            return Err(FrameError::PayloadTooLong {
+                len: header.payload_len,
+                max: self.max_payload,
+            });
+        }
+        Ok(header)
     }
 
     #[cold]
