@@ -229,22 +229,67 @@ impl Interface {
         p: &Placement,
         areas: &mut A,
     ) -> Result<Committed, Reject> {
-        let Some(c) = p.claim else {
-            return self.commit(h, meta, areas);
+        let mut notification = None;
+        let message_done =
+            self.commit_then(h, meta, Some(p), areas, |n| notification = Some(*n))?;
+        Ok(Committed {
+            message_done,
+            notification,
+        })
+    }
+
+    /// [`Interface::commit_placed`], with the notification handed to `post` where it is
+    /// made instead of returned: the engine posts it from there, without moving its
+    /// entry through the results (which cost a small message about 60 instructions of
+    /// copying). Whether the message is done.
+    #[inline]
+    pub fn commit_placed_then<A: Areas>(
+        &mut self,
+        h: &Header,
+        meta: &[u8],
+        p: &Placement,
+        areas: &mut A,
+        post: impl FnOnce(&Notification),
+    ) -> Result<bool, Reject> {
+        self.commit_then(h, meta, Some(p), areas, post)
+    }
+
+    /// The commit of [`Interface::commit`] (`p` is `None`) and of
+    /// [`Interface::commit_placed`]: a claimed endpoint buffer is completed, any other
+    /// packet counted; the notification, if any, goes to `post`.
+    #[inline]
+    fn commit_then<A: Areas>(
+        &mut self,
+        h: &Header,
+        meta: &[u8],
+        p: Option<&Placement>,
+        areas: &mut A,
+        post: impl FnOnce(&Notification),
+    ) -> Result<bool, Reject> {
+        let (done, slot) = match p.and_then(|p| p.claim.map(|c| (p, c))) {
+            Some((p, c)) => (
+                self.complete_endpoint(h, p, &c, areas).map(|n| (true, n)),
+                p.slot,
+            ),
+            None => {
+                let Some(slot) = self.slots.get_mut(h.slot) else {
+                    return Err(self.reject(h, None, RejectReason::UnknownSlot));
+                };
+                (count(slot, h, meta, areas), h.slot)
+            }
         };
-        let done = self.complete_endpoint(h, p, &c, areas);
         match done {
-            Ok(notif) => {
+            Ok((complete, notif)) => {
                 self.stats.packets += 1;
                 self.stats.bytes += u64::from(h.payload_len);
-                self.stats.messages += 1;
+                self.stats.messages += u64::from(complete);
                 self.stats.notifications += u64::from(notif.is_some());
-                Ok(Committed {
-                    message_done: true,
-                    notification: notif,
-                })
+                if let Some(n) = &notif {
+                    post(n);
+                }
+                Ok(complete)
             }
-            Err(reason) => Err(self.reject(h, Some(p.slot), reason)),
+            Err(reason) => Err(self.reject(h, Some(slot), reason)),
         }
     }
 
@@ -312,22 +357,12 @@ impl Interface {
         meta: &[u8],
         areas: &mut A,
     ) -> Result<Committed, Reject> {
-        let Some(slot) = self.slots.get_mut(h.slot) else {
-            return Err(self.reject(h, None, RejectReason::UnknownSlot));
-        };
-        match count(slot, h, meta, areas) {
-            Ok((complete, notif)) => {
-                self.stats.packets += 1;
-                self.stats.bytes += u64::from(h.payload_len);
-                self.stats.messages += u64::from(complete);
-                self.stats.notifications += u64::from(notif.is_some());
-                Ok(Committed {
-                    message_done: complete,
-                    notification: notif,
-                })
-            }
-            Err(reason) => Err(self.reject(h, Some(h.slot), reason)),
-        }
+        let mut notification = None;
+        let message_done = self.commit_then(h, meta, None, areas, |n| notification = Some(*n))?;
+        Ok(Committed {
+            message_done,
+            notification,
+        })
     }
 
     /// Admits, deposits `payload` by copy, and commits one packet; the notification to

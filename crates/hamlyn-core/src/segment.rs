@@ -130,7 +130,12 @@ impl<'a> SendSpec<'a> {
     /// Number of packets this message needs with `mtu` payload bytes per packet.
     #[inline]
     pub fn packet_count(&self, mtu: u64) -> u64 {
-        self.len.div_ceil(mtu).max(1)
+        // A message that fits one packet (every small message) is counted without the
+        // division, a 20-40 cycle instruction on its path.
+        if self.len <= mtu {
+            return 1;
+        }
+        self.len.div_ceil(mtu)
     }
 
     /// Segments the message into packets of at most `mtu` payload bytes.

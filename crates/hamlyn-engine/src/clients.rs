@@ -291,7 +291,7 @@ impl Clients {
     /// sender asked for that (the WAKE flag). A full queue is never overwritten: the loss
     /// is counted by the queue itself, and the owner is later told how many it lost by an
     /// `Overflow` notification, posted before anything that follows the gap.
-    pub(crate) fn notify(&mut self, n: Notification, counters: &mut EngineCounters) {
+    pub(crate) fn notify(&mut self, n: &Notification, counters: &mut EngineCounters) {
         let (owner, index) = queue_parts(n.queue);
         let Some(port) = self.port_mut(owner) else {
             counters.orphan_notifications += 1;

@@ -158,14 +158,9 @@ impl Delivery {
         clients: &mut Clients,
         counters: &mut EngineCounters,
     ) -> Result<bool, RejectReason> {
-        let done = self
-            .iface
-            .commit_placed(h, meta, p, &mut self.areas)
-            .map_err(|rej| rej.reason)?;
-        if let Some(n) = done.notification {
-            clients.notify(n, counters);
-        }
-        Ok(done.message_done)
+        self.iface
+            .commit_placed_then(h, meta, p, &mut self.areas, |n| clients.notify(n, counters))
+            .map_err(|rej| rej.reason)
     }
 
     /// All four steps for a packet of this node whose payload comes from `pieces`.

@@ -400,7 +400,8 @@ impl EngineState {
                 return false;
             }
         }
-        if term.rate.is_some()
+        let rate_limited = term.rate.is_some();
+        if rate_limited
             && !Self::tokens_ready(&mut term.rate, &mut term.throttled_until, &self.clock)
         {
             return false;
@@ -420,7 +421,9 @@ impl EngineState {
         self.counters.requests += 1;
         match self.open_request(cid, t, &buf, ring_seq) {
             Ok((req, seg)) => {
-                self.take_tokens(cid, t, req.len());
+                if rate_limited {
+                    self.take_tokens(cid, t, req.len());
+                }
                 self.first_packet(cid, t, req, seg)
             }
             Err((seq, reason)) => {
@@ -996,7 +999,7 @@ impl EngineState {
             .and_then(|s| s.config.queue);
         if let Some(queue) = queue {
             let n = hamlyn_core::peer_down_notification(queue, partial, lost);
-            self.clients.notify(n, &mut self.counters);
+            self.clients.notify(&n, &mut self.counters);
         }
     }
 

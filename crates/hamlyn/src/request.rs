@@ -141,6 +141,7 @@ pub enum Data<'a> {
 /// bytes. On success, the message's [`SendSpec`] from node `src` (notify and wake as
 /// `opts` says), ready to segment. Shared by [`build`] and direct sends
 /// ([`crate::DirectTarget::send`]), so both refuse exactly the same messages.
+#[inline]
 pub(crate) fn plan<'a>(
     src: NodeId,
     ticket: &Ticket,
