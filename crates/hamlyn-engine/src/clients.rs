@@ -21,6 +21,7 @@ use hamlyn_shm::sync::{AtomicU32, Ordering};
 
 use crate::counters::EngineCounters;
 use crate::port::Port;
+use crate::wake_batch::WakeBatch;
 
 /// One attached (or attaching) client.
 #[derive(Debug)]
@@ -79,6 +80,8 @@ pub(crate) struct Clients {
     /// the threads that may drive the engine (`Engine::foreign_clients`), which read it
     /// without holding the engine.
     foreign: std::sync::Arc<AtomicU32>,
+    /// Wake-ups the running visit owes (`crate::wake_batch`).
+    wakes: WakeBatch,
 }
 
 /// Queue ids pack the client id and the queue's index in its port.
@@ -292,6 +295,8 @@ impl Clients {
     /// is counted by the queue itself, and the owner is later told how many it lost by an
     /// `Overflow` notification, posted before anything that follows the gap.
     pub(crate) fn notify(&mut self, n: &Notification, counters: &mut EngineCounters) {
+        // Inside a visit the consumer's wake word is looked at once, at its end.
+        let wake = n.wake && !self.wakes.owe_queue(n.queue);
         let (owner, index) = queue_parts(n.queue);
         let Some(port) = self.port_mut(owner) else {
             counters.orphan_notifications += 1;
@@ -304,9 +309,9 @@ impl Clients {
         // The report of an earlier gap goes first; if even it finds no room, this one
         // is lost too (and is counted by the refused report in its place).
         let posted = if *lost > 0 {
-            report_losses(queue, lost, counters) && queue.post_with(&n.entry, n.wake).is_ok()
+            report_losses(queue, lost, counters) && queue.post_with(&n.entry, wake).is_ok()
         } else {
-            queue.post_with(&n.entry, n.wake).is_ok()
+            queue.post_with(&n.entry, wake).is_ok()
         };
         if posted {
             counters.notifications += 1;
@@ -314,6 +319,45 @@ impl Clients {
             *lost += 1;
             counters.queue_overflows += 1;
             self.losses_unreported = true;
+        }
+    }
+
+    /// Terminus `t` of client `cid` finished one more request: its completion word moves,
+    /// and a client asleep on it is woken (inside a visit: at the visit's end).
+    pub(crate) fn finish(&mut self, cid: u32, t: usize) {
+        let wake_now = !self.wakes.owe_terminus(cid, t as u16);
+        if let Some(port) = self.port_mut(cid) {
+            port.finish(t, wake_now);
+        }
+    }
+
+    /// A visit starts: the wake-ups of its notifications and completions are owed to
+    /// its end ([`Clients::flush_wakes`]).
+    #[inline]
+    pub(crate) fn open_wakes(&mut self) {
+        self.wakes.open();
+    }
+
+    /// The visit ends: one fence F2 for everything it published, then a look at each
+    /// owed wake word (a sleeping consumer is woken).
+    #[inline]
+    pub(crate) fn flush_wakes(&mut self) {
+        let Some(owed) = self.wakes.take() else {
+            return;
+        };
+        // F2: pairs with F1 of each consumer that arms its wake word before sleeping
+        // (`hamlyn_shm::wake`); it follows every post and completion store of the visit.
+        hamlyn_shm::wake::publish_fence();
+        if let Some(q) = owed.queue {
+            let (owner, index) = queue_parts(q);
+            if let Some(queue) = self.port(owner).and_then(|p| p.queues.get(index)) {
+                queue.wake_after_fence();
+            }
+        }
+        if let Some((cid, t)) = owed.terminus {
+            if let Some(port) = self.port(cid) {
+                port.wake_finished_after_fence(usize::from(t));
+            }
         }
     }
 

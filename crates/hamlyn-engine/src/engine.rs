@@ -259,6 +259,16 @@ impl EngineState {
     /// queued also decides whether the quantum goes on: a single message costs no
     /// second look (a second `serve` to find the ring empty cost 135 instructions).
     fn visit(&mut self, key: TerminusKey, visit: Visit) -> Served {
+        // The visit's notifications and completions are published as they come; the
+        // consumers' wake words are looked at once, after one fence, at its end.
+        self.clients.open_wakes();
+        let served = self.visit_terminus(key, visit);
+        self.clients.flush_wakes();
+        served
+    }
+
+    /// [`EngineState::visit`] within its batch of wake-ups.
+    fn visit_terminus(&mut self, key: TerminusKey, visit: Visit) -> Served {
         if visit == Visit::Swept && self.terminus_mut(key).is_none_or(|t| t.queued) {
             return Served::default();
         }
@@ -645,10 +655,7 @@ impl EngineState {
                 return false;
             }
         }
-        let Some(port) = self.clients.port_mut(cid) else {
-            return true;
-        };
-        port.finish(t);
+        self.clients.finish(cid, t);
         self.counters.completed += 1;
         true
     }

@@ -54,6 +54,7 @@ mod sched;
 mod source;
 mod stats;
 mod step_clock;
+mod wake_batch;
 
 pub use config::{EngineConfig, Quotas};
 pub use error::EngineError;

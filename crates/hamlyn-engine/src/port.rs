@@ -155,8 +155,11 @@ impl Port {
         }
     }
 
-    /// Publishes that terminus `t` finished one more request.
-    pub(crate) fn finish(&mut self, t: usize) {
+    /// Publishes that terminus `t` finished one more request; `wake_now`: then wakes a
+    /// client asleep on the count (`SendHandle::wait`, `Terminus::wait_idle`) — unless
+    /// the caller owes that wake-up to the end of its visit (`crate::wake_batch`), which
+    /// calls [`Port::wake_finished_after_fence`].
+    pub(crate) fn finish(&mut self, t: usize, wake_now: bool) {
         let Some(term) = self.termini.get_mut(t) else {
             return;
         };
@@ -167,9 +170,22 @@ impl Port {
             // the end of our reads of the send buffer) before the client sees "done".
             word.store(term.finished, Ordering::Release);
         }
-        // A client asleep on the count (`SendHandle::wait`, `Terminus::wait_idle`) is woken.
-        if let Some(wake) = self.region.atomic_u32(term.wake_off) {
-            hamlyn_shm::wake::wake_after_publish(wake, None);
+        if wake_now {
+            if let Some(wake) = self.region.atomic_u32(term.wake_off) {
+                hamlyn_shm::wake::wake_after_publish(wake, None);
+            }
+        }
+    }
+
+    /// Wakes a client asleep on terminus `t`'s count, for a caller that issued the
+    /// fence F2 after the count's store ([`Port::finish`] without `wake_now`).
+    pub(crate) fn wake_finished_after_fence(&self, t: usize) {
+        if let Some(wake) = self
+            .termini
+            .get(t)
+            .and_then(|term| self.region.atomic_u32(term.wake_off))
+        {
+            hamlyn_shm::wake::wake_after_fence(wake, None);
         }
     }
 }

@@ -378,6 +378,19 @@ impl<M: RingMemory> Producer<M> {
         Ok(())
     }
 
+    /// Wakes the consumer if it sleeps (or pokes its eventfd if it waits in an event
+    /// loop), for a producer that posted with `wake` false and has since issued the
+    /// fence F2 itself ([`wake::publish_fence`]): a producer that posts several entries
+    /// (to this queue or others, or publishes other words) pays one fence for all of
+    /// them, not one per post. Whether it woke it.
+    #[inline]
+    pub fn wake_after_fence(&self) -> bool {
+        match self.mem.atomic_u32(self.o.wake) {
+            Some(word) => wake::wake_after_fence(word, self.eventfd.as_ref()),
+            None => false,
+        }
+    }
+
     #[cold]
     fn refuse(&self) -> Full {
         if let Some(c) = self.mem.atomic_u64(self.o.overflow) {

@@ -1066,6 +1066,44 @@ mod loom_tests {
         });
     }
 
+    /// One producer publishes to two consumers, each waiting on its own word, then issues
+    /// one fence F2 for both publications and looks at both words (`publish_fence`, then
+    /// `wake_after_fence` per word: what an engine does at the end of a visit that
+    /// delivered to several queues). Neither consumer sleeps through its item.
+    #[test]
+    fn loom_one_fence_for_two_publications() {
+        crate::loom_model(|| {
+            let words = Arc::new([AtomicU32::new(0), AtomicU32::new(0)]);
+            let items = Arc::new([AtomicU32::new(0), AtomicU32::new(0)]);
+            let (w, i) = (words.clone(), items.clone());
+            let producer = loom::thread::spawn(move || {
+                for item in i.iter() {
+                    // Release: pairs with the Acquire load in the consumer's `ready`.
+                    item.store(1, Ordering::Release);
+                }
+                publish_fence();
+                for word in w.iter() {
+                    wake_after_fence(word, None);
+                }
+            });
+            let (w, i) = (words.clone(), items.clone());
+            let second = loom::thread::spawn(move || {
+                wait_until(&w[1], 0, None, || {
+                    // Acquire: pairs with the producer's Release store.
+                    i[1].load(Ordering::Acquire) == 1
+                })
+            });
+            let out = wait_until(&words[0], 0, None, || {
+                // Acquire: pairs with the producer's Release store.
+                items[0].load(Ordering::Acquire) == 1
+            });
+            assert!(matches!(out, Ok(WaitOutcome::Ready { .. })));
+            let out = second.join().expect("second consumer");
+            assert!(matches!(out, Ok(WaitOutcome::Ready { .. })));
+            producer.join().expect("producer");
+        });
+    }
+
     /// Two producers, two items, one consumer waiting for both.
     #[test]
     fn loom_no_lost_wakeup_two_producers() {
