@@ -10,7 +10,9 @@
 //! one F2 and looks at each word (`Clients::flush_wakes`). A single message then pays one
 //! fence instead of two, a quantum of sixteen one instead of thirty-two; a sleeping
 //! receiver is woken at the end of the visit, a few microseconds at most after its entry
-//! was published, instead of at once.
+//! was published, instead of at once. So a sender may see its request finished (the
+//! completion word) a moment before the receiver's eventfd is poked or its futex woken:
+//! the entry itself is in the queue before either.
 //!
 //! Bounded: one queue and one terminus, no allocation. A publication outside a visit,
 //! or to a second queue within one, is checked at once, as before.
