@@ -171,9 +171,8 @@ impl Port {
             word.store(term.finished, Ordering::Release);
         }
         if wake_now {
-            if let Some(wake) = self.region.atomic_u32(term.wake_off) {
-                hamlyn_shm::wake::wake_after_publish(wake, None);
-            }
+            hamlyn_shm::wake::publish_fence();
+            self.wake_finished_after_fence(t);
         }
     }
 

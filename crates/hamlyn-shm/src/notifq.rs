@@ -369,11 +369,9 @@ impl<M: RingMemory> Producer<M> {
                 return Err(self.refuse());
             }
         }
-        if !wake {
-            return Ok(());
-        }
-        if let Some(word) = self.mem.atomic_u32(o.wake) {
-            wake::wake_after_publish(word, self.eventfd.as_ref());
+        if wake {
+            wake::publish_fence();
+            self.wake_after_fence();
         }
         Ok(())
     }
