@@ -12,6 +12,8 @@
 //! - [`fdpass`]: passing region and eventfd descriptors over a `SOCK_SEQPACKET` socket.
 //! - [`spsc`]: single-producer single-consumer rings of fixed-size entries (termini),
 //!   robust against a hostile producer.
+//! - [`drain_watch`]: whether everything pushed into a ring was drained and recorded,
+//!   known without the drainers' lock (a send handle's status).
 //! - [`notifq`]: the multi-producer notification queue of 32-byte entries.
 //! - [`endpoint`]: a receive endpoint's receiver side: posting buffers, taking arrivals,
 //!   reading and resetting the discard counter.
@@ -45,6 +47,7 @@
 pub mod area_mem;
 pub mod bytes;
 pub mod cpu_demand;
+pub mod drain_watch;
 pub mod drive;
 pub mod endpoint;
 #[cfg(not(loom))]

@@ -17,13 +17,14 @@
 //! what was lost), and a sender that must know resends or asks the receiver.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use hamlyn_core::RejectReason;
+use hamlyn_shm::drain_watch::DrainWatch;
 use hamlyn_shm::port::PortLayout;
 use hamlyn_shm::region::ShmRegion;
 use hamlyn_shm::spsc;
-use hamlyn_shm::sync::Ordering;
+use hamlyn_shm::sync::{AtomicU64, Ordering};
 use hamlyn_wire::request::{Completion, COMPLETION_LEN};
 
 /// Failures remembered per terminus; beyond this the oldest are forgotten (their
@@ -113,8 +114,13 @@ impl ErrorTable {
 
     /// Reads every waiting error entry. `finished(t)` is terminus `t`'s completion word,
     /// read after the entry (so it is at least the failed request's position): it turns
-    /// the entry's 32-bit sequence number back into a full position.
-    pub(crate) fn drain(&mut self, mut finished: impl FnMut(u16) -> u64) {
+    /// the entry's 32-bit sequence number back into a full position. `failed(t, pos)` is
+    /// told of every failure recorded.
+    pub(crate) fn drain(
+        &mut self,
+        mut finished: impl FnMut(u16) -> u64,
+        mut failed: impl FnMut(u16, u64),
+    ) {
         let mut buf = [0u8; COMPLETION_LEN];
         while !self.corrupt {
             match self.ring.pop(&mut buf) {
@@ -145,6 +151,7 @@ impl ErrorTable {
             };
             // The first reason reported for a request is the one that stopped it.
             table.entry(pos).or_insert(c.status);
+            failed(c.terminus, pos);
             if table.len() > MAX_FAILURES {
                 table.pop_first();
             }
@@ -157,30 +164,109 @@ impl ErrorTable {
     }
 }
 
-/// Reads every waiting error entry into the table. The engine keeps a refused request
-/// in flight while the error ring is full, so every waiting loop calls this: a client
-/// that never asks for a status must still not stall its termini.
-pub(crate) fn drain(port: &ShmRegion, layout: &PortLayout, errors: &std::sync::Mutex<ErrorTable>) {
-    let mut table = errors.lock().unwrap_or_else(|e| e.into_inner());
-    table.drain(|t| finished(port, layout, t));
+/// The port's error ring and the failures read from it (the table, under its lock),
+/// and what lets the handle of a request that did not fail read [`Status::Sent`]
+/// without that lock (`hamlyn_shm::drain_watch`): a send handle's status is on a small
+/// message's path, which takes no lock.
+pub(crate) struct Errors {
+    table: Mutex<ErrorTable>,
+    /// Whether everything the engine pushed was drained and recorded.
+    watch: DrainWatch<Arc<ShmRegion>>,
+    /// Per terminus: one past the latest ring position recorded as failed (0: none).
+    /// Raised under the table's lock, between the watch's `enter` and `leave`.
+    failed_below: Box<[AtomicU64]>,
+    #[cfg(test)]
+    times_locked: AtomicU64,
 }
 
-/// The status of terminus `t`'s request at ring position `pos`.
-pub(crate) fn status(
-    port: &ShmRegion,
-    layout: &PortLayout,
-    errors: &std::sync::Mutex<ErrorTable>,
-    t: u16,
-    pos: u64,
-) -> Status {
-    if finished(port, layout, t) <= pos {
-        return Status::Pending;
+impl std::fmt::Debug for Errors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Errors")
+            .field("table", &self.table)
+            .finish_non_exhaustive()
     }
-    let mut table = errors.lock().unwrap_or_else(|e| e.into_inner());
-    table.drain(|tt| finished(port, layout, tt));
-    match table.failure(t, pos) {
-        Some(code) => Status::from_code(code),
-        None => Status::Sent,
+}
+
+impl Errors {
+    /// The error ring `layout` describes in the port, for `termini` termini.
+    pub(crate) fn attach(
+        port: Arc<ShmRegion>,
+        layout: spsc::SpscLayout,
+        termini: u16,
+    ) -> Result<Errors, hamlyn_shm::memory::LayoutError> {
+        let ring = spsc::Consumer::attach(port.clone(), layout)?;
+        Ok(Errors {
+            table: Mutex::new(ErrorTable::new(ring, termini)),
+            watch: DrainWatch::new(port, layout),
+            failed_below: (0..termini).map(|_| AtomicU64::new(0)).collect(),
+            #[cfg(test)]
+            times_locked: AtomicU64::new(0),
+        })
+    }
+
+    /// Reads every waiting error entry into the table. The engine keeps a refused
+    /// request in flight while the error ring is full, so every waiting loop calls this:
+    /// a client that never asks for a status must still not stall its termini. An empty
+    /// ring costs two loads, no lock.
+    pub(crate) fn drain(&self, port: &ShmRegion, layout: &PortLayout) {
+        if self.watch.is_empty() {
+            return;
+        }
+        let mut table = self.lock();
+        self.drain_locked(&mut table, port, layout);
+    }
+
+    /// The status of terminus `t`'s request at ring position `pos`.
+    pub(crate) fn status(&self, port: &ShmRegion, layout: &PortLayout, t: u16, pos: u64) -> Status {
+        if finished(port, layout, t) <= pos {
+            return Status::Pending;
+        }
+        // Finished (the Acquire load above saw the word move, so its error, if any, was
+        // pushed before): every entry drained and recorded, and no failure recorded at
+        // `pos` or after, is `Sent` without the lock (`hamlyn_shm::drain_watch`).
+        if self.watch.settled()
+            && self
+                .failed_below
+                .get(usize::from(t))
+                // Relaxed: ordered by the watch (its `leave` released this record, and
+                // `settled` acquired it).
+                .is_some_and(|w| w.load(Ordering::Relaxed) <= pos)
+        {
+            return Status::Sent;
+        }
+        let mut table = self.lock();
+        self.drain_locked(&mut table, port, layout);
+        match table.failure(t, pos) {
+            Some(code) => Status::from_code(code),
+            None => Status::Sent,
+        }
+    }
+
+    /// How many times the table's lock was taken (tests: who does without it).
+    #[cfg(test)]
+    pub(crate) fn times_locked(&self) -> u64 {
+        self.times_locked.load(Ordering::Relaxed)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ErrorTable> {
+        #[cfg(test)]
+        self.times_locked.fetch_add(1, Ordering::Relaxed);
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Drains into `table` (its lock held), inside the watch's `enter` and `leave`.
+    fn drain_locked(&self, table: &mut ErrorTable, port: &ShmRegion, layout: &PortLayout) {
+        self.watch.enter();
+        table.drain(
+            |t| finished(port, layout, t),
+            |t, pos| {
+                if let Some(w) = self.failed_below.get(usize::from(t)) {
+                    // Relaxed: published by the watch's `leave` (Release) below.
+                    w.fetch_max(pos.saturating_add(1), Ordering::Relaxed);
+                }
+            },
+        );
+        self.watch.leave();
     }
 }
 
@@ -222,7 +308,7 @@ mod tests {
         push(&mut p, 1, 7, RejectReason::Revoked.code().into());
         push(&mut p, 9, 1, 4); // no such terminus
         push(&mut p, 1, 0, 0); // a success: nothing failed
-        t.drain(|tt| if tt == 0 { base + 3 } else { 10 });
+        t.drain(|tt| if tt == 0 { base + 3 } else { 10 }, |_, _| {});
         assert_eq!(
             t.failure(0, base + 3),
             Some(RejectReason::BadKey.code().into())
@@ -237,11 +323,11 @@ mod tests {
         assert_eq!(t.strays, 1);
         // An entry for a position beyond anything finished this early cannot be placed.
         push(&mut p, 1, 20, 4);
-        t.drain(|_| 10);
+        t.drain(|_| 10, |_, _| {});
         assert_eq!(t.strays, 2);
         // The first reason for a request is kept.
         push(&mut p, 1, 7, RejectReason::BadKey.code().into());
-        t.drain(|_| 10);
+        t.drain(|_| 10, |_, _| {});
         assert_eq!(t.failure(1, 7), Some(RejectReason::Revoked.code().into()));
     }
 
@@ -258,7 +344,7 @@ mod tests {
             let pos = word - back;
             let (_mem, mut p, mut t) = table();
             push(&mut p, terminus, pos as u32, 6);
-            t.drain(|_| word);
+            t.drain(|_| word, |_, _| {});
             proptest::prop_assert_eq!(t.failure(terminus, pos), Some(6));
             proptest::prop_assert_eq!(t.strays, 0);
         }

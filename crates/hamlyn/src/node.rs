@@ -8,14 +8,13 @@ use std::time::Duration;
 use hamlyn_engine::Drove;
 use hamlyn_shm::port::{PortLayout, MAX_QUEUES, MAX_TERMINI};
 use hamlyn_shm::region::ShmRegion;
-use hamlyn_shm::spsc;
 use hamlyn_shm::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use hamlyn_shm::wake::EventFd;
 use hamlyn_wire::control::{Reply, Request, CONTROL_VERSION};
 use hamlyn_wire::{NodeId, Ticket, TicketFlags};
 
 use crate::area::{Area, MetaArea};
-use crate::completion::ErrorTable;
+use crate::completion::Errors;
 use crate::control::Control;
 use crate::direct::DirectTarget;
 use crate::embedded::EngineGuard;
@@ -99,7 +98,7 @@ pub(crate) struct Shared {
     /// The engine's doorbell, written when the engine sleeps.
     pub(crate) doorbell: EventFd,
     /// The error ring and the failures read from it.
-    pub(crate) errors: Mutex<ErrorTable>,
+    pub(crate) errors: Errors,
     /// Our client id on the engine.
     pub(crate) client: u32,
     /// The engine's node.
@@ -507,12 +506,12 @@ impl Node {
         if g.termini != options.termini || g.queues != options.queues {
             return Err(control.violation("port geometry differs from the one asked for"));
         }
-        let errors = spsc::Consumer::attach(port.clone(), layout.errors)?;
+        let errors = Errors::attach(port.clone(), layout.errors, g.termini)?;
         let watch = control.watch()?;
         let shared = Shared {
             instance: INSTANCES.fetch_add(1, Ordering::Relaxed),
             control: Mutex::new(control),
-            errors: Mutex::new(ErrorTable::new(errors, g.termini)),
+            errors,
             port,
             queue_file,
             layout,

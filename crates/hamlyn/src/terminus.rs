@@ -442,7 +442,7 @@ impl Terminus {
         let ring = &mut self.ring;
         let t = self.index;
         let mut room = || {
-            completion::drain(&shared.port, &shared.layout, &shared.errors);
+            shared.errors.drain(&shared.port, &shared.layout);
             // A corrupt ring counts as room: the next push reports it.
             ring.room().unwrap_or(u64::MAX)
         };
@@ -462,7 +462,9 @@ impl Terminus {
     }
 
     fn drain_errors(&self) {
-        completion::drain(&self.shared.port, &self.shared.layout, &self.shared.errors);
+        self.shared
+            .errors
+            .drain(&self.shared.port, &self.shared.layout);
     }
 
     /// Requests of this terminus the engine has finished (its completion word).
@@ -677,13 +679,9 @@ impl SendHandle {
         let Some(shared) = &self.shared else {
             return Status::Sent;
         };
-        let s = completion::status(
-            &shared.port,
-            &shared.layout,
-            &shared.errors,
-            self.terminus,
-            self.pos,
-        );
+        let s = shared
+            .errors
+            .status(&shared.port, &shared.layout, self.terminus, self.pos);
         if s == Status::Pending && shared.known_gone() {
             return Status::Failed(crate::RejectReason::PeerDown);
         }
@@ -708,7 +706,7 @@ impl SendHandle {
             if self.is_done() {
                 return Some(());
             }
-            completion::drain(&s.port, &s.layout, &s.errors);
+            s.errors.drain(&s.port, &s.layout);
             None
         });
         let spin = match driven {
@@ -720,7 +718,7 @@ impl SendHandle {
                 if self.is_done() {
                     return true;
                 }
-                completion::drain(&s.port, &s.layout, &s.errors);
+                s.errors.drain(&s.port, &s.layout);
                 false
             })?;
             Ok(done.then_some(()))
@@ -853,6 +851,56 @@ mod tests {
         assert_eq!(h3.status(), Status::FailedCode(999));
         assert_eq!(h3.wait(Some(Duration::ZERO)), Status::FailedCode(999));
         assert_eq!(h0.status(), Status::Sent);
+    }
+
+    /// A finished request that did not fail reads `Sent` without the error table's
+    /// lock, also after earlier failures (`hamlyn_shm::drain_watch`); while an error
+    /// waits in the ring, or one is recorded at its position or later, it takes the lock.
+    #[test]
+    fn a_request_that_did_not_fail_reads_sent_without_the_lock() {
+        let (node, mut fake) = fake_node(NodeOptions::default());
+        let mut t = node.terminus(0).unwrap();
+        let ti = t.index();
+        let ticket = ticket_for(&node);
+        let send = |t: &mut Terminus| {
+            t.send(&ticket, &SendOptions::new(), Data::Inline(b"x"))
+                .unwrap()
+        };
+        let (h0, h1, h2) = (send(&mut t), send(&mut t), send(&mut t));
+        fake.fail(ti, 0, RejectReason::BadKey.code().into());
+        fake.finish(ti, 2);
+        // The status, and whether it took the table's lock.
+        let status = |h: &SendHandle| {
+            let before = node.shared.errors.times_locked();
+            let s = h.status();
+            (s, node.shared.errors.times_locked() != before)
+        };
+        assert_eq!(
+            status(&h1),
+            (Status::Sent, true),
+            "an error waits in the ring"
+        );
+        assert_eq!(status(&h0), (Status::Failed(RejectReason::BadKey), true));
+        assert_eq!(status(&h1), (Status::Sent, false));
+        assert!(status(&h0).1, "a recorded failure is looked up");
+        assert_eq!(status(&h2), (Status::Pending, false));
+        fake.finish(ti, 3);
+        assert_eq!(status(&h2), (Status::Sent, false));
+        // A NACK for a request already read as sent: looked up, and failed.
+        fake.fail(ti, 2, RejectReason::OutOfBounds.code().into());
+        assert_eq!(
+            status(&h2),
+            (Status::Failed(RejectReason::OutOfBounds), true)
+        );
+        assert_eq!(
+            status(&h1),
+            (Status::Sent, true),
+            "a failure at 2 is not 1's"
+        );
+        // Waiting loops drain an empty ring without the lock.
+        let before = node.shared.errors.times_locked();
+        assert!(t.wait_idle(Some(Duration::ZERO)));
+        assert_eq!(node.shared.errors.times_locked(), before);
     }
 
     #[test]
