@@ -1120,8 +1120,9 @@ fn stream(
     size: usize,
     count: u64,
 ) -> Result<Stream, BenchError> {
+    let lost_before = ep.queue.overflows();
     peer.send(&format!("stream {} {size} {count}", via.word()))?;
-    let s = receive_stream(ep, count)?;
+    let s = receive_stream(ep, count, lost_before)?;
     peer.expect("ok", ANSWER_WAIT)?;
     Ok(s)
 }
