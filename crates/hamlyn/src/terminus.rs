@@ -730,7 +730,7 @@ impl SendHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{fake_node, FAKE_RING_CAP};
+    use crate::testing::{fake_node, FakeEngine, FAKE_RING_CAP};
     use crate::{Node, NodeOptions, RejectReason};
     use hamlyn_shm::wake::SLEEPING;
     use hamlyn_wire::request::Payload;
@@ -818,17 +818,28 @@ mod tests {
         assert_eq!(fake.take(ti).unwrap().meta_index, 11);
     }
 
+    /// A fake engine's node, its terminus 0, and three sends of one byte on it
+    /// (positions 0, 1 and 2); `send` sends one more.
+    fn three_sends() -> (Node, FakeEngine, Terminus, [SendHandle; 3]) {
+        let (node, fake) = fake_node(NodeOptions::default());
+        let mut t = node.terminus(0).unwrap();
+        let handles = [
+            send(&node, &mut t),
+            send(&node, &mut t),
+            send(&node, &mut t),
+        ];
+        (node, fake, t, handles)
+    }
+
+    fn send(node: &Node, t: &mut Terminus) -> SendHandle {
+        t.send(&ticket_for(node), &SendOptions::new(), Data::Inline(b"x"))
+            .unwrap()
+    }
+
     #[test]
     fn status_follows_the_completion_word_and_error_ring() {
-        let (node, mut fake) = fake_node(NodeOptions::default());
-        let mut t = node.terminus(0).unwrap();
+        let (node, mut fake, mut t, [h0, h1, h2]) = three_sends();
         let ti = t.index();
-        let ticket = ticket_for(&node);
-        let send = |t: &mut Terminus| {
-            t.send(&ticket, &SendOptions::new(), Data::Inline(b"x"))
-                .unwrap()
-        };
-        let (h0, h1, h2) = (send(&mut t), send(&mut t), send(&mut t));
         assert_eq!(h0.status(), Status::Pending);
         assert_eq!(t.in_flight(), 3);
         // The engine finishes 0, refuses 1 (error first, then the word), finishes 2.
@@ -844,7 +855,7 @@ mod tests {
         assert_eq!(h2.status(), Status::Failed(RejectReason::OutOfBounds));
         assert!(h2.status().is_failed() && h2.status().is_done());
         // Unknown codes are reported as such, and errors for other termini stay theirs.
-        let h3 = send(&mut t);
+        let h3 = send(&node, &mut t);
         fake.fail(ti, 3, 999);
         fake.fail(ti + 1, 3, RejectReason::Revoked.code().into());
         fake.finish(ti, 4);
@@ -858,15 +869,8 @@ mod tests {
     /// waits in the ring, or one is recorded at its position or later, it takes the lock.
     #[test]
     fn a_request_that_did_not_fail_reads_sent_without_the_lock() {
-        let (node, mut fake) = fake_node(NodeOptions::default());
-        let mut t = node.terminus(0).unwrap();
+        let (node, mut fake, mut t, [h0, h1, h2]) = three_sends();
         let ti = t.index();
-        let ticket = ticket_for(&node);
-        let send = |t: &mut Terminus| {
-            t.send(&ticket, &SendOptions::new(), Data::Inline(b"x"))
-                .unwrap()
-        };
-        let (h0, h1, h2) = (send(&mut t), send(&mut t), send(&mut t));
         fake.fail(ti, 0, RejectReason::BadKey.code().into());
         fake.finish(ti, 2);
         // The status, and whether it took the table's lock.
