@@ -377,7 +377,7 @@ mod loom_tests {
             loom::thread::yield_now();
             rx.post(1).expect("room");
             let mut got = Vec::new();
-            let mut check = |rx: &mut Receiver<Arc<LoomMemory>>, got: &mut Vec<u64>| {
+            let check = |rx: &mut Receiver<Arc<LoomMemory>>, got: &mut Vec<u64>| {
                 while let Some(t) = rx.take() {
                     let off = rx.buffer_offset(t.buf).expect("buffer");
                     let mut b = [0u8; 8];

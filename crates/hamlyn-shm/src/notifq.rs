@@ -1217,11 +1217,9 @@ mod loom_tests {
                     got.push(e.word.get());
                     break;
                 }
-                if c.head_reserved() {
-                    if c.skip_stalled(std::time::Instant::now()) {
-                        skips += 1;
-                        break;
-                    }
+                if c.head_reserved() && c.skip_stalled(std::time::Instant::now()) {
+                    skips += 1;
+                    break;
                 }
                 loom::thread::yield_now();
             }
