@@ -71,8 +71,9 @@ impl<M: RingMemory> DrainWatch<M> {
 
     /// A drainer is about to pop (call with the drainers' lock held, before the pops).
     pub fn enter(&self) {
-        // AcqRel: the increment is ordered before the pops that follow (their Release
-        // stores of `cons` carry it to a reader in `settled`).
+        // AcqRel: the increment comes before the pops that follow; their Release stores
+        // of `cons` carry it to the reader whose Acquire load of `cons` in `is_empty` sees
+        // them (the partner), so that `settled`'s load of the count sees it.
         self.draining.fetch_add(1, Ordering::AcqRel);
     }
 
