@@ -1,7 +1,7 @@
 //! The `--json FILE` report:
 //!
 //! ```text
-//! {"floor": {"shm_pingpong_oneway_us": F, "shm_pingpong_oneway_us_runs": [F, F],
+//! {"floor": {"shm_pingpong_oneway_us": F, "shm_pingpong_oneway_us_runs": [F, F(, F)],
 //!            "shm_relay_pingpong_oneway_us": F, "memcpy_gbps": {"4096": F, ...},
 //!            "tcp_floor": {"pingpong_oneway_us": {"8": F, ...},
 //!                          "pingpong_blocking_oneway_us": {"8": F, ...},

@@ -14,8 +14,9 @@ pub struct Floor {
     /// Shared-memory cache-line ping-pong between two processes, one-way, µs: the lower
     /// of [`Floor::shm_runs_us`].
     pub shm_oneway_us: f64,
-    /// The ping-pong measured before the engine started and after it stopped (where the
-    /// hypervisor places the two vCPUs can change during a run).
+    /// The ping-pong measured before the engine started, right before the peers (with
+    /// `--peers`) and after everything else (where the hypervisor places the two vCPUs
+    /// can change during a run).
     pub shm_runs_us: Vec<f64>,
     /// The same ping-pong through a relay thread standing in for the engine, every party
     /// waiting as Hamlyn's do (spin, then sleep until woken), one-way, µs.
@@ -796,8 +797,13 @@ impl Report {
             .map(|&(s, g)| format!("{} {g:.2}", size_name(s)))
             .collect();
         let runs: Vec<String> = f.shm_runs_us.iter().map(|&v| us(v)).collect();
+        let when = if runs.len() == 3 {
+            "at the start, before the peers, at the end"
+        } else {
+            "before, after"
+        };
         let mut text = format!(
-            "floor: shared-memory ping-pong one-way {} (before, after: {}); through a relay \
+            "floor: shared-memory ping-pong one-way {} ({when}: {}); through a relay \
              thread {}; memcpy GB/s: {}",
             us(f.shm_oneway_us),
             runs.join(", "),
@@ -1000,6 +1006,20 @@ mod tests {
         assert!(!report()
             .render()
             .contains("warning: the shared-memory floor moved"));
+        // With the peers, a third run right before them: a placement that changed only
+        // around the peers is seen too, and the runs are named.
+        r.floor.shm_runs_us = vec![0.05, 0.24, 0.04];
+        let out = r.render();
+        assert!(
+            out.contains("(at the start, before the peers, at the end: 0.05 µs, 0.24 µs, 0.04 µs)"),
+            "{out}"
+        );
+        assert!(out.contains(
+            "warning: the shared-memory floor moved during the run (0.04 µs to 0.24 µs)"
+        ));
+        assert!(report()
+            .render()
+            .contains("(before, after: 0.20 µs, 0.30 µs)"));
     }
 
     fn lat(p50: f64) -> Latency {
