@@ -554,8 +554,12 @@ impl EngineState {
             counters.bad_requests += 1;
             (req.seq(), RejectReason::Malformed)
         };
-        let (mut first, rest) = match spec.only_packet(mtu) {
-            Ok(Some(one)) => (one, None),
+        let (first, rest) = match spec.only_packet(mtu) {
+            // `only_packet` builds a write's header; `segment`'s packets take `op` below.
+            Ok(Some(mut one)) => {
+                one.header.op = op;
+                (one, None)
+            }
             Ok(None) => {
                 let mut rest = spec
                     .segment(mtu)
@@ -568,7 +572,6 @@ impl EngineState {
             }
             Err(_) => return Err(malformed(&mut self.counters)),
         };
-        first.header.op = op;
         if rate_limited {
             self.take_tokens(cid, t, len);
         }
