@@ -20,7 +20,12 @@
 //!   by the TCP fabric over loopback (one rail, links secured, no packet held back for
 //!   the next: `TcpConfig::hold` zero): `Terminus::send` (A's
 //!   turn writes the packet), a wait on B's queue (B's turns read, deliver, notify), then
-//!   `SendHandle::wait` (A's turns until B's acknowledgement).
+//!   `SendHandle::wait` (A's turns until B's acknowledgement);
+//! - `stream` (mediated, normal slot): batches of `STREAM_BATCH` (16) messages pushed
+//!   while this thread holds a drive, so that no push runs a turn (a host's waiter
+//!   drives while a client of another process streams), each batch taken, delivered and
+//!   notified in one turn (a visit's quantum), then its 16 notifications polled: the
+//!   per-message cost behind the 8-byte message rate.
 //!
 //! So `Terminus::send`, `DirectTarget::send` and `NotifyQueue::poll` are each called
 //! exactly once per message, and their inclusive instruction counts divided by the
@@ -31,7 +36,8 @@
 //! (`--dump-before=path8_mark`) and which writes one line to standard error (a `write`
 //! that marks the phase in an strace log): `idle` (this thread runs N engine turns that
 //! find nothing: the cost of an idle turn), then `normal`, `fast`, `direct` (N messages
-//! each, after a warm-up of `WARMUP` each), `tcp`, then `end`.
+//! each, after a warm-up of `WARMUP` each), `tcp`, `stream` (N messages rounded up to
+//! whole batches), then `end`.
 //!
 //! Usage: `path8 [N]` (default 10000 messages per path).
 
@@ -44,13 +50,17 @@ use hamlyn::{
     Data, DirectTarget, Node, NodeOptions, NotificationKind, NotifyQueue, SendOptions, Terminus,
     Ticket,
 };
-use hamlyn_engine::{Driver, EngineConfig, EngineHandle};
+use hamlyn_engine::{Driver, Driving, EngineConfig, EngineHandle};
 use hamlyn_fabric::tcp::{tcp_cluster, TcpConfig};
 use hamlyn_shm::sync::{AtomicU64, Ordering};
 use hamlyn_wire::NodeId;
 
 /// Messages sent down each path before its phase starts.
 const WARMUP: u64 = 2000;
+
+/// Messages pushed before each turn of the stream phase: one visit's quantum
+/// (`hamlyn_engine`'s `QUANTUM_PACKETS`).
+const STREAM_BATCH: u64 = 16;
 
 /// Counts allocations (and reallocations) of every thread, engine included.
 struct Counting;
@@ -209,6 +219,31 @@ struct Rig {
 }
 
 impl Rig {
+    /// Pushes `STREAM_BATCH` messages (tags from `first`) to the normal slot without
+    /// running a turn (`driving` is held, so no push finds the engine asleep), takes
+    /// them in one turn, and polls their notifications, in order.
+    #[inline(never)]
+    fn stream_batch(&mut self, driving: &mut Driving, first: u64) -> Result<(), Box<dyn Error>> {
+        for i in first..first + STREAM_BATCH {
+            let payload = i.to_le_bytes();
+            let opts = SendOptions::new().tag(i).entry(0);
+            drop(
+                self.terminus
+                    .send(&self.normal, &opts, Data::Inline(&payload))?,
+            );
+        }
+        if !driving.turn() {
+            return Err("a stream batch's turn found no work".into());
+        }
+        for i in first..first + STREAM_BATCH {
+            let n = receive(&mut self.queue).ok_or("a stream batch's message not delivered")?;
+            if n.kind != NotificationKind::Message || n.word != i || n.len != 8 {
+                return Err(format!("unexpected notification {n:?} for stream message {i}").into());
+            }
+        }
+        Ok(())
+    }
+
     /// Sends message `i` down `path` and takes its notification.
     #[inline(never)]
     fn one(&mut self, path: Path, i: u64) -> Result<(), Box<dyn Error>> {
@@ -339,7 +374,28 @@ fn main() -> Result<(), Box<dyn Error>> {
         "Tcp: {n} messages, {a} allocations ({:.4} per message)",
         a as f64 / n as f64
     ));
+    // The stream phase: batches of `STREAM_BATCH` messages pushed while this thread
+    // holds a drive (so no push runs a turn: as a host's waiter drives while a client of
+    // another process streams), each batch taken in one turn (one visit's quantum), then
+    // its notifications polled.
     path8_mark(5);
+    let before = allocs();
+    {
+        let mut driving = driver.drive().ok_or("the engine is gone")?;
+        // A waiter's first turn clears the doorbells (`sender_turn` leaves them armed),
+        // so that the pushes below find the engine awake and run no turn of their own.
+        std::hint::black_box(driving.turn());
+        let batches = n.div_ceil(STREAM_BATCH);
+        for b in 0..batches {
+            rig.stream_batch(&mut driving, WARMUP + b * STREAM_BATCH)?;
+        }
+    }
+    let a = allocs() - before;
+    report.push(format!(
+        "Stream: {} messages in batches of {STREAM_BATCH}, {a} allocations",
+        n.div_ceil(STREAM_BATCH) * STREAM_BATCH
+    ));
+    path8_mark(6);
     // Who ran the TCP engines' turns: this thread, or their own threads, woken (by a
     // socket, a timer) since they started.
     for (name, e, node) in [

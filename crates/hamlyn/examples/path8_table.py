@@ -4,7 +4,8 @@
 Usage: path8_table.py N PREFIX [--json FILE]
   N       messages per path (the argument given to path8)
   PREFIX  the callgrind output file given with --callgrind-out-file (PREFIX.2 is the idle
-          phase, PREFIX.3 normal, PREFIX.4 fast, PREFIX.5 direct, PREFIX.6 tcp)
+          phase, PREFIX.3 normal, PREFIX.4 fast, PREFIX.5 direct, PREFIX.6 tcp,
+          PREFIX.7 stream)
   --json FILE  also write the table as JSON to FILE (`bench/instructions.sh` keeps it in
           docs/perf/instructions.json)
 
@@ -27,6 +28,13 @@ callers; none of them is recursive):
 - hand-off: `Driver::nudge` less its turns (the ownership word, the hand-back's arming
   of the doorbells);
 - receive side: `NotifyQueue::poll` (called once per message, when it is there).
+
+Stream (mediated, normal slot, N messages rounded up to batches of 16): each batch pushed
+while path8's thread holds a drive (no push runs a turn, as when a host's waiter drives
+while a client of another process streams), taken in one turn (a visit's quantum), then
+polled. Per message: the send side (`Terminus::send` and the handle's drop), the engine
+(its turns), the receive side (`NotifyQueue::poll`): what bounds the 8-byte message rate,
+where the host's CPU runs the engine's turns and the receiver.
 
 TCP (a sender on engine A, a receiver on engine B, loopback, links secured) is not one
 thread's deterministic path: this thread runs A's turns in its push, B's in its wait for
@@ -133,6 +141,24 @@ def tcp(incl, n):
     return ((send + drop - nudge) / n, a / n, b / n, whole / n, calls / n)
 
 
+STREAM_BATCH = 16
+
+
+def stream(incl, n):
+    """(send side, engine, receive side, turns per message) of the stream phase."""
+    m = -(-n // STREAM_BATCH) * STREAM_BATCH
+    _, send = called(incl, SEND, m, "stream")
+    _, drop = find(incl, HANDLE_DROP)
+    nudges, _ = find(incl, NUDGE)
+    if nudges:
+        print(f"warning: {nudges} pushes of the stream phase ran a turn (Driver::nudge)")
+    turns, turn_ir = called(incl, TURN, m // STREAM_BATCH, "stream")
+    calls, recv = find(incl, POLL)
+    if calls != m:
+        print(f"warning: NotifyQueue::poll called {calls} times in the stream phase, not {m}")
+    return ((send + drop) / m, turn_ir / m, recv / m, turns / m)
+
+
 def main():
     args = sys.argv[1:]
     json_path = None
@@ -170,11 +196,17 @@ def main():
         f"{t[1]:.0f}; B's work (socket to slot and notification) {t[2]:.0f}; "
         f"this thread per message, varies from run to run: {t[3]:.0f}"
     )
+    st = stream(parse(f"{prefix}.7"), n)
+    print(
+        f"stream of 16-message batches (normal slot), per message: send side {st[0]:.0f}, "
+        f"engine {st[1]:.0f}, receive side {st[2]:.0f}, total {sum(st[:3]):.0f}; "
+        f"engine turns/message {st[3]:.3f}"
+    )
     if json_path:
-        write_json(json_path, n, per_turn, per_try, cols, t)
+        write_json(json_path, n, per_turn, per_try, cols, t, st)
 
 
-def write_json(path, n, per_turn, per_try, cols, t):
+def write_json(path, n, per_turn, per_try, cols, t, st):
     """The table as JSON: instructions per 8-byte message, by path and side."""
     import json
 
@@ -195,6 +227,14 @@ def write_json(path, n, per_turn, per_try, cols, t):
         "sending_engine_work": round(t[1]),
         "receiving_engine_work": round(t[2]),
         "driving_thread_per_message_varies": round(t[3]),
+    }
+    paths["mediated_stream"] = {
+        "batch": STREAM_BATCH,
+        "send_side": round(st[0]),
+        "engine": round(st[1]),
+        "receive_side": round(st[2]),
+        "total": round(sum(st[:3])),
+        "engine_turns_per_message": round(st[3], 3),
     }
     doc = {
         "what": "instructions per 8-byte tagged message (callgrind, path8 example, engine "
