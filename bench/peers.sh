@@ -2,7 +2,8 @@
 # Runs `hamlyn bench --peers`: Hamlyn measured beside UCX (ucx_perftest, shared memory and
 # TCP) and raw TCP (sockperf) on this machine, in the same run (DESIGN §8).
 # Installs the peers first when missing (Debian/Ubuntu: apt-get, as root or with sudo).
-# Arguments are passed to `hamlyn bench`, e.g. `bench/peers.sh --quick`.
+# Arguments are passed to `hamlyn bench`, e.g. `bench/peers.sh --quick`; without
+# `--modes`, every mode is measured, TCP links in clear (`tcp-plain`) too.
 set -eu
 
 cd "$(dirname "$0")/.."
@@ -21,4 +22,11 @@ if [ -n "$missing" ]; then
 fi
 
 cargo build --release -p hamlyn-cli
+# Without --modes, TCP links in clear are measured beside the secured ones: raw TCP and
+# UCX's tcp transport neither authenticate nor encrypt, so `tcp-plain` is the figure that
+# compares the layer alone (the report's goals name it "links in clear").
+case " $* " in
+*" --modes"*) ;;
+*) set -- --modes direct,mediated,tcp,tcp-plain "$@" ;;
+esac
 exec target/release/hamlyn bench --peers "$@"

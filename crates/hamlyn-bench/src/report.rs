@@ -668,22 +668,28 @@ impl Report {
             |r| r <= 2.0,
         );
         let raw = f.tcp.as_ref().and_then(|t| t.pingpong(8)).map(|(p, _)| p);
-        push(
-            "TCP 8 B one-way ≤ 1.1× raw TCP",
-            p50(Mode::Tcp, Op::TaggedWrite, 8)
-                .zip(raw)
-                .map(|(v, raw)| (v / raw, ratio(v / raw))),
-            |r| r <= 1.1,
-        );
         let stream = f.tcp.as_ref().and_then(|t| t.stream(1 << 20));
-        push(
-            "TCP 1 MiB bandwidth ≥ one raw TCP stream",
-            self.find(Mode::Tcp, Op::Bandwidth, 1 << 20)
-                .and_then(|r| r.gbps)
-                .zip(stream)
-                .map(|(v, raw)| (v / raw, ratio(v / raw))),
-            |r| r >= 1.0,
-        );
+        // Secured links (the `tcp` mode, every node's default) and, when the run measured
+        // them, links in clear (`tcp-plain`): raw TCP neither authenticates nor
+        // encrypts, so the second pair is the layer's own cost beside it, the first that
+        // and the cipher's.
+        for (mode, links) in [(Mode::Tcp, ""), (Mode::TcpPlain, " (links in clear)")] {
+            push(
+                &format!("TCP 8 B one-way ≤ 1.1× raw TCP{links}"),
+                p50(mode, Op::TaggedWrite, 8)
+                    .zip(raw)
+                    .map(|(v, raw)| (v / raw, ratio(v / raw))),
+                |r| r <= 1.1,
+            );
+            push(
+                &format!("TCP 1 MiB bandwidth ≥ one raw TCP stream{links}"),
+                self.find(mode, Op::Bandwidth, 1 << 20)
+                    .and_then(|r| r.gbps)
+                    .zip(stream)
+                    .map(|(v, raw)| (v / raw, ratio(v / raw))),
+                |r| r >= 1.0,
+            );
+        }
         if let Some(sc) = &self.scaling {
             push(
                 "latency flat (within 10%) across the scaling range",
@@ -1120,6 +1126,35 @@ mod tests {
         assert!(!get("TCP 8 B one-way").met);
         // TCP 3 GB/s ≥ 2 GB/s.
         assert!(get("TCP 1 MiB bandwidth").met);
+        // No `tcp-plain` rows in this report: no goal for links in clear.
+        assert!(
+            !t.iter().any(|t| t.goal.contains("links in clear")),
+            "{t:?}"
+        );
+    }
+
+    #[test]
+    fn links_in_clear_get_their_own_tcp_goals() {
+        let mut r = report();
+        r.rows
+            .push(Row::latency(Mode::TcpPlain, Op::TaggedWrite, 8, &lat(4.2)));
+        r.rows.push(Row::bandwidth(Mode::TcpPlain, 1 << 20, 1.8));
+        let t = r.targets();
+        let get = |goal: &str| {
+            t.iter()
+                .find(|t| t.goal == goal)
+                .unwrap_or_else(|| panic!("{goal} missing from {t:?}"))
+        };
+        // 4.2 / 4.0 = 1.05 ≤ 1.1, where the secured 5.0 / 4.0 is not.
+        let lat = get("TCP 8 B one-way ≤ 1.1× raw TCP (links in clear)");
+        assert!(lat.met);
+        assert_eq!(lat.figure, "1.05×");
+        assert!(!get("TCP 8 B one-way ≤ 1.1× raw TCP").met);
+        // 1.8 / 2.0 = 0.9 < 1, where the secured 3.0 / 2.0 is met.
+        let bw = get("TCP 1 MiB bandwidth ≥ one raw TCP stream (links in clear)");
+        assert!(!bw.met);
+        assert_eq!(bw.figure, "0.90×");
+        assert!(get("TCP 1 MiB bandwidth ≥ one raw TCP stream").met);
     }
 
     #[test]
