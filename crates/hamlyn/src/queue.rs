@@ -178,7 +178,7 @@ pub const SPIN_REACH: Duration = Duration::from_micros(100);
 pub const ADAPTIVE_SPIN_ENV: &str = "HAMLYN_ADAPTIVE_SPIN";
 
 /// A queue's spin budget: adaptive unless [`ADAPTIVE_SPIN_ENV`] is `0`.
-fn spin_policy(spin: u32) -> AdaptiveSpin {
+pub(crate) fn spin_policy(spin: u32) -> AdaptiveSpin {
     let adaptive = std::env::var_os(ADAPTIVE_SPIN_ENV).is_none_or(|v| v != "0");
     let reach = if adaptive { SPIN_REACH } else { Duration::ZERO };
     AdaptiveSpin::new(spin, reach)
