@@ -47,7 +47,8 @@ pub struct NodeOptions {
     /// A notification queue's wait starts from this and spins up to
     /// [`crate::SPIN_REACH`] while notifications come soon after its waits start
     /// ([`crate::NotifyQueue::wait`]; [`crate::ADAPTIVE_SPIN_ENV`] `=0` keeps it at
-    /// this).
+    /// this), and so does a terminus's wait for room where it cannot drive the engine
+    /// ([`crate::Terminus::wait_room`]).
     pub spin: u32,
     /// Longest wait for a control reply; a slower engine breaks the connection
     /// ([`Error::ControlTimeout`]). Zero: wait forever.

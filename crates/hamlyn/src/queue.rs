@@ -171,13 +171,15 @@ fn slot_bit(slot: u32) -> u64 {
 /// here takes ~28 µs to wake, so a ping-pong's two wake-ups fit.
 pub const SPIN_REACH: Duration = Duration::from_micros(100);
 
-/// The environment variable that turns off the adaptive spin budget of every queue:
-/// `0` leaves the budget fixed at [`crate::NodeOptions::spin`] polls. Unset, or
+/// The environment variable that turns off the adaptive spin budget of every queue (and
+/// of every terminus's [`crate::Terminus::wait_room`]): `0` leaves the budget fixed at
+/// [`crate::NodeOptions::spin`] polls. Unset, or
 /// anything else, the budget adapts (the default since 2026-11-25; docs/PERFORMANCE.md,
 /// "Tails", has the measurements for and against).
 pub const ADAPTIVE_SPIN_ENV: &str = "HAMLYN_ADAPTIVE_SPIN";
 
-/// A queue's spin budget: adaptive unless [`ADAPTIVE_SPIN_ENV`] is `0`.
+/// A queue's (or a terminus's wait for room's) spin budget: adaptive unless
+/// [`ADAPTIVE_SPIN_ENV`] is `0`.
 pub(crate) fn spin_policy(spin: u32) -> AdaptiveSpin {
     let adaptive = std::env::var_os(ADAPTIVE_SPIN_ENV).is_none_or(|v| v != "0");
     let reach = if adaptive { SPIN_REACH } else { Duration::ZERO };

@@ -444,7 +444,8 @@ impl Terminus {
     /// to [`crate::SPIN_REACH`] while room comes that soon after the waits start;
     /// [`crate::ADAPTIVE_SPIN_ENV`] `=0` keeps it fixed): a sender that streams to an
     /// engine busy on another core spins through the engine's pauses instead of paying
-    /// a wake-up for each (the mediated 8 B message rate, 8.5 -> 9.9 M/s).
+    /// a wake-up for each (the mediated 8 B message rate between two processes, 8.4 -> 9.0
+    /// M/s in ten alternated runs, docs/PERFORMANCE.md).
     ///
     /// `false` also when the engine is gone ([`crate::Node::engine_gone`]).
     pub fn wait_room(&mut self, timeout: Option<Duration>) -> bool {
