@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! {"floor": {"shm_pingpong_oneway_us": F, "shm_pingpong_oneway_us_runs": [F, F(, F)],
-//!            "shm_relay_pingpong_oneway_us": F, "memcpy_gbps": {"4096": F, ...},
+//!            "waits_before_peers": N, "shm_relay_pingpong_oneway_us": F, "memcpy_gbps": {"4096": F, ...},
 //!            "tcp_floor": {"pingpong_oneway_us": {"8": F, ...},
 //!                          "pingpong_blocking_oneway_us": {"8": F, ...},
 //!                          "pingpong_spinning_oneway_us": {"8": F, ...},
@@ -152,6 +152,7 @@ impl<'a> ReportJson<'a> {
             floor: FloorJson {
                 shm_pingpong_oneway_us: f.shm_oneway_us,
                 shm_pingpong_oneway_us_runs: &f.shm_runs_us,
+                waits_before_peers: f.waits_before_peers,
                 shm_relay_pingpong_oneway_us: f.shm_relay_oneway_us,
                 memcpy_gbps: BySize(f.memcpy_gbps.clone()),
                 tcp_floor: f.tcp.as_ref().map(TcpFloorJson::new),
@@ -194,6 +195,7 @@ impl<'a> ReportJson<'a> {
 struct FloorJson<'a> {
     shm_pingpong_oneway_us: f64,
     shm_pingpong_oneway_us_runs: &'a [f64],
+    waits_before_peers: u32,
     shm_relay_pingpong_oneway_us: f64,
     memcpy_gbps: BySize,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -422,6 +424,7 @@ mod tests {
             floor: Floor {
                 shm_oneway_us: 0.13,
                 shm_runs_us: vec![0.13, 0.2],
+                waits_before_peers: 0,
                 shm_relay_oneway_us: 4.5,
                 memcpy_gbps: vec![(4096, 20.5), (1 << 20, 9.25)],
                 tcp: None,
@@ -574,6 +577,7 @@ mod tests {
             floor: Floor {
                 shm_oneway_us: 0.13,
                 shm_runs_us: vec![0.13],
+                waits_before_peers: 0,
                 shm_relay_oneway_us: 4.5,
                 memcpy_gbps: vec![(4096, 20.5)],
                 tcp: Some(TcpFloor {
@@ -620,6 +624,7 @@ mod tests {
             [
                 "shm_pingpong_oneway_us",
                 "shm_pingpong_oneway_us_runs",
+                "waits_before_peers",
                 "shm_relay_pingpong_oneway_us",
                 "memcpy_gbps",
                 "tcp_floor"
@@ -663,6 +668,7 @@ mod tests {
             floor: Floor {
                 shm_oneway_us: 0.2,
                 shm_runs_us: vec![0.2],
+                waits_before_peers: 0,
                 shm_relay_oneway_us: 0.25,
                 memcpy_gbps: vec![],
                 tcp: None,
@@ -764,6 +770,7 @@ mod tests {
             floor: Floor {
                 shm_oneway_us: 0.13,
                 shm_runs_us: vec![0.13],
+                waits_before_peers: 0,
                 shm_relay_oneway_us: 4.5,
                 memcpy_gbps: vec![],
                 tcp: None,

@@ -78,7 +78,10 @@ use floor::{memcpy_gbps, FloorShm};
 use latency::{Exchange, PingPong};
 use plan::{median, Plan, BANDWIDTH_SIZES, LATENCY_SIZES, LOOPBACK_SIZES, RATE_SIZE};
 use progress::Progress;
-use report::{size_name, Floor, Mode, Op, Report, Row, TcpFloor};
+use report::{
+    placement_moved, size_name, Floor, Mode, Op, Report, Row, TcpFloor, PLACEMENT_PAUSE,
+    PLACEMENT_WAITS,
+};
 use tcp::{RawTcp, SplitTcpEngines, TcpEngines, TcpSetup, Wait};
 
 /// Competing termini of the fairness measurement.
@@ -591,12 +594,21 @@ fn measure(args: &BenchArgs, engine: &EngineConfig, plan: &Plan) -> Result<Repor
     if let Some((_, b)) = cpus {
         pin_peer(&mut peer, b)?;
     }
+    let mut waits_before_peers = 0;
     let peers = if args.peers && args.interface() {
         // The floor right before the peers too: the vCPUs can move during a run, and a
         // peer measured in another placement than Hamlyn's figures is not comparable
         // with them (the report warns when the floor runs differ).
+        // If the placement changed since the start, the peers wait for it to come back
+        // (a pause and a look, a bounded number of times), so that they are measured
+        // where Hamlyn's figures were.
         progress.start("floor: shared-memory ping-pong before the peers");
-        let at_peers = floor_pingpong(&mut peer, plan)?;
+        let mut at_peers = floor_pingpong(&mut peer, plan)?;
+        while placement_moved(floor_runs[0], at_peers) && waits_before_peers < PLACEMENT_WAITS {
+            std::thread::sleep(PLACEMENT_PAUSE);
+            waits_before_peers += 1;
+            at_peers = floor_pingpong(&mut peer, plan)?;
+        }
         progress.done();
         floor_runs.push(at_peers);
         progress.start("peers: UCX and sockperf");
@@ -625,6 +637,7 @@ fn measure(args: &BenchArgs, engine: &EngineConfig, plan: &Plan) -> Result<Repor
         floor: Floor {
             shm_oneway_us: floor_runs.iter().copied().fold(f64::INFINITY, f64::min),
             shm_runs_us: floor_runs,
+            waits_before_peers,
             shm_relay_oneway_us: relayed,
             memcpy_gbps: memcpy,
             tcp: tcp_floor,

@@ -18,6 +18,10 @@ pub struct Floor {
     /// `--peers`) and after everything else (where the hypervisor places the two vCPUs
     /// can change during a run).
     pub shm_runs_us: Vec<f64>,
+    /// Pauses the run made before the peers, waiting for the placement it started in
+    /// (the floor right before the peers measured again after each, at most
+    /// [`PLACEMENT_WAITS`]): 0 when the floor there was the start's at once.
+    pub waits_before_peers: u32,
     /// The same ping-pong through a relay thread standing in for the engine, every party
     /// waiting as Hamlyn's do (spin, then sleep until woken), one-way, µs.
     pub shm_relay_oneway_us: f64,
@@ -803,10 +807,14 @@ impl Report {
             .map(|&(s, g)| format!("{} {g:.2}", size_name(s)))
             .collect();
         let runs: Vec<String> = f.shm_runs_us.iter().map(|&v| us(v)).collect();
-        let when = if runs.len() == 3 {
-            "at the start, before the peers, at the end"
-        } else {
-            "before, after"
+        let when = match (runs.len(), f.waits_before_peers) {
+            (3, 0) => "at the start, before the peers, at the end".to_string(),
+            (3, n) => format!(
+                "at the start, before the peers (after {n} pause{} for the start's \
+                 placement), at the end",
+                if n == 1 { "" } else { "s" }
+            ),
+            _ => "before, after".to_string(),
         };
         let mut text = format!(
             "floor: shared-memory ping-pong one-way {} ({when}: {}); through a relay \
@@ -964,6 +972,23 @@ const FLOOR_MOVED: f64 = 2.0;
 /// runs of a quick plan in one placement may differ twofold at 20-50 ns.
 const FLOOR_MOVED_US: f64 = 0.1;
 
+/// Whether two runs of the shared-memory floor differ by [`FLOOR_MOVED`] times and
+/// [`FLOOR_MOVED_US`]: its two processes were placed differently for them.
+pub(crate) fn placement_moved(a: f64, b: f64) -> bool {
+    let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+    lo > 0.0 && hi >= FLOOR_MOVED * lo && hi - lo >= FLOOR_MOVED_US
+}
+
+/// Pauses at most, before the peers, to wait for the placement the run started in
+/// (`placement_moved` between the floor at the start and right before the peers): the
+/// peers measured in another placement than Hamlyn's figures are not comparable with
+/// them, and the two virtual CPUs of the machine the benchmarks run on go back and forth
+/// within seconds.
+pub const PLACEMENT_WAITS: u32 = 10;
+
+/// One such pause.
+pub const PLACEMENT_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A warning when the shared-memory floor's runs (before and after the rest) differ by
 /// [`FLOOR_MOVED`] times and [`FLOOR_MOVED_US`]: its two processes sat differently at
 /// the two ends. Unpinned, the kernel may have put them on one CPU (a context switch a
@@ -975,7 +1000,7 @@ const FLOOR_MOVED_US: f64 = 0.1;
 fn floor_moved(runs: &[f64]) -> Option<String> {
     let lo = runs.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = runs.iter().copied().fold(0.0, f64::max);
-    (lo > 0.0 && hi >= FLOOR_MOVED * lo && hi - lo >= FLOOR_MOVED_US).then(|| {
+    placement_moved(lo, hi).then(|| {
         format!(
             "\nwarning: the shared-memory floor moved during the run ({} to {}): its two \
              processes were placed differently at its two ends (on one CPU or two, or a \
@@ -1004,6 +1029,9 @@ mod tests {
         assert!(floor_moved(&[0.02, 0.05]).is_none());
         assert!(floor_moved(&[0.2]).is_none());
         assert!(floor_moved(&[]).is_none());
+        // The pause before the peers asks the same of two runs, either way round.
+        assert!(placement_moved(0.05, 0.25) && placement_moved(0.25, 0.05));
+        assert!(!placement_moved(0.05, 0.06) && !placement_moved(0.02, 0.05));
         let mut r = report();
         r.floor.shm_runs_us = vec![0.05, 0.25];
         assert!(r
@@ -1014,6 +1042,18 @@ mod tests {
             .contains("warning: the shared-memory floor moved"));
         // With the peers, a third run right before them: a placement that changed only
         // around the peers is seen too, and the runs are named.
+        r.floor.shm_runs_us = vec![0.05, 0.05, 0.04];
+        r.floor.waits_before_peers = 3;
+        let out = r.render();
+        assert!(
+            out.contains("(at the start, before the peers (after 3 pauses for the start's placement), at the end: 0.05 µs, 0.05 µs, 0.04 µs)"),
+            "{out}"
+        );
+        assert!(
+            !out.contains("warning: the shared-memory floor moved"),
+            "{out}"
+        );
+        r.floor.waits_before_peers = 0;
         r.floor.shm_runs_us = vec![0.05, 0.24, 0.04];
         let out = r.render();
         assert!(
@@ -1042,6 +1082,7 @@ mod tests {
             floor: Floor {
                 shm_oneway_us: 0.2,
                 shm_runs_us: vec![0.2, 0.3],
+                waits_before_peers: 0,
                 shm_relay_oneway_us: 0.25,
                 memcpy_gbps: vec![(4096, 10.0), (1 << 20, 8.0)],
                 tcp: Some(TcpFloor {
