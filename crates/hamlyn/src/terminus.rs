@@ -835,8 +835,6 @@ mod tests {
         assert_eq!(fake.take(ti).unwrap().meta_index, 11);
     }
 
-    /// A fake engine's node, its terminus 0, and three sends of one byte on it
-    /// (positions 0, 1 and 2); `send` sends one more.
     /// A sender that cannot drive its engine (the fake's node is not hosted) waits for
     /// room on the completion word; a wait that slept and got its room within the
     /// budget's reach doubles the spin of the next (the adaptive budget a notification
@@ -887,6 +885,8 @@ mod tests {
         assert_eq!(t.room_spin.polls(), 2, "the budget doubled after the sleep");
     }
 
+    /// A fake engine's node, its terminus 0, and three sends of one byte on it
+    /// (positions 0, 1 and 2); `send` sends one more.
     fn three_sends() -> (Node, FakeEngine, Terminus, [SendHandle; 3]) {
         let (node, fake) = fake_node(NodeOptions::default());
         let mut t = node.terminus(0).unwrap();
