@@ -380,12 +380,12 @@ fn main() -> Result<(), Box<dyn Error>> {
     // its notifications polled.
     path8_mark(5);
     let before = allocs();
+    let batches = n.div_ceil(STREAM_BATCH);
     {
         let mut driving = driver.drive().ok_or("the engine is gone")?;
         // A waiter's first turn clears the doorbells (`sender_turn` leaves them armed),
         // so that the pushes below find the engine awake and run no turn of their own.
         std::hint::black_box(driving.turn());
-        let batches = n.div_ceil(STREAM_BATCH);
         for b in 0..batches {
             rig.stream_batch(&mut driving, WARMUP + b * STREAM_BATCH)?;
         }
@@ -393,7 +393,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let a = allocs() - before;
     report.push(format!(
         "Stream: {} messages in batches of {STREAM_BATCH}, {a} allocations",
-        n.div_ceil(STREAM_BATCH) * STREAM_BATCH
+        batches * STREAM_BATCH
     ));
     path8_mark(6);
     // Who ran the TCP engines' turns: this thread, or their own threads, woken (by a

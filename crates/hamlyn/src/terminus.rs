@@ -471,8 +471,11 @@ impl Terminus {
         // The first slice spins with the terminus's adaptive budget (unless a drive
         // used the spin up), later ones only sleep.
         let got = shared.wait_sliced(spin, timeout, |spin, slice| {
-            let budget = (spin > 0).then_some(&mut *room_spin);
-            Ok(wait_for_completion(shared, t, spin, budget, slice, || room() > 0)?.then_some(()))
+            let spin = match spin {
+                0 => Spin::Polls(0),
+                _ => Spin::Adaptive(&mut *room_spin),
+            };
+            Ok(wait_for_completion(shared, t, spin, slice, || room() > 0)?.then_some(()))
         });
         matches!(got, Ok(Some(())))
     }
@@ -543,7 +546,7 @@ impl Terminus {
             Err(spin) => spin,
         };
         let idle = shared.wait_sliced(spin, timeout, |spin, slice| {
-            let done = wait_for_completion(shared, t, spin, None, slice, || {
+            let done = wait_for_completion(shared, t, Spin::Polls(spin), slice, || {
                 self.drain_errors();
                 self.finished() >= last
             })?;
@@ -567,16 +570,22 @@ impl Drop for Terminus {
     }
 }
 
+/// How long [`wait_for_completion`] spins before it sleeps.
+enum Spin<'a> {
+    /// This many polls.
+    Polls(u32),
+    /// An adaptive budget's polls; a wait that slept updates it.
+    Adaptive(&'a mut AdaptiveSpin),
+}
+
 /// Waits until `done` (which must read terminus `t`'s completion word with Acquire, as
-/// [`completion::finished`] does) holds or `slice` passes: `spin` polls (or, given an
-/// adaptive `budget`, its polls, the budget updated by a wait that slept), then asleep
+/// [`completion::finished`] does) holds or `slice` passes: `spin`'s polls, then asleep
 /// on the completion line's wake word, which the engine wakes after each move of the
 /// word (`hamlyn_shm::wake`). Returns whether `done` held.
 fn wait_for_completion(
     shared: &Shared,
     t: u16,
-    spin: u32,
-    budget: Option<&mut AdaptiveSpin>,
+    spin: Spin<'_>,
     slice: Duration,
     done: impl FnMut() -> bool,
 ) -> Result<bool, Error> {
@@ -584,11 +593,14 @@ fn wait_for_completion(
         .layout
         .completion_wake_word(t)
         .and_then(|off| shared.port.atomic_u32(off).ok());
-    let outcome = match (word, budget) {
-        (Some(word), Some(budget)) => wake::wait_until_adaptive(word, budget, Some(slice), done)?,
-        (Some(word), None) => wake::wait_until(word, spin, Some(slice), done)?,
+    let outcome = match (word, spin) {
+        (Some(word), Spin::Adaptive(budget)) => {
+            wake::wait_until_adaptive(word, budget, Some(slice), done)?
+        }
+        (Some(word), Spin::Polls(n)) => wake::wait_until(word, n, Some(slice), done)?,
         // Unreachable for a terminus of the port: naps instead.
-        (None, _) => return Ok(poll_until(spin, Some(slice), done)),
+        (None, Spin::Polls(n)) => return Ok(poll_until(n, Some(slice), done)),
+        (None, Spin::Adaptive(budget)) => return Ok(poll_until(budget.polls(), Some(slice), done)),
     };
     Ok(matches!(outcome, wake::WaitOutcome::Ready { .. }))
 }
@@ -731,7 +743,7 @@ impl SendHandle {
             Err(spin) => spin,
         };
         let _ = s.wait_sliced(spin, timeout, |spin, slice| {
-            let done = wait_for_completion(s, self.terminus, spin, None, slice, || {
+            let done = wait_for_completion(s, self.terminus, Spin::Polls(spin), slice, || {
                 if self.is_done() {
                     return true;
                 }
