@@ -24,7 +24,7 @@ pub mod slot;
 pub mod time;
 
 pub use expected::{Answer, ExpectFull, Expected, Nacked, Unexpected};
-pub use memory::{AreaId, Areas, EntryMemory, Memory, OutOfRange, VecAreas};
+pub use memory::{AreaId, Areas, EntryIn, EntryMemory, Memory, OutOfRange, VecAreas};
 pub use peers::{peer_down_notification, Contributors, PartialMessage, PeerState, PeerTable};
 pub use rate::{RateLimit, TokenBucket};
 pub use receive::{

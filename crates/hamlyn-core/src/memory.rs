@@ -95,8 +95,64 @@ impl<M: Memory + ?Sized> EntryMemory for M {
 pub trait Areas {
     /// The memory type of this node's areas.
     type Mem: Memory;
+    /// One metadata entry of an area, as packet counting writes it
+    /// ([`crate::receive::count_packet`]): checked once when made, each access then only
+    /// against the entry's constant length.
+    type Entry<'a>: EntryMemory
+    where
+        Self: 'a;
     /// The area's memory, if it is registered.
     fn area(&mut self, id: AreaId) -> Option<&mut Self::Mem>;
+    /// The [`META_ENTRY_LEN`](hamlyn_wire::META_ENTRY_LEN)-byte entry at byte `off` of
+    /// area `id`; `None` if the area is not registered or the entry does not lie in it
+    /// (or, for memory whose view needs it, is not 8-aligned).
+    fn entry(&mut self, id: AreaId, off: u64) -> Option<Self::Entry<'_>>;
+}
+
+/// An entry of any [`Memory`] (an [`Areas::Entry`] for areas that have no view of their
+/// own): each access is checked against the entry's length, then made through the whole
+/// memory at the entry's offset.
+#[derive(Debug)]
+pub struct EntryIn<'a, M: Memory + ?Sized> {
+    mem: &'a mut M,
+    base: u64,
+}
+
+impl<'a, M: Memory + ?Sized> EntryIn<'a, M> {
+    /// The entry at byte `off` of `mem`, if all of it lies there (each atomic access is
+    /// still checked for alignment by `mem`).
+    pub fn new(mem: &'a mut M, off: u64) -> Option<EntryIn<'a, M>> {
+        let end = off.checked_add(hamlyn_wire::META_ENTRY_LEN as u64)?;
+        (end <= mem.len()).then_some(EntryIn { mem, base: off })
+    }
+
+    /// `offset` in the whole memory, for an access of `n` bytes inside the entry.
+    fn at(&self, offset: u64, n: usize) -> Result<u64, OutOfRange> {
+        match offset.checked_add(n as u64) {
+            Some(end) if end <= hamlyn_wire::META_ENTRY_LEN as u64 => Ok(self.base + offset),
+            _ => Err(OutOfRange {
+                offset,
+                len: n as u64,
+            }),
+        }
+    }
+}
+
+impl<M: Memory + ?Sized> EntryMemory for EntryIn<'_, M> {
+    fn read_at(&self, offset: u64, dst: &mut [u8]) -> Result<(), OutOfRange> {
+        self.mem.read(self.at(offset, dst.len())?, dst)
+    }
+    fn write_at(&mut self, offset: u64, src: &[u8]) -> Result<(), OutOfRange> {
+        let at = self.at(offset, src.len())?;
+        self.mem.write(at, src)
+    }
+    fn add_u32_at(&mut self, offset: u64, v: u32) -> Result<u32, OutOfRange> {
+        let at = self.at(offset, 4)?;
+        self.mem.fetch_add_u32(at, v)
+    }
+    fn load_u32_at(&self, offset: u64) -> Result<u32, OutOfRange> {
+        self.mem.load_u32(self.at(offset, 4)?)
+    }
 }
 
 fn check(len: u64, offset: u64, n: usize) -> Result<core::ops::Range<usize>, OutOfRange> {
@@ -210,14 +266,49 @@ impl VecAreas {
 
 impl Areas for VecAreas {
     type Mem = Vec<u8>;
+    type Entry<'a> = EntryIn<'a, Vec<u8>>;
     fn area(&mut self, id: AreaId) -> Option<&mut Vec<u8>> {
         self.bytes_mut(id)
+    }
+    fn entry(&mut self, id: AreaId, off: u64) -> Option<EntryIn<'_, Vec<u8>>> {
+        EntryIn::new(self.bytes_mut(id)?, off)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An entry view exists only for an entry that lies whole in its memory, and each of
+    /// its accesses stays inside the entry (offsets are the entry's, not the memory's).
+    #[test]
+    fn an_entry_view_lies_in_its_memory_and_keeps_to_its_entry() {
+        let len = hamlyn_wire::META_ENTRY_LEN;
+        let mut m = vec![0u8; 3 * len];
+        assert!(
+            EntryIn::new(&mut m, 2 * len as u64 + 1).is_none(),
+            "past the end"
+        );
+        assert!(EntryIn::new(&mut m, u64::MAX - 4).is_none(), "overflow");
+        let mut e = EntryIn::new(&mut m, len as u64 + 4).expect("inside");
+        assert_eq!(e.add_u32_at(8, 5).unwrap(), 5);
+        assert_eq!(e.load_u32_at(8).unwrap(), 5);
+        e.write_at(len as u64 - 2, &[7, 9])
+            .expect("the entry's last bytes");
+        assert!(
+            e.write_at(len as u64 - 1, &[1, 2]).is_err(),
+            "one byte past the entry"
+        );
+        assert!(e.add_u32_at(len as u64, 1).is_err(), "past the entry");
+        assert!(e.read_at(u64::MAX, &mut [0u8; 1]).is_err(), "overflow");
+        assert_eq!(
+            m[len + 12..len + 16],
+            5u32.to_le_bytes(),
+            "at the entry's offset 8"
+        );
+        assert_eq!(m[2 * len + 2..2 * len + 4], [7, 9]);
+        assert!(m[..len + 12].iter().all(|&b| b == 0), "nothing before");
+    }
 
     #[test]
     fn vec_memory_checks_every_range() {

@@ -722,8 +722,10 @@ fn count<A: Areas>(
         let off = range
             .entry_offset(h.meta_index)
             .ok_or(RejectReason::BadMetaIndex)?;
-        let mem = areas.area(range.area).ok_or(RejectReason::AreaGone)?;
-        count_packet(mode, Some((mem, off)), h, meta)?
+        // The entry is checked once here; the count's accesses then only against its
+        // constant length (as a direct sender's, `hamlyn_shm::entry_mem`).
+        let mut entry = areas.entry(range.area, off).ok_or(RejectReason::AreaGone)?;
+        count_packet(mode, Some((&mut entry, 0)), h, meta)?
     };
     slot.packets += 1;
     slot.bytes += u64::from(h.payload_len);

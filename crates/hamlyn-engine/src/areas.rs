@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use hamlyn_core::{AreaId, Areas};
 use hamlyn_shm::area_mem::AreaMem;
+use hamlyn_shm::entry_mem::EntryMem;
 use hamlyn_shm::region::ShmRegion;
 
 /// An area's memory as the core sees it: the shared-memory adapter every user of areas
@@ -88,10 +89,14 @@ impl AreaTable {
 
 impl Areas for AreaTable {
     type Mem = ShmMem;
+    type Entry<'a> = EntryMem<'a>;
     fn area(&mut self, id: AreaId) -> Option<&mut ShmMem> {
         self.areas
             .get_mut(id.0 as usize)
             .and_then(Option::as_mut)
             .map(|e| &mut e.mem)
+    }
+    fn entry(&mut self, id: AreaId, off: u64) -> Option<EntryMem<'_>> {
+        EntryMem::new(&self.get(id)?.mem.0, off).ok()
     }
 }
