@@ -9,7 +9,8 @@
 //!                          "stream_gbps": {"4096": F, ...},
 //!                          "stream_blocking_gbps": {"4096": F, ...},
 //!                          "stream_spinning_gbps": {"4096": F, ...},
-//!                          "stream_msgs_per_s": {"8": F}}},
+//!                          "stream_msgs_per_s": {"8": F},
+//!                          "pingpong_spinning_8b_after_us": F}},
 //!  "results": [{"mode": "direct" | "mediated" | "tcp" | "tcp-plain",
 //!               "op": "tagged_write" | "polled_write" | "datagram" | "read" | "fetch_add"
 //!                     | "bandwidth" | "msg_rate",
@@ -212,6 +213,9 @@ struct TcpFloorJson {
     stream_blocking_gbps: BySize,
     stream_spinning_gbps: BySize,
     stream_msgs_per_s: BySize,
+    /// The 8-byte spinning ping-pong again, after the engines' TCP modes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pingpong_spinning_8b_after_us: Option<f64>,
 }
 
 impl TcpFloorJson {
@@ -230,6 +234,7 @@ impl TcpFloorJson {
                     .into_iter()
                     .collect(),
             ),
+            pingpong_spinning_8b_after_us: t.spinning_8b_after_us,
         }
     }
 }
@@ -588,6 +593,7 @@ mod tests {
                     stream_blocking_gbps: vec![(1 << 20, 3.5)],
                     stream_spinning_gbps: vec![(1 << 20, 3.0)],
                     rate_msgs_per_s: Some(2.5e5),
+                    spinning_8b_after_us: Some(4.5),
                 }),
             },
             rows: vec![
@@ -644,6 +650,8 @@ mod tests {
         assert_eq!(sb.get("1048576").unwrap().as_f64(), Some(3.0));
         let rate = tcp.get("stream_msgs_per_s").unwrap();
         assert_eq!(rate.get("8").unwrap().as_f64(), Some(2.5e5));
+        let after = tcp.get("pingpong_spinning_8b_after_us").unwrap();
+        assert_eq!(after.as_f64(), Some(4.5));
         for row in v.get("results").unwrap().as_array().unwrap() {
             assert_eq!(row.get("mode").unwrap().as_str(), Some("tcp"));
         }
