@@ -277,8 +277,7 @@ impl<M: RingMemory> Producer<M> {
     #[inline(always)]
     fn post_from(&self, entry: &NotifEntry, wake: bool, guess: Option<u64>) -> Result<(), Full> {
         let o = &self.o;
-        let (Some(tail), Some(head)) = (self.mem.atomic_u64(o.tail), self.mem.atomic_u64(o.head))
-        else {
+        let Some(tail) = self.mem.atomic_u64(o.tail) else {
             return Err(self.refuse());
         };
         // Relaxed: only a starting guess for the CAS, which re-validates it.
@@ -292,6 +291,11 @@ impl<M: RingMemory> Producer<M> {
             // Wrapping: a `head` ahead of `tail` (scribbled) reads as a huge distance,
             // i.e. full.
             if pos.wrapping_sub(h) >= o.cap {
+                // Looked up only here: a post that finds room below the head it saw
+                // does not touch the consumer's word at all.
+                let Some(head) = self.mem.atomic_u64(o.head) else {
+                    return Err(self.refuse());
+                };
                 // Acquire: pairs with the Release store of `head` in `Consumer::poll`:
                 // the consumer finished copying position `pos - capacity` out of the
                 // slot we are about to reuse.
