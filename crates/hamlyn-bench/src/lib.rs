@@ -389,7 +389,8 @@ fn steps(args: &BenchArgs, plan: &Plan) -> u64 {
         let streams = (BANDWIDTH_SIZES.len() + 1) * plan.reps;
         let rma = LATENCY_SIZES.len() + 1;
         if args.has_tcp() {
-            n += LATENCY_SIZES.len() + BANDWIDTH_SIZES.len() + 1;
+            // The raw TCP floor, and its 8-byte ping-pong again after the TCP modes.
+            n += LATENCY_SIZES.len() + BANDWIDTH_SIZES.len() + 1 + 1;
         }
         for mode in [Mode::Tcp, Mode::TcpPlain] {
             if args.has(mode) {
@@ -734,6 +735,8 @@ fn raw_tcp_8b_again(
     progress.start("floor: raw TCP ping-pong 8 B again".to_string());
     let mut tcp = raw_tcp_connect(peer)?;
     let lat = raw_tcp_ping(peer, &mut tcp, plan, 8, Wait::Spin)?;
+    peer.send("tcp-close")?;
+    peer.expect("ok", ANSWER_WAIT)?;
     progress.done();
     Ok(lat.p50_us)
 }

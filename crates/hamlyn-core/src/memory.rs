@@ -1,9 +1,10 @@
 //! Areas behind a small trait: the engine backs them with shared memory, tests with
 //! plain buffers.
 //!
-//! The core only reaches an area through [`Memory`], after checking every offset against
-//! the slot it was granted through; the trait still bounds-checks (an [`OutOfRange`] is a
-//! bug or a vanished area, never a crash).
+//! The core only reaches an area through [`Memory`], or a metadata entry through an
+//! [`EntryMemory`] view ([`Areas::entry`]), after checking every offset against the slot
+//! it was granted through; both still bounds-check (an [`OutOfRange`] is a bug or a
+//! vanished area, never a crash).
 
 /// Names a registered area (message, metadata or send area) on one node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -96,8 +97,10 @@ pub trait Areas {
     /// The memory type of this node's areas.
     type Mem: Memory;
     /// One metadata entry of an area, as packet counting writes it
-    /// ([`crate::receive::count_packet`]): checked once when made, each access then only
-    /// against the entry's constant length.
+    /// ([`crate::receive::count_packet`]): checked once when made, each access then
+    /// against the entry's constant length (a view of the memory itself, as the
+    /// engine's shared-memory one, needs no other check; [`EntryIn`] also goes through
+    /// the memory's own).
     type Entry<'a>: EntryMemory
     where
         Self: 'a;

@@ -1,6 +1,7 @@
 //! The one adapter between shared-memory areas and the core's [`Memory`] trait: the
 //! engine reaches registered areas through it, and a direct sender reaches the receiver's
-//! slot and metadata entries through it, so both deposit and count with the same code.
+//! slot through it, so both deposit with the same code. Both count a packet through one
+//! metadata entry checked once ([`crate::entry_mem::EntryMem`]).
 //!
 //! Memory another process can write is never held as a Rust reference here: every access
 //! copies in or out through `ShmRegion`'s raw, bounds-checked accessors, or is an atomic

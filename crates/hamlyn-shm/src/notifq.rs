@@ -291,8 +291,8 @@ impl<M: RingMemory> Producer<M> {
             // Wrapping: a `head` ahead of `tail` (scribbled) reads as a huge distance,
             // i.e. full.
             if pos.wrapping_sub(h) >= o.cap {
-                // Looked up only here: a post that finds room below the head it saw
-                // does not touch the consumer's word at all.
+                // Looked up (a bounds and alignment check) only here, where it is read:
+                // a post that finds room below the head it saw never reads it.
                 let Some(head) = self.mem.atomic_u64(o.head) else {
                     return Err(self.refuse());
                 };
