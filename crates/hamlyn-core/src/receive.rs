@@ -846,7 +846,11 @@ fn deposit_metadata<M: EntryMemory + ?Sized>(
     let gone = |_| RejectReason::AreaGone;
     let n = meta.len().min(hamlyn_wire::MAX_META_LEN);
     let mut user = [0u8; hamlyn_wire::MAX_META_LEN];
-    user[..n].copy_from_slice(&meta[..n]);
+    // Most messages carry none (a tagged write's tag travels in the header): no call to
+    // copy nothing.
+    if n > 0 {
+        user[..n].copy_from_slice(&meta[..n]);
+    }
     mem.write_at(off + meta_off::USER as u64, &user)
         .map_err(gone)?;
     mem.write_at(off + meta_off::META_LEN as u64, &(n as u16).to_le_bytes())
