@@ -58,21 +58,22 @@ pub struct TcpFloor {
     pub spinning_8b_after_us: Option<f64>,
 }
 
+/// The (p50, p99) of `size` in rows of (size, p50, p99).
+fn at_size(rows: &[(usize, f64, f64)], size: usize) -> Option<(f64, f64)> {
+    rows.iter()
+        .find(|(s, ..)| *s == size)
+        .map(|&(_, p50, p99)| (p50, p99))
+}
+
 impl TcpFloor {
     /// Ping-pong (p50, p99) one-way µs for `size`.
     pub fn pingpong(&self, size: usize) -> Option<(f64, f64)> {
-        self.pingpong_us
-            .iter()
-            .find(|(s, ..)| *s == size)
-            .map(|&(_, p50, p99)| (p50, p99))
+        at_size(&self.pingpong_us, size)
     }
 
     /// The spinning ping-pong's p50 one-way µs for `size`.
     pub fn spinning(&self, size: usize) -> Option<f64> {
-        self.spinning_us
-            .iter()
-            .find(|(s, ..)| *s == size)
-            .map(|&(_, p50, _)| p50)
+        at_size(&self.spinning_us, size).map(|(p50, _)| p50)
     }
 
     /// Stream bandwidth for `size`.
@@ -1002,8 +1003,17 @@ const FLOOR_MOVED_US: f64 = 0.1;
 /// Whether two runs of the shared-memory floor differ by [`FLOOR_MOVED`] times and
 /// [`FLOOR_MOVED_US`]: its two processes were placed differently for them.
 pub(crate) fn placement_moved(a: f64, b: f64) -> bool {
-    let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+    let (lo, hi) = low_high(a, b);
     lo > 0.0 && hi >= FLOOR_MOVED * lo && hi - lo >= FLOOR_MOVED_US
+}
+
+/// Two measurements, the lower first.
+fn low_high(a: f64, b: f64) -> (f64, f64) {
+    if a <= b {
+        (a, b)
+    } else {
+        (b, a)
+    }
 }
 
 /// Pauses at most, before the peers, to wait for the placement the run started in
@@ -1049,11 +1059,7 @@ const TCP_FLOOR_MOVED: f64 = 1.3;
 /// depend on which of the two they are held against.
 fn tcp_floor_moved(t: &TcpFloor) -> Option<String> {
     let (before, after) = (t.spinning(8)?, t.spinning_8b_after_us?);
-    let (lo, hi) = if before <= after {
-        (before, after)
-    } else {
-        (after, before)
-    };
+    let (lo, hi) = low_high(before, after);
     (lo > 0.0 && hi >= TCP_FLOOR_MOVED * lo).then(|| {
         format!(
             "\nwarning: raw TCP's 8 B ping-pong (spinning) moved during the run ({} before \
