@@ -44,7 +44,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::error::Error;
 use std::io::Write;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hamlyn::{
     Data, DirectTarget, Node, NodeOptions, NotificationKind, NotifyQueue, SendOptions, Terminus,
@@ -114,6 +114,15 @@ pub extern "C" fn path8_mark(phase: u32) {
     let line = format!("path8: phase {phase}\n");
     let _ = std::io::stderr().write_all(line.as_bytes());
     std::hint::black_box(phase);
+}
+
+/// Wall-clock time per `unit` since `began` over `n` of them: all of a phase runs on
+/// this one thread, so this is the path's own time, stalls included (a store that a wider
+/// load cannot be forwarded from costs no instruction but a dozen cycles), without the
+/// cross-core traffic and scheduling of two processes. Meaningless under callgrind.
+fn per(began: Instant, n: u64, unit: &str) -> String {
+    let ns = began.elapsed().as_nanos() as f64 / n.max(1) as f64;
+    format!("{ns:.1} ns per {unit}")
 }
 
 /// The paths measured.
@@ -342,6 +351,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let driver = Driver::for_socket(engine.socket_path()).ok_or("the engine is not drivable")?;
     path8_mark(0);
     let before = allocs();
+    let began = Instant::now();
     {
         let mut driving = driver.drive().ok_or("the engine is gone")?;
         for _ in 0..n {
@@ -349,30 +359,35 @@ fn main() -> Result<(), Box<dyn Error>> {
         }
     }
     report.push(format!(
-        "idle: {n} turns, {} allocations",
-        allocs() - before
+        "idle: {n} turns, {} allocations, {}",
+        allocs() - before,
+        per(began, n, "turn")
     ));
     for (k, path) in paths.into_iter().enumerate() {
         path8_mark(k as u32 + 1);
         let before = allocs();
+        let began = Instant::now();
         for i in 0..n {
             rig.one(path, WARMUP + i)?;
         }
         let a = allocs() - before;
         report.push(format!(
-            "{path:?}: {n} messages, {a} allocations ({:.4} per message)",
-            a as f64 / n as f64
+            "{path:?}: {n} messages, {a} allocations ({:.4} per message), {}",
+            a as f64 / n as f64,
+            per(began, n, "message")
         ));
     }
     path8_mark(4);
     let before = allocs();
+    let began = Instant::now();
     for i in 0..n {
         tcp.one(WARMUP + i)?;
     }
     let a = allocs() - before;
     report.push(format!(
-        "Tcp: {n} messages, {a} allocations ({:.4} per message)",
-        a as f64 / n as f64
+        "Tcp: {n} messages, {a} allocations ({:.4} per message), {}",
+        a as f64 / n as f64,
+        per(began, n, "message")
     ));
     // The stream phase: batches of `STREAM_BATCH` messages pushed while this thread
     // holds a drive (so no push runs a turn: as a host's waiter drives while a client of
@@ -381,6 +396,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     path8_mark(5);
     let before = allocs();
     let batches = n.div_ceil(STREAM_BATCH);
+    let began = Instant::now();
     {
         let mut driving = driver.drive().ok_or("the engine is gone")?;
         // A waiter's first turn clears the doorbells (`sender_turn` leaves them armed),
@@ -392,8 +408,9 @@ fn main() -> Result<(), Box<dyn Error>> {
     }
     let a = allocs() - before;
     report.push(format!(
-        "Stream: {} messages in batches of {STREAM_BATCH}, {a} allocations",
-        batches * STREAM_BATCH
+        "Stream: {} messages in batches of {STREAM_BATCH}, {a} allocations, {}",
+        batches * STREAM_BATCH,
+        per(began, batches * STREAM_BATCH, "message")
     ));
     path8_mark(6);
     // Who ran the TCP engines' turns: this thread, or their own threads, woken (by a
