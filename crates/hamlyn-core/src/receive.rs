@@ -844,15 +844,18 @@ fn deposit_metadata<M: EntryMemory + ?Sized>(
     meta: &[u8],
 ) -> Result<(), RejectReason> {
     let gone = |_| RejectReason::AreaGone;
+    /// What pads the metadata to its whole length.
+    const ZEROS: [u8; hamlyn_wire::MAX_META_LEN] = [0; hamlyn_wire::MAX_META_LEN];
     let n = meta.len().min(hamlyn_wire::MAX_META_LEN);
-    let mut user = [0u8; hamlyn_wire::MAX_META_LEN];
-    // Most messages carry none (a tagged write's tag travels in the header): no call to
-    // copy nothing.
+    let user = off + meta_off::USER as u64;
+    // Zeros, then the bytes over them, each written from where it is: no zeroed buffer
+    // on the stack copied over (the copy's wide loads waited for the stores that zeroed
+    // it). Most messages carry none (a tagged write's tag travels in the header): no
+    // call to copy nothing.
+    mem.write_at(user, &ZEROS).map_err(gone)?;
     if n > 0 {
-        user[..n].copy_from_slice(&meta[..n]);
+        mem.write_at(user, &meta[..n]).map_err(gone)?;
     }
-    mem.write_at(off + meta_off::USER as u64, &user)
-        .map_err(gone)?;
     mem.write_at(off + meta_off::META_LEN as u64, &(n as u16).to_le_bytes())
         .map_err(gone)?;
     mem.write_at(off + meta_off::SRC_NODE as u64, &h.src.0.to_le_bytes())
