@@ -39,7 +39,8 @@
 //! each, after a warm-up of `WARMUP` each), `tcp`, `stream` (N messages rounded up to
 //! whole batches), then `end`.
 //!
-//! Usage: `path8 [N]` (default 10000 messages per path).
+//! Usage: `path8 [N] [PHASE]` (default 10000 messages per path; with PHASE, that phase
+//! alone, for a profiler). Each phase's line also gives its wall-clock time per message.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::error::Error;
@@ -301,6 +302,13 @@ fn main() -> Result<(), Box<dyn Error>> {
         Some(a) => a.parse()?,
         None => 10_000,
     };
+    // A second argument runs that phase alone (`idle`, `normal`, `fast`, `direct`, `tcp`,
+    // `stream`), for a profiler: the others are skipped, marks and all.
+    let only = std::env::args().nth(2);
+    let runs = |phase: &str| {
+        only.as_deref()
+            .is_none_or(|o| o.eq_ignore_ascii_case(phase))
+    };
     let engine = EngineHandle::start(driven_config())?;
     let options = one_terminus_one_queue();
     let receiver = Node::connect_with(engine.socket_path(), options.clone())?;
@@ -349,21 +357,26 @@ fn main() -> Result<(), Box<dyn Error>> {
     let mut report = Vec::new();
     // The idle phase: N turns that find nothing, run by this thread.
     let driver = Driver::for_socket(engine.socket_path()).ok_or("the engine is not drivable")?;
-    path8_mark(0);
-    let before = allocs();
-    let began = Instant::now();
-    {
-        let mut driving = driver.drive().ok_or("the engine is gone")?;
-        for _ in 0..n {
-            std::hint::black_box(driving.turn());
+    if runs("idle") {
+        path8_mark(0);
+        let before = allocs();
+        let began = Instant::now();
+        {
+            let mut driving = driver.drive().ok_or("the engine is gone")?;
+            for _ in 0..n {
+                std::hint::black_box(driving.turn());
+            }
         }
+        report.push(format!(
+            "idle: {n} turns, {} allocations, {}",
+            allocs() - before,
+            per(began, n, "turn")
+        ));
     }
-    report.push(format!(
-        "idle: {n} turns, {} allocations, {}",
-        allocs() - before,
-        per(began, n, "turn")
-    ));
     for (k, path) in paths.into_iter().enumerate() {
+        if !runs(&format!("{path:?}")) {
+            continue;
+        }
         path8_mark(k as u32 + 1);
         let before = allocs();
         let began = Instant::now();
@@ -377,41 +390,45 @@ fn main() -> Result<(), Box<dyn Error>> {
             per(began, n, "message")
         ));
     }
-    path8_mark(4);
-    let before = allocs();
-    let began = Instant::now();
-    for i in 0..n {
-        tcp.one(WARMUP + i)?;
+    if runs("tcp") {
+        path8_mark(4);
+        let before = allocs();
+        let began = Instant::now();
+        for i in 0..n {
+            tcp.one(WARMUP + i)?;
+        }
+        let a = allocs() - before;
+        report.push(format!(
+            "Tcp: {n} messages, {a} allocations ({:.4} per message), {}",
+            a as f64 / n as f64,
+            per(began, n, "message")
+        ));
     }
-    let a = allocs() - before;
-    report.push(format!(
-        "Tcp: {n} messages, {a} allocations ({:.4} per message), {}",
-        a as f64 / n as f64,
-        per(began, n, "message")
-    ));
     // The stream phase: batches of `STREAM_BATCH` messages pushed while this thread
     // holds a drive (so no push runs a turn: as a host's waiter drives while a client of
     // another process streams), each batch taken in one turn (one visit's quantum), then
     // its notifications polled.
-    path8_mark(5);
-    let before = allocs();
-    let batches = n.div_ceil(STREAM_BATCH);
-    let began = Instant::now();
-    {
-        let mut driving = driver.drive().ok_or("the engine is gone")?;
-        // A waiter's first turn clears the doorbells (`sender_turn` leaves them armed),
-        // so that the pushes below find the engine awake and run no turn of their own.
-        std::hint::black_box(driving.turn());
-        for b in 0..batches {
-            rig.stream_batch(&mut driving, WARMUP + b * STREAM_BATCH)?;
+    if runs("stream") {
+        path8_mark(5);
+        let before = allocs();
+        let batches = n.div_ceil(STREAM_BATCH);
+        let began = Instant::now();
+        {
+            let mut driving = driver.drive().ok_or("the engine is gone")?;
+            // A waiter's first turn clears the doorbells (`sender_turn` leaves them armed),
+            // so that the pushes below find the engine awake and run no turn of their own.
+            std::hint::black_box(driving.turn());
+            for b in 0..batches {
+                rig.stream_batch(&mut driving, WARMUP + b * STREAM_BATCH)?;
+            }
         }
+        let a = allocs() - before;
+        report.push(format!(
+            "Stream: {} messages in batches of {STREAM_BATCH}, {a} allocations, {}",
+            batches * STREAM_BATCH,
+            per(began, batches * STREAM_BATCH, "message")
+        ));
     }
-    let a = allocs() - before;
-    report.push(format!(
-        "Stream: {} messages in batches of {STREAM_BATCH}, {a} allocations, {}",
-        batches * STREAM_BATCH,
-        per(began, batches * STREAM_BATCH, "message")
-    ));
     path8_mark(6);
     // Who ran the TCP engines' turns: this thread, or their own threads, woken (by a
     // socket, a timer) since they started.
