@@ -68,8 +68,21 @@ pub fn receive_stream(
     let mut messages = 0u64;
     let start = Instant::now();
     while messages < count {
-        ep.next_message()?;
-        arrived += 1;
+        // The queue polled here, and `Endpoint::next` (its wait) only when it is empty:
+        // through `next_message` every notification went by two `Result`s of the whole
+        // `Notification`, whose copies' loads waited on the stores of the one before
+        // (perf: half the receiving thread's samples). On the mediated path that thread
+        // shares its core with the engine's, and the 8 B message rate rose 7.1 -> 8.2 M/s
+        // (five alternated quick runs).
+        let n = match ep.queue.poll() {
+            Some(n) => n,
+            None => ep.next()?,
+        };
+        match n.kind {
+            hamlyn::NotificationKind::Message => arrived += 1,
+            hamlyn::NotificationKind::Overflow => {}
+            _ => return Err(BenchError::Unexpected(format!("{n:?}"))),
+        }
         // A notification the full queue could not post still means a message arrived.
         messages = arrived + ep.queue.overflows().wrapping_sub(lost_before);
     }
