@@ -335,13 +335,23 @@ impl Endpoint {
         let mut got = [0u8; 8];
         let mut spins: u32 = 0;
         loop {
-            self.polled_area.read(at, &mut got[..n])?;
+            // A whole flag (every size from 8 bytes) is read and compared as one word:
+            // a read and a comparison of `n` bytes called `memcpy` and `memcmp` on every
+            // poll, which put that much more time between the flag's arrival and its
+            // sight.
+            let seen = if n == 8 {
+                self.polled_area.read(at, &mut got)?;
+                got == want
+            } else {
+                self.polled_area.read(at, &mut got[..n])?;
+                got[..n] == want[..n]
+            };
             // No Release partner, by design: a polled write's flag is plain data (as in
             // UCX put_lat), and only its own bytes are waited for. The fence keeps the
             // compiler from hoisting the read out of the loop and orders what this side
             // does next after seeing the flag.
             hamlyn_shm::sync::fence(hamlyn_shm::sync::Ordering::Acquire);
-            if got[..n] == want[..n] {
+            if seen {
                 return Ok(());
             }
             spins = spins.wrapping_add(1);
