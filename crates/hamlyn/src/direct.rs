@@ -338,7 +338,7 @@ impl DirectTarget {
     /// What the engine does with a packet of a message to this slot once its bytes are
     /// in, done here: the packet counted in the metadata entry, the notification posted
     /// when that completes the message.
-    #[inline]
+    #[inline(always)]
     fn count(&self, opts: &SendOptions<'_>, h: &Header) -> Result<(), SendError> {
         let meta = if h.flags.contains(Flags::FIRST) {
             opts.meta
