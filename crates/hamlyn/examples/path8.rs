@@ -126,6 +126,28 @@ fn per(began: Instant, n: u64, unit: &str) -> String {
     format!("{ns:.1} ns per {unit}")
 }
 
+/// One message phase: its mark, `n` messages through `one` (numbered after the
+/// warm-up's), and its report line (allocations and wall-clock time per message).
+fn message_phase(
+    mark: u32,
+    name: &str,
+    n: u64,
+    mut one: impl FnMut(u64) -> Result<(), Box<dyn Error>>,
+) -> Result<String, Box<dyn Error>> {
+    path8_mark(mark);
+    let before = allocs();
+    let began = Instant::now();
+    for i in 0..n {
+        one(WARMUP + i)?;
+    }
+    let a = allocs() - before;
+    Ok(format!(
+        "{name}: {n} messages, {a} allocations ({:.4} per message), {}",
+        a as f64 / n as f64,
+        per(began, n, "message")
+    ))
+}
+
 /// The paths measured.
 #[derive(Clone, Copy, Debug)]
 enum Path {
@@ -374,35 +396,13 @@ fn main() -> Result<(), Box<dyn Error>> {
         ));
     }
     for (k, path) in paths.into_iter().enumerate() {
-        if !runs(&format!("{path:?}")) {
-            continue;
+        let name = format!("{path:?}");
+        if runs(&name) {
+            report.push(message_phase(k as u32 + 1, &name, n, |i| rig.one(path, i))?);
         }
-        path8_mark(k as u32 + 1);
-        let before = allocs();
-        let began = Instant::now();
-        for i in 0..n {
-            rig.one(path, WARMUP + i)?;
-        }
-        let a = allocs() - before;
-        report.push(format!(
-            "{path:?}: {n} messages, {a} allocations ({:.4} per message), {}",
-            a as f64 / n as f64,
-            per(began, n, "message")
-        ));
     }
     if runs("tcp") {
-        path8_mark(4);
-        let before = allocs();
-        let began = Instant::now();
-        for i in 0..n {
-            tcp.one(WARMUP + i)?;
-        }
-        let a = allocs() - before;
-        report.push(format!(
-            "Tcp: {n} messages, {a} allocations ({:.4} per message), {}",
-            a as f64 / n as f64,
-            per(began, n, "message")
-        ));
+        report.push(message_phase(4, "Tcp", n, |i| tcp.one(i))?);
     }
     // The stream phase: batches of `STREAM_BATCH` messages pushed while this thread
     // holds a drive (so no push runs a turn: as a host's waiter drives while a client of
