@@ -337,7 +337,9 @@ impl DirectTarget {
 
     /// What the engine does with a packet of a message to this slot once its bytes are
     /// in, done here: the packet counted in the metadata entry, the notification posted
-    /// when that completes the message.
+    /// when that completes the message. Always inlined: out of line, its first reads of
+    /// the header its caller had just built on the stack waited for those stores to reach
+    /// the cache (`path8`: a direct message 34.6 -> 28.4 ns inlined).
     #[inline(always)]
     fn count(&self, opts: &SendOptions<'_>, h: &Header) -> Result<(), SendError> {
         let meta = if h.flags.contains(Flags::FIRST) {
