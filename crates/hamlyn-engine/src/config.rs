@@ -27,8 +27,10 @@ pub struct EngineConfig {
     /// Payload bytes per packet for intra-node delivery (one copy per packet).
     pub intra_mtu: u64,
     /// Payload bytes per packet to other nodes. A message larger than this stripes across
-    /// the rails; each packet costs the engine a turn and the fabric a frame, which is
-    /// why it is not smaller: a 1 MiB stream over loopback with links in clear reached
+    /// the rails; each packet costs the engine a turn, the fabric a frame and the kernel
+    /// a `writev` (whose work per call is most of what a stream pays beyond the copy: raw
+    /// TCP, too, moves fewer bytes a second in smaller calls), which is why it is not
+    /// smaller: a 1 MiB stream over loopback with links in clear reached
     /// about half of one raw TCP stream at 64 KiB, 0.84x at 256 KiB and 1.05x at 512 KiB
     /// (medians of eight alternated quick runs, 2026-12-08; 1 MiB packets 0.97x). Larger
     /// packets hold a rail longer: a small packet queued behind one on the same rail
